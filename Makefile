@@ -1,0 +1,34 @@
+# One command each for what a developer does. Everything installs into .venv (created with uv).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV ?= $(shell command -v uv 2>/dev/null || echo "$(VENV)/bin/uv")
+VENDORS := nvidia ascend cambricon hygon iluvatar mthreads metax
+EDITABLES := -e ./core $(foreach v,$(VENDORS),-e ./vendors/$(v))
+
+.PHONY: install demo test lint independence ci clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
+
+install: $(PY)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) $(EDITABLES) -e ./examples/third-party-vendor --group dev
+
+demo: install
+	$(VENV)/bin/hami vendors
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check core vendors tests benchmarks examples
+	$(VENV)/bin/ruff format --check core vendors tests benchmarks examples
+	$(VENV)/bin/mypy core/src $(foreach v,$(VENDORS),vendors/$(v)/src) examples/third-party-vendor/src
+
+independence: install
+	$(PY) tests/independence.py $(VENDORS)
+
+ci: test lint independence
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache

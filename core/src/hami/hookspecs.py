@@ -1,0 +1,243 @@
+"""The vendor contract: every hook a vendor plugin may implement, grouped by the phase of a pod's life.
+
+A vendor plugin is a module (or object) registered under the entry-point group ``hami.vendors`` whose
+functions are marked with ``hami.hookimpl`` and named after the specifications below. The host
+(`hami.plugins.VendorHost`) is the only caller; it always passes keyword arguments, so an implementation
+may accept fewer parameters than the specification lists, and the contract can grow without breaking
+plugins.
+
+Two kinds of hook:
+
+* **broadcast** hooks are called on every loaded vendor (metadata, discovery);
+* **routed** hooks carry a ``kind`` argument and are called only on the vendor that declared that device
+  kind in `hami_vendor_info`, so an implementation never sees another vendor's devices. Routed hooks are
+  ``firstresult``: the vendor's single answer is the answer.
+
+Rules that keep the cluster fast and safe:
+
+* fitting and scoring receive **all candidate nodes in one call** (a 5,000-node filter makes one call per
+  vendor involved, not one per node);
+* a hook answers impossible input with a reason (a `NodeFit` without placement, an `AdmissionEdit` with
+  ``deny``, a `hami.errors.RequestError`), never with an unexpected exception;
+* hooks are pure with respect to cluster state: they read what they are given and return decisions; the
+  services do the writing.
+
+The guide for plugin authors, with one section per hook, is ``docs/plugin-guide.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from hami.model import (
+    AdmissionEdit,
+    Container,
+    ContainerEdits,
+    ContainerPlacement,
+    ContainerRequest,
+    DeviceKind,
+    NodeFit,
+    NodeInventory,
+    NodeView,
+    Pod,
+    SchedulingPolicy,
+    VendorInfo,
+)
+
+PROJECT = "hami"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_devices")
+"""Hooks the host calls on every vendor. Every other hook is routed by device kind."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Metadata
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_vendor_info() -> VendorInfo:  # type: ignore[empty-body]
+    """Describe the vendor: its name, device kinds with their resource names and annotation keys, and
+    its isolation library.
+
+    Required. Called once when the plugin loads; the answer must not change afterwards.
+
+    :returns: a `hami.model.VendorInfo`. Names must be unique across installed vendors; the host refuses
+        the later of two plugins that claim the same vendor name, common word or resource name.
+    """
+
+
+@hookspec(firstresult=True)
+def hami_vendor_settings(raw: Mapping[str, Any]) -> Any:
+    """Validate this vendor's section of the configuration and return the settings object.
+
+    Called once at load with the vendor's own section (``{}`` when the configuration has none). The
+    object returned is passed back as ``settings`` to every other hook of this vendor.
+
+    :param raw: the vendor's configuration section as parsed from the configuration file.
+    :returns: any object (a pydantic model is recommended), or None when the vendor has no settings.
+    :raises ValueError: (pydantic's ``ValidationError`` included) with a message naming the bad key; the
+        host reports it as a configuration error and refuses to start.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Discovery (node side)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def hami_discover_devices(settings: Any) -> list[NodeInventory]:
+    """Find this vendor's devices on the node the daemon runs on.
+
+    Broadcast: every vendor answers for itself. Called at start-up and periodically; a device whose
+    health changed must be reported with its new ``health`` so the daemon can tell the kubelet.
+
+    :param settings: this vendor's settings (see `hami_vendor_settings`).
+    :returns: one `hami.model.NodeInventory` per device kind present on the node (an empty list when the
+        vendor's driver is absent: say so in the log, do not raise).
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Requests and admission (webhook and scheduler)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_container_request(kind: DeviceKind, container: Container, pod: Pod, settings: Any) -> ContainerRequest | None:
+    """Read what one container asks of one of this vendor's device kinds.
+
+    Routed. Called only for containers that mention at least one of ``kind``'s resource names. Use
+    `hami.requests.read_share_request` for HAMi's shared rules and add the vendor's own.
+
+    :param kind: the device kind (one of those declared in `hami_vendor_info`).
+    :param container: the container, with its resource limits and requests as written.
+    :param pod: the whole pod (annotations may change how resources are read).
+    :returns: a `hami.model.ContainerRequest`, or None when the container asks for nothing of this kind.
+    :raises hami.errors.RequestError: a value cannot be read; the message names the resource and the fix.
+    """
+
+
+@hookspec(firstresult=True)
+def hami_admission_defaults(kind: DeviceKind, container: Container, pod: Pod, settings: Any) -> AdmissionEdit | None:
+    """Apply the vendor's admission defaults to one container, or refuse the pod.
+
+    Routed. Called by the admission webhook for every init and app container that mentions ``kind``'s
+    resources, after `hami_container_request` accepted it. Applying the answer twice must give the same pod.
+
+    :returns: an `hami.model.AdmissionEdit` (limits to set, env to add, pod annotations, runtime class, or
+        ``deny`` with a reason), or None for no change.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Fitting and scoring (scheduler extender and simulator)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+    settings: Any,
+) -> list[NodeFit]:
+    """Decide, for every candidate node at once, which devices would serve the pod's requests of ``kind``.
+
+    Routed; one call per pod and vendor, whatever the number of nodes. The views carry current usage, and
+    must not be modified (the scheduler commits the chosen placement itself).
+
+    :param requests: one entry per container, init containers first; None for containers without a
+        request of this kind.
+    :param nodes: the candidate nodes that have devices of this kind.
+    :param policy: the node and device policies in force for this pod (cluster defaults overridden by the
+        pod's annotations).
+    :returns: one `hami.model.NodeFit` per node, in any order: a placement (one entry per container, with
+        each device's granted memory and cores) or a reason a user can act on, such as
+        ``"2/8 devices: insufficient memory"``. A placement must never exceed a device's free slots,
+        memory or cores, and feasibility must not depend on the order devices are listed in.
+    """
+
+
+@hookspec(firstresult=True)
+def hami_score_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    fits: Sequence[NodeFit],
+    nodes: Mapping[str, NodeView],
+    policy: SchedulingPolicy,
+    settings: Any,
+) -> Mapping[str, float] | None:
+    """Score the feasible placements of ``kind`` under the node policy; higher is preferred.
+
+    Routed; optional. When no vendor answers, the scheduler uses HAMi's node score
+    (``10 × (used/count + usedcores/totalcores + usedmem/totalmem)`` after the placement, highest first
+    for binpack, lowest first for spread).
+
+    :param fits: the feasible fits returned by `hami_fit_nodes`.
+    :param nodes: the same node views, by name.
+    :returns: node name → score for every fit given, or None to use the default.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Allocation (node side, when the kubelet starts the container)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_allocate(
+    kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: Any
+) -> ContainerPlacement | None:
+    """Make a recorded placement real on this node, e.g. create the partition a placement reserved.
+
+    Routed; optional. Called by the node daemon inside the kubelet's Allocate, before
+    `hami_container_edits`, serialized per node.
+
+    :param container_index: the container's position (init containers first).
+    :param devices: the devices the scheduler recorded for this container.
+    :returns: the placement to use from now on (with identifiers filled in), or None to keep it.
+    :raises hami.errors.HamiError: the placement cannot be made; the message is passed to the kubelet.
+    """
+
+
+@hookspec
+def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlacement], settings: Any) -> None:
+    """Undo what `hami_allocate` made for a pod that has finished or was deleted.
+
+    Routed; optional. Called by the node daemon once per finished pod; must tolerate being called for a
+    pod whose allocation was never made or was already released.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Container edits (node side, the answer to the kubelet)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_container_edits(
+    kind: DeviceKind,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: Any,
+) -> ContainerEdits:
+    """What the kubelet must add to the container so it sees its devices and its isolation library.
+
+    Routed. Called by the node daemon in Allocate with the container's (possibly allocated) placement.
+    Must be deterministic: the same placement gives the same edits.
+
+    :returns: a `hami.model.ContainerEdits`: env (visible devices, memory and core limits), mounts (the
+        isolation library, its ``/etc/ld.so.preload``, the shared accounting directory), device nodes, and
+        CDI device names.
+    """

@@ -1,0 +1,462 @@
+"""The data model every part of HAMi speaks: devices, requests, placements, node views.
+
+This module owns the *meaning* of the values that travel between the services and the vendor plugins, and
+their validation: a negative memory size, cores over 100 % of a card, or a request for zero devices is
+rejected here, with a message that names the field and says what a legal value looks like.
+
+It owns no encoding (that is `hami.codec`) and no Kubernetes access (that is `hami.cluster`). Models that
+are built on the hot path of the scheduler (`DeviceUsage`, `ContainerDevice`) stay small and flat so that
+building thousands of them per filter call is cheap.
+
+Units: device memory is always MiB, cores are always percent of one device (100 = a whole device; a
+device whose cores are scaled may register more than 100).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "AdmissionEdit",
+    "AnnotationKeys",
+    "Container",
+    "ContainerDevice",
+    "ContainerEdits",
+    "ContainerRequest",
+    "Device",
+    "DeviceKind",
+    "DeviceNode",
+    "DeviceUsage",
+    "Mount",
+    "NodeFit",
+    "NodeInventory",
+    "NodeView",
+    "Pod",
+    "PodAllocation",
+    "RegisterFormat",
+    "ResourceNames",
+    "SchedulingPolicy",
+    "VendorInfo",
+]
+
+MiB = Annotated[int, Field(ge=0, description="device memory in MiB")]
+"""A memory size in MiB; never negative."""
+
+_ID_FORBIDDEN = frozenset(",:;")
+
+
+def _check_device_id(value: str, what: str) -> str:
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    bad = sorted(_ID_FORBIDDEN.intersection(value))
+    if bad:
+        raise ValueError(
+            f"{what} {value!r} contains {' '.join(repr(c) for c in bad)}, which HAMi's annotation encodings "
+            "use as separators; use the device UUID as the driver reports it"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Vendor metadata
+# --------------------------------------------------------------------------------------------------------
+
+
+class RegisterFormat(StrEnum):
+    """How a device kind publishes its devices on the Node object."""
+
+    JSON = "json"
+    """`hami.io/node-…-register` holds a JSON array of device objects (NVIDIA, Ascend)."""
+    LEGACY = "legacy"
+    """The register annotation holds HAMi's colon-terminated 7- or 9-field strings (Hygon, Iluvatar)."""
+    CAPACITY = "capacity"
+    """No annotation in HAMi: devices are derived from the node's `status.capacity` (Cambricon, Moore Threads,
+    whole-card MetaX). The unified daemon may still publish a JSON register annotation for these."""
+
+
+class ResourceNames(_Model):
+    """The extended-resource names a device kind answers to in pod specs (protocol.md section 1)."""
+
+    count: str = Field(description="number of physical devices a container gets, e.g. `nvidia.com/gpu`")
+    memory: str | None = Field(default=None, description="device memory per device, e.g. `nvidia.com/gpumem`")
+    memory_percentage: str | None = Field(default=None, description="memory as percent of the device")
+    cores: str | None = Field(default=None, description="compute share per device, in percent")
+    priority: str | None = Field(default=None, description="task priority, e.g. `nvidia.com/priority`")
+    memory_unit_mib: int = Field(default=1, ge=1, description="MiB per unit of the memory resource (256 for MLU)")
+
+    def all(self) -> tuple[str, ...]:
+        """Every resource name of this kind, count first."""
+        names = (self.count, self.memory, self.memory_percentage, self.cores, self.priority)
+        return tuple(n for n in names if n)
+
+
+class AnnotationKeys(_Model):
+    """The node and pod annotation keys a device kind reads and writes (protocol.md sections 1-3)."""
+
+    node_register: str | None = Field(default=None, description="node annotation listing the devices")
+    node_handshake: str | None = Field(default=None, description="node annotation of the scheduler/daemon handshake")
+    to_allocate: str = Field(description="pod annotation: placements the node side has still to serve")
+    allocated: str = Field(description="pod annotation: placements, kept for usage accounting")
+    use_uuid: str | None = None
+    nouse_uuid: str | None = None
+    use_type: str | None = None
+    nouse_type: str | None = None
+
+    def selectors(self) -> tuple[str, ...]:
+        keys = (self.use_uuid, self.nouse_uuid, self.use_type, self.nouse_type)
+        return tuple(k for k in keys if k)
+
+
+class DeviceKind(_Model):
+    """One kind of device a vendor serves, identified by HAMi's *common word* (`NVIDIA`, `Ascend910B3`, `DCU`).
+
+    A vendor may serve several kinds (Ascend: one per chip; MetaX: whole cards and shared cards). The
+    common word is the `Type` written in pod device strings and the key of a pod allocation.
+    """
+
+    common_word: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    resources: ResourceNames
+    annotations: AnnotationKeys
+    register_format: RegisterFormat = RegisterFormat.JSON
+
+
+class VendorInfo(_Model):
+    """What a vendor plugin is: its name, its device kinds, its isolation library."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9][a-z0-9_-]*$", description="short name, e.g. `nvidia`")
+    display_name: str = Field(min_length=1, description="human name, e.g. `NVIDIA`")
+    kinds: tuple[DeviceKind, ...] = Field(min_length=1)
+    isolation_library: str | None = Field(
+        default=None,
+        description="file name of the library loaded into containers through /etc/ld.so.preload, or None "
+        "when the vendor's own components enforce the share",
+    )
+
+    @model_validator(mode="after")
+    def _kinds_unique(self) -> VendorInfo:
+        words = [k.common_word for k in self.kinds]
+        if len(set(words)) != len(words):
+            raise ValueError(f"vendor {self.name!r} declares a device kind twice: {words}")
+        return self
+
+    def kind(self, common_word: str) -> DeviceKind:
+        for k in self.kinds:
+            if k.common_word == common_word:
+                return k
+        raise KeyError(f"vendor {self.name!r} has no device kind {common_word!r}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Devices and their usage
+# --------------------------------------------------------------------------------------------------------
+
+
+class Device(_Model):
+    """One physical device as a node registers it (HAMi's DeviceInfo)."""
+
+    id: str = Field(description="the device UUID, e.g. `GPU-0a1b…`")
+    index: int = Field(default=0, ge=0, description="the driver's index of the device on its node")
+    count: int = Field(default=1, ge=0, description="how many containers may share it (the split count)")
+    devmem: MiB = Field(default=0, description="memory in MiB, after memory scaling")
+    devcore: int = Field(default=100, ge=0, description="compute in percent of one device, after core scaling")
+    type: str = Field(default="", description="the model, e.g. `NVIDIA-A100`")
+    numa: int = Field(default=0, ge=-1, description="NUMA node, -1 when unknown")
+    health: bool = True
+    mode: str = Field(default="", description="sharing mode: `hami-core`, `mig`, `mps`, or empty")
+    mig_profiles: tuple[Any, ...] = Field(default=(), description="MIG geometries allowed, as the vendor writes them")
+    vendor: str = Field(default="", description="HAMi's `devicevendor`, when the register annotation carries it")
+    custom: Mapping[str, Any] = Field(default_factory=dict, description="vendor-specific extras (`custominfo`)")
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        return _check_device_id(v, "device id")
+
+    @field_validator("type", "mode")
+    @classmethod
+    def _no_separators(cls, v: str) -> str:
+        bad = sorted(_ID_FORBIDDEN.intersection(v))
+        if bad:
+            raise ValueError(f"{v!r} contains {' '.join(repr(c) for c in bad)}, a separator of HAMi's encodings")
+        return v
+
+
+class DeviceUsage(BaseModel):
+    """A registered device together with what running and placed pods already use of it.
+
+    Mutable on purpose: the scheduler adds a placement's usage as soon as it decides, so the next pod sees it.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    device: Device
+    used: int = Field(default=0, ge=0, description="containers sharing the device")
+    usedmem: MiB = 0
+    usedcores: int = Field(default=0, ge=0)
+
+    @property
+    def id(self) -> str:
+        return self.device.id
+
+    @property
+    def free_slots(self) -> int:
+        return self.device.count - self.used
+
+    @property
+    def free_memory(self) -> int:
+        return self.device.devmem - self.usedmem
+
+    @property
+    def free_cores(self) -> int:
+        return self.device.devcore - self.usedcores
+
+
+# --------------------------------------------------------------------------------------------------------
+# Pods as the device logic sees them
+# --------------------------------------------------------------------------------------------------------
+
+
+class Container(_Model):
+    """The parts of a Kubernetes container spec that device logic reads."""
+
+    name: str
+    limits: Mapping[str, str] = Field(default_factory=dict)
+    requests: Mapping[str, str] = Field(default_factory=dict)
+    env: Mapping[str, str] = Field(default_factory=dict, description="literal `value` env entries only")
+    privileged: bool = False
+
+    def resource(self, name: str) -> str | None:
+        """The raw quantity of resource `name`: from limits, falling back to requests (HAMi's rule)."""
+        value = self.limits.get(name)
+        if value is None:
+            value = self.requests.get(name)
+        return value
+
+    def mentions(self, names: Sequence[str]) -> bool:
+        return any(n in self.limits or n in self.requests for n in names)
+
+
+class Pod(_Model):
+    """The parts of a Kubernetes pod that device logic reads. Built from the API object by `Pod.from_api`."""
+
+    name: str
+    namespace: str = "default"
+    uid: str = ""
+    annotations: Mapping[str, str] = Field(default_factory=dict)
+    labels: Mapping[str, str] = Field(default_factory=dict)
+    init_containers: tuple[Container, ...] = ()
+    containers: tuple[Container, ...] = ()
+    node_name: str = ""
+    scheduler_name: str = ""
+
+    @property
+    def all_containers(self) -> tuple[Container, ...]:
+        """Init containers first, then app containers: the positional order of HAMi's pod device strings."""
+        return self.init_containers + self.containers
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Pod:
+        """Build the view from a pod as the Kubernetes API serialises it (a JSON object)."""
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        return cls(
+            name=str(meta.get("name") or meta.get("generateName") or ""),
+            namespace=str(meta.get("namespace") or "default"),
+            uid=str(meta.get("uid") or ""),
+            annotations=_str_map(meta.get("annotations")),
+            labels=_str_map(meta.get("labels")),
+            init_containers=tuple(_container_from_api(c) for c in spec.get("initContainers") or ()),
+            containers=tuple(_container_from_api(c) for c in spec.get("containers") or ()),
+            node_name=str(spec.get("nodeName") or ""),
+            scheduler_name=str(spec.get("schedulerName") or ""),
+        )
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _container_from_api(obj: Mapping[str, Any]) -> Container:
+    resources = obj.get("resources") or {}
+    env = {
+        str(e["name"]): str(e["value"])
+        for e in obj.get("env") or ()
+        if isinstance(e, Mapping) and "name" in e and isinstance(e.get("value"), str)
+    }
+    security = obj.get("securityContext") or {}
+    return Container(
+        name=str(obj.get("name") or ""),
+        limits=_str_map(resources.get("limits")),
+        requests=_str_map(resources.get("requests")),
+        env=env,
+        privileged=bool(security.get("privileged")) if isinstance(security, Mapping) else False,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Requests and placements
+# --------------------------------------------------------------------------------------------------------
+
+
+class ContainerRequest(_Model):
+    """What one container asks of one device kind (HAMi's ContainerDeviceRequest). Memory and cores are per device."""
+
+    kind: str = Field(min_length=1, description="the device kind's common word")
+    count: int = Field(ge=1, le=1024, description="how many physical devices")
+    memory: MiB = Field(default=0, description="MiB per device; 0 with `memory_percentage` unset means none asked")
+    memory_percentage: int | None = Field(default=None, ge=0, le=100, description="percent of each device's memory")
+    cores: int = Field(default=0, ge=0, le=100, description="percent of each device's compute; 100 = exclusive")
+
+    @model_validator(mode="after")
+    def _memory_one_way(self) -> ContainerRequest:
+        if self.memory and self.memory_percentage is not None:
+            raise ValueError("ask for memory in MiB or as a percentage of the device, not both")
+        return self
+
+    def memory_on(self, device: Device) -> int:
+        """The MiB this request takes on `device` (a percentage resolves against the device's memory)."""
+        if self.memory_percentage is not None:
+            return device.devmem * self.memory_percentage // 100
+        return self.memory
+
+
+class ContainerDevice(_Model):
+    """One device granted to a container: `<UUID>,<Type>,<Usedmem>,<Usedcores>` in HAMi's pod strings."""
+
+    uuid: str
+    type: str = Field(description="the device kind's common word")
+    usedmem: MiB = 0
+    usedcores: int = Field(default=0, ge=0)
+
+    @field_validator("uuid", "type")
+    @classmethod
+    def _ok(cls, v: str) -> str:
+        return _check_device_id(v, "device uuid/type")
+
+
+ContainerPlacement = tuple[ContainerDevice, ...]
+"""The devices of one kind granted to one container (empty when it asked for none)."""
+
+
+class PodAllocation(_Model):
+    """A pod's placement for every kind it uses: kind → one entry per container, init containers first.
+
+    Every kind's list has exactly one entry per container of the pod, empty for containers that use none
+    of that kind, so positions never shift (HAMi's padding defect is avoided by construction).
+    """
+
+    containers: int = Field(ge=0, description="number of containers (init + app) of the pod")
+    by_kind: Mapping[str, tuple[ContainerPlacement, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _positional(self) -> PodAllocation:
+        for kind, entries in self.by_kind.items():
+            if len(entries) != self.containers:
+                raise ValueError(
+                    f"allocation for {kind!r} has {len(entries)} container entries, the pod has {self.containers}"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------------------------------------
+# Nodes, fitting and scoring
+# --------------------------------------------------------------------------------------------------------
+
+
+class NodeInventory(_Model):
+    """What discovery found on this node for one device kind."""
+
+    kind: str
+    devices: tuple[Device, ...] = ()
+    link_scores: Mapping[str, Mapping[str, int]] = Field(
+        default_factory=dict, description="pairwise link scores between device UUIDs (higher is better connected)"
+    )
+    annotations: Mapping[str, str] = Field(default_factory=dict, description="extra node annotations to publish")
+
+
+class NodeView(BaseModel):
+    """A candidate node as the scheduler sees it for one device kind: its devices and their current usage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    devices: list[DeviceUsage] = Field(default_factory=list)
+    link_scores: Mapping[str, Mapping[str, int]] = Field(default_factory=dict)
+    annotations: Mapping[str, str] = Field(default_factory=dict)
+    labels: Mapping[str, str] = Field(default_factory=dict)
+
+
+class SchedulingPolicy(_Model):
+    """How to choose between feasible nodes and devices; pod annotations may override the cluster default."""
+
+    node: Literal["binpack", "spread"] = "binpack"
+    device: tuple[str, ...] = ("spread",)
+    weights: Mapping[str, int] = Field(default_factory=lambda: {"slot": 1, "core": 1, "memory": 1})
+
+
+class NodeFit(_Model):
+    """One candidate node's answer for a pod: the devices per container, or why it cannot serve the pod."""
+
+    node: str
+    placement: tuple[ContainerPlacement, ...] | None = Field(
+        default=None, description="one entry per container (init first); None when the node does not fit"
+    )
+    reason: str = Field(default="", description="why the node does not fit, readable by a user")
+    score: float = 0.0
+
+    @model_validator(mode="after")
+    def _either(self) -> NodeFit:
+        if self.placement is None and not self.reason:
+            raise ValueError(f"node {self.node!r} does not fit but no reason was given")
+        return self
+
+    @property
+    def fits(self) -> bool:
+        return self.placement is not None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Admission and container edits
+# --------------------------------------------------------------------------------------------------------
+
+
+class AdmissionEdit(_Model):
+    """What a vendor changes on one container (and its pod) at admission, or why it refuses the pod."""
+
+    limits: Mapping[str, str] = Field(default_factory=dict, description="resource limits to set (defaults)")
+    env: Mapping[str, str] = Field(default_factory=dict, description="env entries to add")
+    pod_annotations: Mapping[str, str] = Field(default_factory=dict)
+    runtime_class_name: str | None = None
+    deny: str | None = Field(default=None, description="set to refuse the pod, with the reason")
+
+
+class Mount(_Model):
+    container_path: str
+    host_path: str
+    read_only: bool = True
+
+
+class DeviceNode(_Model):
+    container_path: str
+    host_path: str
+    permissions: str = "rw"
+
+
+class ContainerEdits(_Model):
+    """What the kubelet must add to a container (the device plugin's ContainerAllocateResponse)."""
+
+    env: Mapping[str, str] = Field(default_factory=dict)
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
+    annotations: Mapping[str, str] = Field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()

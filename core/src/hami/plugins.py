@@ -1,0 +1,404 @@
+"""The plugin host: loads vendor plugins and is the only place that calls into their hooks.
+
+Loading (`VendorHost.load`) reads every entry point of the group ``hami.vendors``. A plugin whose import
+fails, whose hooks do not match the contract (a misspelled hook name, an argument the specification does not
+have), or whose metadata clashes with an already loaded vendor is logged with its distribution name and
+skipped; the others keep working. ``HAMI_DISABLED_VENDORS`` (comma list of vendor names) switches vendors
+off. With ``strict=True`` the first such problem raises `PluginError` instead, which is what the conformance
+kit uses so that a plugin author's test fails loudly.
+
+Calling: `VendorHost` has one typed method per hook. Routed hooks go only to the vendor that owns the
+device kind (a cached pluggy subset caller per vendor), so a hot path such as filtering pays one Python
+call per vendor involved. Nothing outside this module touches ``pm.hook``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from hami import hookspecs
+from hami.errors import ConfigError, PluginError
+from hami.model import (
+    AdmissionEdit,
+    Container,
+    ContainerEdits,
+    ContainerPlacement,
+    ContainerRequest,
+    DeviceKind,
+    NodeFit,
+    NodeInventory,
+    NodeView,
+    Pod,
+    SchedulingPolicy,
+    VendorInfo,
+)
+
+__all__ = ["DisabledVendor", "ENTRY_POINT_GROUP", "FailedVendor", "LoadedVendor", "VendorHost"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "hami.vendors"
+DISABLE_ENV = "HAMI_DISABLED_VENDORS"
+
+_SPEC_NAMES = tuple(
+    name for name in dir(hookspecs) if name.startswith("hami_") and callable(getattr(hookspecs, name))
+)
+
+
+@dataclass(frozen=True)
+class LoadedVendor:
+    """A vendor plugin that loaded: its metadata, where it came from, and which hooks it implements."""
+
+    info: VendorInfo
+    plugin: object
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+    settings: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+
+@dataclass(frozen=True)
+class FailedVendor:
+    """A plugin that could not be loaded, and why."""
+
+    entry_point: str
+    distribution: str
+    version: str
+    error: str
+
+
+@dataclass(frozen=True)
+class DisabledVendor:
+    entry_point: str
+    distribution: str
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """A plugin to load: an entry point's name, its distribution, and how to import it."""
+
+    name: str
+    distribution: str
+    version: str
+    load: Callable[[], object]
+
+
+@dataclass
+class VendorHost:
+    """The loaded vendors and the typed facade over their hooks."""
+
+    pm: pluggy.PluginManager
+    vendors: list[LoadedVendor] = field(default_factory=list)
+    failed: list[FailedVendor] = field(default_factory=list)
+    disabled: list[DisabledVendor] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._kinds: dict[str, tuple[LoadedVendor, DeviceKind]] = {}
+        self._resources: dict[str, DeviceKind] = {}
+        self._callers: dict[tuple[str, str], Any] = {}
+        for vendor in self.vendors:
+            self._index(vendor)
+
+    # ---------------------------------------------------------------------------------------- loading
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        disabled: Iterable[str] | None = None,
+        strict: bool = False,
+        sources: Iterable[PluginSource] | None = None,
+    ) -> VendorHost:
+        """Load every installed vendor plugin (or the given `sources`).
+
+        :param config: vendor name → that vendor's configuration section.
+        :param disabled: vendor names to skip; defaults to ``HAMI_DISABLED_VENDORS``.
+        :param strict: raise `PluginError` on the first broken plugin instead of skipping it.
+        :raises ConfigError: a vendor rejected its configuration section.
+        """
+        if disabled is None:
+            disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()]
+        off = set(disabled)
+        host = cls(pm=_new_manager())
+        for source in installed_sources() if sources is None else sources:
+            if source.name in off:
+                log.info("vendor %s (%s) disabled by %s", source.name, source.distribution, DISABLE_ENV)
+                host.disabled.append(DisabledVendor(source.name, source.distribution))
+                continue
+            try:
+                plugin = source.load()
+            except Exception as exc:  # a broken plugin must not take the host down
+                host._fail(source, f"import failed: {type(exc).__name__}: {exc}", strict)
+                continue
+            host.add(plugin, source, config=config, strict=strict)
+        return host
+
+    @classmethod
+    def from_plugins(
+        cls,
+        plugins: Mapping[str, object],
+        *,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        strict: bool = True,
+    ) -> VendorHost:
+        """A host over plugin objects given directly (tests, the conformance kit, the demo)."""
+        host = cls(pm=_new_manager())
+        for name, plugin in plugins.items():
+            source = PluginSource(name, getattr(plugin, "__name__", name), "", lambda p=plugin: p)
+            host.add(plugin, source, config=config, strict=strict)
+        return host
+
+    def add(
+        self,
+        plugin: object,
+        source: PluginSource,
+        *,
+        config: Mapping[str, Mapping[str, Any]] | None = None,
+        strict: bool = False,
+    ) -> LoadedVendor | None:
+        """Register one plugin, checking it against the contract; returns None when it was refused."""
+        try:
+            self.pm.register(plugin, name=source.name)
+        except ValueError as exc:  # pluggy: already registered, or a name clash
+            self._fail(source, f"registration failed: {exc}", strict)
+            return None
+        except pluggy.PluginValidationError as exc:
+            self._fail(source, f"a hook does not match the contract: {exc}", strict)
+            return None
+        try:
+            vendor = self._inspect(plugin, source, config or {})
+        except ConfigError:
+            self.pm.unregister(plugin)
+            raise
+        except (PluginError, Exception) as exc:
+            self.pm.unregister(plugin)
+            problem = exc.problem if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
+            self._fail(source, problem, strict)
+            return None
+        self.vendors.append(vendor)
+        self._index(vendor)
+        self._callers.clear()  # subset callers exclude only the plugins known when they were made
+        log.debug("loaded vendor %s from %s %s", vendor.name, source.distribution, source.version)
+        return vendor
+
+    def _inspect(self, plugin: object, source: PluginSource, config: Mapping[str, Mapping[str, Any]]) -> LoadedVendor:
+        impls = self.pm.get_hookcallers(plugin) or []
+        hooks = tuple(sorted(caller.name for caller in impls))
+        for name in _declared_hooks(plugin):
+            if name not in _SPEC_NAMES:
+                near = difflib.get_close_matches(name, _SPEC_NAMES, n=1)
+                hint = f"; did you mean {near[0]}?" if near else ""
+                raise PluginError(source.name, f"{name} is not a hook of the contract{hint}")
+        if "hami_vendor_info" not in hooks:
+            raise PluginError(source.name, "does not implement hami_vendor_info, which every vendor must")
+        info = self._call_one(plugin, "hami_vendor_info", {})
+        if not isinstance(info, VendorInfo):
+            raise PluginError(source.name, f"hami_vendor_info returned {type(info).__name__}, not VendorInfo")
+        self._check_unique(info)
+        settings = None
+        if "hami_vendor_settings" in hooks:
+            raw = config.get(info.name, {})
+            try:
+                settings = self._call_one(plugin, "hami_vendor_settings", {"raw": raw})
+            except ValueError as exc:
+                raise ConfigError(f"configuration of vendor {info.name!r} is invalid: {exc}") from exc
+        return LoadedVendor(info, plugin, source.distribution, source.version, hooks, settings)
+
+    def _check_unique(self, info: VendorInfo) -> None:
+        for other in self.vendors:
+            if other.name == info.name:
+                raise PluginError(info.name, f"vendor name {info.name!r} is already taken by {other.distribution}")
+        for kind in info.kinds:
+            if kind.common_word in self._kinds:
+                owner = self._kinds[kind.common_word][0]
+                raise PluginError(info.name, f"device kind {kind.common_word!r} is already served by vendor {owner.name}")
+            for resource in kind.resources.all():
+                if resource in self._resources:
+                    raise PluginError(
+                        info.name, f"resource {resource} is already claimed by kind {self._resources[resource].common_word}"
+                    )
+
+    def _fail(self, source: PluginSource, problem: str, strict: bool) -> None:
+        if strict:
+            raise PluginError(source.name, problem)
+        log.error("vendor plugin %s from %s skipped: %s", source.name, source.distribution, problem)
+        self.failed.append(FailedVendor(source.name, source.distribution, source.version, problem))
+
+    def _index(self, vendor: LoadedVendor) -> None:
+        for kind in vendor.info.kinds:
+            self._kinds[kind.common_word] = (vendor, kind)
+            for resource in kind.resources.all():
+                self._resources[resource] = kind
+
+    def _call_one(self, plugin: object, hook: str, kwargs: Mapping[str, Any]) -> Any:
+        key = (hook, str(id(plugin)))
+        caller = self._callers.get(key)
+        if caller is None:
+            others = [p for p in self.pm.get_plugins() if p is not plugin]
+            caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
+            self._callers[key] = caller
+        return caller(**kwargs)
+
+    # ---------------------------------------------------------------------------------------- lookups
+
+    def vendor(self, name: str) -> LoadedVendor:
+        for vendor in self.vendors:
+            if vendor.name == name:
+                return vendor
+        raise KeyError(f"no vendor named {name!r} is loaded")
+
+    @property
+    def kinds(self) -> list[DeviceKind]:
+        return [kind for _, kind in self._kinds.values()]
+
+    def kind(self, common_word: str) -> DeviceKind:
+        return self._kinds[common_word][1]
+
+    def owner(self, common_word: str) -> LoadedVendor:
+        return self._kinds[common_word][0]
+
+    def kind_of_resource(self, resource: str) -> DeviceKind | None:
+        """The device kind a resource name belongs to, or None when no loaded vendor claims it."""
+        return self._resources.get(resource)
+
+    def implements(self, common_word: str, hook: str) -> bool:
+        return hook in self.owner(common_word).hooks
+
+    # ---------------------------------------------------------------------------------------- the facade
+
+    def _routed(self, common_word: str, hook: str, **kwargs: Any) -> Any:
+        vendor, kind = self._kinds[common_word]
+        if hook not in vendor.hooks:
+            return None
+        return self._call_one(vendor.plugin, hook, {"kind": kind, "settings": vendor.settings, **kwargs})
+
+    def discover(self) -> dict[str, list[NodeInventory]]:
+        """Every vendor's discovery, by vendor name. A vendor whose discovery raises reports nothing."""
+        found: dict[str, list[NodeInventory]] = {}
+        for vendor in self.vendors:
+            if "hami_discover_devices" not in vendor.hooks:
+                continue
+            try:
+                found[vendor.name] = list(
+                    self._call_one(vendor.plugin, "hami_discover_devices", {"settings": vendor.settings}) or []
+                )
+            except Exception:
+                log.exception("discovery of vendor %s failed; it reports no devices this round", vendor.name)
+                found[vendor.name] = []
+        return found
+
+    def container_request(self, common_word: str, container: Container, pod: Pod) -> ContainerRequest | None:
+        """What `container` asks of device kind `common_word` (None when it does not mention the kind)."""
+        kind = self.kind(common_word)
+        if not container.mentions(kind.resources.all()):
+            return None
+        result: ContainerRequest | None = self._routed(common_word, "hami_container_request", container=container, pod=pod)
+        return result
+
+    def pod_requests(self, pod: Pod) -> dict[str, list[ContainerRequest | None]]:
+        """Every kind the pod asks for → one request (or None) per container, init containers first."""
+        containers = pod.all_containers
+        out: dict[str, list[ContainerRequest | None]] = {}
+        for index, container in enumerate(containers):
+            for resource in (*container.limits, *container.requests):
+                kind = self._resources.get(resource)
+                if kind is None or (kind.common_word in out and out[kind.common_word][index] is not None):
+                    continue
+                request = self.container_request(kind.common_word, container, pod)
+                if request is not None:
+                    out.setdefault(kind.common_word, [None] * len(containers))[index] = request
+        return out
+
+    def admission_defaults(self, common_word: str, container: Container, pod: Pod) -> AdmissionEdit | None:
+        result: AdmissionEdit | None = self._routed(
+            common_word, "hami_admission_defaults", container=container, pod=pod
+        )
+        return result
+
+    def fit_nodes(
+        self,
+        common_word: str,
+        pod: Pod,
+        requests: Sequence[ContainerRequest | None],
+        nodes: Sequence[NodeView],
+        policy: SchedulingPolicy,
+    ) -> list[NodeFit]:
+        """Fit the pod's requests of one kind onto all candidate nodes in one vendor call."""
+        if not self.implements(common_word, "hami_fit_nodes"):
+            reason = f"vendor {self.owner(common_word).name} cannot place {common_word} devices yet"
+            return [NodeFit(node=n.name, reason=reason) for n in nodes]
+        result: list[NodeFit] = self._routed(
+            common_word, "hami_fit_nodes", pod=pod, requests=requests, nodes=nodes, policy=policy
+        )
+        return result
+
+    def score_nodes(
+        self, common_word: str, pod: Pod, fits: Sequence[NodeFit], nodes: Mapping[str, NodeView], policy: SchedulingPolicy
+    ) -> Mapping[str, float] | None:
+        result: Mapping[str, float] | None = self._routed(
+            common_word, "hami_score_nodes", pod=pod, fits=fits, nodes=nodes, policy=policy
+        )
+        return result
+
+    def allocate(self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement) -> ContainerPlacement:
+        result = self._routed(common_word, "hami_allocate", pod=pod, container_index=container_index, devices=devices)
+        return devices if result is None else tuple(result)
+
+    def release(self, common_word: str, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
+        self._routed(common_word, "hami_release", pod=pod, placements=placements)
+
+    def container_edits(
+        self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement
+    ) -> ContainerEdits:
+        result = self._routed(
+            common_word, "hami_container_edits", pod=pod, container_index=container_index, devices=devices
+        )
+        return ContainerEdits() if result is None else result
+
+
+def _new_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _declared_hooks(plugin: object) -> list[str]:
+    """Names of the plugin's attributes marked as hook implementations (to catch misspelled hooks)."""
+    marker = f"{hookspecs.PROJECT}_impl"
+    names = []
+    for name in dir(plugin):
+        try:
+            attr = getattr(plugin, name)
+        except Exception:
+            continue
+        if callable(attr) and hasattr(attr, marker):
+            names.append(name)
+    return names
+
+
+def installed_sources() -> list[PluginSource]:
+    """The installed entry points of group ``hami.vendors``, one per name (first distribution wins)."""
+    seen: dict[str, PluginSource] = {}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist
+        source = PluginSource(
+            name=ep.name,
+            distribution=dist.metadata["Name"] if dist is not None else "?",
+            version=dist.version if dist is not None else "?",
+            load=ep.load,
+        )
+        seen.setdefault(ep.name, source)
+    return sorted(seen.values(), key=lambda s: s.name)

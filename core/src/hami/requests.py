@@ -1,0 +1,97 @@
+"""Reading device requests out of container resources: the building block every vendor's request hook uses.
+
+Owns HAMi's shared rules (protocol.md section 1): values come from `limits`, falling back to `requests`;
+memory and cores are per device; a container asking only for memory or cores gets one device; a count with
+neither memory nor cores is a whole device (all its memory, exclusive cores) unless a default memory is
+configured. Vendor quirks (legal memory steps, whole-card-only multi-device requests) stay in the vendor,
+applied to what this returns.
+
+Bad values raise `RequestError` naming the resource and the fix; `gpumem: 3Gi` is refused rather than read
+as three billion MiB.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hami.errors import RequestError
+from hami.model import Container, ContainerRequest, DeviceKind
+
+__all__ = ["read_count", "read_share_request"]
+
+_PLAIN_INT = re.compile(r"^\+?[0-9]+$")
+_WITH_UNIT = re.compile(r"^\+?([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)$")
+_BINARY_MIB = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
+
+
+def read_count(container: Container, resource: str, *, unit: str = "", limit: int | None = None) -> int | None:
+    """The plain non-negative integer value of `resource`, or None when the container does not mention it.
+
+    `unit` names what one unit is (`MiB`, `256 MiB`, `percent`) for the error message; `limit` is the largest
+    legal value.
+    """
+    raw = container.resource(resource)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not _PLAIN_INT.match(text):
+        raise RequestError(resource, raw, _fix_for(text, unit))
+    value = int(text)
+    if limit is not None and value > limit:
+        raise RequestError(resource, raw, f"is more than {limit}{' ' + unit if unit else ''}, the largest legal value")
+    return value
+
+
+def _fix_for(text: str, unit: str) -> str:
+    what = f"counts {unit}" if unit else "counts whole units"
+    m = _WITH_UNIT.match(text)
+    if m and unit == "MiB" and m.group(2) in _BINARY_MIB:
+        mib = float(m.group(1)) * _BINARY_MIB[m.group(2)]
+        if mib.is_integer():
+            return f"is not a plain number: this resource {what}, so write {int(mib)}"
+    return f"is not a plain non-negative integer: this resource {what}"
+
+
+def read_share_request(
+    kind: DeviceKind,
+    container: Container,
+    *,
+    default_memory: int = 0,
+    default_cores: int = 0,
+    max_count: int = 1024,
+) -> ContainerRequest | None:
+    """The container's request for `kind` under HAMi's shared rules, or None when it asks for none.
+
+    `default_memory` (MiB) applies when a count is given without memory; `default_cores` when cores are
+    not given (and memory is). Memory is converted from the resource's unit to MiB.
+    """
+    names = kind.resources
+    count = read_count(container, names.count, unit="devices", limit=max_count)
+    unit = "MiB" if names.memory_unit_mib == 1 else f"{names.memory_unit_mib} MiB"
+    memory_units = read_count(container, names.memory, unit=unit) if names.memory else None
+    percentage = read_count(container, names.memory_percentage, unit="percent", limit=100) if names.memory_percentage else None
+    cores = read_count(container, names.cores, unit="percent", limit=100) if names.cores else None
+
+    if count == 0 or (count is None and not memory_units and not percentage and not cores):
+        return None
+    if count is None:
+        count = 1
+    memory = (memory_units or 0) * names.memory_unit_mib
+    if memory and percentage is not None:
+        raise RequestError(
+            names.memory_percentage or "", str(percentage), f"cannot be combined with {names.memory}: ask for one of them"
+        )
+    if not memory and percentage is None:
+        if default_memory:
+            memory = default_memory
+        else:
+            percentage = 100
+            if cores is None:
+                cores = 100
+    return ContainerRequest(
+        kind=kind.common_word,
+        count=count,
+        memory=memory,
+        memory_percentage=percentage,
+        cores=default_cores if cores is None else cores,
+    )

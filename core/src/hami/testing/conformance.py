@@ -1,0 +1,367 @@
+"""The conformance kit: named checks every vendor plugin runs from its own tests against a fixture it provides.
+
+A vendor describes itself in a `VendorFixture` (its plugin, example requests with the answers it must
+give, candidate nodes to fit onto, placements to edit) and calls `pytest_suite`, which produces one test
+per applicable check. A check applies when the vendor implements the hooks it exercises and the fixture
+provides its material; checks that do not apply are not generated (they are listed by `applicable` so a
+vendor can see what it has not built yet). Third-party vendors run exactly the same kit.
+
+Each check names the failure it guards against; HAMi's own conformance idea, with this project's checks.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.errors import PluginError, RequestError
+from hami.model import (
+    Container,
+    ContainerPlacement,
+    ContainerRequest,
+    DeviceUsage,
+    NodeFit,
+    NodeView,
+    Pod,
+    SchedulingPolicy,
+)
+from hami.plugins import PluginSource, VendorHost, installed_sources
+
+__all__ = [
+    "CHECKS",
+    "Check",
+    "ConformanceFailure",
+    "EditCase",
+    "RequestCase",
+    "VendorFixture",
+    "applicable",
+    "pytest_suite",
+    "run_check",
+]
+
+
+class ConformanceFailure(AssertionError):
+    """A plugin broke a rule of the contract; the message says which rule and with what input."""
+
+
+@dataclass(frozen=True)
+class RequestCase:
+    """One container's resources and what the vendor must read from them.
+
+    `expect` is the request the vendor must return, None when the container asks for nothing of `kind`,
+    or a string that must appear in the `RequestError` the vendor raises.
+    """
+
+    kind: str
+    resources: Mapping[str, str]
+    expect: ContainerRequest | str | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EditCase:
+    """A placement of one container, for the container-edit checks."""
+
+    kind: str
+    placement: ContainerPlacement
+    container_index: int = 0
+    pod: Pod = field(default_factory=lambda: Pod(name="edit-check", namespace="default", uid="uid-edit-check"))
+
+
+@dataclass
+class VendorFixture:
+    """What a vendor gives the kit: its plugin and the material the checks run on."""
+
+    name: str
+    plugin: object
+    config: Mapping[str, Any] = field(default_factory=dict)
+    requests: Sequence[RequestCase] = ()
+    nodes: Mapping[str, Callable[[], list[NodeView]]] = field(default_factory=dict)
+    """device kind → a function building fresh candidate nodes (with some usage already on them)."""
+    fit_requests: Mapping[str, Sequence[ContainerRequest]] = field(default_factory=dict)
+    """device kind → single-container requests to fit onto those nodes."""
+    edits: Sequence[EditCase] = ()
+
+    def host(self) -> VendorHost:
+        try:
+            return VendorHost.from_plugins({self.name: self.plugin}, config={self.name: self.config}, strict=True)
+        except PluginError as exc:
+            raise ConformanceFailure(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    rule: str
+    hooks: tuple[str, ...]
+    material: Callable[[VendorFixture], bool]
+    run: Callable[[VendorFixture, VendorHost], None]
+
+
+CHECKS: list[Check] = []
+
+
+def _check(
+    rule: str, *, hooks: tuple[str, ...] = (), material: Callable[[VendorFixture], bool] = lambda f: True
+) -> Callable[[Callable[[VendorFixture, VendorHost], None]], Callable[[VendorFixture, VendorHost], None]]:
+    def register(fn: Callable[[VendorFixture, VendorHost], None]) -> Callable[[VendorFixture, VendorHost], None]:
+        CHECKS.append(Check(fn.__name__.removeprefix("check_"), rule, hooks, material, fn))
+        return fn
+
+    return register
+
+
+def _fail(message: str) -> ConformanceFailure:
+    return ConformanceFailure(message)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Metadata
+# --------------------------------------------------------------------------------------------------------
+
+_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+@_check("the plugin loads strictly: every hook it marks is in the contract with matching arguments")
+def check_hooks_match_contract(fixture: VendorFixture, host: VendorHost) -> None:
+    if len(host.vendors) != 1 or "hami_vendor_info" not in host.vendors[0].hooks:
+        raise _fail("the plugin did not load as exactly one vendor implementing hami_vendor_info")
+
+
+@_check("metadata is complete: every kind has valid resource names and the pod annotation keys it needs")
+def check_metadata_complete(fixture: VendorFixture, host: VendorHost) -> None:
+    info = host.vendors[0].info
+    for kind in info.kinds:
+        for resource in kind.resources.all():
+            if not _RESOURCE.match(resource) or resource.split("/")[0].endswith("kubernetes.io"):
+                raise _fail(f"{kind.common_word}: {resource!r} is not a valid extended resource name (<domain>/<name>)")
+        keys = kind.annotations
+        for key in (keys.to_allocate, keys.allocated, keys.node_register, keys.node_handshake, *keys.selectors()):
+            if key is not None and not _RESOURCE.match(key):
+                raise _fail(f"{kind.common_word}: annotation key {key!r} is not a qualified <prefix>/<name>")
+        if keys.to_allocate == keys.allocated:
+            raise _fail(f"{kind.common_word}: the to-allocate and allocated annotations must differ")
+        if kind.register_format != "capacity" and not keys.node_register:
+            raise _fail(f"{kind.common_word}: register format {kind.register_format} needs a node register key")
+
+
+@_check("names are unique: no resource name, kind or vendor name clashes with another installed vendor")
+def check_metadata_unique(fixture: VendorFixture, host: VendorHost) -> None:
+    mine = host.vendors[0]
+    others = [s for s in installed_sources() if s.name != fixture.name and s.distribution != mine.distribution]
+    combined = VendorHost.load(sources=others, disabled=())
+    source = PluginSource(fixture.name, mine.distribution, mine.version, lambda: fixture.plugin)
+    if combined.add(fixture.plugin, source, config={fixture.name: fixture.config}) is None:
+        raise _fail(f"clashes with an installed vendor: {combined.failed[-1].error}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Requests
+# --------------------------------------------------------------------------------------------------------
+
+
+def _container(resources: Mapping[str, str]) -> Container:
+    return Container(name="main", limits=dict(resources))
+
+
+@_check(
+    "requests are read from resources as the fixture's examples say",
+    hooks=("hami_container_request",),
+    material=lambda f: bool(f.requests),
+)
+def check_requests_from_resources(fixture: VendorFixture, host: VendorHost) -> None:
+    for case in fixture.requests:
+        pod = Pod(name="request-check", annotations=dict(case.annotations), containers=(_container(case.resources),))
+        try:
+            got = host.container_request(case.kind, pod.containers[0], pod)
+        except RequestError as exc:
+            if isinstance(case.expect, str) and case.expect in str(exc):
+                continue
+            raise _fail(f"{dict(case.resources)}: unexpected refusal {exc}") from None
+        if isinstance(case.expect, str):
+            raise _fail(f"{dict(case.resources)}: expected a refusal mentioning {case.expect!r}, got {got}")
+        if got != case.expect:
+            raise _fail(f"{dict(case.resources)}: read {got}, expected {case.expect}")
+
+
+@_check("a container without device resources asks for nothing", hooks=("hami_container_request",))
+def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorHost) -> None:
+    for resources in ({}, {"cpu": "2", "memory": "4Gi"}):
+        pod = Pod(name="empty-check", containers=(_container(resources),))
+        got = host.pod_requests(pod)
+        if got:
+            raise _fail(f"a container with resources {resources} was read as asking for {got}")
+
+
+@_check(
+    "a memory value with a unit suffix is refused with the resource named, not misread",
+    hooks=("hami_container_request",),
+    material=lambda f: bool(f.requests),
+)
+def check_unit_suffix_refused(fixture: VendorFixture, host: VendorHost) -> None:
+    for kind in host.vendors[0].info.kinds:
+        if not kind.resources.memory:
+            continue
+        resources = {kind.resources.count: "1", kind.resources.memory: "3Gi"}
+        pod = Pod(name="unit-check", containers=(_container(resources),))
+        try:
+            got = host.container_request(kind.common_word, pod.containers[0], pod)
+        except RequestError as exc:
+            if kind.resources.memory not in str(exc):
+                raise _fail(f"the refusal of {resources} does not name {kind.resources.memory}: {exc}") from None
+            continue
+        raise _fail(f"{resources} was read as {got} instead of being refused")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Fitting
+# --------------------------------------------------------------------------------------------------------
+
+
+def _fit_material(fixture: VendorFixture) -> bool:
+    return any(kind in fixture.nodes for kind in fixture.fit_requests)
+
+
+def _fits(host: VendorHost, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
+    pod = Pod(name="fit-check", uid="uid-fit-check", containers=(Container(name="main"),))
+    fits = host.fit_nodes(kind, pod, [request], nodes, SchedulingPolicy())
+    if sorted(f.node for f in fits) != sorted(n.name for n in nodes):
+        raise _fail(f"fit answered for nodes {[f.node for f in fits]}, was asked about {[n.name for n in nodes]}")
+    return fits
+
+
+@_check(
+    "a placement never exceeds a device's free slots, memory or cores, and gives each container its device count",
+    hooks=("hami_fit_nodes",),
+    material=_fit_material,
+)
+def check_fit_within_capacity(fixture: VendorFixture, host: VendorHost) -> None:
+    for kind, requests in fixture.fit_requests.items():
+        for request in requests:
+            nodes = fixture.nodes[kind]()
+            by_name = {n.name: {d.id: d for d in n.devices} for n in nodes}
+            for fit in _fits(host, kind, request, nodes):
+                if fit.placement is None:
+                    continue
+                devices = by_name[fit.node]
+                (placement,) = fit.placement
+                if len(placement) != request.count or len({d.uuid for d in placement}) != request.count:
+                    raise _fail(f"{fit.node}: {request} got {len(placement)} distinct devices: {placement}")
+                for granted in placement:
+                    usage = devices.get(granted.uuid)
+                    if usage is None:
+                        raise _fail(f"{fit.node}: placement names device {granted.uuid}, which the node does not have")
+                    _within(fit.node, usage, granted.usedmem, granted.usedcores)
+
+
+def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
+    d = usage.device
+    if usage.used + 1 > d.count:
+        raise _fail(f"{node}/{d.id}: a placement takes slot {usage.used + 1} of {d.count}")
+    if usage.usedmem + memory > d.devmem:
+        raise _fail(f"{node}/{d.id}: {memory} MiB placed where {d.devmem - usage.usedmem} MiB are free")
+    if usage.usedcores + cores > d.devcore:
+        raise _fail(f"{node}/{d.id}: {cores} cores placed where {d.devcore - usage.usedcores} are free")
+
+
+@_check("which nodes fit does not depend on the order devices are listed in", hooks=("hami_fit_nodes",), material=_fit_material)
+def check_fit_order_independent(fixture: VendorFixture, host: VendorHost) -> None:
+    rng = random.Random(20261130)
+    for kind, requests in fixture.fit_requests.items():
+        for request in requests:
+            baseline = {f.node: f.fits for f in _fits(host, kind, request, fixture.nodes[kind]())}
+            for _ in range(3):
+                nodes = fixture.nodes[kind]()
+                for node in nodes:
+                    rng.shuffle(node.devices)
+                shuffled = {f.node: f.fits for f in _fits(host, kind, request, nodes)}
+                if shuffled != baseline:
+                    changed = sorted(n for n in baseline if baseline[n] != shuffled.get(n))
+                    raise _fail(f"{request}: feasibility of {changed} changed when devices were reordered")
+
+
+_UNREADABLE = ("Traceback", "object at 0x", "None", "{'", "[<", "Error(")
+
+
+@_check("every refused node gets one short line a user can read", hooks=("hami_fit_nodes",), material=_fit_material)
+def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorHost) -> None:
+    for kind in fixture.fit_requests:
+        nodes = fixture.nodes[kind]()
+        most = max((len(n.devices) for n in nodes), default=0)
+        impossible = ContainerRequest(kind=kind, count=min(most + 1, 1024), memory_percentage=100, cores=100)
+        for fit in _fits(host, kind, impossible, nodes):
+            if fit.placement is not None:
+                raise _fail(f"{fit.node} claims to fit {impossible.count} devices but has at most {most}")
+            reason = fit.reason
+            if not reason or "\n" in reason or len(reason) > 300 or any(s in reason for s in _UNREADABLE):
+                raise _fail(f"{fit.node}: refusal reason {reason!r} is empty, multi-line, too long or a Python repr")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Container edits
+# --------------------------------------------------------------------------------------------------------
+
+
+@_check(
+    "container edits are deterministic: the same placement gives the same edits",
+    hooks=("hami_container_edits",),
+    material=lambda f: bool(f.edits),
+)
+def check_container_edits_deterministic(fixture: VendorFixture, host: VendorHost) -> None:
+    for case in fixture.edits:
+        first = host.container_edits(case.kind, case.pod, case.container_index, case.placement)
+        second = host.container_edits(case.kind, case.pod, case.container_index, case.placement)
+        if first != second:
+            raise _fail(f"edits for {case.placement} differ between two calls:\n{first}\n{second}")
+        for mount in first.mounts:
+            if not mount.container_path.startswith("/") or not mount.host_path.startswith("/"):
+                raise _fail(f"mount {mount} must use absolute paths")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------------------
+
+
+def applicable(fixture: VendorFixture) -> tuple[list[Check], list[tuple[Check, str]]]:
+    """The checks that apply to this fixture, and those that do not with why."""
+    host = fixture.host()
+    hooks = set(host.vendors[0].hooks)
+    run, skipped = [], []
+    for check in CHECKS:
+        missing = [h for h in check.hooks if h not in hooks]
+        if missing:
+            skipped.append((check, f"the vendor does not implement {', '.join(missing)}"))
+        elif not check.material(fixture):
+            skipped.append((check, "the fixture provides no material for it"))
+        else:
+            run.append(check)
+    return run, skipped
+
+
+def run_check(fixture: VendorFixture, name: str) -> None:
+    """Run one named check; raises `ConformanceFailure` when the plugin breaks its rule."""
+    for check in CHECKS:
+        if check.name == name:
+            check.run(fixture, fixture.host())
+            return
+    raise KeyError(f"no conformance check named {name!r}; known: {[c.name for c in CHECKS]}")
+
+
+def pytest_suite(make_fixture: Callable[[], VendorFixture]) -> Callable[[str], None]:
+    """A pytest test function parametrized over the checks that apply to the fixture.
+
+    In a vendor's tests: ``test_conformance = pytest_suite(my_fixture)``.
+    """
+    import pytest
+
+    names = [c.name for c in applicable(make_fixture())[0]]
+
+    @pytest.mark.parametrize("check", names)
+    def test_conformance(check: str) -> None:
+        run_check(make_fixture(), check)
+
+    return test_conformance

@@ -1,0 +1,223 @@
+"""Fitting shared devices: the building block vendors call from `hami_fit_nodes` instead of writing their own.
+
+Owns the accounting every share-based vendor has in common: a device serves a request when it is healthy,
+not cordoned, allowed by the pod's use/no-use selectors, and has a free slot, enough free memory and
+enough free cores; cores equal to the whole device need an idle device; a request without cores is not put
+on a device whose cores are all taken. Among the usable devices the device policy chooses (`binpack`,
+`spread`, `mutex`, `numa`), containers of one pod see each other's grants, and every refused node gets a
+reason a user can read. The node score is HAMi's.
+
+Vendor specifics (topology tables, partition profiles, templates) stay in the vendor: it can filter or
+re-order the candidates through `ShareFitter`'s hooks, or post-process the fits. Nothing here modifies the
+node views it is given.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hami.model import (
+    ContainerDevice,
+    ContainerPlacement,
+    ContainerRequest,
+    DeviceKind,
+    DeviceUsage,
+    NodeFit,
+    NodeView,
+    Pod,
+    SchedulingPolicy,
+)
+
+__all__ = ["CORDON_ANNOTATION", "DeviceFilter", "ShareFitter", "node_score"]
+
+CORDON_ANNOTATION = "hami.io/device-cordon"
+
+DeviceFilter = Callable[[DeviceUsage], bool]
+
+
+@dataclass(slots=True)
+class _Free:
+    """Mutable remaining capacity of one device while one pod's containers are placed."""
+
+    usage: DeviceUsage
+    used: int
+    usedmem: int
+    usedcores: int
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+class Selectors:
+    """The pod's use/no-use annotations for one kind, and the node's cordon list."""
+
+    def __init__(self, kind: DeviceKind, pod: Pod) -> None:
+        keys = kind.annotations
+        get = pod.annotations.get
+        self.use_uuid = set(_split(get(keys.use_uuid or "")))
+        self.nouse_uuid = set(_split(get(keys.nouse_uuid or "")))
+        self.use_type = [t.lower() for t in _split(get(keys.use_type or ""))]
+        self.nouse_type = [t.lower() for t in _split(get(keys.nouse_type or ""))]
+
+    def refuses(self, usage: DeviceUsage) -> str | None:
+        d = usage.device
+        if self.use_uuid and d.id not in self.use_uuid:
+            return "not in use-uuid list"
+        if d.id in self.nouse_uuid:
+            return "in no-use-uuid list"
+        model = d.type.lower()
+        if self.use_type and not any(t in model for t in self.use_type):
+            return "type not selected"
+        if any(t in model for t in self.nouse_type):
+            return "type excluded"
+        return None
+
+
+def _device_score(free: _Free, memory: int, cores: int, weights: Mapping[str, int]) -> float:
+    d = free.usage.device
+    slot = (free.used + 1) / d.count if d.count else 1.0
+    core = (free.usedcores + cores) / d.devcore if d.devcore else 1.0
+    mem = (free.usedmem + memory) / d.devmem if d.devmem else 1.0
+    return weights.get("slot", 1) * slot + weights.get("core", 1) * core + weights.get("memory", 1) * mem
+
+
+def node_score(node: NodeView, placement: Sequence[ContainerPlacement]) -> float:
+    """HAMi's node score after the placement: 10 × (slots used + cores used + memory used, each as a share)."""
+    slots = sum(u.device.count for u in node.devices)
+    cores = sum(u.device.devcore for u in node.devices)
+    memory = sum(u.device.devmem for u in node.devices)
+    used = sum(u.used for u in node.devices)
+    usedcores = sum(u.usedcores for u in node.devices)
+    usedmem = sum(u.usedmem for u in node.devices)
+    for devices in placement:
+        used += len(devices)
+        usedcores += sum(d.usedcores for d in devices)
+        usedmem += sum(d.usedmem for d in devices)
+    return 10 * (
+        (used / slots if slots else 0) + (usedcores / cores if cores else 0) + (usedmem / memory if memory else 0)
+    )
+
+
+class ShareFitter:
+    """Fits one pod's requests of one kind onto candidate nodes under a scheduling policy.
+
+    `extra_filter` lets a vendor refuse devices for its own reasons (returning the reason, or None).
+    """
+
+    def __init__(
+        self,
+        kind: DeviceKind,
+        *,
+        extra_filter: Callable[[DeviceUsage, ContainerRequest], str | None] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.extra_filter = extra_filter
+
+    def fit_nodes(
+        self, pod: Pod, requests: Sequence[ContainerRequest | None], nodes: Sequence[NodeView], policy: SchedulingPolicy
+    ) -> list[NodeFit]:
+        selectors = Selectors(self.kind, pod)
+        return [self.fit_node(pod, requests, node, policy, selectors) for node in nodes]
+
+    def fit_node(
+        self,
+        pod: Pod,
+        requests: Sequence[ContainerRequest | None],
+        node: NodeView,
+        policy: SchedulingPolicy,
+        selectors: Selectors,
+    ) -> NodeFit:
+        cordoned = set(_split(node.annotations.get(CORDON_ANNOTATION)))
+        frees = [_Free(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
+        names = [c.name for c in pod.all_containers]
+        placement: list[ContainerPlacement] = []
+        for index, request in enumerate(requests):
+            if request is None:
+                placement.append(())
+                continue
+            chosen, reason = self._fit_container(request, frees, cordoned, selectors, policy)
+            if chosen is None:
+                who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
+                return NodeFit(node=node.name, reason=f"{who}: {reason}")
+            placement.append(chosen)
+        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement))
+
+    def _fit_container(
+        self,
+        request: ContainerRequest,
+        frees: list[_Free],
+        cordoned: set[str],
+        selectors: Selectors,
+        policy: SchedulingPolicy,
+    ) -> tuple[ContainerPlacement | None, str]:
+        usable: list[tuple[_Free, int, int]] = []
+        refusals: Counter[str] = Counter()
+        mutex = "mutex" in policy.device
+        for free in frees:
+            reason = self._refuses(free, request, cordoned, selectors, mutex)
+            if reason:
+                refusals[reason] += 1
+                continue
+            d = free.usage.device
+            cores = d.devcore if request.cores >= 100 else request.cores
+            usable.append((free, request.memory_on(d), cores))
+        if len(usable) < request.count:
+            detail = ", ".join(f"{n} {why}" for why, n in refusals.most_common())
+            need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
+            return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
+        chosen = self._choose(usable, request.count, policy)
+        for free, memory, cores in chosen:
+            free.used += 1
+            free.usedmem += memory
+            free.usedcores += cores
+        return tuple(
+            ContainerDevice(uuid=f.usage.device.id, type=self.kind.common_word, usedmem=m, usedcores=c)
+            for f, m, c in chosen
+        ), ""
+
+    def _refuses(
+        self, free: _Free, request: ContainerRequest, cordoned: set[str], selectors: Selectors, mutex: bool
+    ) -> str | None:
+        d = free.usage.device
+        if not d.health:
+            return "unhealthy"
+        if d.id in cordoned:
+            return "cordoned"
+        selected = selectors.refuses(free.usage)
+        if selected:
+            return selected
+        if free.used >= d.count:
+            return "no free slot"
+        if (mutex or request.cores >= 100) and free.used > 0:
+            return "not idle (exclusive use asked)"
+        if request.memory_on(d) > d.devmem - free.usedmem:
+            return "insufficient memory"
+        cores = d.devcore if request.cores >= 100 else request.cores
+        if cores > d.devcore - free.usedcores or (cores == 0 and free.usedcores >= d.devcore):
+            return "insufficient cores"
+        if self.extra_filter is not None:
+            return self.extra_filter(free.usage, request)
+        return None
+
+    def _choose(
+        self, usable: list[tuple[_Free, int, int]], count: int, policy: SchedulingPolicy
+    ) -> list[tuple[_Free, int, int]]:
+        binpack = "binpack" in policy.device
+
+        def order(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
+            free, memory, cores = item
+            score = _device_score(free, memory, cores, policy.weights)
+            return (-score if binpack else score, free.usage.device.index, free.usage.device.id)
+
+        ranked = sorted(usable, key=order)
+        if "numa" in policy.device and count > 1:
+            groups: dict[int, list[tuple[_Free, int, int]]] = {}
+            for item in ranked:
+                groups.setdefault(item[0].usage.device.numa, []).append(item)
+            whole = [g for g in groups.values() if len(g) >= count]
+            if whole:
+                return min(whole, key=lambda g: [order(i) for i in g[:count]])[:count]
+        return ranked[:count]

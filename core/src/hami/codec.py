@@ -76,6 +76,8 @@ def _go_json(value: Any) -> str:
 def _load_json(value: str, annotation: str) -> Any:
     if not isinstance(value, str):
         raise AnnotationError(annotation, repr(value), f"expected a string, got {type(value).__name__}")
+    if not value.strip():
+        return None
     try:
         return json.loads(value)
     except (ValueError, RecursionError) as exc:
@@ -83,7 +85,9 @@ def _load_json(value: str, annotation: str) -> Any:
 
 
 def _int_field(obj: Mapping[str, Any], key: str, annotation: str, default: int = 0) -> int:
-    v = obj.get(key, default)
+    v = obj.get(key)
+    if v is None:  # absent, or JSON null: Go leaves the zero value
+        return default
     if isinstance(v, bool) or not isinstance(v, int):
         if isinstance(v, float) and v.is_integer():
             return int(v)
@@ -92,10 +96,26 @@ def _int_field(obj: Mapping[str, Any], key: str, annotation: str, default: int =
 
 
 def _str_field(obj: Mapping[str, Any], key: str, annotation: str) -> str:
-    v = obj.get(key, "")
+    v = obj.get(key)
+    if v is None:
+        return ""
     if not isinstance(v, str):
         raise AnnotationError(annotation, f"{key}={v!r}", f"{key!r} must be a string")
     return v
+
+
+def _fold(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Object keys lower-cased: Go's decoder matches struct field names case-insensitively."""
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def _go_map(value: Any) -> Any:
+    """Go's encoder writes a map's keys sorted; struct fields keep their order. Sort the maps inside `value`."""
+    if isinstance(value, Mapping):
+        return {k: _go_map(value[k]) for k in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_go_map(v) for v in value]
+    return value
 
 
 def _build(model: type[Any], annotation: str, part: str, **fields: Any) -> Any:
@@ -135,7 +155,7 @@ def encode_node_register(devices: Iterable[Device]) -> str:
         if d.vendor:
             obj["devicevendor"] = d.vendor
         if d.custom:
-            obj["custominfo"] = dict(d.custom)
+            obj["custominfo"] = _go_map(d.custom)
         out.append(obj)
     return _go_json(out)
 
@@ -160,8 +180,10 @@ def decode_node_register(value: str, annotation: str = "node register") -> list[
     for i, raw in enumerate(data):
         if not isinstance(raw, dict):
             raise AnnotationError(annotation, repr(raw), f"device #{i} is not a JSON object")
-        obj = {str(k).lower(): v for k, v in raw.items() if str(k).lower() in _REGISTER_KEYS}
-        health = obj.get("health", False)
+        obj = {k: v for k, v in _fold(raw).items() if k in _REGISTER_KEYS}
+        health = obj.get("health")
+        if health is None:
+            health = False
         if not isinstance(health, bool):
             raise AnnotationError(annotation, f"health={health!r}", "'health' must be true or false")
         profiles = obj.get("migprofiles", obj.get("migtemplate")) or []
@@ -216,7 +238,10 @@ def _parse_int(text: str, annotation: str, what: str, entry: str) -> int:
     body = stripped[1:] if stripped[:1] in "+-" else stripped
     if not body.isascii() or not body.isdigit():
         raise AnnotationError(annotation, entry, f"{what} {text!r} is not an integer")
-    return int(stripped)
+    try:
+        return int(stripped)
+    except ValueError:  # more digits than int() converts
+        raise AnnotationError(annotation, entry, f"{what} {text!r} is out of range") from None
 
 
 def decode_legacy_register(value: str, annotation: str = "node register") -> list[Device]:
@@ -364,7 +389,8 @@ class Handshake:
 
 
 def encode_handshake(handshake: Handshake) -> str:
-    return f"{handshake.state}_{handshake.time.strftime(HANDSHAKE_TIME_FORMAT)}"
+    t = handshake.time  # not strftime: glibc's %Y does not pad years below 1000 to four digits as Go does
+    return f"{handshake.state}_{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}"
 
 
 def decode_handshake(value: str, annotation: str = "hami.io/node-handshake") -> Handshake:
@@ -386,8 +412,9 @@ def decode_handshake(value: str, annotation: str = "hami.io/node-handshake") -> 
 
 
 def encode_link_scores(scores: Mapping[str, Mapping[str, int]]) -> str:
-    """`[{"uuid":"GPU-a","score":{"GPU-b":<int>}}]` in the order given."""
-    return _go_json([{"uuid": uuid, "score": dict(peers)} for uuid, peers in scores.items()])
+    """`[{"uuid":"GPU-a","score":{"GPU-b":<int>}}]`, devices in the order given, peers sorted (a Go map)."""
+    # Go omits an empty "score" map (omitempty)
+    return _go_json([{"uuid": u, "score": _go_map(peers)} if peers else {"uuid": u} for u, peers in scores.items()])
 
 
 def decode_link_scores(value: str, annotation: str = "link scores") -> dict[str, dict[str, int]]:
@@ -398,12 +425,13 @@ def decode_link_scores(value: str, annotation: str = "link scores") -> dict[str,
         raise AnnotationError(annotation, value, 'expected a JSON array of {"uuid":…,"score":{…}} objects')
     out: dict[str, dict[str, int]] = {}
     for raw in data:
-        if not isinstance(raw, dict) or not isinstance(raw.get("uuid"), str):
+        entry = _fold(raw) if isinstance(raw, dict) else {}
+        if not isinstance(entry.get("uuid"), str):
             raise AnnotationError(annotation, repr(raw), 'each entry needs a string "uuid"')
-        peers = raw.get("score") or {}
+        peers = entry.get("score") or {}
         if not isinstance(peers, dict):
             raise AnnotationError(annotation, repr(raw), '"score" must map device UUIDs to integers')
-        out[raw["uuid"]] = {str(k): _int_field(peers, k, annotation) for k in peers}
+        out[entry["uuid"]] = {str(k): _int_field(peers, k, annotation) for k in peers}
     return out
 
 
@@ -452,27 +480,33 @@ def decode_mig_allocations(value: str, annotation: str = "hami.io/vgpu-mig-alloc
     for raw in data:
         if not isinstance(raw, dict):
             raise AnnotationError(annotation, repr(raw), "each reservation must be a JSON object")
-        placement = raw.get("placement")
+        obj = _fold(raw)
+        placement = obj.get("placement")
         if not isinstance(placement, dict):
             raise AnnotationError(annotation, repr(raw), 'a reservation needs "placement": {"start":…,"size":…}')
+        placement = _fold(placement)
         numbers = {
-            "container_index": _int_field(raw, "containerIndex", annotation, -1),
-            "device_index": _int_field(raw, "deviceIndex", annotation, -1),
+            "container_index": _int_field(obj, "containerindex", annotation, -1),
+            "device_index": _int_field(obj, "deviceindex", annotation, -1),
             "start": _int_field(placement, "start", annotation, -1),
             "size": _int_field(placement, "size", annotation, 0),
         }
         for name, number in numbers.items():
             if number < 0 or (name == "size" and number == 0):
                 raise AnnotationError(annotation, repr(raw), f"{name} is missing or out of range")
-        gi = raw.get("gpuInstanceID")
-        ci = raw.get("computeInstanceID")
+        gpu_uuid = _str_field(obj, "gpuuuid", annotation)
+        profile = _str_field(obj, "profile", annotation)
+        if not gpu_uuid or not profile:  # HAMi refuses an incomplete reservation too
+            raise AnnotationError(annotation, repr(raw), 'a reservation needs a non-empty "gpuUUID" and "profile"')
+        gi = obj.get("gpuinstanceid")
+        ci = obj.get("computeinstanceid")
         out.append(
             MigReservation(
-                gpu_uuid=_str_field(raw, "gpuUUID", annotation),
-                profile=_str_field(raw, "profile", annotation),
-                mig_uuid=_str_field(raw, "migUUID", annotation),
-                gpu_instance_id=None if gi is None else _int_field(raw, "gpuInstanceID", annotation),
-                compute_instance_id=None if ci is None else _int_field(raw, "computeInstanceID", annotation),
+                mig_uuid=_str_field(obj, "miguuid", annotation),
+                gpu_instance_id=None if gi is None else _int_field(obj, "gpuinstanceid", annotation),
+                compute_instance_id=None if ci is None else _int_field(obj, "computeinstanceid", annotation),
+                gpu_uuid=gpu_uuid,
+                profile=profile,
                 **numbers,
             )
         )

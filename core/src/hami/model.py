@@ -288,10 +288,11 @@ def _str_map(value: Any) -> dict[str, str]:
 
 def _container_from_api(obj: Mapping[str, Any]) -> Container:
     resources = obj.get("resources") or {}
+    # A literal entry: `value` set, or neither `value` nor `valueFrom` (the API omits an empty `value`).
     env = {
-        str(e["name"]): str(e["value"])
+        str(e["name"]): e.get("value") or ""
         for e in obj.get("env") or ()
-        if isinstance(e, Mapping) and "name" in e and isinstance(e.get("value"), str)
+        if isinstance(e, Mapping) and "name" in e and isinstance(e.get("value") or "", str) and not e.get("valueFrom")
     }
     security = obj.get("securityContext") or {}
     return Container(

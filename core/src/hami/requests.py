@@ -36,7 +36,10 @@ def read_count(container: Container, resource: str, *, unit: str = "", limit: in
     text = raw.strip()
     if not _PLAIN_INT.match(text):
         raise RequestError(resource, raw, _fix_for(text, unit))
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:  # more digits than int() converts
+        raise RequestError(resource, raw, "is out of range") from None
     if limit is not None and value > limit:
         raise RequestError(resource, raw, f"is more than {limit}{' ' + unit if unit else ''}, the largest legal value")
     return value

@@ -74,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hami",
         description="Share accelerators between Kubernetes pods, HAMi v2.10-compatible.",
-        epilog="Examples:\n  hami vendors          list the installed vendor plugins\n  hami vendors --json   the same, for scripts",
+        epilog=(
+            "Examples:\n"
+            "  hami vendors          list the installed vendor plugins\n"
+            "  hami vendors --json   the same, for scripts"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"hami-core {__version__}")

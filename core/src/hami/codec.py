@@ -73,13 +73,24 @@ def _go_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN and Infinity; Go's decoder does not
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} is out of range")  # as Go's decoder says of 1e400
+    return number
+
+
 def _load_json(value: str, annotation: str) -> Any:
     if not isinstance(value, str):
         raise AnnotationError(annotation, repr(value), f"expected a string, got {type(value).__name__}")
     if not value.strip():
         return None
     try:
-        return json.loads(value)
+        return json.loads(value, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise AnnotationError(annotation, value, f"not valid JSON: {exc}") from None
 
@@ -226,7 +237,15 @@ def encode_legacy_register(devices: Iterable[Device], fields: Literal[7, 9] = 9)
     """`<id>,<count>,<devmem>,<devcore>,<type>,<numa>,<health>[,<index>,<mode>]:` per device."""
     parts = []
     for d in devices:
-        items = [d.id, str(d.count), str(d.devmem), str(d.devcore), d.type, str(d.numa), "true" if d.health else "false"]
+        items = [
+            d.id,
+            str(d.count),
+            str(d.devmem),
+            str(d.devcore),
+            d.type,
+            str(d.numa),
+            "true" if d.health else "false",
+        ]
         if fields == 9:
             items += [str(d.index), d.mode]
         parts.append(",".join(items) + ":")
@@ -313,7 +332,9 @@ def decode_pod_devices(value: str, annotation: str = "pod devices") -> tuple[Con
             fields = item.split(",")
             if len(fields) != 4:
                 raise AnnotationError(
-                    annotation, item, f"a device has {len(fields)} fields; expected 4: <UUID>,<Type>,<Usedmem>,<Usedcores>"
+                    annotation,
+                    item,
+                    f"a device has {len(fields)} fields; expected 4: <UUID>,<Type>,<Usedmem>,<Usedcores>",
                 )
             devices.append(
                 _build(
@@ -374,7 +395,10 @@ def decode_node_lock(value: str, annotation: str = "hami.io/mutex.lock") -> Node
     except ValueError:
         raise AnnotationError(annotation, fields[0], "the lock time is not an RFC 3339 timestamp") from None
     if when.tzinfo is None or "T" not in fields[0].upper():
-        raise AnnotationError(annotation, fields[0], "the lock time must be RFC 3339 with a zone, e.g. 2025-01-02T03:04:05Z")
+        raise AnnotationError(
+            annotation, fields[0], "the lock time must be RFC 3339 with a zone, e.g. 2025-01-02T03:04:05Z"
+        )
+    when = when.replace(microsecond=0)  # the format carries seconds (Go's time.RFC3339 writes no fraction)
     if len(fields) == 1:
         return NodeLock(when)
     return NodeLock(when, *fields[1:])

@@ -165,7 +165,7 @@ class ShareFitter:
             cores = d.devcore if request.cores >= 100 else request.cores
             usable.append((free, request.memory_on(d), cores))
         if len(usable) < request.count:
-            detail = ", ".join(f"{n} {why}" for why, n in refusals.most_common())
+            detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
         chosen = self._choose(usable, request.count, policy)

@@ -62,7 +62,7 @@ BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_de
 
 
 @hookspec(firstresult=True)
-def hami_vendor_info() -> VendorInfo:  # type: ignore[empty-body]
+def hami_vendor_info() -> VendorInfo:
     """Describe the vendor: its name, device kinds with their resource names and annotation keys, and
     its isolation library.
 

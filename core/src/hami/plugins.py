@@ -48,9 +48,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "hami.vendors"
 DISABLE_ENV = "HAMI_DISABLED_VENDORS"
 
-_SPEC_NAMES = tuple(
-    name for name in dir(hookspecs) if name.startswith("hami_") and callable(getattr(hookspecs, name))
-)
+_SPEC_NAMES = tuple(name for name in dir(hookspecs) if name.startswith("hami_") and callable(getattr(hookspecs, name)))
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,7 @@ class VendorHost:
         """A host over plugin objects given directly (tests, the conformance kit, the demo)."""
         host = cls(pm=_new_manager())
         for name, plugin in plugins.items():
-            source = PluginSource(name, getattr(plugin, "__name__", name), "", lambda p=plugin: p)
+            source = PluginSource(name, getattr(plugin, "__name__", name), "", _constant(plugin))
             host.add(plugin, source, config=config, strict=strict)
         return host
 
@@ -224,11 +222,14 @@ class VendorHost:
         for kind in info.kinds:
             if kind.common_word in self._kinds:
                 owner = self._kinds[kind.common_word][0]
-                raise PluginError(info.name, f"device kind {kind.common_word!r} is already served by vendor {owner.name}")
+                raise PluginError(
+                    info.name, f"device kind {kind.common_word!r} is already served by vendor {owner.name}"
+                )
             for resource in kind.resources.all():
                 if resource in self._resources:
                     raise PluginError(
-                        info.name, f"resource {resource} is already claimed by kind {self._resources[resource].common_word}"
+                        info.name,
+                        f"resource {resource} is already claimed by kind {self._resources[resource].common_word}",
                     )
 
     def _fail(self, source: PluginSource, problem: str, strict: bool) -> None:
@@ -305,7 +306,9 @@ class VendorHost:
         kind = self.kind(common_word)
         if not container.mentions(kind.resources.all()):
             return None
-        result: ContainerRequest | None = self._routed(common_word, "hami_container_request", container=container, pod=pod)
+        result: ContainerRequest | None = self._routed(
+            common_word, "hami_container_request", container=container, pod=pod
+        )
         return result
 
     def pod_requests(self, pod: Pod) -> dict[str, list[ContainerRequest | None]]:
@@ -346,14 +349,21 @@ class VendorHost:
         return result
 
     def score_nodes(
-        self, common_word: str, pod: Pod, fits: Sequence[NodeFit], nodes: Mapping[str, NodeView], policy: SchedulingPolicy
+        self,
+        common_word: str,
+        pod: Pod,
+        fits: Sequence[NodeFit],
+        nodes: Mapping[str, NodeView],
+        policy: SchedulingPolicy,
     ) -> Mapping[str, float] | None:
         result: Mapping[str, float] | None = self._routed(
             common_word, "hami_score_nodes", pod=pod, fits=fits, nodes=nodes, policy=policy
         )
         return result
 
-    def allocate(self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement) -> ContainerPlacement:
+    def allocate(
+        self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement
+    ) -> ContainerPlacement:
         result = self._routed(common_word, "hami_allocate", pod=pod, container_index=container_index, devices=devices)
         return devices if result is None else tuple(result)
 
@@ -367,6 +377,10 @@ class VendorHost:
             common_word, "hami_container_edits", pod=pod, container_index=container_index, devices=devices
         )
         return ContainerEdits() if result is None else result
+
+
+def _constant(plugin: object) -> Callable[[], object]:
+    return lambda: plugin
 
 
 def _new_manager() -> pluggy.PluginManager:

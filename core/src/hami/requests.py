@@ -72,7 +72,9 @@ def read_share_request(
     count = read_count(container, names.count, unit="devices", limit=max_count)
     unit = "MiB" if names.memory_unit_mib == 1 else f"{names.memory_unit_mib} MiB"
     memory_units = read_count(container, names.memory, unit=unit) if names.memory else None
-    percentage = read_count(container, names.memory_percentage, unit="percent", limit=100) if names.memory_percentage else None
+    percentage = (
+        read_count(container, names.memory_percentage, unit="percent", limit=100) if names.memory_percentage else None
+    )
     cores = read_count(container, names.cores, unit="percent", limit=100) if names.cores else None
 
     if count == 0 or (count is None and not memory_units and not percentage and not cores):
@@ -82,7 +84,9 @@ def read_share_request(
     memory = (memory_units or 0) * names.memory_unit_mib
     if memory and percentage is not None:
         raise RequestError(
-            names.memory_percentage or "", str(percentage), f"cannot be combined with {names.memory}: ask for one of them"
+            names.memory_percentage or "",
+            str(percentage),
+            f"cannot be combined with {names.memory}: ask for one of them",
         )
     if not memory and percentage is None:
         if default_memory:

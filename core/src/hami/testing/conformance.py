@@ -122,7 +122,9 @@ def _fail(message: str) -> ConformanceFailure:
 # Metadata
 # --------------------------------------------------------------------------------------------------------
 
-_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_RESOURCE = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 @_check("the plugin loads strictly: every hook it marks is in the contract with matching arguments")
@@ -267,7 +269,11 @@ def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
         raise _fail(f"{node}/{d.id}: {cores} cores placed where {d.devcore - usage.usedcores} are free")
 
 
-@_check("which nodes fit does not depend on the order devices are listed in", hooks=("hami_fit_nodes",), material=_fit_material)
+@_check(
+    "which nodes fit does not depend on the order devices are listed in",
+    hooks=("hami_fit_nodes",),
+    material=_fit_material,
+)
 def check_fit_order_independent(fixture: VendorFixture, host: VendorHost) -> None:
     rng = random.Random(20261130)
     for kind, requests in fixture.fit_requests.items():

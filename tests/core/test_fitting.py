@@ -1,0 +1,174 @@
+"""The share-fitting building block: accounting, selectors, cordon, exclusivity, device policies, reasons."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami.fitting import CORDON_ANNOTATION, ShareFitter, node_score
+from hami.model import (
+    AnnotationKeys,
+    Container,
+    ContainerRequest,
+    Device,
+    DeviceKind,
+    DeviceUsage,
+    NodeView,
+    Pod,
+    ResourceNames,
+    SchedulingPolicy,
+)
+
+KIND = DeviceKind(
+    common_word="ACC",
+    resources=ResourceNames(count="example.com/acc", memory="example.com/acc-mem", cores="example.com/acc-cores"),
+    annotations=AnnotationKeys(
+        to_allocate="hami.io/acc-devices-to-allocate",
+        allocated="hami.io/acc-devices-allocated",
+        use_uuid="example.com/use-uuid",
+        nouse_uuid="example.com/nouse-uuid",
+        use_type="example.com/use-type",
+        nouse_type="example.com/nouse-type",
+    ),
+)
+FITTER = ShareFitter(KIND)
+
+
+def usage(i: int, *, used: int = 0, mem: int = 0, cores: int = 0, **device: object) -> DeviceUsage:
+    fields: dict[str, object] = {"id": f"ACC-{i}", "index": i, "count": 4, "devmem": 16000, "devcore": 100}
+    fields.update(device)
+    return DeviceUsage(device=Device(**fields), used=used, usedmem=mem, usedcores=cores)  # type: ignore[arg-type]
+
+
+def pod(*containers: str, **annotations: str) -> Pod:
+    return Pod(name="p", annotations=annotations, containers=tuple(Container(name=c) for c in containers or ("main",)))
+
+
+def req(count: int = 1, memory: int = 0, cores: int = 0, percentage: int | None = None) -> ContainerRequest:
+    return ContainerRequest(kind="ACC", count=count, memory=memory, cores=cores, memory_percentage=percentage)
+
+
+def uuids(node: NodeView, request: ContainerRequest, policy: str = "spread", **annotations: str) -> list[str]:
+    (fit,) = FITTER.fit_nodes(pod(**annotations), [request], [node], SchedulingPolicy(device=(policy,)))
+    assert fit.placement is not None, fit.reason
+    return [d.uuid for d in fit.placement[0]]
+
+
+def test_binpack_prefers_the_busiest_device_and_spread_the_idlest() -> None:
+    node = NodeView(name="n", devices=[usage(0), usage(1, used=1, mem=8000, cores=50), usage(2, used=1, mem=2000)])
+    assert uuids(node, req(memory=1000), "binpack") == ["ACC-1"]
+    assert uuids(node, req(memory=1000), "spread") == ["ACC-0"]
+
+
+def test_whole_device_request_needs_an_idle_device() -> None:
+    node = NodeView(name="n", devices=[usage(0, used=1, mem=100), usage(1)])
+    assert uuids(node, req(percentage=100, cores=100)) == ["ACC-1"]
+
+
+def test_request_without_cores_avoids_a_device_whose_cores_are_all_taken() -> None:
+    node = NodeView(name="n", devices=[usage(0, used=1, cores=100), usage(1, used=2, mem=100, cores=10)])
+    assert uuids(node, req(memory=100), "spread") == ["ACC-1"]
+
+
+def test_selectors_and_cordon_exclude_devices() -> None:
+    devices = [usage(0, type="ACC-Big"), usage(1, type="ACC-Small"), usage(2, type="ACC-Small")]
+    node = NodeView(name="n", devices=devices, annotations={CORDON_ANNOTATION: "ACC-2"})
+    assert uuids(node, req(memory=10), **{"example.com/use-type": "small"}) == ["ACC-1"]
+    assert uuids(node, req(memory=10), **{"example.com/nouse-type": "SMALL"}) == ["ACC-0"]
+    assert uuids(node, req(memory=10), **{"example.com/use-uuid": "ACC-1,ACC-2"}) == ["ACC-1"]
+    assert uuids(node, req(count=2, memory=10), **{"example.com/nouse-uuid": "ACC-9"}) == ["ACC-0", "ACC-1"]
+
+
+def test_refusal_counts_why_devices_were_unusable() -> None:
+    node = NodeView(name="n", devices=[usage(0, mem=15000), usage(1, mem=15500), usage(2, health=False), usage(3)])
+    (fit,) = FITTER.fit_nodes(pod(), [req(count=2, memory=2000)], [node], SchedulingPolicy())
+    assert fit.reason == "pod: needs 2 ACC devices, 1/4 usable (2 insufficient memory, 1 unhealthy)"
+
+
+def test_containers_of_one_pod_see_each_others_grants() -> None:
+    node = NodeView(name="n", devices=[usage(0, count=1), usage(1, count=1)])
+    (fit,) = FITTER.fit_nodes(pod("a", "b", "c"), [req(), req(), req()], [node], SchedulingPolicy())
+    assert fit.reason == "container c: needs 1 ACC device, 0/2 usable (2 no free slot)"
+    (fit,) = FITTER.fit_nodes(pod("a", "b"), [req(), None], [node], SchedulingPolicy())
+    assert fit.placement is not None
+    assert fit.placement[1] == ()
+
+
+def test_numa_policy_keeps_a_multi_device_request_on_one_numa_node() -> None:
+    devices = [usage(0, numa=0), usage(1, numa=1), usage(2, numa=0, used=1), usage(3, numa=1, used=1)]
+    node = NodeView(name="n", devices=devices)
+    picked = uuids(node, req(count=2, memory=10), "numa")
+    assert {d.device.numa for d in devices if d.id in picked} in ({0}, {1})
+
+
+def test_mutex_policy_uses_only_idle_devices() -> None:
+    node = NodeView(name="n", devices=[usage(0, used=1, mem=10), usage(1)])
+    assert uuids(node, req(memory=10), "mutex") == ["ACC-1"]
+
+
+def test_node_score_is_hamis_formula() -> None:
+    node = NodeView(name="n", devices=[usage(0, used=2, mem=8000, cores=50), usage(1)])
+    assert node_score(node, []) == pytest.approx(10 * (2 / 8 + 50 / 200 + 8000 / 32000))
+
+
+def test_fitting_does_not_modify_the_node_views() -> None:
+    node = NodeView(name="n", devices=[usage(0), usage(1)])
+    before = node.model_dump()
+    FITTER.fit_nodes(pod(), [req(count=2, memory=100, cores=10)], [node], SchedulingPolicy())
+    assert node.model_dump() == before
+
+
+device_state = st.tuples(
+    st.integers(0, 4), st.integers(0, 16000), st.integers(0, 100), st.booleans(), st.integers(0, 1)
+).map(lambda t: (min(t[0], 4), t[1], t[2], t[3], t[4]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    states=st.lists(device_state, min_size=1, max_size=8),
+    requests=st.lists(
+        st.builds(req, count=st.integers(1, 3), memory=st.integers(0, 9000), cores=st.integers(0, 100)),
+        min_size=1,
+        max_size=3,
+    ),
+    policy=st.sampled_from(["binpack", "spread", "mutex", "numa"]),
+)
+def test_placements_never_exceed_capacity_and_do_not_depend_on_device_order(
+    states: list[tuple[int, int, int, bool, int]], requests: list[ContainerRequest], policy: str
+) -> None:
+    devices = [usage(i, used=u, mem=m, cores=c, health=h, numa=n) for i, (u, m, c, h, n) in enumerate(states)]
+    the_pod = pod(*[f"c{i}" for i in range(len(requests))])
+    forward = FITTER.fit_node(
+        the_pod, requests, NodeView(name="n", devices=devices), SchedulingPolicy(device=(policy,)), _selectors(the_pod)
+    )
+    backward = FITTER.fit_node(
+        the_pod,
+        requests,
+        NodeView(name="n", devices=devices[::-1]),
+        SchedulingPolicy(device=(policy,)),
+        _selectors(the_pod),
+    )
+    assert forward == backward
+    if forward.placement is None:
+        assert forward.reason
+        return
+    taken: dict[str, list[int]] = {d.id: [d.used, d.usedmem, d.usedcores] for d in devices}
+    for request, granted in zip(requests, forward.placement, strict=True):
+        assert len({g.uuid for g in granted}) == request.count
+        for g in granted:
+            taken[g.uuid][0] += 1
+            taken[g.uuid][1] += g.usedmem
+            taken[g.uuid][2] += g.usedcores
+    for d in devices:
+        used, mem, cores = taken[d.id]
+        if (used, mem, cores) != (d.used, d.usedmem, d.usedcores):
+            assert used <= d.device.count
+            assert mem <= d.device.devmem
+            assert cores <= d.device.devcore
+
+
+def _selectors(p: Pod):  # type: ignore[no-untyped-def]
+    from hami.fitting import Selectors
+
+    return Selectors(KIND, p)

@@ -49,7 +49,7 @@ def _print_vendors_table(report: dict[str, Any]) -> None:
         print("no vendor plugins loaded: pip install hami-vendor-<name> (nvidia, ascend, cambricon, hygon, ...)")
     for v in report["vendors"]:
         library = v["isolation_library"] or "none"
-        print(f"{v['name']:<10} {v['distribution']} {v['version']}  isolation: {library}")
+        print(f"{v['name']:<12} {v['distribution']} {v['version']}  isolation: {library}")
         for k in v["kinds"]:
             res = k["resources"]
             names = [res["count"], res.get("memory"), res.get("memory_percentage"), res.get("cores")]

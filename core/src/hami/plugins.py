@@ -293,9 +293,8 @@ class VendorHost:
             if "hami_discover_devices" not in vendor.hooks:
                 continue
             try:
-                found[vendor.name] = list(
-                    self._call_one(vendor.plugin, "hami_discover_devices", {"settings": vendor.settings}) or []
-                )
+                answers = self._call_one(vendor.plugin, "hami_discover_devices", {"settings": vendor.settings})
+                found[vendor.name] = [inventory for answer in answers for inventory in answer or ()]
             except Exception:
                 log.exception("discovery of vendor %s failed; it reports no devices this round", vendor.name)
                 found[vendor.name] = []

@@ -154,9 +154,7 @@ def test_settings_defaults() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("config", "named"), [({"splitcount": 4}, "splitcount"), ({"split_count": 0}, "split_count")]
-)
+@pytest.mark.parametrize(("config", "named"), [({"splitcount": 4}, "splitcount"), ({"split_count": 0}, "split_count")])
 def test_settings_refuse_bad_keys_and_values_by_name(config: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         _host(**config)
@@ -165,6 +163,12 @@ def test_settings_refuse_bad_keys_and_values_by_name(config: dict[str, Any], nam
 # --------------------------------------------------------------------------------------------------------
 # Discovery from the inventory file
 # --------------------------------------------------------------------------------------------------------
+
+
+def _discover(**config: Any) -> list[NodeInventory]:
+    """Our discovery hook, called as the node daemon calls it: with the settings the host validated."""
+    settings = _host(**config).vendor("exampleaccel").settings
+    return plugin.hami_discover_devices(settings)
 
 
 def _write_inventory(tmp_path: Path, content: Any) -> Path:
@@ -183,20 +187,21 @@ def test_discovery_reads_the_inventory_file(tmp_path: Path) -> None:
             ]
         },
     )
-    found = _host(inventory_file=str(path), split_count=4).discover()
-    assert found == {
-        "exampleaccel": [
-            NodeInventory(
-                kind=KIND,
-                devices=(
-                    Device(id="EXA-0a1b2c3d-0", index=0, count=4, devmem=16384, devcore=100, type="ExampleAccel-X1"),
-                    Device(
-                        id="EXA-0a1b2c3d-1", index=1, count=4, devmem=8192, type="ExampleAccel", numa=1, health=False
-                    ),
-                ),
-            )
-        ]
-    }
+    assert _discover(inventory_file=str(path), split_count=4) == [
+        NodeInventory(
+            kind=KIND,
+            devices=(
+                Device(id="EXA-0a1b2c3d-0", index=0, count=4, devmem=16384, devcore=100, type="ExampleAccel-X1"),
+                Device(id="EXA-0a1b2c3d-1", index=1, count=4, devmem=8192, type="ExampleAccel", numa=1, health=False),
+            ),
+        )
+    ]
+
+
+def test_discovery_through_the_host(tmp_path: Path) -> None:
+    path = _write_inventory(tmp_path, {"devices": [{"uuid": "EXA-0a1b2c3d-0", "memory": 16384}]})
+    found = _host(inventory_file=str(path)).discover()
+    assert found == {"exampleaccel": _discover(inventory_file=str(path))}
 
 
 def test_discovery_without_inventory_file_logs_and_finds_nothing(
@@ -204,13 +209,13 @@ def test_discovery_without_inventory_file_logs_and_finds_nothing(
 ) -> None:
     missing = tmp_path / "absent.json"
     with caplog.at_level(logging.INFO, logger="hami_vendor_exampleaccel"):
-        assert _host(inventory_file=str(missing)).discover() == {"exampleaccel": []}
+        assert _discover(inventory_file=str(missing)) == []
     assert str(missing) in caplog.text
 
 
 def test_discovery_of_an_empty_inventory_reports_no_kind(tmp_path: Path) -> None:
     path = _write_inventory(tmp_path, {"devices": []})
-    assert _host(inventory_file=str(path)).discover() == {"exampleaccel": []}
+    assert _discover(inventory_file=str(path)) == []
 
 
 @pytest.mark.parametrize(
@@ -228,7 +233,7 @@ def test_discovery_of_a_malformed_inventory_logs_why_and_finds_nothing(
 ) -> None:
     path = _write_inventory(tmp_path, content)
     with caplog.at_level(logging.ERROR, logger="hami_vendor_exampleaccel"):
-        assert _host(inventory_file=str(path)).discover() == {"exampleaccel": []}
+        assert _discover(inventory_file=str(path)) == []
     assert str(path) in caplog.text
     assert complaint in caplog.text
 
@@ -322,14 +327,14 @@ def test_a_pod_from_resources_through_fitting_to_edits() -> None:
         name="train",
         init_containers=(Container(name="setup", limits={"cpu": "1"}),),
         containers=(
-            Container(name="worker", limits={COUNT: "1", MEMORY: "6000", CORES: "40"}),
+            Container(name="worker", limits={COUNT: "1", MEMORY: "7000", CORES: "40"}),
             Container(name="sidecar", limits={MEMORY: "1024", CORES: "10"}),
         ),
     )
     requests = host.pod_requests(pod)[KIND]
     assert requests == [
         None,
-        ContainerRequest(kind=KIND, count=1, memory=6000, cores=40),
+        ContainerRequest(kind=KIND, count=1, memory=7000, cores=40),
         ContainerRequest(kind=KIND, count=1, memory=1024, cores=10),
     ]
     fits = {f.node: f for f in host.fit_nodes(KIND, pod, requests, make_nodes(), SchedulingPolicy())}
@@ -338,9 +343,14 @@ def test_a_pod_from_resources_through_fitting_to_edits() -> None:
     assert placement[0] == ()
     edits = [host.container_edits(KIND, pod, index, devices) for index, devices in enumerate(placement)]
     assert edits[0].env == {}
-    assert edits[1].env["EXAMPLEACCEL_MEMORY_LIMIT_0"] == "6000m"
+    assert edits[1].env["EXAMPLEACCEL_MEMORY_LIMIT_0"] == "7000m"
     assert edits[1].env["EXAMPLEACCEL_CORE_LIMIT"] == "40"
     assert edits[2].env["EXAMPLEACCEL_MEMORY_LIMIT_0"] == "1024m"
     assert edits[2].env["EXAMPLEACCEL_CORE_LIMIT"] == "10"
-    assert fits["node-b"].placement is None
+    # node-b has room for the worker, but then neither of its devices for the sidecar: the containers of one
+    # pod see each other's grants.
+    assert (
+        fits["node-b"].reason
+        == "container sidecar: needs 1 ExampleAccel device, 0/2 usable (1 insufficient cores, 1 insufficient memory)"
+    )
     assert fits["node-c"].placement is None

@@ -197,6 +197,8 @@ def hami_container_edits(devices: ContainerPlacement) -> ContainerEdits:
     env[ENV_CORE_LIMIT] = str(devices[0].usedcores)  # the same share on every device of one container
     return ContainerEdits(
         env=env,
-        devices=tuple(DeviceNode(container_path=f"/dev/exampleaccel{i}", host_path=f"/dev/exampleaccel{i}") for i in indexes),
+        devices=tuple(
+            DeviceNode(container_path=f"/dev/exampleaccel{i}", host_path=f"/dev/exampleaccel{i}") for i in indexes
+        ),
         cdi_devices=tuple(f"{CDI_KIND}={d.uuid}" for d in devices),
     )

@@ -62,7 +62,9 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> NvidiaSettings:
 
 
 @hookimpl
-def hami_container_request(kind: DeviceKind, container: Container, pod: Pod, settings: NvidiaSettings) -> ContainerRequest | None:
+def hami_container_request(
+    kind: DeviceKind, container: Container, pod: Pod, settings: NvidiaSettings
+) -> ContainerRequest | None:
     return read_share_request(
         kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
     )

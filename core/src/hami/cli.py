@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -110,9 +111,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         status: int = args.func(args)
+        sys.stdout.flush()
     except HamiError as exc:
         print(f"hami: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `hami vendors | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return status
 
 

@@ -56,10 +56,10 @@ def test_requests_fall_back_to_resource_requests_when_limits_are_absent() -> Non
 
 
 def test_unknown_setting_is_refused_with_its_name() -> None:
-    with pytest.raises(ValueError, match="gpuSplit"):
+    with pytest.raises(ValueError, match=r"gpuSplit"):
         VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": {"gpuSplit": 3}})
 
 
 def test_negative_memory_is_refused() -> None:
-    with pytest.raises(RequestError, match="nvidia.com/gpumem"):
+    with pytest.raises(RequestError, match=r"nvidia\.com/gpumem"):
         read({GPU: "1", MEM: "-5"})

@@ -10,17 +10,17 @@ and reading container requests, including the two Ascend rules:
   above 1 is refused. The one exception is memory equal to a whole card, which HAMi's own webhook writes
   into every container it admits; such a request is read as whole cards.
 
-The templates are data for the fitting that comes later (it rounds memory up to the smallest template
-that holds it). Discovery through DCMI, fitting, container edits and the hami-vnpu-core library are not
-built yet.
+The chip data lives in `hami_vendor_ascend.chips`; the templates are for the fitting that comes later (it
+rounds memory up to the smallest template that holds it). Discovery through DCMI, fitting, container edits
+and the hami-vnpu-core library are not built yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hami import hookimpl
 from hami.errors import RequestError
@@ -35,13 +35,14 @@ from hami.model import (
     VendorInfo,
 )
 from hami.requests import read_share_request
+from hami_vendor_ascend.chips import DEFAULT_CHIPS, AscendChip
 
 COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend310P", "Ascend910C")
 
 VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
-SOFT_SPLIT = "hami-core"
-TEMPLATE = "template"
 VnpuMode = Literal["template", "hami-core"]
+SOFT_SPLIT: Final = "hami-core"
+TEMPLATE: Final = "template"
 
 
 def _kind(word: str) -> DeviceKind:
@@ -65,101 +66,6 @@ def _kind(word: str) -> DeviceKind:
 INFO = VendorInfo(name="ascend", display_name="Huawei Ascend", kinds=tuple(_kind(w) for w in COMMON_WORDS))
 
 
-# --------------------------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------------------------
-
-
-class VnpuTemplate(BaseModel):
-    """One vNPU template the driver can cut a chip into (`npu-smi info -t template-info`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    name: str = Field(min_length=1, description="the driver's template name, e.g. `vir05_1c_16g`")
-    memory: int = Field(gt=0, description="MiB the template gives")
-    ai_core: int = Field(gt=0, alias="aiCore", description="AI cores the template gives")
-    ai_cpu: int | None = Field(default=None, ge=0, alias="aiCPU", description="AI CPUs, None where HAMi lists none")
-
-
-class AscendChip(BaseModel):
-    """One chip's entry of HAMi's `vnpus` device config: its whole-card memory and cores, and its templates."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    chip_name: str = Field(min_length=1, alias="chipName", description="the chip name DCMI reports, e.g. `910B3`")
-    memory_allocatable: int = Field(gt=0, alias="memoryAllocatable", description="MiB a whole card gives a pod")
-    memory_capacity: int = Field(gt=0, alias="memoryCapacity", description="MiB the card has")
-    ai_core: int = Field(gt=0, alias="aiCore")
-    ai_cpu: int | None = Field(default=None, ge=0, alias="aiCPU")
-    templates: tuple[VnpuTemplate, ...] = Field(default=(), description="sorted smallest memory first")
-
-    @field_validator("templates", mode="after")
-    @classmethod
-    def _smallest_first(cls, value: tuple[VnpuTemplate, ...]) -> tuple[VnpuTemplate, ...]:
-        return tuple(sorted(value, key=lambda t: t.memory))
-
-    @model_validator(mode="after")
-    def _consistent(self) -> AscendChip:
-        if self.memory_allocatable > self.memory_capacity:
-            raise ValueError(
-                f"memoryAllocatable {self.memory_allocatable} is more than memoryCapacity {self.memory_capacity}"
-            )
-        names = [t.name for t in self.templates]
-        if len(set(names)) != len(names):
-            raise ValueError(f"template names repeat: {names}")
-        for t in self.templates:
-            if t.memory > self.memory_capacity or t.ai_core > self.ai_core:
-                raise ValueError(
-                    f"template {t.name} ({t.memory} MiB, {t.ai_core} AI cores) is bigger than the chip "
-                    f"({self.memory_capacity} MiB, {self.ai_core} AI cores)"
-                )
-        return self
-
-
-def _chip(name: str, allocatable: int, capacity: int, ai_core: int, ai_cpu: int | None, *templates: VnpuTemplate) -> AscendChip:
-    return AscendChip(
-        chip_name=name,
-        memory_allocatable=allocatable,
-        memory_capacity=capacity,
-        ai_core=ai_core,
-        ai_cpu=ai_cpu,
-        templates=templates,
-    )
-
-
-def _t(name: str, memory: int, ai_core: int, ai_cpu: int | None = None) -> VnpuTemplate:
-    return VnpuTemplate(name=name, memory=memory, ai_core=ai_core, ai_cpu=ai_cpu)
-
-
-DEFAULT_CHIPS: Mapping[str, AscendChip] = {
-    # HAMi chart device-configmap.yaml (vnpus), v2.10.
-    "Ascend910A": _chip(
-        "910A", 32768, 32768, 30, None, _t("vir02", 2184, 2), _t("vir04", 4369, 4), _t("vir08", 8738, 8), _t("vir16", 17476, 16)
-    ),
-    "Ascend910B2": _chip(
-        "910B2",
-        65536,
-        65536,
-        24,
-        6,
-        _t("vir03_1c_8g", 8192, 3, 1),
-        _t("vir06_1c_16g", 16384, 6, 1),
-        _t("vir12_3c_32g", 32768, 12, 3),
-    ),
-    "Ascend910B3": _chip("910B3", 65536, 65536, 20, 7, _t("vir05_1c_16g", 16384, 5, 1), _t("vir10_3c_32g", 32768, 10, 3)),
-    "Ascend910B4": _chip("910B4", 32768, 32768, 20, 7, _t("vir05_1c_8g", 8192, 5, 1), _t("vir10_3c_16g", 16384, 10, 3)),
-    # HAMi's sources disagree on 910B4-1's templates (8g/16g in one version, 16g/32g in another): none until
-    # checked on a card (`npu-smi info -t template-info`); whole cards are unaffected.
-    "Ascend910B4-1": _chip("910B4-1", 65536, 65536, 20, 7),
-    "Ascend310P": _chip(
-        "310P3", 21527, 24576, 8, 7, _t("vir01", 3072, 1, 1), _t("vir02", 6144, 2, 2), _t("vir04", 12288, 4, 4)
-    ),
-    # HAMi's chart lists no 910C templates. These are the Atlas A3 inference card's (the name spells the
-    # cores, AI CPUs and GiB); A3 training cards have vir06_1c_16g / vir12_3c_32g instead: set them here.
-    "Ascend910C": _chip("Ascend910", 65536, 65536, 20, 7, _t("vir05_1c_16g", 16384, 5, 1), _t("vir10_3c_32g", 32768, 10, 3)),
-}
-
-
 class AscendSettings(BaseModel):
     """The `ascend` section of the configuration (HAMi's `vnpus:` device config)."""
 
@@ -175,12 +81,18 @@ class AscendSettings(BaseModel):
         description="common word → chip; entries given replace the built-in entry of that chip",
     )
 
+    @field_validator("chips", mode="before")
+    @classmethod
+    def _known_chips(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - set(COMMON_WORDS))
+            if unknown:
+                raise ValueError(f"unknown Ascend chip {', '.join(unknown)}: the chips are {', '.join(COMMON_WORDS)}")
+        return value
+
     @field_validator("chips", mode="after")
     @classmethod
-    def _known_chips(cls, value: Mapping[str, AscendChip]) -> Mapping[str, AscendChip]:
-        unknown = sorted(set(value) - set(COMMON_WORDS))
-        if unknown:
-            raise ValueError(f"unknown Ascend chip {', '.join(unknown)}: the chips are {', '.join(COMMON_WORDS)}")
+    def _over_builtin(cls, value: Mapping[str, AscendChip]) -> Mapping[str, AscendChip]:
         return {**DEFAULT_CHIPS, **value}
 
 
@@ -208,14 +120,19 @@ def vnpu_mode(pod: Pod, settings: AscendSettings) -> VnpuMode:
         return SOFT_SPLIT
     if value == TEMPLATE:
         return TEMPLATE
-    raise RequestError(VNPU_MODE_ANNOTATION, value, f"is not a vNPU mode: write {SOFT_SPLIT} (soft split) or {TEMPLATE}")
+    raise RequestError(
+        VNPU_MODE_ANNOTATION, value, f"is not a vNPU mode: write {SOFT_SPLIT} (soft split) or {TEMPLATE}"
+    )
 
 
 @hookimpl
-def hami_container_request(kind: DeviceKind, container: Container, pod: Pod, settings: AscendSettings) -> ContainerRequest | None:
+def hami_container_request(
+    kind: DeviceKind, container: Container, pod: Pod, settings: AscendSettings
+) -> ContainerRequest | None:
+    mode = vnpu_mode(pod, settings)
     cores_name = f"{kind.resources.count}-core"
     raw_cores = container.resource(cores_name)
-    if raw_cores is not None and vnpu_mode(pod, settings) != SOFT_SPLIT:
+    if raw_cores is not None and mode != SOFT_SPLIT:
         raise RequestError(
             cores_name,
             raw_cores,
@@ -228,7 +145,9 @@ def hami_container_request(kind: DeviceKind, container: Container, pod: Pod, set
     return _whole_cards(kind, container, request, settings.chips[kind.common_word])
 
 
-def _whole_cards(kind: DeviceKind, container: Container, request: ContainerRequest, chip: AscendChip) -> ContainerRequest:
+def _whole_cards(
+    kind: DeviceKind, container: Container, request: ContainerRequest, chip: AscendChip
+) -> ContainerRequest:
     """A request for several devices: whole cards, or a refusal naming the partial share."""
     partial = None
     if request.memory and not chip.memory_allocatable <= request.memory <= chip.memory_capacity:

@@ -12,7 +12,8 @@ This module knows formats, not meaning: which key a vendor uses is `hami.model.A
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -129,12 +130,13 @@ def _go_map(value: Any) -> Any:
     return value
 
 
-def _build(model: type[Any], annotation: str, part: str, **fields: Any) -> Any:
+def _build(model: type[Any], annotation: str, part: str | Callable[[], str], **fields: Any) -> Any:
+    """Construct `model`; a validation failure becomes an AnnotationError showing `part` (made only then)."""
     try:
         return model(**fields)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
-        raise AnnotationError(annotation, part, problems) from None
+        raise AnnotationError(annotation, part() if callable(part) else part, problems) from None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -207,7 +209,7 @@ def decode_node_register(value: str, annotation: str = "node register") -> list[
             _build(
                 Device,
                 annotation,
-                _go_json(raw),
+                partial(_go_json, raw),
                 id=_str_field(obj, "id", annotation),
                 index=_int_field(obj, "index", annotation),
                 count=_int_field(obj, "count", annotation),

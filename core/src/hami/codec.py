@@ -12,10 +12,10 @@ This module knows formats, not meaning: which key a vendor uses is `hami.model.A
 from __future__ import annotations
 
 import json
-from functools import partial
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import ValidationError

@@ -6,7 +6,7 @@ import pytest
 
 import hami_vendor_nvidia.plugin as plugin
 from hami.errors import RequestError
-from hami.model import Container, ContainerRequest, Pod
+from hami.model import Container, ContainerRequest, Device, DeviceUsage, NodeView, Pod
 from hami.plugins import VendorHost
 from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
 
@@ -15,6 +15,23 @@ GPU, MEM, PCT, CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem
 
 def want(count: int, memory: int = 0, percentage: int | None = None, cores: int = 0) -> ContainerRequest:
     return ContainerRequest(kind="NVIDIA", count=count, memory=memory, memory_percentage=percentage, cores=cores)
+
+
+def gpu_nodes() -> list[NodeView]:
+    """A T4/V100 node with some GPUs in use and an idle 8×A100 node."""
+
+    def gpu(node: str, i: int, model: str, memory: int, used: int = 0, usedmem: int = 0, cores: int = 0) -> DeviceUsage:
+        device = Device(id=f"GPU-{node}-{i}", index=i, count=10, devmem=memory, devcore=100, type=model, numa=i // 4)
+        return DeviceUsage(device=device, used=used, usedmem=usedmem, usedcores=cores)
+
+    mixed = [
+        gpu("mixed", 0, "NVIDIA-Tesla T4", 15360, 2, 12000, 60),
+        gpu("mixed", 1, "NVIDIA-Tesla V100", 32768, 1, 4000),
+    ]
+    return [
+        NodeView(name="mixed", devices=mixed),
+        NodeView(name="a100", devices=[gpu("a100", i, "NVIDIA-A100", 81920) for i in range(8)]),
+    ]
 
 
 def make_fixture(config: dict[str, object] | None = None) -> VendorFixture:
@@ -33,6 +50,8 @@ def make_fixture(config: dict[str, object] | None = None) -> VendorFixture:
             RequestCase("NVIDIA", {GPU: "1", CORES: "150"}, "largest legal value"),
             RequestCase("NVIDIA", {GPU: "1", MEM: "1000", PCT: "20"}, "cannot be combined"),
         ],
+        nodes={"NVIDIA": gpu_nodes},
+        fit_requests={"NVIDIA": [want(1, 3000, cores=30), want(2, percentage=50), want(1, 20000), want(8)]},
     )
 
 

@@ -1,18 +1,32 @@
 """The NVIDIA vendor plugin: HAMi v2.10's `nvidia.com/*` resources and `hami.io/vgpu-*` annotations.
 
 Owns the NVIDIA device kind's metadata, its settings (defaults for memory and cores), and reading container
-requests. Discovery through NVML, fitting, container edits and the isolation library are not built yet.
+requests, and fitting shared GPUs with core's `ShareFitter` (selectors, cordon, exclusivity, binpack, spread,
+mutex, NUMA). Discovery through NVML, topology-aware and MIG placement, container edits and the isolation
+library are not built yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from hami import hookimpl
-from hami.model import AnnotationKeys, Container, ContainerRequest, DeviceKind, Pod, ResourceNames, VendorInfo
+from hami.fitting import ShareFitter
+from hami.model import (
+    AnnotationKeys,
+    Container,
+    ContainerRequest,
+    DeviceKind,
+    NodeFit,
+    NodeView,
+    Pod,
+    ResourceNames,
+    SchedulingPolicy,
+    VendorInfo,
+)
 from hami.requests import read_share_request
 
 KIND = DeviceKind(
@@ -68,3 +82,14 @@ def hami_container_request(
     return read_share_request(
         kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
     )
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+) -> list[NodeFit]:
+    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)

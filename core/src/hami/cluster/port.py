@@ -1,0 +1,118 @@
+"""The Kubernetes port: the few verbs the services need, and the errors they raise, independent of any backend.
+
+Objects travel as the JSON dictionaries the API serves (``{"metadata": …, "spec": …, "status": …}``), so
+the in-memory backend, the real client backend and the services agree on one shape without a translation
+layer. Resources are named by their plural (`nodes`, `pods`, `leases`, `resourcequotas`, `namespaces`,
+`events`). Every write that must not lose a race takes the resourceVersion it read; a stale one raises
+`ConflictError` and the caller re-reads.
+
+This module defines the interface only; `hami.cluster.memory` and `hami.cluster.kube` implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from hami.errors import HamiError
+
+__all__ = [
+    "Cluster",
+    "ClusterError",
+    "ConflictError",
+    "KubeObject",
+    "NotFoundError",
+    "Resource",
+    "Subscription",
+    "WatchEvent",
+    "WatchHandler",
+    "meta",
+]
+
+KubeObject = dict[str, Any]
+Resource = Literal["nodes", "pods", "leases", "resourcequotas", "namespaces", "events"]
+NAMESPACED: frozenset[str] = frozenset({"pods", "leases", "resourcequotas", "events"})
+
+
+class ClusterError(HamiError):
+    """The API answered with an error (or could not be reached); `status` is the HTTP status (0 if none)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class NotFoundError(ClusterError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 404, "NotFound")
+
+
+class ConflictError(ClusterError):
+    """A precondition (resourceVersion, UID, already bound) failed: re-read and decide again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 409, "Conflict")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    object: KubeObject
+
+
+WatchHandler = Callable[[WatchEvent], None]
+
+
+class Subscription(Protocol):
+    def stop(self) -> None: ...
+
+
+class Cluster(Protocol):
+    """What HAMi's services do with a Kubernetes API."""
+
+    def list(self, resource: Resource, namespace: str | None = None) -> tuple[list[KubeObject], str]:
+        """All objects (of one namespace, or all) and the list's resourceVersion to watch from."""
+        ...
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject: ...
+
+    def watch(self, resource: Resource, resource_version: str, handler: WatchHandler) -> Subscription:
+        """Deliver every change after `resource_version` to `handler`, in order, until stopped."""
+        ...
+
+    def create(self, resource: Resource, obj: KubeObject) -> KubeObject: ...
+
+    def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
+        """Write the whole object; its metadata.resourceVersion is the precondition."""
+        ...
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None: ...
+
+    def patch_metadata(
+        self,
+        resource: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+    ) -> KubeObject:
+        """Merge annotations and labels (None removes a key); with `resource_version`, only if unchanged."""
+        ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding to `node`; ConflictError if the pod is already bound or its UID differs."""
+        ...
+
+    def record_event(self, obj: KubeObject, reason: str, message: str, *, warning: bool = False) -> None:
+        """Best effort: an Event about `obj`; never raises."""
+        ...
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object's metadata (an empty dict when absent)."""
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}

@@ -1,0 +1,286 @@
+"""The scheduler extender's decisions: filter (choose the node and the devices) and bind (lock, mark, bind).
+
+Filter reads the pod's requests through the vendors, orders the candidate nodes by HAMi's node score under
+the node policy, and asks each involved vendor to fit the pod onto them in batches: one hook call per vendor
+per batch, the first batch with a feasible node wins and its best node is chosen. Only when nothing fits are
+all candidates examined, so every rejected node then has its reason. The decision is counted at once
+(`ClusterState.assume`) and written into the pod's annotations before the answer goes back, so the next
+pod cannot double-book.
+
+Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
+failure releases the lock and is reported in the answer.
+
+This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.service` wires watches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
+from hami.codec import NodeLock, encode_pod_devices
+from hami.errors import HamiError
+from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
+from hami.plugins import VendorHost
+from hami.scheduler.locks import NodeBusy, NodeLocks
+from hami.scheduler.policy import policy_for
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, pod_key
+
+__all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
+
+log = logging.getLogger(__name__)
+
+VGPU_TIME = "hami.io/vgpu-time"
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+
+
+class ExtenderSettings(BaseModel):
+    """How the extender decides; the `scheduler` section of the configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_policy: str = Field(default="binpack", pattern="^(binpack|spread)$")
+    device_policy: tuple[str, ...] = ("spread",)
+    batch_size: int = Field(default=16, ge=1, description="nodes fitted per vendor call before stopping early")
+    lock_expiry_seconds: float = Field(default=300, gt=0)
+    bind_lock_wait_seconds: float = Field(default=5, ge=0)
+
+    def default_policy(self) -> SchedulingPolicy:
+        return SchedulingPolicy(node=self.node_policy, device=self.device_policy)
+
+
+@dataclass
+class FilterResult:
+    """The answer to one filter call."""
+
+    node: str | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    passthrough: bool = False
+    """The pod asks for no device a vendor here serves: every candidate passes unchanged."""
+
+
+@dataclass
+class BindResult:
+    error: str = ""
+    lock_wait: float = 0.0
+
+
+def _node_order_key(record: NodeRecord, kinds: Sequence[str]) -> float:
+    """HAMi's node score before placement, summed over the kinds the pod asks for."""
+    total = 0.0
+    for kind in kinds:
+        view = record.views[kind]
+        slots = cores = memory = used = usedcores = usedmem = 0
+        for u in view.devices:
+            d = u.device
+            slots += d.count
+            cores += d.devcore
+            memory += d.devmem
+            used += u.used
+            usedcores += u.usedcores
+            usedmem += u.usedmem
+        total += (
+            (used / slots if slots else 0) + (usedcores / cores if cores else 0) + (usedmem / memory if memory else 0)
+        )
+    return total
+
+
+class Extender:
+    """Filter and bind over a `ClusterState` kept current by the service's watches."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        host: VendorHost,
+        state: ClusterState,
+        settings: ExtenderSettings | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.state = state
+        self.settings = settings or ExtenderSettings()
+        self.locks = NodeLocks(
+            cluster, expiry=timedelta(seconds=self.settings.lock_expiry_seconds), holder_done=self.lock_holder_done
+        )
+
+    # ---------------------------------------------------------------------------------- filter
+
+    def filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
+        pod = Pod.from_api(pod_obj)
+        try:
+            requests = self.host.pod_requests(pod)
+            policy = policy_for(pod.annotations, self.settings.default_policy())
+        except (HamiError, ValueError) as exc:
+            return FilterResult(error=f"pod {pod.namespace}/{pod.name}: {exc}")
+        if not requests:
+            return FilterResult(passthrough=True)
+        kinds = sorted(requests)
+        result = FilterResult()
+        with self.state.lock:
+            candidates: list[NodeRecord] = []
+            for name in node_names:
+                record = self.state.nodes.get(name)
+                missing = [k for k in kinds if record is None or k not in record.views]
+                if missing:
+                    result.failed[name] = f"no {', '.join(missing)} devices registered"
+                else:
+                    assert record is not None
+                    candidates.append(record)
+            reverse = policy.node == "binpack"
+            candidates.sort(
+                key=lambda r: (-_node_order_key(r, kinds) if reverse else _node_order_key(r, kinds), r.name)
+            )
+            best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
+            if best is None:
+                return result
+            node, allocation = best
+            self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation)
+        try:
+            self._record_decision(pod, node, allocation)
+        except ClusterError as exc:
+            self.state.remove_pod(pod.namespace, pod.name)
+            return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
+        result.node = node
+        return result
+
+    def _fit_in_batches(
+        self,
+        pod: Pod,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        kinds: Sequence[str],
+        candidates: Sequence[NodeRecord],
+        policy: SchedulingPolicy,
+        result: FilterResult,
+    ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]]] | None:
+        size = self.settings.batch_size
+        for start in range(0, len(candidates), size):
+            batch = candidates[start : start + size]
+            feasible: dict[str, float] = {}
+            placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
+            for kind in kinds:
+                views = [r.views[kind] for r in batch if r.name not in result.failed]
+                if not views:
+                    break
+                fits = self.host.fit_nodes(kind, pod, requests[kind], views, policy)
+                scores = self._scores(kind, pod, fits, {v.name: v for v in views}, policy)
+                for fit in fits:
+                    if fit.placement is None:
+                        prefix = f"{kind}: " if len(kinds) > 1 else ""
+                        result.failed[fit.node] = prefix + fit.reason
+                        feasible.pop(fit.node, None)
+                    else:
+                        placements[fit.node][kind] = fit.placement
+                        feasible[fit.node] = feasible.get(fit.node, 0.0) + scores.get(fit.node, fit.score)
+            feasible = {n: s for n, s in feasible.items() if n not in result.failed}
+            if feasible:
+                pick = max if policy.node == "binpack" else min
+                node = pick(sorted(feasible), key=lambda n: feasible[n])
+                return node, placements[node]
+        return None
+
+    def _scores(
+        self, kind: str, pod: Pod, fits: Sequence[NodeFit], views: Mapping[str, object], policy: SchedulingPolicy
+    ) -> Mapping[str, float]:
+        if not self.host.implements(kind, "hami_score_nodes"):
+            return {}
+        ok = [f for f in fits if f.placement is not None]
+        return self.host.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
+
+    def _record_decision(self, pod: Pod, node: str, allocation: Mapping[str, tuple[ContainerPlacement, ...]]) -> None:
+        annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))}
+        for kind, placements in allocation.items():
+            keys = self.host.kind(kind).annotations
+            value = encode_pod_devices(placements)
+            annotations[keys.to_allocate] = value
+            annotations[keys.allocated] = value
+        self.cluster.patch_metadata(
+            "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
+        )
+
+    def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
+        """Scores 0-10 for clusters that configure prioritize: HAMi's node score under the node policy."""
+        pod = Pod.from_api(pod_obj)
+        try:
+            kinds = sorted(self.host.pod_requests(pod))
+            policy = policy_for(pod.annotations, self.settings.default_policy())
+        except (HamiError, ValueError):
+            return {}
+        if not kinds:
+            return {}
+        scores = {}
+        with self.state.lock:
+            for name in node_names:
+                record = self.state.nodes.get(name)
+                if record is None or any(k not in record.views for k in kinds):
+                    continue
+                share = _node_order_key(record, kinds) / (3 * len(kinds))
+                scores[name] = round(10 * (share if policy.node == "binpack" else 1 - share))
+        return scores
+
+    # ---------------------------------------------------------------------------------- bind
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
+        try:
+            waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
+        except NodeBusy as exc:
+            return BindResult(error=f"{exc}; kube-scheduler will retry the pod")
+        except ClusterError as exc:
+            return BindResult(error=f"cannot lock node {node}: {exc}")
+        try:
+            self.cluster.patch_metadata(
+                "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
+            )
+            self.cluster.bind(namespace, name, uid, node)
+        except ClusterError as exc:
+            self.locks.release(node, namespace, name)
+            with contextlib.suppress(ClusterError):
+                self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
+            return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
+        return BindResult(lock_wait=waited)
+
+    # ---------------------------------------------------------------------------------- locks
+
+    def lock_holder_done(self, lock: NodeLock) -> bool:
+        """True when the lock's owner no longer needs it: gone, replaced, on another node, or allocation ended."""
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(lock.namespace, lock.name))
+        if record is None:
+            try:
+                pod = self.cluster.get("pods", lock.name, lock.namespace)
+            except ClusterError:
+                return True
+            m = meta(pod)
+            phase = (pod.get("status") or {}).get("phase")
+            annotations = m.get("annotations") or {}
+            return bool(
+                (lock.uid and m.get("uid") != lock.uid)
+                or phase in ("Succeeded", "Failed")
+                or annotations.get(BIND_PHASE) in ("success", "failed")
+            )
+        if lock.uid and record.uid and record.uid != lock.uid:
+            return True
+        return record.annotations.get(BIND_PHASE) in ("success", "failed")
+
+    def release_finished_locks(self) -> list[str]:
+        """Release every lock whose owner no longer needs it; returns the nodes released (watch-driven)."""
+        released = []
+        with self.state.lock:
+            held = [(name, self.locks.holder(dict(r.annotations))) for name, r in self.state.nodes.items()]
+        for node, lock in held:
+            if lock is not None and self.lock_holder_done(lock) and self.locks.release(node, lock.namespace, lock.name):
+                log.info(
+                    "released lock of %s on node %s: its owner no longer needs it",
+                    pod_key(lock.namespace, lock.name),
+                    node,
+                )
+                released.append(node)
+        return released

@@ -1,0 +1,96 @@
+"""The running scheduler: keeps `ClusterState` current from watches and frees node locks as events arrive.
+
+Start-up lists nodes and pods, rebuilds the state from scratch (the same objects give the same usage, so a
+restart changes nothing), then watches both. Each pod event may end a node lock's purpose (the owner was
+deleted, failed, or its allocation finished), so the lock of the pod's node is checked and released at once
+instead of waiting out HAMi's 5 minutes. A watch that breaks is re-established from a fresh list.
+
+Concurrency: watch handlers run on the backend's delivery threads and take the state lock briefly; filter
+and bind run on the HTTP server's threads. Only the leader writes (see `hami.scheduler.leader`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from hami.cluster.port import Cluster, ClusterError, Subscription, WatchEvent, meta
+from hami.plugins import VendorHost
+from hami.scheduler.extender import Extender, ExtenderSettings
+from hami.scheduler.locks import LOCK_ANNOTATION
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
+
+__all__ = ["SchedulerService"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerService:
+    cluster: Cluster
+    host: VendorHost
+    settings: ExtenderSettings = field(default_factory=ExtenderSettings)
+
+    def __post_init__(self) -> None:
+        self.state = ClusterState(self.host)
+        self.extender = Extender(self.cluster, self.host, self.state, self.settings)
+        self._subs: list[Subscription] = []
+        self._ready = threading.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def start(self) -> SchedulerService:
+        nodes, node_rv = self.cluster.list("nodes")
+        pods, pod_rv = self.cluster.list("pods")
+        self.state.replay(nodes, pods)
+        self._subs = [
+            self.cluster.watch("nodes", node_rv, self._on_node),
+            self.cluster.watch("pods", pod_rv, self._on_pod),
+        ]
+        self._ready.set()
+        self.extender.release_finished_locks()
+        log.info("scheduler state synced: %d nodes, %d pods using devices", len(self.state.nodes), len(self.state.pods))
+        return self
+
+    def stop(self) -> None:
+        self._ready.clear()
+        for sub in self._subs:
+            sub.stop()
+        self._subs = []
+
+    def _on_node(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            self.state.remove_node(meta(event.object)["name"])
+        else:
+            self.state.set_node(event.object)
+            annotations = meta(event.object).get("annotations") or {}
+            if LOCK_ANNOTATION in annotations:
+                self._release_if_done(meta(event.object)["name"])
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        m = meta(event.object)
+        namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+        if event.type == "DELETED":
+            self.state.remove_pod(namespace, name)
+        else:
+            self.state.set_pod(event.object)
+        node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(
+            VGPU_NODE_ANNOTATION
+        )
+        if node:
+            self._release_if_done(str(node))
+
+    def _release_if_done(self, node: str) -> None:
+        with self.state.lock:
+            record = self.state.nodes.get(node)
+            lock = self.extender.locks.holder(dict(record.annotations)) if record else None
+        if lock is None:
+            return
+        try:
+            if self.extender.lock_holder_done(lock) and self.extender.locks.release(node, lock.namespace, lock.name):
+                log.info("released node %s: lock owner %s/%s no longer needs it", node, lock.namespace, lock.name)
+        except ClusterError as exc:
+            log.warning("could not release the lock of node %s: %s", node, exc)

@@ -1,0 +1,309 @@
+"""The scheduler's view of the cluster: every node's devices and what every live pod uses of them.
+
+Owns the rules of usage accounting (protocol.md section 3): a node's devices come from its vendors'
+register annotations (or its capacity, for kinds that publish none); a pod uses what its `…-allocated`
+annotations say, on the node named by `spec.nodeName` or, before binding, by `hami.io/vgpu-node`, from the
+moment the filter records it until it succeeds, fails or is deleted. Within a pod, per device, init
+containers count as their peak and app containers as their sum, and the pod takes the larger of the two.
+
+State is built only from Node and Pod objects, so replaying the same objects in any order after a restart
+gives exactly the same usage. The filter records its decision with `assume` before the pod's annotations
+come back through the watch; the pod's own update then replaces the assumption with the same numbers.
+
+Thread-safety: one re-entrant lock (`lock`) guards everything; the filter holds it while it fits and
+commits, the watch handlers while they apply an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.cluster.port import KubeObject, meta
+from hami.codec import AnnotationError, decode_legacy_register, decode_node_register, decode_pod_devices
+from hami.model import ContainerPlacement, Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
+from hami.plugins import VendorHost
+
+__all__ = ["ClusterState", "Grant", "NodeRecord", "PodRecord", "VGPU_NODE_ANNOTATION", "pod_key"]
+
+log = logging.getLogger(__name__)
+
+VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def pod_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one pod takes of one device: containers sharing it, MiB, cores."""
+
+    slots: int
+    memory: int
+    cores: int
+
+
+@dataclass
+class PodRecord:
+    key: str
+    uid: str
+    node: str
+    init_containers: int
+    allocation: dict[str, tuple[ContainerPlacement, ...]]
+    """kind → positional placements, as the allocated annotations (or the filter's assumption) say."""
+    grants: dict[str, dict[str, Grant]] = field(default_factory=dict)
+    """kind → device UUID → effective grant (the init-container rule applied)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    phase: str = ""
+    assumed: bool = False
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    annotations: Mapping[str, str]
+    labels: Mapping[str, str]
+    views: dict[str, NodeView]
+    """kind → the node's devices of that kind with their usage."""
+    pods: set[str] = field(default_factory=set)
+
+
+def effective_grants(
+    allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
+) -> dict[str, dict[str, Grant]]:
+    """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
+    out: dict[str, dict[str, Grant]] = {}
+    for kind, placements in allocation.items():
+        peak: dict[str, list[int]] = {}
+        total: dict[str, list[int]] = {}
+        for index, devices in enumerate(placements):
+            for d in devices:
+                if index < init_containers:
+                    p = peak.setdefault(d.uuid, [0, 0, 0])
+                    p[0], p[1], p[2] = 1, max(p[1], d.usedmem), max(p[2], d.usedcores)
+                else:
+                    t = total.setdefault(d.uuid, [0, 0, 0])
+                    t[0] += 1
+                    t[1] += d.usedmem
+                    t[2] += d.usedcores
+        grants = {}
+        for uuid in peak.keys() | total.keys():
+            p, t = peak.get(uuid, [0, 0, 0]), total.get(uuid, [0, 0, 0])
+            grants[uuid] = Grant(max(p[0], t[0]), max(p[1], t[1]), max(p[2], t[2]))
+        out[kind] = grants
+    return out
+
+
+class ClusterState:
+    """Nodes, pods and device usage, kept current by watch events and the filter's assumptions."""
+
+    def __init__(self, host: VendorHost) -> None:
+        self.host = host
+        self.lock = threading.RLock()
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self._kinds: list[DeviceKind] = host.kinds
+
+    # ---------------------------------------------------------------------------------- nodes
+
+    def devices_of(self, node: KubeObject, kind: DeviceKind) -> list[Device]:
+        """The node's devices of `kind`, from its register annotation or its capacity. Malformed → none, logged."""
+        annotations: Mapping[str, str] = meta(node).get("annotations") or {}
+        key = kind.annotations.node_register
+        name = meta(node).get("name", "?")
+        if key and key in annotations:
+            try:
+                if kind.register_format == RegisterFormat.LEGACY:
+                    return decode_legacy_register(annotations[key], key)
+                return decode_node_register(annotations[key], key)
+            except AnnotationError as exc:
+                log.warning("node %s: ignoring its %s devices: %s", name, kind.common_word, exc)
+                return []
+        if kind.register_format == RegisterFormat.CAPACITY:
+            return _devices_from_capacity(node, kind)
+        return []
+
+    def set_node(self, node: KubeObject) -> None:
+        m = meta(node)
+        name = m["name"]
+        views: dict[str, NodeView] = {}
+        for kind in self._kinds:
+            devices = self.devices_of(node, kind)
+            if devices:
+                views[kind.common_word] = NodeView(
+                    name=name,
+                    devices=[DeviceUsage(device=d) for d in devices],
+                    annotations=m.get("annotations") or {},
+                    labels=m.get("labels") or {},
+                )
+        with self.lock:
+            old = self.nodes.get(name)
+            record = NodeRecord(name, m.get("annotations") or {}, m.get("labels") or {}, views)
+            if old is not None:
+                record.pods = old.pods
+            self.nodes[name] = record
+            for key in record.pods:
+                self._apply(self.pods[key], +1)
+
+    def remove_node(self, name: str) -> None:
+        with self.lock:
+            self.nodes.pop(name, None)
+
+    # ---------------------------------------------------------------------------------- pods
+
+    def record_of(self, pod: KubeObject) -> PodRecord | None:
+        """What a pod uses, from its annotations; None when it uses no device or no longer counts."""
+        m = meta(pod)
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        annotations: Mapping[str, str] = m.get("annotations") or {}
+        phase = str(status.get("phase") or "")
+        if phase in TERMINAL_PHASES:
+            return None
+        node = str(spec.get("nodeName") or annotations.get(VGPU_NODE_ANNOTATION) or "")
+        if not node:
+            return None
+        total = len(spec.get("initContainers") or ()) + len(spec.get("containers") or ())
+        allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
+        for kind in self._kinds:
+            value = annotations.get(kind.annotations.allocated)
+            if not value:
+                continue
+            try:
+                placements = decode_pod_devices(value, kind.annotations.allocated)
+            except AnnotationError as exc:
+                log.warning(
+                    "pod %s/%s: ignoring its %s usage: %s", m.get("namespace"), m.get("name"), kind.common_word, exc
+                )
+                continue
+            if total and len(placements) != total:
+                log.warning(
+                    "pod %s/%s: %s lists %d containers, the pod has %d; counting it anyway",
+                    m.get("namespace"), m.get("name"), kind.annotations.allocated, len(placements), total,
+                )  # fmt: skip
+            allocation[kind.common_word] = placements
+        if not allocation:
+            return None
+        init = len(spec.get("initContainers") or ())
+        return PodRecord(
+            key=pod_key(str(m.get("namespace") or "default"), str(m.get("name"))),
+            uid=str(m.get("uid") or ""),
+            node=node,
+            init_containers=init,
+            allocation=allocation,
+            grants=effective_grants(allocation, init),
+            annotations=annotations,
+            phase=phase,
+        )
+
+    def set_pod(self, pod: KubeObject) -> None:
+        m = meta(pod)
+        key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
+        record = self.record_of(pod)
+        with self.lock:
+            self._forget(key)
+            if record is not None:
+                self._remember(record)
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        with self.lock:
+            self._forget(pod_key(namespace, name))
+
+    def assume(
+        self, namespace: str, name: str, uid: str, node: str, init_containers: int,
+        allocation: Mapping[str, tuple[ContainerPlacement, ...]],
+    ) -> None:  # fmt: skip
+        """Count the filter's decision at once, before the pod's annotations come back through the watch."""
+        record = PodRecord(
+            key=pod_key(namespace, name),
+            uid=uid,
+            node=node,
+            init_containers=init_containers,
+            allocation=dict(allocation),
+            grants=effective_grants(allocation, init_containers),
+            assumed=True,
+        )
+        with self.lock:
+            self._forget(record.key)
+            self._remember(record)
+
+    def _remember(self, record: PodRecord) -> None:
+        self.pods[record.key] = record
+        node = self.nodes.get(record.node)
+        if node is None:
+            node = self.nodes[record.node] = NodeRecord(record.node, {}, {}, {})
+        node.pods.add(record.key)
+        self._apply(record, +1)
+
+    def _forget(self, key: str) -> None:
+        record = self.pods.pop(key, None)
+        if record is None:
+            return
+        self._apply(record, -1)
+        node = self.nodes.get(record.node)
+        if node is not None:
+            node.pods.discard(key)
+
+    def _apply(self, record: PodRecord, sign: int) -> None:
+        node = self.nodes.get(record.node)
+        if node is None:
+            return
+        for kind, grants in record.grants.items():
+            view = node.views.get(kind)
+            if view is None:
+                continue
+            for usage in view.devices:
+                grant = grants.get(usage.device.id)
+                if grant is not None:
+                    usage.used += sign * grant.slots
+                    usage.usedmem += sign * grant.memory
+                    usage.usedcores += sign * grant.cores
+
+    # ---------------------------------------------------------------------------------- reading
+
+    def usage_snapshot(self) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
+        """node → kind → device → (used, usedmem, usedcores): for tests and status views."""
+        with self.lock:
+            return {
+                name: {
+                    kind: {u.device.id: (u.used, u.usedmem, u.usedcores) for u in view.devices}
+                    for kind, view in record.views.items()
+                }
+                for name, record in self.nodes.items()
+            }
+
+    def replay(self, nodes: Iterable[KubeObject], pods: Iterable[KubeObject]) -> None:
+        """Rebuild from scratch from listed objects (start-up, or after a watch was lost)."""
+        with self.lock:
+            self.nodes.clear()
+            self.pods.clear()
+            for node in nodes:
+                self.set_node(node)
+            for pod in pods:
+                self.set_pod(pod)
+
+
+def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
+    """Devices of a kind that publishes no register annotation: `count` from capacity, memory split evenly."""
+    capacity: Mapping[str, Any] = (node.get("status") or {}).get("capacity") or {}
+    name = meta(node).get("name", "node")
+    try:
+        count = int(str(capacity.get(kind.resources.count, "0")))
+        memory_units = int(str(capacity.get(kind.resources.memory, "0"))) if kind.resources.memory else 0
+    except ValueError:
+        log.warning("node %s: capacity of %s is not a whole number; no devices counted", name, kind.common_word)
+        return []
+    if count <= 0:
+        return []
+    per_device = memory_units * kind.resources.memory_unit_mib // count
+    return [
+        Device(
+            id=f"{name}-{kind.common_word}-{i}", index=i, count=1, devmem=per_device, devcore=100, type=kind.common_word
+        )
+        for i in range(count)
+    ]

@@ -1,0 +1,228 @@
+"""Filter and bind through the real HTTP extender on an in-memory cluster."""
+
+from __future__ import annotations
+
+import time
+
+from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
+
+from hami.cluster import meta
+from hami.scheduler.extender import BIND_PHASE
+from hami.scheduler.locks import LOCK_ANNOTATION
+
+
+def annotations(h: Harness, pod: str) -> dict[str, str]:
+    return dict(meta(h.cluster.get("pods", pod, "default")).get("annotations") or {})
+
+
+def test_filter_places_a_pod_and_writes_hamis_annotations(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a", gpus=2))
+    harness.add_pod(gpu_pod("p1", gpu=1, mem=3000, cores=30))
+    harness.start()
+    answer = harness.filter("p1")
+    assert answer == {
+        "NodeNames": ["node-a"],
+        "Nodes": None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+    got = annotations(harness, "p1")
+    # spread (the default device policy) takes the idlest card; ties go to the lowest index
+    assert got["hami.io/vgpu-devices-allocated"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+    assert got["hami.io/vgpu-devices-to-allocate"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+    assert got["hami.io/vgpu-node"] == "node-a"
+    assert abs(int(got["hami.io/vgpu-time"]) - time.time()) < 5
+    assert meta(harness.cluster.get("pods", "p1", "default"))["labels"]["hami.io/vgpu-node"] == "node-a"
+
+
+def test_init_and_app_containers_are_positional_in_the_annotation(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a", gpus=2))
+    gpu = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "25"}
+    harness.add_pod(gpu_pod("p", init=[{"cpu": "1"}], apps=[gpu, gpu]))
+    harness.start()
+    assert harness.filter("p")["NodeNames"] == ["node-a"]
+    value = annotations(harness, "p")["hami.io/vgpu-devices-allocated"]
+    assert value == ";GPU-node-a-0,NVIDIA,2500,25:;GPU-node-a-1,NVIDIA,2500,25:;"
+
+
+def test_next_pod_sees_the_previous_decision_at_once(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a", gpus=1, memory=8000))
+    harness.add_pod(gpu_pod("p1", mem=5000))
+    harness.add_pod(gpu_pod("p2", mem=5000))
+    harness.start()
+    assert harness.filter("p1")["NodeNames"] == ["node-a"]
+    answer = harness.filter("p2")  # no flush: the watch may not have delivered p1's annotations yet
+    assert answer["NodeNames"] == []
+    assert answer["FailedNodes"] == {"node-a": "pod: needs 1 NVIDIA device, 0/1 usable (1 insufficient memory)"}
+
+
+def test_binpack_and_spread_node_policies(harness: Harness) -> None:
+    for name in ("node-a", "node-b"):
+        harness.add_node(gpu_node(name, gpus=2))
+    harness.add_pod(gpu_pod("first", mem=4000))
+    harness.start()
+    first = harness.filter("first")["NodeNames"][0]
+    harness.add_pod(gpu_pod("packed", mem=1000))
+    harness.add_pod(gpu_pod("spread", mem=1000, annotations={"hami.io/node-scheduler-policy": "spread"}))
+    assert harness.filter("packed")["NodeNames"] == [first]
+    assert harness.filter("spread")["NodeNames"] != [first]
+
+
+def test_device_policy_and_selectors_from_annotations(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a", gpus=2))
+    harness.add_pod(gpu_pod("first", mem=1000))
+    harness.start()
+    harness.filter("first")  # takes GPU 0
+    harness.add_pod(gpu_pod("binpack", mem=1000, annotations={"hami.io/gpu-scheduler-policy": "binpack"}))
+    harness.add_pod(gpu_pod("avoid", mem=1000, annotations={"nvidia.com/nouse-gpuuuid": "GPU-node-a-1"}))
+    harness.add_pod(gpu_pod("bad", annotations={"hami.io/gpu-scheduler-policy": "tightest"}))
+    assert annotations_after(harness, "binpack").startswith("GPU-node-a-0,")
+    assert annotations_after(harness, "avoid").startswith("GPU-node-a-0,")
+    answer = harness.filter("bad")
+    assert "hami.io/gpu-scheduler-policy: 'tightest' is not a comma list" in answer["Error"]
+
+
+def annotations_after(h: Harness, pod: str) -> str:
+    assert h.filter(pod)["NodeNames"]
+    return annotations(h, pod)["hami.io/vgpu-devices-allocated"]
+
+
+def test_rejected_nodes_each_get_a_reason(harness: Harness) -> None:
+    harness.add_node(gpu_node("small", gpus=1, memory=4000))
+    harness.add_node(gpu_node("two", gpus=2, memory=16000))
+    harness.add_node({"metadata": {"name": "cpu-only"}})
+    harness.add_pod(gpu_pod("big", gpu=2, mem=8000))
+    harness.start()
+    answer = harness.filter("big", nodes=["small", "cpu-only", "two", "unknown"])
+    assert answer["NodeNames"] == ["two"]
+    assert answer["FailedNodes"] == {
+        "cpu-only": "no NVIDIA devices registered",
+        "unknown": "no NVIDIA devices registered",
+        "small": "pod: needs 2 NVIDIA devices, 0/1 usable (1 insufficient memory)",
+    }
+    harness.add_pod(gpu_pod("huge", gpu=2, mem=20000))
+    answer = harness.filter("huge", nodes=["small", "two"])
+    assert answer["FailedNodes"] == {
+        "small": "pod: needs 2 NVIDIA devices, 0/1 usable (1 insufficient memory)",
+        "two": "pod: needs 2 NVIDIA devices, 0/2 usable (2 insufficient memory)",
+    }
+
+
+def test_pod_without_shared_devices_passes_through(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c"}]}})
+    harness.start()
+    assert harness.filter("web", nodes=["node-a", "other"])["NodeNames"] == ["node-a", "other"]
+
+
+def test_lowercase_keys_and_full_node_lists_are_understood(harness: Harness) -> None:
+    node = gpu_node("node-a")
+    harness.add_node(node)
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    pod = harness.cluster.get("pods", "p1", "default")
+    status, answer = harness.post("filter", {"pod": pod, "nodes": {"items": [node, {"metadata": {"name": "x"}}]}})
+    assert status == 200
+    assert [meta(n)["name"] for n in answer["Nodes"]["items"]] == ["node-a"]
+    assert answer["NodeNames"] is None
+    assert answer["FailedNodes"] == {"x": "no NVIDIA devices registered"}
+
+
+def test_unreadable_resources_are_an_error_that_names_them(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p", mem=None, apps=[{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"}]))
+    harness.start()
+    assert "nvidia.com/gpumem: '3Gi'" in harness.filter("p")["Error"]
+
+
+def test_bind_locks_the_node_marks_allocating_and_binds(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    harness.filter("p1")
+    assert harness.bind("p1", "node-a") == {"Error": ""}
+    pod = harness.cluster.get("pods", "p1", "default")
+    assert pod["spec"]["nodeName"] == "node-a"
+    assert meta(pod)["annotations"][BIND_PHASE] == "allocating"
+    lock = meta(harness.cluster.get("nodes", "node-a"))["annotations"][LOCK_ANNOTATION]
+    assert lock.split(",")[1:] == ["default", "p1", meta(pod)["uid"]]
+
+
+def test_bind_to_a_node_locked_by_a_live_pod_asks_for_a_retry(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.add_pod(gpu_pod("p2"))
+    harness.start()
+    harness.filter("p1")
+    harness.bind("p1", "node-a")
+    harness.filter("p2")
+    started = time.monotonic()
+    answer = harness.bind("p2", "node-a")
+    assert "node node-a is locked by pod default/p1" in answer["Error"]
+    assert "retry" in answer["Error"]
+    assert time.monotonic() - started < 2
+    assert "nodeName" not in harness.cluster.get("pods", "p2", "default")["spec"]
+
+
+def test_bind_failure_releases_the_lock(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    harness.filter("p1")
+    body = {"PodName": "p1", "PodNamespace": "default", "PodUID": "not-the-uid", "Node": "node-a"}
+    status, answer = harness.post("bind", body)
+    assert status == 200
+    assert "failed" in answer["Error"]
+    assert LOCK_ANNOTATION not in meta(harness.cluster.get("nodes", "node-a")).get("annotations", {})
+
+
+def test_lock_of_a_pod_deleted_before_allocation_is_freed_within_a_second(harness: Harness) -> None:
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    harness.filter("p1")
+    harness.bind("p1", "node-a")
+    harness.cluster.delete("pods", "p1", "default")
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        if LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "node-a")).get("annotations") or {}):
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the lock of a deleted pod was still held after a second")
+
+
+def test_restart_rebuilds_exactly_the_same_usage(harness: Harness) -> None:
+    for name in ("node-a", "node-b"):
+        harness.add_node(gpu_node(name, gpus=4))
+    harness.start()
+    node_side = FakeNodeSide(harness.cluster)
+    for i in range(12):
+        harness.add_pod(gpu_pod(f"p{i}", gpu=1 + i % 2, mem=1000 + 100 * i, cores=5 * (i % 3)))
+        harness.schedule(f"p{i}")
+    harness.flush()
+    assert harness.service is not None
+    before = harness.service.state.usage_snapshot()
+    harness.restart()
+    assert harness.service.state.usage_snapshot() == before
+    node_side.stop()
+
+
+def test_a_hundred_pods_on_one_node_all_placed_or_refused_and_no_lock_left(harness: Harness) -> None:
+    harness.add_node(gpu_node("only", gpus=8, memory=16000, split=10))
+    harness.start()
+    node_side = FakeNodeSide(harness.cluster)
+    placed = refused = 0
+    for i in range(100):
+        harness.add_pod(gpu_pod(f"p{i}", gpu=1, mem=1500))
+        node = harness.schedule(f"p{i}")
+        if node:
+            placed += 1
+        else:
+            refused += 1
+    harness.flush()
+    assert placed == 8 * 10  # 8 cards × split 10: the slot limit binds before memory (10 × 1500 ≤ 16000)
+    assert refused == 20
+    assert LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "only")).get("annotations") or {})
+    node_side.stop()

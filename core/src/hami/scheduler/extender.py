@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,9 +109,22 @@ class Extender:
         self.host = host
         self.state = state
         self.settings = settings or ExtenderSettings()
+        self.node_changed = threading.Condition()
         self.locks = NodeLocks(
-            cluster, expiry=timedelta(seconds=self.settings.lock_expiry_seconds), holder_done=self.lock_holder_done
+            cluster,
+            expiry=timedelta(seconds=self.settings.lock_expiry_seconds),
+            holder_done=self.lock_holder_done,
+            wait_for_node=self._wait_for_node,
         )
+
+    def _wait_for_node(self, node: str, seconds: float) -> None:
+        with self.node_changed:
+            self.node_changed.wait(seconds)
+
+    def notify_node_changed(self) -> None:
+        """Wake binds waiting for a node lock (called by the service on node watch events)."""
+        with self.node_changed:
+            self.node_changed.notify_all()
 
     # ---------------------------------------------------------------------------------- filter
 

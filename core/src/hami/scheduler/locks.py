@@ -49,11 +49,14 @@ class NodeLocks:
         expiry: timedelta = timedelta(minutes=5),
         holder_done: Callable[[NodeLock], bool] = lambda lock: False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        wait_for_node: Callable[[str, float], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.expiry = expiry
         self.holder_done = holder_done
         self.clock = clock
+        self.wait_for_node = wait_for_node or (lambda node, seconds: time.sleep(seconds))
+        """Blocks until the node may have changed (a watch event) or `seconds` pass; polling by default."""
 
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
@@ -93,9 +96,10 @@ class NodeLocks:
                 except ConflictError:
                     continue  # the node changed under us: read again
             assert lock is not None
-            if time.monotonic() - start >= wait:
+            left = wait - (time.monotonic() - start)
+            if left <= 0:
                 raise NodeBusy(node, lock)
-            time.sleep(delay)
+            self.wait_for_node(node, min(delay, left))
             delay = min(delay * 2, 0.1)
 
     def release(self, node: str, namespace: str, name: str) -> bool:

@@ -145,6 +145,7 @@ class ExtenderApp:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: never wait for a delayed ACK
     server: ExtenderServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -205,7 +206,9 @@ class ExtenderServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
     def start(self) -> ExtenderServer:
-        self._thread = threading.Thread(target=self.serve_forever, name="extender-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="extender-http", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -69,6 +69,7 @@ class SchedulerService:
             annotations = meta(event.object).get("annotations") or {}
             if LOCK_ANNOTATION in annotations:
                 self._release_if_done(meta(event.object)["name"])
+        self.extender.notify_node_changed()
 
     def _on_pod(self, event: WatchEvent) -> None:
         m = meta(event.object)

@@ -16,10 +16,11 @@ This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.servic
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -76,23 +77,21 @@ class BindResult:
 
 
 def _node_order_key(record: NodeRecord, kinds: Sequence[str]) -> float:
-    """HAMi's node score before placement, summed over the kinds the pod asks for."""
-    total = 0.0
-    for kind in kinds:
-        view = record.views[kind]
-        slots = cores = memory = used = usedcores = usedmem = 0
-        for u in view.devices:
-            d = u.device
-            slots += d.count
-            cores += d.devcore
-            memory += d.devmem
-            used += u.used
-            usedcores += u.usedcores
-            usedmem += u.usedmem
-        total += (
-            (used / slots if slots else 0) + (usedcores / cores if cores else 0) + (usedmem / memory if memory else 0)
-        )
-    return total
+    """HAMi's node score before placement (divided by 10), summed over the kinds the pod asks for."""
+    return sum(record.totals[kind].share() for kind in kinds)
+
+
+def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iterator[list[NodeRecord]]:
+    """Candidates in order of (key, name), `size` at a time. The first batch costs O(n) (most pods stop there);
+    the full sort is paid only when it holds no feasible node."""
+    first = heapq.nsmallest(size, candidates)
+    yield [c[2] for c in first]
+    if len(candidates) <= size:
+        return
+    taken = {c[1] for c in first}
+    rest = sorted(c for c in candidates if c[1] not in taken)
+    for start in range(0, len(rest), size):
+        yield [c[2] for c in rest[start : start + size]]
 
 
 class Extender:
@@ -140,19 +139,17 @@ class Extender:
         kinds = sorted(requests)
         result = FilterResult()
         with self.state.lock:
-            candidates: list[NodeRecord] = []
+            candidates: list[tuple[float, str, NodeRecord]] = []
+            sign = -1.0 if policy.node == "binpack" else 1.0
+            nodes = self.state.nodes
             for name in node_names:
-                record = self.state.nodes.get(name)
-                missing = [k for k in kinds if record is None or k not in record.views]
-                if missing:
-                    result.failed[name] = f"no {', '.join(missing)} devices registered"
+                record = nodes.get(name)
+                if record is not None and all(k in record.totals for k in kinds):
+                    score = record.totals[kinds[0]].share() if len(kinds) == 1 else _node_order_key(record, kinds)
+                    candidates.append((sign * score, name, record))
                 else:
-                    assert record is not None
-                    candidates.append(record)
-            reverse = policy.node == "binpack"
-            candidates.sort(
-                key=lambda r: (-_node_order_key(r, kinds) if reverse else _node_order_key(r, kinds), r.name)
-            )
+                    missing = [k for k in kinds if record is None or k not in record.views]
+                    result.failed[name] = f"no {', '.join(missing)} devices registered"
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
             if best is None:
                 return result
@@ -171,13 +168,11 @@ class Extender:
         pod: Pod,
         requests: Mapping[str, list[ContainerRequest | None]],
         kinds: Sequence[str],
-        candidates: Sequence[NodeRecord],
+        candidates: list[tuple[float, str, NodeRecord]],
         policy: SchedulingPolicy,
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]]] | None:
-        size = self.settings.batch_size
-        for start in range(0, len(candidates), size):
-            batch = candidates[start : start + size]
+        for batch in _batches(candidates, self.settings.batch_size):
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
             for kind in kinds:

@@ -1,0 +1,159 @@
+"""Scheduler extender throughput and latency, driven over HTTP exactly as kube-scheduler drives it.
+
+    python benchmarks/scheduler.py --nodes 1000 --devices-per-node 8 --pods 8000 --json
+
+Builds an in-memory cluster of NODES nodes (NVIDIA register annotations, DEVICES GPUs each) already holding
+PODS running pods (1 GPU, 1000 MiB, 10 % cores each, spread over the nodes), starts the real scheduler
+service and HTTP extender on loopback, and schedules --measure new pods one after another: a filter with
+every node name (nodeCacheCapable) then a bind to the chosen node. A stand-in for the node daemon marks each
+bound pod allocated and releases the node lock, as the real daemon's Allocate does. Prints percentiles, and
+last one JSON object: nodes, filter_p50_ms, filter_p99_ms, bind_p99_ms, pods_per_s, ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import time
+from typing import Any
+
+from hami.cluster import MemoryCluster, WatchEvent, meta
+from hami.codec import encode_node_register, encode_pod_devices
+from hami.model import ContainerDevice, Device
+from hami.plugins import VendorHost
+from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
+from hami.scheduler.locks import NodeLocks
+from hami.scheduler.server import ExtenderApp, ExtenderServer
+from hami.scheduler.service import SchedulerService
+
+
+def node(name: str, devices: int) -> dict[str, Any]:
+    gpus = [
+        Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type="NVIDIA-H100", numa=i // 4)
+        for i in range(devices)
+    ]
+    return {"metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": encode_node_register(gpus)}}}
+
+
+def pod(name: str, *, node_name: str | None = None, device: str | None = None) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "bench", "annotations": {}},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "status": {"phase": "Pending"},
+    }
+    if node_name and device:
+        value = encode_pod_devices([(ContainerDevice(uuid=device, type="NVIDIA", usedmem=1000, usedcores=10),)])
+        obj["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": value, BIND_PHASE: "success"}
+        obj["spec"]["nodeName"] = node_name
+        obj["status"]["phase"] = "Running"
+    return obj
+
+
+class NodeSideStandIn:
+    """Marks bound pods allocated and releases their node lock, as the node daemon's Allocate does."""
+
+    def __init__(self, cluster: MemoryCluster) -> None:
+        self.cluster = cluster
+        self.locks = NodeLocks(cluster)
+        self.sub = cluster.watch("pods", cluster.resource_version(), self.on_pod)
+
+    def on_pod(self, event: WatchEvent) -> None:
+        m = meta(event.object)
+        target = (event.object.get("spec") or {}).get("nodeName")
+        if event.type != "DELETED" and target and (m.get("annotations") or {}).get(BIND_PHASE) == "allocating":
+            self.cluster.patch_metadata("pods", m["name"], m["namespace"], annotations={BIND_PHASE: "success"})
+            self.locks.release(target, m["namespace"], m["name"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--devices-per-node", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=8000, help="running pods already placed")
+    parser.add_argument("--measure", type=int, default=1000, help="new pods scheduled and timed")
+    parser.add_argument("--policy", choices=["binpack", "spread"], default="binpack")
+    parser.add_argument("--json", action="store_true", help="only the JSON line")
+    args = parser.parse_args()
+
+    cluster = MemoryCluster()
+    names = [f"node-{i:05d}" for i in range(args.nodes)]
+    for name in names:
+        cluster.create("nodes", node(name, args.devices_per_node))
+    for i in range(args.pods):
+        n = i % args.nodes
+        device = f"GPU-{names[n]}-{(i // args.nodes) % args.devices_per_node}"
+        cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device))
+
+    built = time.perf_counter()
+    service = SchedulerService(cluster, VendorHost.load(), ExtenderSettings(node_policy=args.policy)).start()
+    sync_s = time.perf_counter() - built
+    server = ExtenderServer(ExtenderApp(service.extender, ready=lambda: service.ready), ("127.0.0.1", 0)).start()
+    stand_in = NodeSideStandIn(cluster)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+
+    def post(verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn.request("POST", f"/{verb}", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        answer: dict[str, Any] = json.loads(conn.getresponse().read())
+        return answer
+
+    filters: list[float] = []
+    binds: list[float] = []
+    unschedulable = 0
+    started = time.perf_counter()
+    for i in range(args.measure):
+        obj = cluster.create("pods", pod(f"new-{i}"))
+        t0 = time.perf_counter()
+        answer = post("filter", {"Pod": obj, "NodeNames": names})
+        t1 = time.perf_counter()
+        filters.append(t1 - t0)
+        if not answer["NodeNames"]:
+            unschedulable += 1
+            continue
+        bound = post(
+            "bind",
+            {
+                "PodName": meta(obj)["name"],
+                "PodNamespace": "bench",
+                "PodUID": meta(obj)["uid"],
+                "Node": answer["NodeNames"][0],
+            },
+        )
+        binds.append(time.perf_counter() - t1)
+        if bound["Error"]:
+            raise SystemExit(f"bind failed: {bound['Error']}")
+    elapsed = time.perf_counter() - started
+    stand_in.sub.stop()
+    server.stop()
+    service.stop()
+
+    result = {
+        "nodes": args.nodes,
+        "devices_per_node": args.devices_per_node,
+        "running_pods": args.pods,
+        "measured_pods": args.measure,
+        "policy": args.policy,
+        "state_sync_s": round(sync_s, 3),
+        "filter_p50_ms": round(1000 * percentile(filters, 0.50), 3),
+        "filter_p99_ms": round(1000 * percentile(filters, 0.99), 3),
+        "filter_mean_ms": round(1000 * statistics.fmean(filters), 3),
+        "bind_p50_ms": round(1000 * percentile(binds, 0.50), 3) if binds else None,
+        "bind_p99_ms": round(1000 * percentile(binds, 0.99), 3) if binds else None,
+        "pods_per_s": round(args.measure / elapsed, 1),
+        "unschedulable": unschedulable,
+    }
+    if not args.json:
+        for key, value in result.items():
+            print(f"{key:<18} {value}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -108,6 +108,10 @@ class Extender:
         self.host = host
         self.state = state
         self.settings = settings or ExtenderSettings()
+        self.is_leader: Callable[[], bool] = lambda: True
+        """Only the leader decides; a follower answers with an error (kube-scheduler's own leader calls us)."""
+        self.on_filter_result: Callable[[FilterResult], None] = lambda result: None
+        self.on_lock_wait: Callable[[float], None] = lambda seconds: None
         self.node_changed = threading.Condition()
         self.locks = NodeLocks(
             cluster,
@@ -128,6 +132,15 @@ class Extender:
     # ---------------------------------------------------------------------------------- filter
 
     def filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
+        """Choose the node and devices for a pod among `node_names`, record the decision, and say why not elsewhere."""
+        if not self.is_leader():
+            result = FilterResult(error="this scheduler replica is not the leader; another replica decides")
+        else:
+            result = self._filter(pod_obj, node_names)
+        self.on_filter_result(result)
+        return result
+
+    def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
         pod = Pod.from_api(pod_obj)
         try:
             requests = self.host.pod_requests(pod)
@@ -238,12 +251,17 @@ class Extender:
     # ---------------------------------------------------------------------------------- bind
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
+        if not self.is_leader():
+            return BindResult(error="this scheduler replica is not the leader; another replica binds")
+        started = time.monotonic()
         try:
             waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
         except NodeBusy as exc:
+            self.on_lock_wait(time.monotonic() - started)
             return BindResult(error=f"{exc}; kube-scheduler will retry the pod")
         except ClusterError as exc:
             return BindResult(error=f"cannot lock node {node}: {exc}")
+        self.on_lock_wait(waited)
         try:
             self.cluster.patch_metadata(
                 "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}

@@ -12,13 +12,18 @@ and bind run on the HTTP server's threads. Only the leader writes (see `hami.sch
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from dataclasses import dataclass, field
 
 from hami.cluster.port import Cluster, ClusterError, Subscription, WatchEvent, meta
+from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.scheduler.extender import Extender, ExtenderSettings
+from hami.scheduler.leader import LeaderElector
 from hami.scheduler.locks import LOCK_ANNOTATION
+from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 
 __all__ = ["SchedulerService"]
@@ -31,10 +36,34 @@ class SchedulerService:
     cluster: Cluster
     host: VendorHost
     settings: ExtenderSettings = field(default_factory=ExtenderSettings)
+    leader_election: LeaderElectionConfig | None = None
+    """None: this replica always leads (a single scheduler)."""
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.host)
         self.extender = Extender(self.cluster, self.host, self.state, self.settings)
+        self.metrics = SchedulerMetrics(self.state, self.host)
+        self.extender.on_filter_result = self.metrics.record_filter
+        self.extender.on_lock_wait = self.metrics.observe_lock_wait
+        self.elector: LeaderElector | None = None
+        if self.leader_election is not None and self.leader_election.enabled:
+            duration = self.leader_election.lease_duration_seconds
+            self.elector = LeaderElector(
+                self.cluster,
+                name=self.leader_election.name,
+                namespace=self.leader_election.namespace,
+                identity=self.identity,
+                lease_duration=duration,
+                renew_deadline=duration * 2 / 3,
+                retry_period=duration / 7.5,
+                on_started_leading=lambda: self.metrics.set_leader(True),
+                on_stopped_leading=lambda: self.metrics.set_leader(False),
+            )
+            elector = self.elector
+            self.extender.is_leader = lambda: elector.is_leader
+        else:
+            self.metrics.set_leader(True)
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
 
@@ -51,12 +80,16 @@ class SchedulerService:
             self.cluster.watch("pods", pod_rv, self._on_pod),
         ]
         self._ready.set()
+        if self.elector is not None:
+            self.elector.start()
         self.extender.release_finished_locks()
         log.info("scheduler state synced: %d nodes, %d pods using devices", len(self.state.nodes), len(self.state.pods))
         return self
 
     def stop(self) -> None:
         self._ready.clear()
+        if self.elector is not None:
+            self.elector.stop()
         for sub in self._subs:
             sub.stop()
         self._subs = []

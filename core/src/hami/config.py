@@ -1,0 +1,133 @@
+"""The one configuration model every `hami` command reads: a YAML (or JSON) file, then command-line overrides.
+
+Owns the file's shape and its validation. A wrong key or value is reported with the file, the dotted path of
+the key and what a legal value is (`hami.yaml: scheduler.nodePolicy: Input should be 'binpack' or 'spread'`),
+never as a traceback. Vendor sections (`vendors.<name>`) are passed through untouched and validated by each
+vendor's `hami_vendor_settings` hook when the plugins load.
+
+    kubeconfig: ~/.kube/config        # absent: in-cluster configuration
+    scheduler:
+      listen: 0.0.0.0:8888            # the extender's HTTP(S) address
+      metricsListen: 0.0.0.0:9395
+      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
+      nodePolicy: binpack             # or spread
+      devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex, a chain
+      leaderElection: {enabled: true, namespace: kube-system, name: hami-scheduler}
+    vendors:
+      nvidia: {deviceSplitCount: 10, defaultMem: 0}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hami.errors import ConfigError
+
+__all__ = ["HamiConfig", "LeaderElectionConfig", "SchedulerConfig", "TLSConfig", "load_config", "parse_address"]
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """`host:port` (or `:port`, meaning all interfaces) → (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not <host>:<port>, e.g. 0.0.0.0:8888 or 127.0.0.1:0")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class TLSConfig(_Section):
+    cert_file: str = Field(alias="certFile")
+    key_file: str = Field(alias="keyFile")
+
+
+class LeaderElectionConfig(_Section):
+    enabled: bool = False
+    namespace: str = "kube-system"
+    name: str = "hami-scheduler"
+    lease_duration_seconds: float = Field(default=15, gt=0, alias="leaseDurationSeconds")
+
+
+class SchedulerConfig(_Section):
+    listen: str = "0.0.0.0:8888"
+    metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
+    url_prefix: str = Field(default="", alias="urlPrefix")
+    tls: TLSConfig | None = None
+    node_policy: str = Field(default="binpack", alias="nodePolicy", pattern="^(binpack|spread)$")
+    device_policy: tuple[str, ...] = Field(default=("spread",), alias="devicePolicy")
+    batch_size: int = Field(default=16, ge=1, alias="batchSize")
+    lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
+    bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
+
+    @field_validator("listen", "metrics_listen")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+    @field_validator("device_policy", mode="before")
+    @classmethod
+    def _chain(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        legal = ("binpack", "spread", "topology-aware", "numa", "mutex")
+        for policy in value or ():
+            if policy not in legal:
+                raise ValueError(f"{policy!r} is not one of {', '.join(legal)}")
+        return value
+
+
+class HamiConfig(_Section):
+    log_level: str = Field(default="info", alias="logLevel", pattern="^(debug|info|warning|error)$")
+    kubeconfig: str | None = None
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> HamiConfig:
+    """Read and validate the configuration file (None: defaults), then apply dotted-key `overrides`."""
+    raw: dict[str, Any] = {}
+    source = str(path) if path else "defaults"
+    if path:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
+        raw = _parse(text, source)
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        target = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[leaf] = value
+    try:
+        return HamiConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from None
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        import yaml
+
+        data = yaml.safe_load(text)
+    except ImportError:  # pragma: no cover - PyYAML comes with the kubernetes client
+        data = json.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"{source} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections (scheduler, vendors, ...)")
+    return data

@@ -1,0 +1,374 @@
+"""The scheduler's Prometheus metrics: HAMi v2.10's scheduler-side families and the extender's own.
+
+Owns what the scheduler exports on its metrics port (HAMi's is 9395) and how each value is computed.
+Nothing here is stored: at every scrape a collector reads `ClusterState` under its lock, copies the
+numbers it needs and builds the families outside the lock, so a scrape never holds up a filter for long
+and never shows a value that the state does not have. Every node's devices appear from the moment the node
+registers them, with zero usage, so dashboards are never empty before the first pod (a common complaint
+about HAMi's monitor).
+
+HAMi's families (protocol.md section 7), all with the const label `zone="vGPU"`, for every device kind
+(`device_type` is the device's model as registered, e.g. `NVIDIA-A100`, `DCU-Z100`; the kind's common word
+for kinds registered from node capacity). Labels: D = node, device_uuid, device_index, device_type;
+C = namespace, node, pod, container_index, device_uuid.
+
+| family | labels | value |
+|---|---|---|
+| `hami_gpu_memory_limit_bytes` | D | registered memory, MiB × 2^20 |
+| `hami_gpu_core_limit_ratio` | D | registered cores / 100 (1 = one whole device) |
+| `hami_gpu_memory_allocated_bytes` | D + device_cores | memory granted, bytes |
+| `hami_gpu_core_allocated_ratio` | D | cores granted / 100 |
+| `hami_gpu_shared_count` | D | containers sharing the device |
+| `hami_node_gpu_overview` | D + device_cores, device_memory_limit | memory granted, bytes |
+| `hami_node_gpu_memory_allocated_ratio` | node, device_uuid, device_index | memory granted / registered (0-1) |
+| `hami_vgpu_memory_allocated_bytes` | C | one container's memory, bytes |
+| `hami_vgpu_core_allocated_ratio` | C | one container's cores / 100 |
+
+Label choices, as HAMi v2.10 has them: `device_cores` is the device's registered cores (`devcore`, 100 per
+unscaled device) and `device_memory_limit` its registered memory in MiB, both as decimal strings;
+`hami_node_gpu_overview` carries them so one series describes a device; `hami_node_gpu_memory_allocated_ratio`
+is left out for a device that registers no memory (HAMi does the same rather than divide by zero).
+`container_index` is the container's position in the pod's `…-devices-allocated` annotation: init containers
+first, then app containers (protocol.md section 3). Pods count from the moment the filter records them.
+
+Ratios are 0-1, as their names say: HAMi reports the core families in percent (0-100) under the same
+names; divide HAMi's values by 100 to compare. The limit and the allocation of cores share one unit (a whole
+device is 1), so a device with core scaling shows a limit above 1 and `allocated / limit` is its share in use.
+
+Absent until the features they describe exist: `hami_resource_quota_used` and `hami_resource_quota_limit`
+(namespace, quota_name, limit; need device quotas) and `hami_node_gpu_mig_instance_info` (node, device_uuid,
+device_index, mig_name; needs MIG instance tracking).
+
+The extender's own, without the zone label:
+
+- `hami_scheduler_filter_seconds`, `hami_scheduler_prioritize_seconds`, `hami_scheduler_bind_seconds`:
+  histograms of the time each verb took in the HTTP app (`observe`, which `ExtenderApp(observe=...)` calls);
+- `hami_scheduler_node_lock_wait_seconds`: histogram of the time bind waited for a node lock;
+- `hami_scheduler_filter_outcomes_total{result}`: filter answers by `placed`, `unschedulable`, `error`,
+  `passthrough`, all four present from the start;
+- `hami_scheduler_leader`: 1 while this replica leads (see `hami.scheduler.leader`), else 0.
+
+`render()` gives the Prometheus text format; `serve_metrics(address)` serves `GET /metrics` on a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from hami.plugins import VendorHost
+from hami.scheduler.extender import FilterResult
+from hami.scheduler.state import ClusterState
+
+__all__ = [
+    "ABSENT_FAMILIES",
+    "FILTER_OUTCOMES",
+    "LATENCY_BUCKETS",
+    "MetricsServer",
+    "SchedulerMetrics",
+    "ZONE",
+    "filter_outcome",
+]
+
+log = logging.getLogger(__name__)
+
+ZONE: Final = "vGPU"
+MIB: Final = 1 << 20
+LATENCY_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""From 100 µs (a filter on a small cluster) to 10 s (a bind that waited out its node lock)."""
+FILTER_OUTCOMES: Final = ("placed", "unschedulable", "error", "passthrough")
+ABSENT_FAMILIES: Final = ("hami_resource_quota_used", "hami_resource_quota_limit", "hami_node_gpu_mig_instance_info")
+"""HAMi v2.10 families this scheduler does not export yet (no device quotas, no MIG instance tracking)."""
+
+_DEVICE = ("zone", "node", "device_uuid", "device_index", "device_type")
+_DEVICE_CORES = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_type")
+_OVERVIEW = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type")
+_NODE_RATIO = ("zone", "node", "device_uuid", "device_index")
+_CONTAINER = ("zone", "namespace", "node", "pod", "container_index", "device_uuid")
+
+
+def filter_outcome(result: FilterResult) -> str:
+    """The outcome label of one filter answer: one of `FILTER_OUTCOMES`."""
+    if result.error:
+        return "error"
+    if result.passthrough:
+        return "passthrough"
+    return "placed" if result.node else "unschedulable"
+
+
+@dataclass(frozen=True, slots=True)
+class _DeviceRow:
+    node: str
+    uuid: str
+    index: int
+    type: str
+    devmem: int
+    devcore: int
+    used: int
+    usedmem: int
+    usedcores: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ContainerRow:
+    namespace: str
+    node: str
+    pod: str
+    container_index: int
+    uuid: str
+    usedmem: int
+    usedcores: int
+
+
+class _StateCollector(Collector):
+    """HAMi's scheduler-side families, computed from `ClusterState` at scrape time."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def _snapshot(self) -> tuple[list[_DeviceRow], list[_ContainerRow]]:
+        devices: list[_DeviceRow] = []
+        containers: list[_ContainerRow] = []
+        seen: set[tuple[str, str]] = set()
+        with self.state.lock:
+            for node_name, record in self.state.nodes.items():
+                for kind, view in record.views.items():
+                    for u in view.devices:
+                        d = u.device
+                        if (node_name, d.id) in seen:  # two kinds registering one device: report it once
+                            continue
+                        seen.add((node_name, d.id))
+                        devices.append(
+                            _DeviceRow(
+                                node_name,
+                                d.id,
+                                d.index,
+                                d.type or kind,
+                                d.devmem,
+                                d.devcore,
+                                u.used,
+                                u.usedmem,
+                                u.usedcores,
+                            )
+                        )
+            for key, pod in self.state.pods.items():
+                namespace, _, name = key.partition("/")
+                for placements in pod.allocation.values():
+                    for index, placement in enumerate(placements):
+                        containers.extend(
+                            _ContainerRow(namespace, pod.node, name, index, d.uuid, d.usedmem, d.usedcores)
+                            for d in placement
+                            if d.uuid
+                        )
+        # sorted outside the lock: a stable exposition order costs the filter nothing
+        devices.sort(key=lambda r: (r.node, r.index, r.uuid))
+        containers.sort(key=lambda r: (r.namespace, r.pod, r.container_index, r.uuid))
+        return devices, containers
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily]:
+        def gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, documentation, labels=labels)
+
+        return {
+            "memory_limit": gauge(
+                "hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes", _DEVICE
+            ),
+            "core_limit": gauge(
+                "hami_gpu_core_limit_ratio", "Device cores registered for a device (1 = one whole device)", _DEVICE
+            ),
+            "memory_allocated": gauge(
+                "hami_gpu_memory_allocated_bytes", "Device memory granted to pods on a device, in bytes", _DEVICE_CORES
+            ),
+            "core_allocated": gauge(
+                "hami_gpu_core_allocated_ratio",
+                "Device cores granted to pods on a device (1 = one whole device)",
+                _DEVICE,
+            ),
+            "shared": gauge("hami_gpu_shared_count", "Number of containers sharing a device", _DEVICE),
+            "overview": gauge(
+                "hami_node_gpu_overview",
+                "A device of a node with its limits; the value is memory granted, bytes",
+                _OVERVIEW,
+            ),
+            "memory_ratio": gauge(
+                "hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)", _NODE_RATIO
+            ),
+            "vgpu_memory": gauge(
+                "hami_vgpu_memory_allocated_bytes", "Device memory granted to one container, in bytes", _CONTAINER
+            ),
+            "vgpu_cores": gauge(
+                "hami_vgpu_core_allocated_ratio",
+                "Device cores granted to one container (1 = one whole device)",
+                _CONTAINER,
+            ),
+        }
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        devices, containers = self._snapshot()
+        f = self._families()
+        for d in devices:
+            device = [ZONE, d.node, d.uuid, str(d.index), d.type]
+            f["memory_limit"].add_metric(device, d.devmem * MIB)
+            f["core_limit"].add_metric(device, d.devcore / 100)
+            f["memory_allocated"].add_metric([*device[:4], str(d.devcore), d.type], d.usedmem * MIB)
+            f["core_allocated"].add_metric(device, d.usedcores / 100)
+            f["shared"].add_metric(device, d.used)
+            f["overview"].add_metric([*device[:4], str(d.devcore), str(d.devmem), d.type], d.usedmem * MIB)
+            if d.devmem > 0:
+                f["memory_ratio"].add_metric(device[:4], d.usedmem / d.devmem)
+        per_container: dict[tuple[str, ...], list[int]] = {}
+        for c in containers:  # one device twice in one container (never written, but decodable): add up
+            labels: tuple[str, ...] = (ZONE, c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
+            total = per_container.setdefault(labels, [0, 0])
+            total[0] += c.usedmem
+            total[1] += c.usedcores
+        for labels, (memory, cores) in per_container.items():
+            f["vgpu_memory"].add_metric(labels, memory * MIB)
+            f["vgpu_cores"].add_metric(labels, cores / 100)
+        return list(f.values())
+
+
+class SchedulerMetrics:
+    """The scheduler's metrics in one registry (a private one unless `registry` is given)."""
+
+    def __init__(self, state: ClusterState, host: VendorHost, registry: CollectorRegistry | None = None) -> None:
+        self.state = state
+        self.host = host
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(_StateCollector(state))
+        r = self.registry
+        self.verb_seconds = {
+            verb: Histogram(
+                f"hami_scheduler_{verb}_seconds",
+                f"Time the extender took to answer kube-scheduler's {verb} call",
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            )
+            for verb in ("filter", "prioritize", "bind")
+        }
+        self.lock_wait_seconds = Histogram(
+            "hami_scheduler_node_lock_wait_seconds",
+            "Time bind waited for the node lock (hami.io/mutex.lock)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.filter_outcomes = Counter(
+            "hami_scheduler_filter_outcomes",
+            "Filter answers by result: placed, unschedulable, error, passthrough",
+            ["result"],
+            registry=r,
+        )
+        for outcome in FILTER_OUTCOMES:
+            self.filter_outcomes.labels(result=outcome)
+        self.leader = Gauge("hami_scheduler_leader", "1 while this scheduler replica is the leader", registry=r)
+
+    # ---------------------------------------------------------------------------------- recording
+
+    def observe(self, verb: str, seconds: float) -> None:
+        """The time one extender verb took; the signature of `ExtenderApp(observe=...)`. Unknown verbs are ignored."""
+        histogram = self.verb_seconds.get(verb)
+        if histogram is not None:
+            histogram.observe(max(seconds, 0.0))
+
+    def observe_lock_wait(self, seconds: float) -> None:
+        """The time one bind waited for its node lock (whether it then got it or not)."""
+        self.lock_wait_seconds.observe(max(seconds, 0.0))
+
+    def count_filter(self, outcome: str) -> None:
+        """Count one filter answer; `outcome` is one of `FILTER_OUTCOMES`."""
+        if outcome not in FILTER_OUTCOMES:
+            raise ValueError(f"filter outcome {outcome!r} is not one of {', '.join(FILTER_OUTCOMES)}")
+        self.filter_outcomes.labels(result=outcome).inc()
+
+    def record_filter(self, result: FilterResult) -> None:
+        """Count one filter answer by what `Extender.filter` returned."""
+        self.count_filter(filter_outcome(result))
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
+
+    # ---------------------------------------------------------------------------------- exposing
+
+    def render(self) -> bytes:
+        """Every metric in the Prometheus text format (version 0.0.4)."""
+        return generate_latest(self.registry)
+
+    def serve_metrics(self, address: tuple[str, int]) -> MetricsServer:
+        """Serve `GET /metrics` on `address` (port 0 picks one) from a background thread; `stop()` it when done."""
+        return MetricsServer(self, address).start()
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: MetricsServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, content_type: str, body: bytes, *, head: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _serve(self, head: bool) -> None:
+        if self.path.split("?", 1)[0] != "/metrics":
+            self._send(404, "text/plain; charset=utf-8", b"not found; metrics are at /metrics\n", head=head)
+            return
+        try:
+            body = self.server.metrics.render()
+        except Exception:  # a scrape must get an answer, not a dropped connection
+            log.exception("rendering the scheduler's metrics failed")
+            self._send(500, "text/plain; charset=utf-8", b"internal error; see the scheduler's log\n", head=head)
+            return
+        self._send(200, CONTENT_TYPE_PLAIN_0_0_4, body, head=head)
+
+    def do_GET(self) -> None:
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    """A threaded HTTP server answering `GET /metrics` with a `SchedulerMetrics`' text format."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, metrics: SchedulerMetrics, address: tuple[str, int]) -> None:
+        self.metrics = metrics
+        super().__init__(address, _MetricsHandler)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start(self) -> MetricsServer:
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="scheduler-metrics", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()

@@ -2,7 +2,7 @@
 
 Owns argument parsing, logging set-up and turning deliberate errors (`hami.errors.HamiError`) into a
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
-them. Subcommands so far: `vendors`.
+them. Subcommands so far: `vendors`, `scheduler`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from hami.errors import HamiError
 from hami.plugins import VendorHost
 
 __all__ = ["main"]
+
+SERVICES = frozenset({"scheduler"})
 
 
 def vendors_report(host: VendorHost) -> dict[str, Any]:
@@ -71,6 +73,38 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
     return 1 if report["failed"] else 0
 
 
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from hami.config import load_config
+    from hami.scheduler.run import run_scheduler
+
+    config = load_config(
+        args.config,
+        {
+            "kubeconfig": args.kubeconfig,
+            "scheduler.listen": args.listen,
+            "scheduler.metricsListen": args.metrics_listen,
+            "scheduler.nodePolicy": args.node_policy,
+            "scheduler.devicePolicy": args.device_policy,
+            "scheduler.leaderElection.enabled": True if args.leader_elect else None,
+        },
+    )
+    return run_scheduler(config)
+
+
+class _LogfmtFormatter(logging.Formatter):
+    """One `key=value` line per record: easy to read, easy to parse."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().replace('"', "'")
+        line = (
+            f"time={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} level={record.levelname.lower()} "
+            f'logger={record.name} msg="{message}"'
+        )
+        if record.exc_info:
+            line += " error=" + repr(self.formatException(record.exc_info))
+        return line
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hami",
@@ -84,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hami-core {__version__}")
     parser.add_argument(
-        "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="log verbosity (stderr)"
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity on stderr (default: info for services, warning for tools)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     vendors = sub.add_parser(
@@ -95,17 +131,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vendors.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     vendors.set_defaults(func=_cmd_vendors)
+
+    scheduler = sub.add_parser(
+        "scheduler",
+        help="run the scheduler extender (filter, bind) for kube-scheduler",
+        description="Run the scheduler extender that kube-scheduler calls for pods asking for shared devices. "
+        "Flags override the configuration file.",
+        epilog=(
+            "Examples:\n"
+            "  hami scheduler --kubeconfig ~/.kube/config --listen 127.0.0.1:8888\n"
+            "  hami scheduler --config /etc/hami/hami.yaml --leader-elect"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    scheduler.add_argument("--config", metavar="FILE", help="configuration file (YAML); see hami.config")
+    scheduler.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
+    scheduler.add_argument("--listen", metavar="HOST:PORT", help="extender address (default 0.0.0.0:8888)")
+    scheduler.add_argument("--metrics-listen", metavar="HOST:PORT", help="metrics address (default 0.0.0.0:9395)")
+    scheduler.add_argument("--node-policy", choices=["binpack", "spread"], help="default node policy")
+    scheduler.add_argument(
+        "--device-policy", metavar="CHAIN", help="default device policy, e.g. spread or numa,binpack"
+    )
+    scheduler.add_argument("--leader-elect", action="store_true", help="elect a leader among replicas through a Lease")
+    scheduler.set_defaults(func=_cmd_scheduler)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LogfmtFormatter())
+    level = args.log_level or ("info" if args.command in SERVICES else "warning")
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

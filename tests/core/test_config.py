@@ -13,7 +13,7 @@ from hami.errors import ConfigError
 def test_defaults_without_a_file() -> None:
     config = load_config(None)
     assert config.scheduler.node_policy == "binpack"
-    assert config.scheduler.device_policy == ("spread",)
+    assert config.scheduler.device_policy is None
     assert config.scheduler.listen == "0.0.0.0:8888"
 
 

@@ -10,8 +10,8 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       listen: 0.0.0.0:8888            # the extender's HTTP(S) address
       metricsListen: 0.0.0.0:9395
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
-      nodePolicy: binpack             # or spread
-      devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex, a chain
+      nodePolicy: binpack             # spread | best-fit | fragmentation-aware
+      devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
       leaderElection: {enabled: true, namespace: kube-system, name: hami-scheduler}
     vendors:
       nvidia: {deviceSplitCount: 10, defaultMem: 0}
@@ -60,8 +60,10 @@ class SchedulerConfig(_Section):
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
-    node_policy: str = Field(default="binpack", alias="nodePolicy", pattern="^(binpack|spread)$")
-    device_policy: tuple[str, ...] = Field(default=("spread",), alias="devicePolicy")
+    node_policy: str = Field(
+        default="binpack", alias="nodePolicy", pattern="^(binpack|spread|best-fit|fragmentation-aware)$"
+    )
+    device_policy: tuple[str, ...] | None = Field(default=None, alias="devicePolicy")
     batch_size: int = Field(default=16, ge=1, alias="batchSize")
     lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
     bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
@@ -78,7 +80,7 @@ class SchedulerConfig(_Section):
     def _chain(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
-        legal = ("binpack", "spread", "topology-aware", "numa", "mutex")
+        legal = ("binpack", "spread", "topology-aware", "numa", "mutex", "best-fit", "fragmentation-aware")
         for policy in value or ():
             if policy not in legal:
                 raise ValueError(f"{policy!r} is not one of {', '.join(legal)}")

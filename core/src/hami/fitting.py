@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hami.fragmentation import WorkloadProfile, free_share
 from hami.model import (
     ContainerDevice,
     ContainerPlacement,
@@ -168,7 +169,7 @@ class ShareFitter:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
-        chosen = self._choose(usable, request.count, policy)
+        chosen = self._choose(usable, request.count, policy, frees)
         for free, memory, cores in chosen:
             free.used += 1
             free.usedmem += memory
@@ -203,9 +204,11 @@ class ShareFitter:
         return None
 
     def _choose(
-        self, usable: list[tuple[_Free, int, int]], count: int, policy: SchedulingPolicy
+        self, usable: list[tuple[_Free, int, int]], count: int, policy: SchedulingPolicy, frees: list[_Free]
     ) -> list[tuple[_Free, int, int]]:
-        binpack = "binpack" in policy.device
+        if "fragmentation-aware" in policy.device and policy.workload is not None:
+            return _least_fragmenting(usable, count, policy.workload, frees)
+        binpack = "binpack" in policy.device or "best-fit" in policy.device
 
         def order(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
             free, memory, cores = item
@@ -221,3 +224,30 @@ class ShareFitter:
             if whole:
                 return min(whole, key=lambda g: [order(i) for i in g[:count]])[:count]
         return ranked[:count]
+
+
+def _share_of(free: _Free) -> int:
+    d = free.usage.device
+    return free_share(d.devmem, free.usedmem, d.devcore, free.usedcores)
+
+
+def _least_fragmenting(
+    usable: list[tuple[_Free, int, int]], count: int, workload: WorkloadProfile, frees: list[_Free]
+) -> list[tuple[_Free, int, int]]:
+    """The devices whose use grows the node's expected fragmentation least (FGD's device choice)."""
+    shares = [_share_of(f) for f in frees]
+    before = workload.fragmentation(shares)
+    position = {id(f): i for i, f in enumerate(frees)}
+
+    def growth(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
+        free, memory, cores = item
+        d = free.usage.device
+        after = list(shares)
+        after[position[id(free)]] = free_share(d.devmem, free.usedmem + memory, d.devcore, free.usedcores + cores)
+        return (workload.fragmentation(after) - before, d.index, d.id)
+
+    if count == 1:
+        return [min(usable, key=growth)]
+    return sorted(usable, key=lambda item: (_share_of(item[0]), item[0].usage.device.index, item[0].usage.device.id))[
+        :count
+    ]

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hami.fragmentation import WorkloadProfile
+
 __all__ = [
     "AdmissionEdit",
     "AnnotationKeys",
@@ -400,9 +402,14 @@ class NodeView(BaseModel):
 class SchedulingPolicy(_Model):
     """How to choose between feasible nodes and devices; pod annotations may override the cluster default."""
 
-    node: Literal["binpack", "spread"] = "binpack"
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    node: Literal["binpack", "spread", "best-fit", "fragmentation-aware"] = "binpack"
     device: tuple[str, ...] = ("spread",)
     weights: Mapping[str, int] = Field(default_factory=lambda: {"slot": 1, "core": 1, "memory": 1})
+    workload: WorkloadProfile | None = Field(
+        default=None, exclude=True, description="the request mix the fragmentation-aware policy plans for"
+    )
 
 
 class NodeFit(_Model):

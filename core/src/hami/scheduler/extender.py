@@ -20,6 +20,7 @@ import heapq
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
+from hami.fragmentation import FULL, WorkloadProfile, request_share
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
@@ -49,14 +51,19 @@ class ExtenderSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    node_policy: str = Field(default="binpack", pattern="^(binpack|spread)$")
-    device_policy: tuple[str, ...] = ("spread",)
+    node_policy: str = Field(default="binpack", pattern="^(binpack|spread|best-fit|fragmentation-aware)$")
+    device_policy: tuple[str, ...] | None = Field(
+        default=None, description="None: spread under binpack/spread, the node policy's own device choice otherwise"
+    )
     batch_size: int = Field(default=16, ge=1, description="nodes fitted per vendor call before stopping early")
     lock_expiry_seconds: float = Field(default=300, gt=0)
     bind_lock_wait_seconds: float = Field(default=5, ge=0)
 
     def default_policy(self) -> SchedulingPolicy:
-        return SchedulingPolicy(node=self.node_policy, device=self.device_policy)
+        device = self.device_policy
+        if device is None:
+            device = ("spread",) if self.node_policy in ("binpack", "spread") else (self.node_policy,)
+        return SchedulingPolicy(node=self.node_policy, device=device)
 
 
 @dataclass
@@ -94,6 +101,37 @@ def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iter
         yield [c[2] for c in rest[start : start + size]]
 
 
+def _share(request: ContainerRequest, record: NodeRecord, kind: str) -> int:
+    first = record.views[kind].devices[0].device
+    return request_share(request.memory, request.memory_percentage, request.cores, first.devmem, first.devcore)
+
+
+class ObservedWorkload:
+    """The request mix the fragmentation-aware policy plans for: the last `window` requests seen by filter,
+    unless a profile is given (the simulator gives the trace's)."""
+
+    def __init__(self, window: int = 2000, fixed: WorkloadProfile | None = None) -> None:
+        self.fixed = fixed
+        self._recent: deque[tuple[int, int]] = deque(maxlen=window)
+        self._profile: WorkloadProfile | None = None
+        self._seen = 0
+
+    def observe(self, requests: Mapping[str, list[ContainerRequest | None]]) -> None:
+        if self.fixed is not None:
+            return
+        for per_container in requests.values():
+            for r in per_container:
+                if r is not None:
+                    share = r.memory_percentage * 10 if r.memory_percentage is not None else max(r.cores * 10, 1)
+                    self._recent.append((r.count, min(share, FULL)))
+        self._seen += 1
+        if self._profile is None or self._seen % 200 == 0:
+            self._profile = WorkloadProfile.from_requests(self._recent) if self._recent else None
+
+    def profile(self) -> WorkloadProfile | None:
+        return self.fixed if self.fixed is not None else self._profile
+
+
 class Extender:
     """Filter and bind over a `ClusterState` kept current by the service's watches."""
 
@@ -108,6 +146,7 @@ class Extender:
         self.host = host
         self.state = state
         self.settings = settings or ExtenderSettings()
+        self.workload = ObservedWorkload()
         self.is_leader: Callable[[], bool] = lambda: True
         """Only the leader decides; a follower answers with an error (kube-scheduler's own leader calls us)."""
         self.on_filter_result: Callable[[FilterResult], None] = lambda result: None
@@ -150,16 +189,18 @@ class Extender:
         if not requests:
             return FilterResult(passthrough=True)
         kinds = sorted(requests)
+        self.workload.observe(requests)
+        if "fragmentation-aware" in (policy.node, *policy.device):
+            policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
         with self.state.lock:
             candidates: list[tuple[float, str, NodeRecord]] = []
-            sign = -1.0 if policy.node == "binpack" else 1.0
+            order = self._order_key(policy, requests, kinds)
             nodes = self.state.nodes
             for name in node_names:
                 record = nodes.get(name)
                 if record is not None and all(k in record.totals for k in kinds):
-                    score = record.totals[kinds[0]].share() if len(kinds) == 1 else _node_order_key(record, kinds)
-                    candidates.append((sign * score, name, record))
+                    candidates.append((order(record), name, record))
                 else:
                     missing = [k for k in kinds if record is None or k not in record.views]
                     result.failed[name] = f"no {', '.join(missing)} devices registered"
@@ -175,6 +216,39 @@ class Extender:
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
+
+    def _order_key(
+        self, policy: SchedulingPolicy, requests: Mapping[str, list[ContainerRequest | None]], kinds: Sequence[str]
+    ) -> Callable[[NodeRecord], float]:
+        """How candidates are ordered before fitting (lowest first): HAMi's node score for binpack (highest
+        first) and spread; the free share left after placement for best-fit; the growth of expected
+        fragmentation for fragmentation-aware."""
+        if policy.node in ("binpack", "spread"):
+            sign = -1.0 if policy.node == "binpack" else 1.0
+            if len(kinds) == 1:
+                kind = kinds[0]
+                return lambda record: sign * record.totals[kind].share()
+            return lambda record: sign * _node_order_key(record, kinds)
+        kind = kinds[0]
+        request = max((r for r in requests[kind] if r is not None), key=lambda r: (r.count, r.memory, r.cores))
+        state = self.state
+        if policy.node == "best-fit":
+
+            def leftover(record: NodeRecord) -> float:
+                signature = state.signature(record, kind)
+                need = request.count * _share(request, record, kind)
+                left = sum(signature) - need
+                return float(left) if left >= 0 else float("inf")
+
+            return leftover
+        workload = policy.workload
+        assert workload is not None
+
+        def growth(record: NodeRecord) -> float:
+            signature = state.signature(record, kind)
+            return workload.best_placement(signature, request.count, _share(request, record, kind))[0]
+
+        return growth
 
     def _fit_in_batches(
         self,
@@ -204,8 +278,11 @@ class Extender:
                         feasible[fit.node] = feasible.get(fit.node, 0.0) + scores.get(fit.node, fit.score)
             feasible = {n: s for n, s in feasible.items() if n not in result.failed}
             if feasible:
-                pick = max if policy.node == "binpack" else min
-                node = pick(sorted(feasible), key=lambda n: feasible[n])
+                if policy.node in ("binpack", "spread"):
+                    pick = max if policy.node == "binpack" else min
+                    node = pick(sorted(feasible), key=lambda n: feasible[n])
+                else:  # the batch is already in the policy's order
+                    node = next(r.name for r in batch if r.name in feasible)
                 return node, placements[node]
         return None
 

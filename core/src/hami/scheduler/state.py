@@ -24,6 +24,7 @@ from typing import Any
 
 from hami.cluster.port import KubeObject, meta
 from hami.codec import AnnotationError, decode_legacy_register, decode_node_register, decode_pod_devices
+from hami.fragmentation import free_share
 from hami.model import ContainerPlacement, Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
 from hami.plugins import VendorHost
 
@@ -93,6 +94,8 @@ class NodeTotals:
     used: int = 0
     usedcores: int = 0
     usedmem: int = 0
+    signature: tuple[int, ...] | None = None
+    """The sorted free shares of the node's devices (thousandths), computed on demand, reset on change."""
 
     def share(self) -> float:
         """HAMi's node score before placement, divided by 10: used slots, cores and memory as shares, summed."""
@@ -294,11 +297,25 @@ class ClusterState:
                     usage.used += sign * grant.slots
                     usage.usedmem += sign * grant.memory
                     usage.usedcores += sign * grant.cores
+                    totals.signature = None
                     totals.used += sign * grant.slots
                     totals.usedmem += sign * grant.memory
                     totals.usedcores += sign * grant.cores
 
     # ---------------------------------------------------------------------------------- reading
+
+    def signature(self, record: NodeRecord, kind: str) -> tuple[int, ...]:
+        """The node's devices of `kind` as sorted free shares (thousandths): the key of fragmentation memos."""
+        totals = record.totals[kind]
+        if totals.signature is None:
+            totals.signature = tuple(
+                sorted(
+                    free_share(u.device.devmem, u.usedmem, u.device.devcore, u.usedcores)
+                    for u in record.views[kind].devices
+                    if u.device.health
+                )
+            )
+        return totals.signature
 
     def usage_snapshot(self) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
         """node → kind → device → (used, usedmem, usedcores): for tests and status views."""

@@ -54,7 +54,7 @@ def test_next_pod_sees_the_previous_decision_at_once(harness: Harness) -> None:
     assert harness.filter("p1")["NodeNames"] == ["node-a"]
     answer = harness.filter("p2")  # no flush: the watch may not have delivered p1's annotations yet
     assert answer["NodeNames"] == []
-    assert answer["FailedNodes"] == {"node-a": "pod: needs 1 NVIDIA device, 0/1 usable (1 insufficient memory)"}
+    assert answer["FailedNodes"] == {"node-a": "needs 1 NVIDIA device with 5000 MiB free, 0/1 of its devices have it"}
 
 
 def test_binpack_and_spread_node_policies(harness: Harness) -> None:
@@ -99,13 +99,13 @@ def test_rejected_nodes_each_get_a_reason(harness: Harness) -> None:
     assert answer["FailedNodes"] == {
         "cpu-only": "no NVIDIA devices registered",
         "unknown": "no NVIDIA devices registered",
-        "small": "pod: needs 2 NVIDIA devices, 0/1 usable (1 insufficient memory)",
+        "small": "needs 2 NVIDIA devices with 8000 MiB free, 0/1 of its devices have it",
     }
     harness.add_pod(gpu_pod("huge", gpu=2, mem=20000))
     answer = harness.filter("huge", nodes=["small", "two"])
     assert answer["FailedNodes"] == {
-        "small": "pod: needs 2 NVIDIA devices, 0/1 usable (1 insufficient memory)",
-        "two": "pod: needs 2 NVIDIA devices, 0/2 usable (2 insufficient memory)",
+        "small": "needs 2 NVIDIA devices with 20000 MiB free, 0/1 of its devices have it",
+        "two": "needs 2 NVIDIA devices with 20000 MiB free, 0/2 of its devices have it",
     }
 
 

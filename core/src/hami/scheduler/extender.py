@@ -101,9 +101,30 @@ def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iter
         yield [c[2] for c in rest[start : start + size]]
 
 
+def _shortfall(request: ContainerRequest, kind: str, enough: int, total: int) -> str:
+    """Why a node cannot serve `request`, in the words of the request."""
+    many = f"{request.count} {kind} devices" if request.count > 1 else f"1 {kind} device"
+    if request.memory_percentage is not None:
+        memory = "a whole device" if request.memory_percentage >= 100 else f"{request.memory_percentage}% memory"
+    else:
+        memory = f"{request.memory} MiB"
+    if (request.memory_percentage == 100 and request.cores >= 100) or request.cores == 0:
+        wants = memory
+    else:
+        wants = f"{memory} and {request.cores}% cores"
+    return f"needs {many} with {wants} free, {enough}/{total} of its devices have it"
+
+
+def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
+    return (request.count, request.memory_percentage or 0, request.memory, request.cores)
+
+
 def _share(request: ContainerRequest, record: NodeRecord, kind: str) -> int:
-    first = record.views[kind].devices[0].device
-    return request_share(request.memory, request.memory_percentage, request.cores, first.devmem, first.devcore)
+    """A request's share of one of the node's devices, in thousandths; above 1000 when no device is that large."""
+    largest = max(record.views[kind].devices, key=lambda u: u.device.devmem).device
+    if request.memory_percentage is None and request.memory > largest.devmem:
+        return FULL + 1
+    return request_share(request.memory, request.memory_percentage, request.cores, largest.devmem, largest.devcore)
 
 
 class ObservedWorkload:
@@ -196,14 +217,26 @@ class Extender:
         with self.state.lock:
             candidates: list[tuple[float, str, NodeRecord]] = []
             order = self._order_key(policy, requests, kinds)
+            largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
             nodes = self.state.nodes
+            signature = self.state.signature
             for name in node_names:
                 record = nodes.get(name)
-                if record is not None and all(k in record.totals for k in kinds):
-                    candidates.append((order(record), name, record))
-                else:
+                if record is None or any(k not in record.totals for k in kinds):
                     missing = [k for k in kinds if record is None or k not in record.views]
                     result.failed[name] = f"no {', '.join(missing)} devices registered"
+                    continue
+                # A cheap necessary condition on the node's free shares spares the vendor call for hopeless
+                # nodes; the reason stays exact about what is missing.
+                for kind, request in largest.items():
+                    free = signature(record, kind)
+                    share = _share(request, record, kind)
+                    if len(free) < request.count or free[-request.count] < share:
+                        enough = sum(1 for f in free if f >= share)
+                        result.failed[name] = _shortfall(request, kind, enough, len(record.views[kind].devices))
+                        break
+                else:
+                    candidates.append((order(record), name, record))
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
             if best is None:
                 return result

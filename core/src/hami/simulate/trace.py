@@ -1,0 +1,134 @@
+"""Workload traces in the openb format (Alibaba cluster-trace-gpu-v2023), and sampling them as the FGD paper does.
+
+Owns reading the node list (`sn,cpu_milli,memory_mib,gpu,model`) and the pod lists (the full eleven-column
+form and the five-column `multigpu` form), with errors that name the file, the line and the column; and the
+paper's sampling method: pods drawn at random with replacement until their total GPU request reaches
+`tune` × the cluster's GPUs, in the order drawn (a seeded shuffle).
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hami.errors import ConfigError
+
+__all__ = ["TraceNode", "TracePod", "read_nodes", "read_pods", "sample_pods"]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceNode:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    """Thousandths of one GPU for a sharing pod (num_gpu == 1); 1000 for whole GPUs."""
+    gpu_spec: tuple[str, ...] = ()
+    """GPU models the pod may run on (empty: any)."""
+
+    @property
+    def gpu_request(self) -> float:
+        """GPUs this pod asks for, fractional for sharing pods."""
+        if self.num_gpu == 0:
+            return 0.0
+        return self.num_gpu * self.gpu_milli / 1000 if self.num_gpu == 1 else float(self.num_gpu)
+
+
+def _rows(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or ())]
+            if missing:
+                raise ConfigError(
+                    f"{path}: missing column(s) {', '.join(missing)}; the header must start {','.join(required)}"
+                )
+            return list(reader)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{path}: not a CSV file: {exc}") from None
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+    value = (row.get(column) or "").strip()
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{path}:{line}: column {column} is {value!r}, not a whole number") from None
+    if number < 0:
+        raise ConfigError(f"{path}:{line}: column {column} is negative ({number})")
+    return number
+
+
+def read_nodes(path: str | Path) -> list[TraceNode]:
+    path = Path(path)
+    nodes = []
+    for line, row in enumerate(_rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model")), start=2):
+        nodes.append(
+            TraceNode(
+                name=row["sn"].strip(),
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                gpus=_int(path, line, row, "gpu"),
+                model=(row.get("model") or "").strip(),
+            )
+        )
+    if not nodes:
+        raise ConfigError(f"{path}: no nodes")
+    return nodes
+
+
+def read_pods(path: str | Path) -> list[TracePod]:
+    path = Path(path)
+    pods = []
+    for line, row in enumerate(_rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")), start=2):
+        num_gpu = _int(path, line, row, "num_gpu")
+        gpu_milli = _int(path, line, row, "gpu_milli")
+        if gpu_milli > 1000:
+            raise ConfigError(f"{path}:{line}: gpu_milli {gpu_milli} is more than one GPU (1000)")
+        if num_gpu > 0 and gpu_milli == 0:
+            raise ConfigError(f"{path}:{line}: num_gpu {num_gpu} with gpu_milli 0")
+        spec = tuple(s.strip() for s in (row.get("gpu_spec") or "").split("|") if s.strip())
+        pods.append(
+            TracePod(
+                name=row["name"].strip(),
+                cpu_milli=_int(path, line, row, "cpu_milli"),
+                memory_mib=_int(path, line, row, "memory_mib"),
+                num_gpu=num_gpu,
+                gpu_milli=gpu_milli if num_gpu == 1 else (1000 if num_gpu else 0),
+                gpu_spec=spec,
+            )
+        )
+    if not pods:
+        raise ConfigError(f"{path}: no pods")
+    return pods
+
+
+def sample_pods(pods: Sequence[TracePod], capacity_gpus: float, tune: float, seed: int) -> list[TracePod]:
+    """Draw pods with replacement until their GPU request reaches `tune` × `capacity_gpus`, in drawn order."""
+    if not any(p.gpu_request for p in pods):
+        raise ConfigError("the pod list asks for no GPU at all; nothing to simulate")
+    rng = random.Random(seed)
+    target = tune * capacity_gpus
+    drawn: list[TracePod] = []
+    total = 0.0
+    while total < target:
+        pod = pods[rng.randrange(len(pods))]
+        drawn.append(pod)
+        total += pod.gpu_request
+    rng.shuffle(drawn)
+    return drawn

@@ -1,16 +1,18 @@
-"""Expected fragmentation of devices under a workload: the measure the `fragmentation-aware` policy minimises.
+"""Expected fragmentation of a node under a workload: the measure the `fragmentation-aware` policy minimises.
 
-Owns the model of FGD (Weng et al., USENIX ATC 2023), computed so that it can run on every filter call. A
-device's free capacity is its *free share* in thousandths (`0..1000`, the lesser of free memory and free cores).
-The workload is a distribution over request shapes `(count, share)`: `count` devices of at least `share`
-thousandths each. For one shape, the fragment of a node is the free share no such request could use: the free
-share of every device with less than `share` free, provided `count` devices have at least `share` free;
-otherwise all of the node's free share. A node's expected fragmentation is the probability-weighted sum over
-shapes. A placement is good when it grows that sum least.
+Owns the model of FGD (Weng et al., USENIX ATC 2023), computed fast enough to run on every filter call.
 
-Speed: single-device shapes fold into one table indexed by a device's free share (so they cost one lookup per
-device), and a node's value depends only on the sorted free shares of its devices, so results are memoised by
-that signature: most nodes of a cluster share a handful of signatures.
+A device's free capacity is its *free share* in thousandths (`0..1000`, the lesser of free memory and free
+cores). The workload is a distribution over tasks: `count` devices of at least `share` thousandths each,
+plus the CPU (millicores) and memory (MiB) the task needs on the node. For one task, the fragment of a node
+is the free device share that task could not use: everything, when the node lacks the task's CPU or memory
+or has fewer than `count` devices with `share` free; otherwise the free share of the devices with less than
+`share` free. A node's expected fragmentation is the probability-weighted sum over tasks; a placement is
+good when it grows that sum least. Nodes whose CPU and memory are unknown count every task as fitting them.
+
+Speed: per (CPU, memory) bucket of a node, the single-device tasks fold into one table indexed by a
+device's free share, so a node costs one lookup per device plus a term per multi-device shape; placements
+are memoised by the node's signature (its sorted free shares and buckets), which most nodes share.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ __all__ = ["FULL", "WorkloadProfile", "free_share", "request_share"]
 
 FULL = 1000
 """A whole device, in thousandths."""
+CPU_BUCKET = 1000
+"""Millicores per bucket of free CPU."""
+MEMORY_BUCKET = 1024
+"""MiB per bucket of free memory."""
+UNKNOWN = 1 << 40
+"""Bucket standing for unknown (unlimited) CPU or memory."""
 
 
 def free_share(devmem: int, usedmem: int, devcore: int, usedcores: int) -> int:
@@ -39,53 +47,96 @@ def request_share(memory: int, percentage: int | None, cores: int, devmem: int, 
 
 
 @dataclass
-class WorkloadProfile:
-    """A distribution over request shapes, and the fragmentation measure it induces."""
+class _Weights:
+    """The profile seen from one (CPU, memory) bucket: what only the device shares decide."""
 
-    shapes: dict[tuple[int, int], float]
-    """(count, share) → probability; shares in thousandths, probabilities summing to 1."""
-    _single: list[float] = field(init=False, repr=False)
-    _multi: list[tuple[int, int, float]] = field(init=False, repr=False)
-    _memo: dict[tuple[tuple[int, ...], int, int], tuple[float, int]] = field(init=False, repr=False)
+    single: list[float]
+    """single[f] = f × P(a single-device task that fits the node's CPU and memory needs more than f)."""
+    multi: list[tuple[int, int, float]]
+    """(count, share, P(task fits CPU and memory)) for multi-device shapes."""
+    unfit: float
+    """P(a task does not fit the node's CPU or memory): all free share is a fragment for it."""
+
+
+@dataclass
+class WorkloadProfile:
+    """A distribution over tasks, and the fragmentation measure it induces."""
+
+    tasks: dict[tuple[int, int, int, int], float]
+    """(count, share, cpu millicores, memory MiB) → probability (normalised on construction)."""
+    _shapes: dict[tuple[int, int], list[tuple[int, int, float]]] = field(init=False, repr=False)
+    _weights: dict[tuple[int, int], _Weights] = field(init=False, repr=False)
+    _memo: dict[tuple[object, ...], tuple[float, int]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        total = sum(self.shapes.values())
+        total = sum(self.tasks.values())
         if total <= 0:
-            raise ValueError("a workload profile needs at least one request shape with positive weight")
-        self.shapes = {shape: weight / total for shape, weight in self.shapes.items() if weight > 0}
-        # single[f] = f × P(a single-device request needs more than f)
-        above = [0.0] * (FULL + 2)
-        for (count, share), p in self.shapes.items():
-            if count == 1:
-                above[share] += p
-        tail = 0.0
-        for f in range(FULL, -1, -1):
-            tail_at_f = tail
-            tail += above[f]
-            above[f] = tail_at_f
-        self._single = [f * above[f] for f in range(FULL + 1)]
-        self._multi = [(count, share, p) for (count, share), p in self.shapes.items() if count > 1]
+            raise ValueError("a workload profile needs at least one task with positive weight")
+        self.tasks = {task: weight / total for task, weight in self.tasks.items() if weight > 0}
+        self._shapes = {}
+        for (count, share, cpu, memory), p in self.tasks.items():
+            self._shapes.setdefault((count, share), []).append((cpu, memory, p))
+        self._weights = {}
         self._memo = {}
 
     @classmethod
-    def from_requests(cls, requests: Iterable[tuple[int, int]]) -> WorkloadProfile:
-        """A profile from observed (count, share) requests, each weighing the same."""
-        counts: dict[tuple[int, int], float] = {}
-        for count, share in requests:
+    def from_requests(cls, requests: Iterable[tuple[int, int] | tuple[int, int, int, int]]) -> WorkloadProfile:
+        """A profile from observed requests, `(count, share)` or `(count, share, cpu, memory)`, equally weighted."""
+        counts: dict[tuple[int, int, int, int], float] = {}
+        for request in requests:
+            count, share, cpu, memory = (*request, 0, 0) if len(request) == 2 else request  # type: ignore[misc]
             if count > 0:
-                key = (count, max(1, min(FULL, share)))
+                key = (count, max(1, min(FULL, share)), cpu, memory)
                 counts[key] = counts.get(key, 0.0) + 1.0
         return cls(counts)
 
-    def fragmentation(self, frees: Sequence[int]) -> float:
-        """Expected fragmentation of a node whose devices have these free shares (thousandths)."""
-        single = self._single
+    @staticmethod
+    def bucket(cpu_free: int | None, memory_free: int | None) -> tuple[int, int]:
+        return (
+            UNKNOWN if cpu_free is None else max(0, cpu_free) // CPU_BUCKET,
+            UNKNOWN if memory_free is None else max(0, memory_free) // MEMORY_BUCKET,
+        )
+
+    def _weights_for(self, bucket: tuple[int, int]) -> _Weights:
+        found = self._weights.get(bucket)
+        if found is not None:
+            return found
+        cpu_cap = bucket[0] * CPU_BUCKET
+        memory_cap = bucket[1] * MEMORY_BUCKET
+        need_more = [0.0] * (FULL + 2)  # need_more[s] = P(fitting single-device task with share s)
+        multi = []
+        fitting = 0.0
+        for (count, share), tasks in self._shapes.items():
+            p = sum(w for cpu, memory, w in tasks if cpu <= cpu_cap and memory <= memory_cap)
+            fitting += p
+            if count == 1:
+                need_more[share] += p
+            elif p:
+                multi.append((count, share, p))
+        single = [0.0] * (FULL + 1)
+        tail = 0.0
+        for f in range(FULL, -1, -1):
+            single[f] = f * tail  # tasks needing more than f: shares f+1..FULL
+            tail += need_more[f]
+        weights = _Weights(single, multi, max(0.0, 1.0 - fitting))
+        if len(self._weights) > 50_000:
+            self._weights.clear()
+        self._weights[bucket] = weights
+        return weights
+
+    def fragmentation(self, frees: Sequence[int], cpu_free: int | None = None, memory_free: int | None = None) -> float:
+        """Expected fragmentation (thousandths of a device) of a node with these device free shares."""
+        return self._fragmentation(frees, self._weights_for(self.bucket(cpu_free, memory_free)))
+
+    @staticmethod
+    def _fragmentation(frees: Sequence[int], w: _Weights) -> float:
+        single = w.single
         value = 0.0
         total = 0
         for f in frees:
             value += single[f]
             total += f
-        for count, share, p in self._multi:
+        for count, share, p in w.multi:
             eligible = 0
             below = 0
             for f in frees:
@@ -94,21 +145,34 @@ class WorkloadProfile:
                 else:
                     below += f
             value += p * (below if eligible >= count else total)
-        return value
+        return value + w.unfit * total
 
-    def best_placement(self, frees: Sequence[int], count: int, share: int) -> tuple[float, int]:
-        """The growth of fragmentation when `count` devices give `share` each, placed as well as possible,
-        and the free share of the device to take first (for a single-device request: the device to take).
-
-        Returns (inf, -1) when the request does not fit. `frees` must be sorted (the node's signature).
-        """
-        key = (tuple(frees), count, share)
+    def best_placement(
+        self,
+        frees: Sequence[int],
+        count: int,
+        share: int,
+        *,
+        cpu_free: int | None = None,
+        memory_free: int | None = None,
+        cpu: int = 0,
+        memory: int = 0,
+    ) -> tuple[float, int]:
+        """How much the node's expected fragmentation grows when a task of `count` devices × `share` (and
+        `cpu`, `memory`) is placed as well as possible, and the free share of the device to take (the first
+        one, for several). (inf, -1) when it does not fit. `frees` must be sorted (the node's signature)."""
+        before_bucket = self.bucket(cpu_free, memory_free)
+        after_bucket = self.bucket(
+            None if cpu_free is None else cpu_free - cpu, None if memory_free is None else memory_free - memory
+        )
+        key = (tuple(frees), count, share, before_bucket, after_bucket)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        if len(self._memo) > 200_000:
+        if len(self._memo) > 300_000:
             self._memo.clear()
-        before = self.fragmentation(frees)
+        before = self._fragmentation(frees, self._weights_for(before_bucket))
+        after_weights = self._weights_for(after_bucket)
         best = (float("inf"), -1)
         if count == 1:
             for f in sorted(set(frees)):
@@ -116,7 +180,7 @@ class WorkloadProfile:
                     continue
                 after = list(frees)
                 after[after.index(f)] = f - share
-                delta = self.fragmentation(after) - before
+                delta = self._fragmentation(after, after_weights) - before
                 if delta < best[0] - 1e-12:
                     best = (delta, f)
         else:
@@ -125,6 +189,6 @@ class WorkloadProfile:
                 after = list(frees)
                 for f in eligible[:count]:
                     after[after.index(f)] = f - share
-                best = (self.fragmentation(after) - before, eligible[0])
+                best = (self._fragmentation(after, after_weights) - before, eligible[0])
         self._memo[key] = best
         return best

@@ -35,7 +35,7 @@ from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, Sched
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
 from hami.scheduler.policy import policy_for
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, pod_key
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, host_requests, pod_key
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
 
@@ -119,12 +119,27 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
-def _share(request: ContainerRequest, record: NodeRecord, kind: str) -> int:
-    """A request's share of one of the node's devices, in thousandths; above 1000 when no device is that large."""
-    largest = max(record.views[kind].devices, key=lambda u: u.device.devmem).device
-    if request.memory_percentage is None and request.memory > largest.devmem:
-        return FULL + 1
-    return request_share(request.memory, request.memory_percentage, request.cores, largest.devmem, largest.devcore)
+class _Shares:
+    """Per filter call: each kind's largest request as a share of a node's devices (thousandths; above 1000
+    when no device is that large), memoised by device size since most nodes have the same."""
+
+    def __init__(self, largest: Mapping[str, ContainerRequest]) -> None:
+        self.largest = largest
+        self._memo: dict[tuple[str, tuple[int, int]], int] = {}
+
+    def __call__(self, record: NodeRecord, kind: str) -> int:
+        size = record.totals[kind].largest
+        key = (kind, size)
+        share = self._memo.get(key)
+        if share is None:
+            request = self.largest[kind]
+            devmem, devcore = size
+            if request.memory_percentage is None and request.memory > devmem:
+                share = FULL + 1
+            else:
+                share = request_share(request.memory, request.memory_percentage, request.cores, devmem, devcore)
+            self._memo[key] = share
+        return share
 
 
 class ObservedWorkload:
@@ -216,32 +231,55 @@ class Extender:
         result = FilterResult()
         with self.state.lock:
             candidates: list[tuple[float, str, NodeRecord]] = []
-            order = self._order_key(policy, requests, kinds)
             largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
+            shares = _Shares(largest)
+            host = host_requests(pod_obj.get("spec") or {})
+            order = self._order_key(policy, largest, kinds, shares, host)
             nodes = self.state.nodes
             signature = self.state.signature
-            for name in node_names:
-                record = nodes.get(name)
-                if record is None or any(k not in record.totals for k in kinds):
-                    missing = [k for k in kinds if record is None or k not in record.views]
-                    result.failed[name] = f"no {', '.join(missing)} devices registered"
-                    continue
+            single = kinds[0] if len(kinds) == 1 else None
+            memo_key = (
+                policy.node,
+                id(policy.workload),
+                host,
+                tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
+            )
+
+            def evaluate(record: NodeRecord) -> tuple[str | None, float]:
                 # A cheap necessary condition on the node's free shares spares the vendor call for hopeless
                 # nodes; the reason stays exact about what is missing.
                 for kind, request in largest.items():
                     free = signature(record, kind)
-                    share = _share(request, record, kind)
+                    share = shares(record, kind)
                     if len(free) < request.count or free[-request.count] < share:
                         enough = sum(1 for f in free if f >= share)
-                        result.failed[name] = _shortfall(request, kind, enough, len(record.views[kind].devices))
-                        break
+                        return _shortfall(request, kind, enough, len(record.views[kind].devices)), 0.0
+                return None, order(record)
+
+            for name in node_names:
+                record = nodes.get(name)
+                if record is None or (
+                    single not in record.totals if single else any(k not in record.totals for k in kinds)
+                ):
+                    missing = [k for k in kinds if record is None or k not in record.views]
+                    result.failed[name] = f"no {', '.join(missing)} devices registered"
+                    continue
+                hit = record.memo.get(memo_key)
+                if hit is None:
+                    if len(record.memo) > 512:
+                        record.memo.clear()
+                    hit = record.memo[memo_key] = evaluate(record)
+                reason, key = hit  # type: ignore[misc]
+                if reason is None:
+                    candidates.append((key, name, record))
                 else:
-                    candidates.append((order(record), name, record))
+                    result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
             if best is None:
                 return result
             node, allocation = best
             self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation)
+            self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host_requests(pod_obj.get("spec") or {}))
         try:
             self._record_decision(pod, node, allocation)
         except ClusterError as exc:
@@ -251,7 +289,12 @@ class Extender:
         return result
 
     def _order_key(
-        self, policy: SchedulingPolicy, requests: Mapping[str, list[ContainerRequest | None]], kinds: Sequence[str]
+        self,
+        policy: SchedulingPolicy,
+        largest: Mapping[str, ContainerRequest],
+        kinds: Sequence[str],
+        shares: _Shares,
+        host: tuple[int, int] = (0, 0),
     ) -> Callable[[NodeRecord], float]:
         """How candidates are ordered before fitting (lowest first): HAMi's node score for binpack (highest
         first) and spread; the free share left after placement for best-fit; the growth of expected
@@ -263,13 +306,13 @@ class Extender:
                 return lambda record: sign * record.totals[kind].share()
             return lambda record: sign * _node_order_key(record, kinds)
         kind = kinds[0]
-        request = max((r for r in requests[kind] if r is not None), key=lambda r: (r.count, r.memory, r.cores))
+        request = largest[kind]
         state = self.state
         if policy.node == "best-fit":
 
             def leftover(record: NodeRecord) -> float:
                 signature = state.signature(record, kind)
-                need = request.count * _share(request, record, kind)
+                need = request.count * shares(record, kind)
                 left = sum(signature) - need
                 return float(left) if left >= 0 else float("inf")
 
@@ -278,8 +321,15 @@ class Extender:
         assert workload is not None
 
         def growth(record: NodeRecord) -> float:
-            signature = state.signature(record, kind)
-            return workload.best_placement(signature, request.count, _share(request, record, kind))[0]
+            return workload.best_placement(
+                state.signature(record, kind),
+                request.count,
+                shares(record, kind),
+                cpu_free=record.cpu_free,
+                memory_free=record.memory_free,
+                cpu=host[0],
+                memory=host[1],
+            )[0]
 
         return growth
 
@@ -339,7 +389,11 @@ class Extender:
         )
 
     def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
-        """Scores 0-10 for clusters that configure prioritize: HAMi's node score under the node policy."""
+        """Scores 0-10 for clusters that configure prioritize: HAMi's node score under binpack and spread.
+
+        Under the fragmentation-aware policy a pod without devices is scored too (configure the extender
+        without managed resources so that kube-scheduler sends every pod): its CPU and memory can strand a
+        node's free devices, and the node where they hurt least scores highest."""
         pod = Pod.from_api(pod_obj)
         try:
             kinds = sorted(self.host.pod_requests(pod))
@@ -347,7 +401,12 @@ class Extender:
         except (HamiError, ValueError):
             return {}
         if not kinds:
-            return {}
+            growth = self.host_only_growth(pod_obj, node_names, policy)
+            if not growth:
+                return {}
+            low, high = min(growth.values()), max(growth.values())
+            spread = (high - low) or 1.0
+            return {n: round(10 * (high - g) / spread) for n, g in growth.items()}
         scores = {}
         with self.state.lock:
             for name in node_names:
@@ -357,6 +416,39 @@ class Extender:
                 share = _node_order_key(record, kinds) / (3 * len(kinds))
                 scores[name] = round(10 * (share if policy.node == "binpack" else 1 - share))
         return scores
+
+    def host_only_growth(
+        self, pod_obj: KubeObject, node_names: Sequence[str], policy: SchedulingPolicy | None = None
+    ) -> dict[str, float]:
+        """For a pod without devices under the fragmentation-aware policy: how much placing its CPU and memory
+        on each node grows that node's expected device fragmentation (empty under other policies)."""
+        policy = policy or self.settings.default_policy()
+        workload = self.workload.profile()
+        if policy.node != "fragmentation-aware" or workload is None:
+            return {}
+        cpu, memory = host_requests(pod_obj.get("spec") or {})
+        growth: dict[str, float] = {}
+        with self.state.lock:
+            for name in node_names:
+                record = self.state.nodes.get(name)
+                if record is None:
+                    continue
+                key = ("host-only", id(workload), cpu, memory)
+                value = record.memo.get(key)
+                if value is None:
+                    value = 0.0
+                    for kind in record.totals:
+                        frees = self.state.signature(record, kind)
+                        before = workload.fragmentation(frees, record.cpu_free, record.memory_free)
+                        after = workload.fragmentation(
+                            frees,
+                            None if record.cpu_free is None else record.cpu_free - cpu,
+                            None if record.memory_free is None else record.memory_free - memory,
+                        )
+                        value += after - before
+                    record.memo[key] = value
+                growth[name] = value  # type: ignore[assignment]
+        return growth
 
     # ---------------------------------------------------------------------------------- bind
 

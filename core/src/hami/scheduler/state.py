@@ -27,6 +27,7 @@ from hami.codec import AnnotationError, decode_legacy_register, decode_node_regi
 from hami.fragmentation import free_share
 from hami.model import ContainerPlacement, Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
 from hami.plugins import VendorHost
+from hami.quantity import cpu_millis, memory_mib
 
 __all__ = ["ClusterState", "Grant", "NodeRecord", "NodeTotals", "PodRecord", "VGPU_NODE_ANNOTATION", "pod_key"]
 
@@ -74,6 +75,24 @@ class NodeRecord:
     pods: set[str] = field(default_factory=set)
     totals: dict[str, NodeTotals] = field(default_factory=dict)
     """kind → capacity and usage summed over the node's devices, kept current with every change."""
+    cpu_allocatable: int | None = None
+    """Millicores the node offers to pods (status.allocatable), None when unknown."""
+    memory_allocatable: int | None = None
+    """MiB the node offers to pods, None when unknown."""
+    cpu_requested: int = 0
+    memory_requested: int = 0
+    host_pods: set[str] = field(default_factory=set)
+    """Every live pod on the node (with or without devices), for CPU and memory."""
+    memo: dict[object, object] = field(default_factory=dict)
+    """The filter's per-node evaluations, valid until the node's usage changes (then cleared)."""
+
+    @property
+    def cpu_free(self) -> int | None:
+        return None if self.cpu_allocatable is None else self.cpu_allocatable - self.cpu_requested
+
+    @property
+    def memory_free(self) -> int | None:
+        return None if self.memory_allocatable is None else self.memory_allocatable - self.memory_requested
 
     def __post_init__(self) -> None:
         for kind, view in self.views.items():
@@ -82,6 +101,7 @@ class NodeRecord:
                 t.slots += u.device.count
                 t.cores += u.device.devcore
                 t.memory += u.device.devmem
+                t.largest = max(t.largest, (u.device.devmem, u.device.devcore))
 
 
 @dataclass(slots=True)
@@ -96,6 +116,8 @@ class NodeTotals:
     usedmem: int = 0
     signature: tuple[int, ...] | None = None
     """The sorted free shares of the node's devices (thousandths), computed on demand, reset on change."""
+    largest: tuple[int, int] = (0, 0)
+    """(devmem, devcore) of the node's largest device of the kind."""
 
     def share(self) -> float:
         """HAMi's node score before placement, divided by 10: used slots, cores and memory as shares, summed."""
@@ -140,6 +162,8 @@ class ClusterState:
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
+        self.host_usage: dict[str, tuple[str, int, int]] = {}
+        """pod key → (node, CPU millicores, memory MiB) requested, for every live pod bound or assumed."""
         self._kinds: list[DeviceKind] = host.kinds
 
     # ---------------------------------------------------------------------------------- nodes
@@ -174,11 +198,15 @@ class ClusterState:
                     annotations=m.get("annotations") or {},
                     labels=m.get("labels") or {},
                 )
+        cpu, memory = _allocatable(node)
         with self.lock:
             old = self.nodes.get(name)
             record = NodeRecord(name, m.get("annotations") or {}, m.get("labels") or {}, views)
+            record.cpu_allocatable, record.memory_allocatable = cpu, memory
             if old is not None:
                 record.pods = old.pods
+                record.host_pods = old.host_pods
+                record.cpu_requested, record.memory_requested = old.cpu_requested, old.memory_requested
             self.nodes[name] = record
             for key in record.pods:
                 self._apply(self.pods[key], +1)
@@ -238,14 +266,45 @@ class ClusterState:
         m = meta(pod)
         key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
         record = self.record_of(pod)
+        spec = pod.get("spec") or {}
+        phase = str((pod.get("status") or {}).get("phase") or "")
+        node = str(spec.get("nodeName") or (m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "")
         with self.lock:
             self._forget(key)
             if record is not None:
                 self._remember(record)
+            if node and phase not in TERMINAL_PHASES:
+                self.set_host_usage(key, node, *host_requests(spec))
+            else:
+                self.set_host_usage(key, "", 0, 0)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.lock:
-            self._forget(pod_key(namespace, name))
+            key = pod_key(namespace, name)
+            self._forget(key)
+            self.set_host_usage(key, "", 0, 0)
+
+    def set_host_usage(self, key: str, node: str, cpu: int, memory: int) -> None:
+        """Count a pod's CPU and memory requests on `node` (an empty node forgets the pod)."""
+        with self.lock:
+            previous = self.host_usage.pop(key, None)
+            if previous is not None:
+                old = self.nodes.get(previous[0])
+                if old is not None:
+                    old.memo.clear()
+                    old.cpu_requested -= previous[1]
+                    old.memory_requested -= previous[2]
+                    old.host_pods.discard(key)
+            if not node:
+                return
+            record = self.nodes.get(node)
+            if record is None:
+                record = self.nodes[node] = NodeRecord(node, {}, {}, {})
+            record.memo.clear()
+            record.cpu_requested += cpu
+            record.memory_requested += memory
+            record.host_pods.add(key)
+            self.host_usage[key] = (node, cpu, memory)
 
     def assume(
         self, namespace: str, name: str, uid: str, node: str, init_containers: int,
@@ -291,6 +350,7 @@ class ClusterState:
             if view is None:
                 continue
             totals = node.totals[kind]
+            node.memo.clear()
             for usage in view.devices:
                 grant = grants.get(usage.device.id)
                 if grant is not None:
@@ -333,10 +393,45 @@ class ClusterState:
         with self.lock:
             self.nodes.clear()
             self.pods.clear()
+            self.host_usage.clear()
             for node in nodes:
                 self.set_node(node)
             for pod in pods:
                 self.set_pod(pod)
+
+
+def _allocatable(node: KubeObject) -> tuple[int | None, int | None]:
+    status = node.get("status") or {}
+    offered = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        cpu = cpu_millis(offered["cpu"]) if "cpu" in offered else None
+        memory = memory_mib(offered["memory"]) if "memory" in offered else None
+    except ValueError as exc:
+        log.warning("node %s: unreadable allocatable resources: %s", meta(node).get("name"), exc)
+        return None, None
+    return cpu, memory
+
+
+def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
+    containers, or its largest init container if that is larger. Requests default to limits."""
+
+    def one(container: Mapping[str, Any]) -> tuple[int, int]:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        try:
+            return (
+                cpu_millis(asked["cpu"]) if "cpu" in asked else 0,
+                memory_mib(asked["memory"]) if "memory" in asked else 0,
+            )
+        except ValueError:
+            return 0, 0
+
+    apps = [one(c) for c in spec.get("containers") or ()]
+    inits = [one(c) for c in spec.get("initContainers") or ()]
+    cpu = max([sum(c for c, _ in apps), *(c for c, _ in inits)])
+    memory = max([sum(m for _, m in apps), *(m for _, m in inits)])
+    return cpu, memory
 
 
 def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:

@@ -61,7 +61,7 @@ class SimulationResult:
 
 def workload_of(pods: Sequence[TracePod]) -> WorkloadProfile:
     """The request mix of a trace, as the fragmentation-aware policy sees it."""
-    return WorkloadProfile.from_requests((p.num_gpu, p.gpu_milli) for p in pods if p.num_gpu)
+    return WorkloadProfile.from_requests((p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods if p.num_gpu)
 
 
 def _node_object(node: TraceNode) -> dict[str, Any]:
@@ -72,7 +72,8 @@ def _node_object(node: TraceNode) -> dict[str, Any]:
         for i in range(node.gpus)
     ]
     annotations = {vendor.KIND.annotations.node_register or "": encode_node_register(devices)} if devices else {}
-    return {"metadata": {"name": node.name, "annotations": annotations}}
+    allocatable = {"cpu": f"{node.cpu_milli}m", "memory": f"{node.memory_mib}Mi"}
+    return {"metadata": {"name": node.name, "annotations": annotations}, "status": {"allocatable": allocatable}}
 
 
 def _pod_object(index: int, pod: TracePod) -> dict[str, Any]:
@@ -84,7 +85,17 @@ def _pod_object(index: int, pod: TracePod) -> dict[str, Any]:
     annotations = {vendor.KIND.annotations.use_type or "": ",".join(pod.gpu_spec)} if pod.gpu_spec else {}
     return {
         "metadata": {"name": f"{pod.name}-{index}", "namespace": "sim", "annotations": annotations},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {
+                        "limits": limits,
+                        "requests": {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"},
+                    },
+                }
+            ]
+        },
     }
 
 
@@ -126,7 +137,13 @@ def simulate(
         if not fits:
             failed["cpu or memory"] += 1
         elif pod.num_gpu == 0:
-            chosen = max(fits, key=lambda n: (free_cpu[n], n))
+            # kube-scheduler's own choice (most free CPU), unless the policy scores pods without devices too
+            growth = extender.host_only_growth(_pod_object(index, pod), fits)
+            if growth:
+                chosen = min(fits, key=lambda n: (growth[n], -free_cpu[n], n))
+            else:
+                chosen = max(fits, key=lambda n: (free_cpu[n], n))
+            state.set_host_usage(f"sim/{pod.name}-{index}", chosen, pod.cpu_milli, pod.memory_mib)
         else:
             result = extender.filter(cluster.create("pods", _pod_object(index, pod)), fits)
             chosen = result.node

@@ -2,7 +2,7 @@
 
 Owns argument parsing, logging set-up and turning deliberate errors (`hami.errors.HamiError`) into a
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
-them. Subcommands so far: `vendors`, `scheduler`.
+them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hami.plugins import VendorHost
 
 __all__ = ["main"]
 
-SERVICES = frozenset({"scheduler"})
+SERVICES = frozenset({"scheduler", "webhook", "node"})
 
 
 def vendors_report(host: VendorHost) -> dict[str, Any]:
@@ -154,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.add_argument("--leader-elect", action="store_true", help="elect a leader among replicas through a Lease")
     scheduler.set_defaults(func=_cmd_scheduler)
+
+    from hami.node.cli import add_node_parser
+    from hami.webhook.cli import add_webhook_parser
+
+    add_webhook_parser(sub)
+    add_node_parser(sub)
     return parser
 
 

@@ -13,8 +13,19 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
       leaderElection: {enabled: true, namespace: kube-system, name: hami-scheduler}
+    webhook:                          # `hami webhook`, or served by `hami scheduler` when enabled
+      enabled: false
+      listen: 0.0.0.0:9443
+      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
+    node:                             # `hami node`
+      devicePluginDir: /var/lib/kubelet/device-plugins
+      hookDir: /usr/local/hami
+      metricsListen: 0.0.0.0:9394
     vendors:
       nvidia: {deviceSplitCount: 10, defaultMem: 0}
+
+The `webhook` and `node` sections are validated by their services' own models (`hami.webhook.settings`,
+`hami.node.daemon.NodeSettings`) when those services start, with the same kind of message.
 """
 
 from __future__ import annotations
@@ -91,6 +102,8 @@ class HamiConfig(_Section):
     log_level: str = Field(default="info", alias="logLevel", pattern="^(debug|info|warning|error)$")
     kubeconfig: str | None = None
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    webhook: dict[str, Any] = Field(default_factory=dict)
+    node: dict[str, Any] = Field(default_factory=dict)
     vendors: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 

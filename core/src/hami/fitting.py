@@ -139,7 +139,7 @@ class ShareFitter:
             if request is None:
                 placement.append(())
                 continue
-            chosen, reason = self._fit_container(request, frees, cordoned, selectors, policy)
+            chosen, reason = self._fit_container(request, frees, cordoned, selectors, policy, node, pod)
             if chosen is None:
                 who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
                 return NodeFit(node=node.name, reason=f"{who}: {reason}")
@@ -153,6 +153,8 @@ class ShareFitter:
         cordoned: set[str],
         selectors: Selectors,
         policy: SchedulingPolicy,
+        node: NodeView,
+        pod: Pod,
     ) -> tuple[ContainerPlacement | None, str]:
         usable: list[tuple[_Free, int, int]] = []
         refusals: Counter[str] = Counter()
@@ -169,7 +171,7 @@ class ShareFitter:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
-        chosen = self._choose(usable, request.count, policy, frees)
+        chosen = self._choose(usable, request.count, policy, frees, node, pod)
         for free, memory, cores in chosen:
             free.used += 1
             free.usedmem += memory
@@ -204,10 +206,18 @@ class ShareFitter:
         return None
 
     def _choose(
-        self, usable: list[tuple[_Free, int, int]], count: int, policy: SchedulingPolicy, frees: list[_Free]
+        self,
+        usable: list[tuple[_Free, int, int]],
+        count: int,
+        policy: SchedulingPolicy,
+        frees: list[_Free],
+        node: NodeView,
+        pod: Pod,
     ) -> list[tuple[_Free, int, int]]:
         if "fragmentation-aware" in policy.device and policy.workload is not None:
-            return _least_fragmenting(usable, count, policy.workload, frees)
+            cpu = None if node.cpu_free is None else node.cpu_free - pod.host_cpu
+            memory = None if node.memory_free is None else node.memory_free - pod.host_memory
+            return _least_fragmenting(usable, count, policy.workload, frees, cpu, memory)
         binpack = "binpack" in policy.device or "best-fit" in policy.device
 
         def order(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
@@ -232,11 +242,16 @@ def _share_of(free: _Free) -> int:
 
 
 def _least_fragmenting(
-    usable: list[tuple[_Free, int, int]], count: int, workload: WorkloadProfile, frees: list[_Free]
+    usable: list[tuple[_Free, int, int]],
+    count: int,
+    workload: WorkloadProfile,
+    frees: list[_Free],
+    cpu_after: int | None,
+    memory_after: int | None,
 ) -> list[tuple[_Free, int, int]]:
     """The devices whose use grows the node's expected fragmentation least (FGD's device choice)."""
     shares = [_share_of(f) for f in frees]
-    before = workload.fragmentation(shares)
+    before = workload.fragmentation(shares, cpu_after, memory_after)
     position = {id(f): i for i, f in enumerate(frees)}
 
     def growth(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
@@ -244,7 +259,7 @@ def _least_fragmenting(
         d = free.usage.device
         after = list(shares)
         after[position[id(free)]] = free_share(d.devmem, free.usedmem + memory, d.devcore, free.usedcores + cores)
-        return (workload.fragmentation(after) - before, d.index, d.id)
+        return (workload.fragmentation(after, cpu_after, memory_after) - before, d.index, d.id)
 
     if count == 1:
         return [min(usable, key=growth)]

@@ -84,7 +84,7 @@ class WorkloadProfile:
         """A profile from observed requests, `(count, share)` or `(count, share, cpu, memory)`, equally weighted."""
         counts: dict[tuple[int, int, int, int], float] = {}
         for request in requests:
-            count, share, cpu, memory = (*request, 0, 0) if len(request) == 2 else request  # type: ignore[misc]
+            count, share, cpu, memory = (*request, 0, 0) if len(request) == 2 else request
             if count > 0:
                 key = (count, max(1, min(FULL, share)), cpu, memory)
                 counts[key] = counts.get(key, 0.0) + 1.0

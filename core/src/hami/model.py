@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hami.fragmentation import WorkloadProfile
+from hami.quantity import cpu_millis, memory_mib
 
 __all__ = [
     "AdmissionEdit",
@@ -43,6 +44,7 @@ __all__ = [
     "ResourceNames",
     "SchedulingPolicy",
     "VendorInfo",
+    "host_requests",
 ]
 
 MiB = Annotated[int, Field(ge=0, description="device memory in MiB")]
@@ -258,6 +260,8 @@ class Pod(_Model):
     containers: tuple[Container, ...] = ()
     node_name: str = ""
     scheduler_name: str = ""
+    host_cpu: int = Field(default=0, ge=0, description="CPU millicores the pod requests, as kube-scheduler counts")
+    host_memory: int = Field(default=0, ge=0, description="memory MiB the pod requests, as kube-scheduler counts")
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -279,7 +283,31 @@ class Pod(_Model):
             containers=tuple(_container_from_api(c) for c in spec.get("containers") or ()),
             node_name=str(spec.get("nodeName") or ""),
             scheduler_name=str(spec.get("schedulerName") or ""),
+            **dict(zip(("host_cpu", "host_memory"), host_requests(spec), strict=True)),
         )
+
+
+def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
+    containers, or its largest init container if that is larger. Requests default to limits; unreadable
+    quantities count as zero (the API server has validated them)."""
+
+    def one(container: Any) -> tuple[int, int]:
+        resources = container.get("resources") or {} if isinstance(container, Mapping) else {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        try:
+            return (
+                cpu_millis(asked["cpu"]) if "cpu" in asked else 0,
+                memory_mib(asked["memory"]) if "memory" in asked else 0,
+            )
+        except ValueError:
+            return 0, 0
+
+    apps = [one(c) for c in spec.get("containers") or ()]
+    inits = [one(c) for c in spec.get("initContainers") or ()]
+    cpu = max([sum(c for c, _ in apps), *(c for c, _ in inits)])
+    memory = max([sum(m for _, m in apps), *(m for _, m in inits)])
+    return max(cpu, 0), max(memory, 0)
 
 
 def _str_map(value: Any) -> dict[str, str]:
@@ -397,6 +425,8 @@ class NodeView(BaseModel):
     link_scores: Mapping[str, Mapping[str, int]] = Field(default_factory=dict)
     annotations: Mapping[str, str] = Field(default_factory=dict)
     labels: Mapping[str, str] = Field(default_factory=dict)
+    cpu_free: int | None = Field(default=None, description="millicores not yet requested on the node, if known")
+    memory_free: int | None = Field(default=None, description="MiB not yet requested on the node, if known")
 
 
 class SchedulingPolicy(_Model):

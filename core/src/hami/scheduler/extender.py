@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,11 +32,12 @@ from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
 from hami.fragmentation import FULL, WorkloadProfile, request_share
-from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
+from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
 from hami.scheduler.policy import policy_for
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, host_requests, pod_key
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, pod_key
+from hami.webhook.quota import QuotaLedger
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
 
@@ -119,6 +121,10 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
+TIE_BREAK = 1e-6
+"""Between placements that grow fragmentation alike, prefer the node with less free device share left."""
+
+
 class _Shares:
     """Per filter call: each kind's largest request as a share of a node's devices (thousandths; above 1000
     when no device is that large), memoised by device size since most nodes have the same."""
@@ -183,6 +189,8 @@ class Extender:
         self.state = state
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
+        self.quota: QuotaLedger | None = None
+        """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
         self.is_leader: Callable[[], bool] = lambda: True
         """Only the leader decides; a follower answers with an error (kube-scheduler's own leader calls us)."""
         self.on_filter_result: Callable[[FilterResult], None] = lambda result: None
@@ -264,12 +272,12 @@ class Extender:
                     missing = [k for k in kinds if record is None or k not in record.views]
                     result.failed[name] = f"no {', '.join(missing)} devices registered"
                     continue
-                hit = record.memo.get(memo_key)
+                hit = cast("tuple[str | None, float] | None", record.memo.get(memo_key))
                 if hit is None:
                     if len(record.memo) > 512:
                         record.memo.clear()
                     hit = record.memo[memo_key] = evaluate(record)
-                reason, key = hit  # type: ignore[misc]
+                reason, key = hit
                 if reason is None:
                     candidates.append((key, name, record))
                 else:
@@ -278,12 +286,18 @@ class Extender:
             if best is None:
                 return result
             node, allocation = best
+            if self.quota is not None:
+                verdict = self.quota.reserve(pod, allocation, len(pod.init_containers))
+                if not verdict.fits:
+                    return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
             self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation)
             self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host_requests(pod_obj.get("spec") or {}))
         try:
             self._record_decision(pod, node, allocation)
         except ClusterError as exc:
             self.state.remove_pod(pod.namespace, pod.name)
+            if self.quota is not None:
+                self.quota.release(pod.namespace, pod.name)
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
@@ -321,8 +335,9 @@ class Extender:
         assert workload is not None
 
         def growth(record: NodeRecord) -> float:
-            return workload.best_placement(
-                state.signature(record, kind),
+            signature = state.signature(record, kind)
+            delta = workload.best_placement(
+                signature,
                 request.count,
                 shares(record, kind),
                 cpu_free=record.cpu_free,
@@ -330,6 +345,7 @@ class Extender:
                 cpu=host[0],
                 memory=host[1],
             )[0]
+            return delta + TIE_BREAK * sum(signature)
 
         return growth
 
@@ -345,6 +361,9 @@ class Extender:
         for batch in _batches(candidates, self.settings.batch_size):
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
+            for record in batch:
+                for view in record.views.values():
+                    view.cpu_free, view.memory_free = record.cpu_free, record.memory_free
             for kind in kinds:
                 views = [r.views[kind] for r in batch if r.name not in result.failed]
                 if not views:
@@ -445,7 +464,7 @@ class Extender:
                             None if record.cpu_free is None else record.cpu_free - cpu,
                             None if record.memory_free is None else record.memory_free - memory,
                         )
-                        value += after - before
+                        value += after - before + TIE_BREAK * sum(frees)
                     record.memo[key] = value
                 growth[name] = value  # type: ignore[assignment]
         return growth

@@ -65,6 +65,12 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         keyfile=tls.key_file if tls else None,
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
+    webhook = None
+    if config.webhook.get("enabled"):
+        from hami.webhook.cli import validate_webhook_section
+        from hami.webhook.run import start_webhook
+
+        webhook = start_webhook(cluster, host, validate_webhook_section(config.webhook), ledger=service.ledger)
     scheme = "https" if tls else "http"
     log.info(
         "scheduler extender serving %s://%s:%d%s (vendors: %s); metrics on :%d",
@@ -78,6 +84,8 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         log.info("scheduler shutting down")
         server.stop()
         metrics.stop()
+        if webhook is not None:
+            webhook.stop()
         service.stop()
         _restore_signal_handlers(previous)
     return 0

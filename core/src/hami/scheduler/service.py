@@ -25,6 +25,7 @@ from hami.scheduler.leader import LeaderElector
 from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
+from hami.webhook.quota import QuotaLedger
 
 __all__ = ["SchedulerService"]
 
@@ -79,6 +80,8 @@ class SchedulerService:
             self.cluster.watch("nodes", node_rv, self._on_node),
             self.cluster.watch("pods", pod_rv, self._on_pod),
         ]
+        self.ledger = QuotaLedger(self.cluster, self.host).start()
+        self.extender.quota = self.ledger
         self._ready.set()
         if self.elector is not None:
             self.elector.start()
@@ -88,6 +91,9 @@ class SchedulerService:
 
     def stop(self) -> None:
         self._ready.clear()
+        if self.extender.quota is not None:
+            self.extender.quota.stop()
+            self.extender.quota = None
         if self.elector is not None:
             self.elector.stop()
         for sub in self._subs:

@@ -25,7 +25,15 @@ from typing import Any
 from hami.cluster.port import KubeObject, meta
 from hami.codec import AnnotationError, decode_legacy_register, decode_node_register, decode_pod_devices
 from hami.fragmentation import free_share
-from hami.model import ContainerPlacement, Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
+from hami.model import (
+    ContainerPlacement,
+    Device,
+    DeviceKind,
+    DeviceUsage,
+    NodeView,
+    RegisterFormat,
+    host_requests,
+)
 from hami.plugins import VendorHost
 from hami.quantity import cpu_millis, memory_mib
 
@@ -409,28 +417,6 @@ def _allocatable(node: KubeObject) -> tuple[int | None, int | None]:
     except ValueError as exc:
         log.warning("node %s: unreadable allocatable resources: %s", meta(node).get("name"), exc)
         return None, None
-    return cpu, memory
-
-
-def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
-    containers, or its largest init container if that is larger. Requests default to limits."""
-
-    def one(container: Mapping[str, Any]) -> tuple[int, int]:
-        resources = container.get("resources") or {}
-        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        try:
-            return (
-                cpu_millis(asked["cpu"]) if "cpu" in asked else 0,
-                memory_mib(asked["memory"]) if "memory" in asked else 0,
-            )
-        except ValueError:
-            return 0, 0
-
-    apps = [one(c) for c in spec.get("containers") or ()]
-    inits = [one(c) for c in spec.get("initContainers") or ()]
-    cpu = max([sum(c for c, _ in apps), *(c for c, _ in inits)])
-    memory = max([sum(m for _, m in apps), *(m for _, m in inits)])
     return cpu, memory
 
 

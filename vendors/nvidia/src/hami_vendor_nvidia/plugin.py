@@ -1,9 +1,17 @@
 """The NVIDIA vendor plugin: HAMi v2.10's `nvidia.com/*` resources and `hami.io/vgpu-*` annotations.
 
-Owns the NVIDIA device kind's metadata, its settings (defaults for memory and cores), and reading container
-requests, and fitting shared GPUs with core's `ShareFitter` (selectors, cordon, exclusivity, binpack, spread,
-mutex, NUMA). Discovery through NVML, topology-aware and MIG placement, container edits and the isolation
-library are not built yet.
+Every hook implementation of the vendor, in the order a pod meets them; each is a thin call into the module
+that owns the rule:
+
+* metadata and settings here (`KIND`, `INFO`; `hami_vendor_nvidia.settings`);
+* discovery through NVML (`hami_vendor_nvidia.discovery`, the driver binding in `hami_vendor_nvidia.nvml`);
+* requests and admission defaults (`hami_vendor_nvidia.admission`);
+* fitting: shared GPUs on core's building blocks, MIG instances, NUMA binding, topology
+  (`hami_vendor_nvidia.fit`, `hami_vendor_nvidia.mig`, `hami.topology`);
+* allocation and release of MIG instances and accounting directories (`hami_vendor_nvidia.allocation`);
+* container edits for the kubelet (`hami_vendor_nvidia.edits`).
+
+It must stay free of rules of its own, so that the plugin guide can show each hook as it is.
 """
 
 from __future__ import annotations
@@ -11,23 +19,45 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from hami import hookimpl
-from hami.fitting import ShareFitter
 from hami.model import (
+    AdmissionEdit,
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
     DeviceKind,
     NodeFit,
+    NodeInventory,
     NodeView,
     Pod,
     ResourceNames,
     SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import read_share_request
+from hami_vendor_nvidia import admission, allocation, discovery, edits
+from hami_vendor_nvidia.fit import NvidiaFitter
+from hami_vendor_nvidia.settings import NvidiaSettings
+
+__all__ = [
+    "INFO",
+    "KIND",
+    "NvidiaSettings",
+    "hami_admission_defaults",
+    "hami_allocate",
+    "hami_container_edits",
+    "hami_container_request",
+    "hami_discover_devices",
+    "hami_fit_nodes",
+    "hami_release",
+    "hami_vendor_info",
+    "hami_vendor_settings",
+]
+
+# --------------------------------------------------------------------------------------------------------
+# Metadata
+# --------------------------------------------------------------------------------------------------------
 
 KIND = DeviceKind(
     common_word="NVIDIA",
@@ -50,19 +80,7 @@ KIND = DeviceKind(
     ),
 )
 
-INFO = VendorInfo(name="nvidia", display_name="NVIDIA", kinds=(KIND,))
-
-
-class NvidiaSettings(BaseModel):
-    """The `nvidia` section of the configuration (HAMi's `nvidia:` scheduler and device-plugin options)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
-    default_cores: int = Field(default=0, ge=0, le=100, alias="defaultCores")
-    device_split_count: int = Field(default=10, ge=1, alias="deviceSplitCount")
-    device_memory_scaling: float = Field(default=1.0, gt=0, alias="deviceMemoryScaling")
-    device_core_scaling: float = Field(default=1.0, gt=0, alias="deviceCoreScaling")
+INFO = VendorInfo(name="nvidia", display_name="NVIDIA", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)
 
 
 @hookimpl
@@ -75,13 +93,36 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> NvidiaSettings:
     return NvidiaSettings.model_validate(raw)
 
 
+# --------------------------------------------------------------------------------------------------------
+# Discovery (node daemon)
+# --------------------------------------------------------------------------------------------------------
+
+
 @hookimpl
-def hami_container_request(
+def hami_discover_devices(settings: NvidiaSettings) -> list[NodeInventory]:
+    return discovery.discover(settings)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Requests and admission (webhook and scheduler)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_container_request(kind: DeviceKind, container: Container, settings: NvidiaSettings) -> ContainerRequest | None:
+    return admission.container_request(kind, container, settings)
+
+
+@hookimpl
+def hami_admission_defaults(
     kind: DeviceKind, container: Container, pod: Pod, settings: NvidiaSettings
-) -> ContainerRequest | None:
-    return read_share_request(
-        kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
-    )
+) -> AdmissionEdit | None:
+    return admission.admission_defaults(kind, container, pod, settings)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Fitting (scheduler extender and simulator): all candidate nodes in one call
+# --------------------------------------------------------------------------------------------------------
 
 
 @hookimpl
@@ -92,4 +133,33 @@ def hami_fit_nodes(
     nodes: Sequence[NodeView],
     policy: SchedulingPolicy,
 ) -> list[NodeFit]:
-    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+    return NvidiaFitter(kind, pod, policy).fit_nodes(requests, nodes)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Allocation (node daemon, inside the kubelet's Allocate) and release
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_allocate(
+    pod: Pod, container_index: int, devices: ContainerPlacement, settings: NvidiaSettings
+) -> ContainerPlacement | None:
+    return allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: NvidiaSettings) -> None:
+    allocation.release(settings, pod, placements)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Container edits (node daemon, the answer to the kubelet)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_container_edits(
+    pod: Pod, container_index: int, devices: ContainerPlacement, settings: NvidiaSettings
+) -> ContainerEdits:
+    return edits.container_edits(settings, pod, container_index, devices)

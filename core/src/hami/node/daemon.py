@@ -1,0 +1,338 @@
+"""The node daemon assembled: settings, the event loop, the periodic work, and an orderly SIGTERM.
+
+One asyncio event loop runs everything that waits: the device-plugin servers (`hami.node.plugin`), and
+three periodic tasks:
+
+* **discovery** (`discoveryIntervalSeconds`): every vendor's `hami_discover_devices`, in a worker thread;
+  the device lists of the plugins are updated (ListAndWatch pushes what changed), a plugin is created for a
+  resource seen for the first time, and the node annotations are synced at once when anything changed;
+* **kubelet** (`kubeletPollSeconds`): one `stat` of `kubelet.sock`; a new kubelet, or a plugin socket the
+  kubelet removed, makes the affected plugins listen again and register again, without a restart;
+* **node** (`registerIntervalSeconds`): the register and handshake annotations compared and repaired
+  (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`).
+
+Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
+per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
+
+At start-up the vendors' isolation libraries are installed (`hami.node.hooklib`), the pods already bound
+to this node are listed once, and the heap left free by loading everything is returned to the OS (glibc's
+`malloc_trim`, about 12 MB: the budget is 80 MB resident with every vendor loaded).
+
+On SIGTERM or SIGINT: the plugins stop listening and end their streams, an Allocate in progress gets
+`shutdownGraceSeconds` to finish (its annotation writes and lock release run to the end in their thread
+either way), the sockets are removed, and the metrics server stops. Node annotations are left as they are:
+the devices are still there, and the scheduler's handshake notices a daemon that does not come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hami.cluster.port import Cluster, ClusterError
+from hami.config import HamiConfig, parse_address
+from hami.errors import ConfigError
+from hami.model import NodeInventory
+from hami.node.allocate import Allocator
+from hami.node.devices import ResourceRole, advertised_devices, resources_of
+from hami.node.hooklib import IsolationLibraries
+from hami.node.kubelet import KubeletSocket, RegistrationError
+from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
+from hami.node.plugin import ResourcePlugin
+from hami.node.pods import ServedPods
+from hami.node.register import NodeRegistrar
+from hami.plugins import VendorHost
+
+__all__ = ["NodeDaemon", "NodeSettings", "connect", "run_node"]
+
+log = logging.getLogger(__name__)
+
+
+class NodeSettings(BaseModel):
+    """How the node daemon runs; the shape of a future `node` section of the configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    node_name: str = Field(min_length=1, alias="nodeName", description="this node's name (the downward API's)")
+    device_plugin_dir: Path = Field(default=Path("/var/lib/kubelet/device-plugins"), alias="devicePluginDir")
+    hook_dir: Path = Field(default=Path("/usr/local/hami"), alias="hookDir")
+    metrics_listen: str = Field(default="0.0.0.0:9394", alias="metricsListen")
+    discovery_interval_seconds: float = Field(default=10.0, gt=0, alias="discoveryIntervalSeconds")
+    register_interval_seconds: float = Field(default=30.0, gt=0, alias="registerIntervalSeconds")
+    kubelet_poll_seconds: float = Field(default=0.5, gt=0, alias="kubeletPollSeconds")
+    shutdown_grace_seconds: float = Field(default=5.0, ge=0, alias="shutdownGraceSeconds")
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        parse_address(value)
+        return value
+
+
+class NodeDaemon:
+    """Every part of the node daemon, and the loop that drives them."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        host: VendorHost,
+        cluster: Cluster,
+        *,
+        container_usage: ContainerUsageReader | None = None,
+    ) -> None:
+        self.settings = settings
+        self.host = host
+        self.cluster = cluster
+        self.node = settings.node_name
+        self.kubelet = KubeletSocket(settings.device_plugin_dir)
+        self.libraries = IsolationLibraries(settings.hook_dir)
+        self.served = ServedPods(host)
+        self.allocator = Allocator(cluster, host, self.node, on_served=self.served.record)
+        self.registrar = NodeRegistrar(cluster, host, self.node)
+        self.monitor = NodeMonitor(
+            self.node, lambda: self.inventories, self.served.containers, container_usage=container_usage
+        )
+        self.inventories: dict[str, NodeInventory] = {}
+        self.plugins: dict[str, ResourcePlugin] = {}
+        self.metrics: MonitorServer | None = None
+        self.discoveries = 0
+        """Discovery rounds completed."""
+        self._registered: set[str] = set()
+        self._failures: dict[str, str] = {}
+        self._kubelet: tuple[int, int] | None = None
+        self._node_lock = asyncio.Lock()
+        self._kubelet_lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------------------------- running
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then shut down."""
+        address = parse_address(self.settings.metrics_listen)
+        try:
+            self.metrics = self.monitor.serve(address)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {self.settings.metrics_listen}: {exc.strerror}") from None
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await asyncio.to_thread(self._start_up)
+            log.info(
+                "node daemon for %s: vendors %s; device plugins in %s; metrics on port %d",
+                self.node, ", ".join(v.name for v in self.host.vendors) or "none",
+                self.settings.device_plugin_dir, self.metrics.port,
+            )  # fmt: skip
+            await self.discover()
+            await self.check_kubelet()
+            _return_free_memory()
+            s = self.settings
+            tasks = [
+                asyncio.create_task(self._every(s.discovery_interval_seconds, self.discover), name="discovery"),
+                asyncio.create_task(self._every(s.kubelet_poll_seconds, self.check_kubelet), name="kubelet"),
+                asyncio.create_task(self._every(s.register_interval_seconds, self.node_work), name="node"),
+            ]
+            await stop.wait()
+        finally:
+            log.info("node daemon shutting down")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop every plugin (in-flight calls get the grace period), remove the sockets, stop the metrics."""
+        grace = self.settings.shutdown_grace_seconds
+        await asyncio.gather(*(p.stop(grace) for p in self.plugins.values()), return_exceptions=True)
+        self._registered.clear()
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
+
+    @staticmethod
+    async def _every(seconds: float, work: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await work()
+            except Exception:  # periodic work goes on after a failure
+                log.exception("periodic %s failed", getattr(work, "__name__", "work"))
+
+    def _start_up(self) -> None:
+        for vendor in self.host.vendors:
+            try:
+                self.libraries.install(vendor)
+            except OSError as exc:
+                log.error("cannot install the isolation library of vendor %s: %s", vendor.name, exc)
+        try:
+            pods, _ = self.cluster.list("pods")
+            found = self.served.load(pods, self.node)
+            if found:
+                log.info("node %s already serves %d container(s)", self.node, found)
+        except ClusterError as exc:
+            log.warning("cannot list the pods already on node %s (%s); metrics start with none", self.node, exc)
+
+    # ---------------------------------------------------------------------------------- discovery
+
+    async def discover(self) -> None:
+        """Ask every vendor for its devices; update plugins, and the node annotations if anything changed."""
+        found = await asyncio.to_thread(self.host.discover)
+        inventories: dict[str, NodeInventory] = {}
+        for vendor, answers in found.items():
+            for inventory in answers:
+                try:
+                    owner = self.host.owner(inventory.kind).name
+                except KeyError:
+                    owner = None
+                if owner != vendor:
+                    log.warning("vendor %s reported devices of kind %r, which it does not own", vendor, inventory.kind)
+                    continue
+                inventories[inventory.kind] = inventory
+        for word in self.inventories:
+            inventories.setdefault(word, NodeInventory(kind=word))  # vanished devices: publish none, not stale
+        changed = inventories != self.inventories
+        self.inventories = inventories
+        created = False
+        for word, inventory in sorted(inventories.items()):
+            kind = self.host.kind(word)
+            for resource in resources_of(kind):
+                plugin = self.plugins.get(resource.name)
+                if plugin is None:
+                    plugin = ResourcePlugin(resource, self.settings.device_plugin_dir, self.allocator.allocate)
+                    self.plugins[resource.name] = plugin
+                    created = True
+                devices = advertised_devices(kind, resource.role, inventory.devices)
+                if await plugin.set_devices(devices) and plugin.serving:
+                    healthy = sum(d.healthy for d in devices)
+                    log.info("%s: %d device(s), %d healthy", resource.name, len(devices), healthy)
+        if created:
+            await self.check_kubelet()
+        if changed:
+            await self.node_work(sweep=False)
+        self.discoveries += 1
+
+    # ---------------------------------------------------------------------------------- kubelet
+
+    async def check_kubelet(self) -> None:
+        """Listen again and register again wherever the kubelet lost track of a plugin."""
+        async with self._kubelet_lock:
+            await self._check_kubelet()
+
+    async def _check_kubelet(self) -> None:
+        identity = self.kubelet.identity()
+        if identity is None:
+            if self._kubelet is not None:
+                log.warning("%s is gone: waiting for the kubelet to come back", self.kubelet.path)
+                self._kubelet = None
+            self._registered.clear()
+            return
+        if identity != self._kubelet:
+            if self._kubelet is not None:
+                log.info("the kubelet restarted: registering again")
+            self._kubelet = identity
+            self._registered.clear()
+        for name, plugin in sorted(self.plugins.items()):
+            if not plugin.socket_present:
+                if plugin.serving:
+                    log.info("the socket of %s was removed: listening again", name)
+                    await plugin.stop(grace=0)
+                self._registered.discard(name)
+                try:
+                    await plugin.start()
+                except (OSError, RuntimeError) as exc:  # grpc says RuntimeError when it cannot bind
+                    log.error("cannot listen on %s for %s (%s); trying again", plugin.socket_path, name, exc)
+                    continue
+            if name in self._registered:
+                continue
+            try:
+                await self.kubelet.register(plugin.socket_path.name, name, plugin.options())
+            except RegistrationError as exc:
+                if self._failures.get(name) != str(exc):  # said once, not at every poll
+                    log.warning("%s; trying again every %s s", exc, self.settings.kubelet_poll_seconds)
+                self._failures[name] = str(exc)
+                continue
+            self._failures.pop(name, None)
+            self._registered.add(name)
+            role = "" if plugin.resource.role == ResourceRole.COUNT else f" ({plugin.resource.role})"
+            log.info("registered %s%s with the kubelet", name, role)
+
+    # ---------------------------------------------------------------------------------- node
+
+    async def node_work(self, sweep: bool = True) -> None:
+        """Sync the register and handshake annotations; with `sweep`, release finished pods too."""
+        async with self._node_lock:
+            await asyncio.to_thread(self._node_work, sweep)
+
+    def _node_work(self, sweep: bool) -> None:
+        if self.inventories:
+            try:
+                self.registrar.sync(self.inventories)
+            except ClusterError as exc:
+                log.warning("cannot update node %s's annotations (%s); trying again", self.node, exc)
+        if sweep:
+            for name in self.served.sweep(self.cluster):
+                log.info("pod %s finished: its devices are released", name)
+
+
+def _return_free_memory() -> None:
+    """Hand the heap left free by start-up (imports, plugin loading) back to the OS: about 12 MB resident.
+
+    glibc keeps freed memory in its arenas; `malloc_trim` releases it. Elsewhere this does nothing.
+    """
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(name).malloc_trim(0)
+
+
+def connect(config: HamiConfig) -> Cluster:
+    """The real cluster: the kubeconfig named in the configuration, or the in-cluster service account."""
+    from hami.cluster.kube import KubeCluster
+
+    if config.kubeconfig:
+        return KubeCluster.from_kubeconfig(config.kubeconfig, component="hami-node")
+    return KubeCluster.in_cluster(component="hami-node")
+
+
+def run_node(
+    config: HamiConfig,
+    settings: NodeSettings,
+    *,
+    cluster: Cluster | None = None,
+    host: VendorHost | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT (or `stop` is set, from another thread); returns the exit status."""
+    host = host or VendorHost.load(config=config.vendors)
+    for failure in host.failed:
+        log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
+    cluster = cluster or connect(config)
+    daemon = NodeDaemon(settings, host, cluster)
+
+    async def main() -> None:
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):  # not the main thread
+                loop.add_signal_handler(sig, done.set)
+        if stop is not None:
+            threading.Thread(
+                target=lambda: (stop.wait(), loop.call_soon_threadsafe(done.set)), daemon=True, name="node-stop"
+            ).start()
+        await daemon.serve(done)
+
+    asyncio.run(main())
+    close = getattr(cluster, "close", None)
+    if callable(close):
+        close()
+    log.info("node daemon stopped")
+    return 0

@@ -1,0 +1,479 @@
+"""Namespace quotas on shared device memory and cores: what a namespace may use, what it uses, what a pod asks.
+
+Owns HAMi's quota rule (protocol.md section 5), done right for multi-device pods: a ResourceQuota's
+`spec.hard` keys `limits.<memory resource>` and `limits.<cores resource>` of a device kind cap the sum over the
+namespace's live pods of *per-device value × device count*, init containers counting as their peak (a pod
+takes the larger of its biggest init container and the sum of its app containers; once placed, per device,
+exactly as the scheduler counts usage). Memory is compared in MiB: a quota value is in the resource's own unit
+(256 MiB for Cambricon, GiB for MetaX) and is multiplied out. Every ResourceQuota object of a namespace is
+enforced on its own, like Kubernetes does.
+
+What counts as used: a live (not Succeeded or Failed) pod counts by its `…-devices-allocated` annotations once
+the scheduler has placed it (exact figures, percentages resolved), or by its requests once it is bound to a
+node without such an annotation. Pending pods that are not placed do not count: the admission check stops
+what is plainly over the quota, and `QuotaLedger.reserve`, called by the scheduler's filter under one lock,
+is the check that two pods admitted at the same moment cannot both pass.
+
+A request for memory as a percentage of a device cannot be counted before it is placed (the device's size is
+unknown); admission counts it as 0 MiB and the filter's `reserve` counts the placed MiB.
+
+`QuotaLedger` keeps ResourceQuota objects and every pod's usage current from watches (one list at start, then
+events), so neither admission nor filter makes an API call. It never writes to the cluster.
+
+Integration with the scheduler's filter (`hami.scheduler.extender.Extender._filter`), once a node is chosen:
+
+    node, allocation = best
+    verdict = self.quota.reserve(pod, allocation, len(pod.init_containers))
+    if not verdict.fits:
+        return FilterResult(failed={name: verdict.reason for name in node_names})
+    ...                        # state.assume, then _record_decision; if recording fails:
+    self.quota.release(pod.namespace, pod.name)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+
+from hami.cluster.port import Cluster, KubeObject, Subscription, WatchEvent, meta
+from hami.codec import AnnotationError, decode_pod_devices
+from hami.errors import HamiError
+from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod
+from hami.plugins import VendorHost
+from hami.scheduler.state import TERMINAL_PHASES, effective_grants
+
+__all__ = [
+    "QUOTA_PREFIX",
+    "PodDemand",
+    "QuotaLedger",
+    "QuotaVerdict",
+    "demand_of_allocation",
+    "demand_of_requests",
+    "parse_quantity",
+    "quota_keys",
+]
+
+log = logging.getLogger(__name__)
+
+QUOTA_PREFIX = "limits."
+
+_QUANTITY = re.compile(
+    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+)
+_SUFFIX = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
+def parse_quantity(text: str) -> int:
+    """A Kubernetes quantity as a whole number, rounded up (`resource.Quantity.Value()`): `10k` → 10000, `1Gi`
+    → 1073741824, `500m` → 1. Raises ValueError for what is not a non-negative quantity."""
+    m = _QUANTITY.match(str(text).strip())
+    if not m or len(text) > 64:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 10000, 10k or 8Gi")
+    number, exponent, suffix = m.groups()
+    try:
+        value = Decimal(number)
+        if exponent:
+            value = value.scaleb(int(exponent[1:]))
+        elif suffix:
+            value *= _SUFFIX[suffix]
+        return int(value.to_integral_value(rounding=ROUND_CEILING))
+    except (InvalidOperation, OverflowError, ValueError):
+        raise ValueError(f"{text!r} is out of range for a quantity") from None
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a pod takes
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaKey:
+    """One quota a device kind can be held to: `limits.<resource>`, in MiB (memory) or percent (cores)."""
+
+    key: str
+    kind: str
+    memory: bool
+    unit_mib: int = 1
+
+    def describe(self, amount: int) -> str:
+        return f"{amount} MiB" if self.memory else f"{amount}%"
+
+
+def quota_keys(kind: DeviceKind) -> list[QuotaKey]:
+    """The ResourceQuota keys that cap device kind `kind`: its memory and its cores resources."""
+    names = kind.resources
+    keys = []
+    if names.memory:
+        keys.append(QuotaKey(QUOTA_PREFIX + names.memory, kind.common_word, True, names.memory_unit_mib))
+    if names.cores:
+        keys.append(QuotaKey(QUOTA_PREFIX + names.cores, kind.common_word, False))
+    return keys
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """What one pod takes of each quota key (MiB or percent), and how that was counted, for messages."""
+
+    amounts: Mapping[str, int] = field(default_factory=dict)
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(self.amounts.values())
+
+
+def demand_of_requests(
+    host: VendorHost,
+    requests: Mapping[str, Sequence[ContainerRequest | None]],
+    container_names: Sequence[str],
+    init_containers: int,
+) -> PodDemand:
+    """What a pod asks, from its requests (one per container, init first): per device value × device count,
+    summed over app containers; the pod takes the larger of that and its biggest init container."""
+    amounts: dict[str, int] = {}
+    detail: dict[str, str] = {}
+    for kind_word, per_container in requests.items():
+        for qk in _keys_of(host, kind_word):
+            init_peak, init_where, app_sum, app_where = 0, "", 0, []
+            for index, request in enumerate(per_container):
+                if request is None:
+                    continue
+                per_device = request.memory if qk.memory else request.cores
+                if qk.memory and request.memory_percentage is not None:
+                    per_device = 0  # unknown until placed; the filter counts the placed MiB
+                amount = per_device * request.count
+                name = container_names[index] if index < len(container_names) else f"#{index}"
+                where = f"{name}: {request.count} × {qk.describe(per_device)}"
+                if qk.memory and request.memory_percentage is not None:
+                    where = f"{name}: {request.count} × {request.memory_percentage}% of a device, counted once placed"
+                if index < init_containers:
+                    if amount >= init_peak:
+                        init_peak, init_where = amount, where + " (init container, its peak)"
+                else:
+                    app_sum += amount
+                    app_where.append(where)
+            if init_peak > app_sum:
+                amounts[qk.key], detail[qk.key] = init_peak, init_where
+            elif app_where:
+                amounts[qk.key], detail[qk.key] = app_sum, "; ".join(app_where)
+    return PodDemand(amounts, detail)
+
+
+def demand_of_allocation(
+    host: VendorHost, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
+) -> PodDemand:
+    """What a placed pod takes: per device, max(peak of init containers, sum of app containers) (the scheduler's
+    own accounting), summed over its devices."""
+    amounts: dict[str, int] = {}
+    detail: dict[str, str] = {}
+    grants = effective_grants({k: tuple(v) for k, v in allocation.items()}, init_containers)
+    for kind_word, by_device in grants.items():
+        for qk in _keys_of(host, kind_word):
+            per_device = [g.memory if qk.memory else g.cores for g in by_device.values()]
+            amounts[qk.key] = sum(per_device)
+            detail[qk.key] = f"{len(per_device)} device(s) placed: " + " + ".join(qk.describe(v) for v in per_device)
+    return PodDemand(amounts, detail)
+
+
+def _keys_of(host: VendorHost, kind_word: str) -> list[QuotaKey]:
+    try:
+        return quota_keys(host.kind(kind_word))
+    except KeyError:
+        return []
+
+
+# --------------------------------------------------------------------------------------------------------
+# The verdict
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaVerdict:
+    """Whether a pod fits its namespace's quotas; when not, `reason` names the quota and gives the figures."""
+
+    fits: bool
+    reason: str = ""
+    quota: str = ""
+    key: str = ""
+    limit: int = 0
+    used: int = 0
+    asked: int = 0
+
+
+FITS = QuotaVerdict(True)
+
+
+@dataclass(frozen=True)
+class _Limit:
+    quota: str
+    key: QuotaKey
+    raw: str
+    value: int
+    """In MiB for memory (the quota's units multiplied out), percent for cores."""
+
+
+@dataclass
+class _Usage:
+    demand: PodDemand
+    assumed: bool = False
+
+
+def _limit_text(lim: _Limit) -> str:
+    """The quota's value as written, with what it means when that is not obvious: `40 (× 256 MiB = 10240 MiB)`."""
+    qk = lim.key
+    if qk.memory and qk.unit_mib != 1:
+        return f"{lim.raw} (× {qk.unit_mib} MiB = {lim.value} MiB)"
+    if lim.raw.strip() == str(lim.value):
+        return qk.describe(lim.value)
+    return f"{lim.raw} (= {qk.describe(lim.value)})"
+
+
+class QuotaLedger:
+    """ResourceQuota limits and live pods' usage per namespace, kept by watches; answers "fits, or why not".
+
+    Thread-safe: one lock guards the tables; `reserve` checks and records under it, so concurrent filters
+    cannot both take the last of a quota.
+    """
+
+    def __init__(self, cluster: Cluster, host: VendorHost) -> None:
+        self.cluster = cluster
+        self.host = host
+        self._lock = threading.RLock()
+        self._keys: dict[str, QuotaKey] = {qk.key: qk for kind in host.kinds for qk in quota_keys(kind)}
+        self._limits: dict[str, dict[str, list[_Limit]]] = {}
+        """namespace → quota object name → the device limits it sets."""
+        self._usage: dict[str, dict[str, _Usage]] = {}
+        """namespace → pod name → what it takes."""
+        self._subs: list[Subscription] = []
+        self._ready = threading.Event()
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def start(self) -> QuotaLedger:
+        """List ResourceQuotas and pods, then watch both. Raises `ClusterError` when the lists fail."""
+        quotas, quota_rv = self.cluster.list("resourcequotas")
+        pods, pod_rv = self.cluster.list("pods")
+        with self._lock:
+            self._limits.clear()
+            self._usage.clear()
+            for quota in quotas:
+                self.set_quota(quota)
+            for pod in pods:
+                self.set_pod(pod)
+        self._subs = [
+            self.cluster.watch("resourcequotas", quota_rv, self._on_quota),
+            self.cluster.watch("pods", pod_rv, self._on_pod),
+        ]
+        self._ready.set()
+        log.info("quota ledger synced: %d namespaces with device quotas", len(self._limits))
+        return self
+
+    def stop(self) -> None:
+        self._ready.clear()
+        for sub in self._subs:
+            sub.stop()
+        self._subs = []
+
+    def _on_quota(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            m = meta(event.object)
+            self.remove_quota(str(m.get("namespace") or "default"), str(m.get("name")))
+        else:
+            self.set_quota(event.object)
+
+    def _on_pod(self, event: WatchEvent) -> None:
+        if event.type == "DELETED":
+            m = meta(event.object)
+            self.release(str(m.get("namespace") or "default"), str(m.get("name")))
+        else:
+            self.set_pod(event.object)
+
+    # ---------------------------------------------------------------------------------- quotas
+
+    def set_quota(self, quota: KubeObject) -> None:
+        """Learn (or update) one ResourceQuota object; keys of no loaded device kind are ignored."""
+        m = meta(quota)
+        namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+        hard = (quota.get("spec") or {}).get("hard") if isinstance(quota.get("spec"), dict) else None
+        limits: list[_Limit] = []
+        for key, raw in (hard or {}).items() if isinstance(hard, dict) else ():
+            qk = self._keys.get(str(key))
+            if qk is None:
+                continue
+            try:
+                value = parse_quantity(str(raw))
+            except ValueError as exc:
+                log.warning("ResourceQuota %s/%s: ignoring %s: %s", namespace, name, key, exc)
+                continue
+            limits.append(_Limit(name, qk, str(raw), value * qk.unit_mib if qk.memory else value))
+        with self._lock:
+            objects = self._limits.setdefault(namespace, {})
+            if limits:
+                objects[name] = limits
+            else:
+                objects.pop(name, None)
+            if not objects:
+                self._limits.pop(namespace, None)
+
+    def remove_quota(self, namespace: str, name: str) -> None:
+        with self._lock:
+            objects = self._limits.get(namespace, {})
+            objects.pop(name, None)
+            if not objects:
+                self._limits.pop(namespace, None)
+
+    # ---------------------------------------------------------------------------------- pods
+
+    def demand_of_pod(self, pod: KubeObject) -> PodDemand | None:
+        """What a live pod uses (None when it does not count: finished, or neither placed nor bound)."""
+        m = meta(pod)
+        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+        if str((status or {}).get("phase") or "") in TERMINAL_PHASES:
+            return None
+        annotations = m.get("annotations") if isinstance(m.get("annotations"), dict) else {}
+        init = len((spec or {}).get("initContainers") or ())
+        allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
+        for kind in self.host.kinds:
+            value = (annotations or {}).get(kind.annotations.allocated)
+            if not value:
+                continue
+            try:
+                allocation[kind.common_word] = decode_pod_devices(str(value), kind.annotations.allocated)
+            except AnnotationError as exc:
+                log.warning("pod %s/%s: not counting its %s usage: %s", m.get("namespace"), m.get("name"), kind, exc)
+        amounts: dict[str, int] = {}
+        detail: dict[str, str] = {}
+        if allocation:
+            placed = demand_of_allocation(self.host, allocation, init)
+            amounts.update(placed.amounts)
+            detail.update(placed.detail)
+        if (spec or {}).get("nodeName"):
+            try:
+                view = Pod.from_api(pod)
+                requests = {k: v for k, v in self.host.pod_requests(view).items() if k not in allocation}
+            except (HamiError, ValueError, TypeError, AttributeError) as exc:
+                log.warning("pod %s/%s: not counting its requests: %s", m.get("namespace"), m.get("name"), exc)
+                requests = {}
+            if requests:
+                names = [c.name for c in view.all_containers]
+                bound = demand_of_requests(self.host, requests, names, len(view.init_containers))
+                amounts.update(bound.amounts)
+                detail.update(bound.detail)
+        demand = PodDemand(amounts, detail)
+        return demand if demand else None
+
+    def set_pod(self, pod: KubeObject) -> None:
+        """Learn (or update) what one pod uses. A filter's reservation stays until the pod's placement arrives."""
+        m = meta(pod)
+        namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+        demand = self.demand_of_pod(pod)
+        phase = str((pod.get("status") or {}).get("phase") or "") if isinstance(pod.get("status"), dict) else ""
+        with self._lock:
+            pods = self._usage.setdefault(namespace, {})
+            current = pods.get(name)
+            if demand is not None:
+                pods[name] = _Usage(demand)
+            elif current is not None and current.assumed and phase not in TERMINAL_PHASES:
+                pass  # the watch has not yet brought the filter's annotations: keep the reservation
+            else:
+                pods.pop(name, None)
+            if not pods:
+                self._usage.pop(namespace, None)
+
+    def release(self, namespace: str, name: str) -> None:
+        """Forget what a pod uses (it was deleted, or the filter could not record its placement)."""
+        with self._lock:
+            pods = self._usage.get(namespace, {})
+            pods.pop(name, None)
+            if not pods:
+                self._usage.pop(namespace, None)
+
+    # ---------------------------------------------------------------------------------- reading
+
+    def used(self, namespace: str, *, excluding: str | None = None) -> dict[str, int]:
+        """Quota key → what the namespace's live pods use (MiB or percent), without pod `excluding`."""
+        with self._lock:
+            total: dict[str, int] = {}
+            for name, usage in self._usage.get(namespace, {}).items():
+                if name == excluding:
+                    continue
+                for key, amount in usage.demand.amounts.items():
+                    total[key] = total.get(key, 0) + amount
+            return total
+
+    def limits(self, namespace: str) -> dict[str, dict[str, int]]:
+        """Quota object name → quota key → limit (MiB or percent), for status views and tests."""
+        with self._lock:
+            return {
+                name: {lim.key.key: lim.value for lim in limits}
+                for name, limits in self._limits.get(namespace, {}).items()
+            }
+
+    def _verdict(self, namespace: str, name: str, demand: PodDemand) -> QuotaVerdict:
+        """Caller holds the lock."""
+        objects = self._limits.get(namespace)
+        if not objects or not demand:
+            return FITS
+        used = self.used(namespace, excluding=name or None)
+        for quota_name in sorted(objects):
+            for lim in objects[quota_name]:
+                asked = demand.amounts.get(lim.key.key, 0)
+                if not asked:
+                    continue
+                in_use = used.get(lim.key.key, 0)
+                if in_use + asked <= lim.value:
+                    continue
+                qk = lim.key
+                limit_text = _limit_text(lim)
+                free = max(lim.value - in_use, 0)
+                reason = (
+                    f"exceeds ResourceQuota {namespace}/{quota_name}: {qk.key} is {limit_text}; the namespace's "
+                    f"pods already use {qk.describe(in_use)} and this pod asks {qk.describe(asked)} "
+                    f"({demand.detail.get(qk.key, '')}), {qk.describe(in_use + asked)} in all, "
+                    f"{qk.describe(free)} free. Ask for less, wait for pods to finish, or raise the quota"
+                )
+                return QuotaVerdict(False, reason, quota_name, qk.key, lim.value, in_use, asked)
+        return FITS
+
+    def check(self, pod: Pod, requests: Mapping[str, Sequence[ContainerRequest | None]]) -> QuotaVerdict:
+        """Admission: would `pod`, asking `requests` (one per container, init first), fit its namespace's quotas?"""
+        demand = demand_of_requests(self.host, requests, [c.name for c in pod.all_containers], len(pod.init_containers))
+        with self._lock:
+            return self._verdict(pod.namespace, pod.name, demand)
+
+    def reserve(
+        self, pod: Pod, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int | None = None
+    ) -> QuotaVerdict:
+        """Filter: check the chosen placement against the quotas and, when it fits, count it at once (until the
+        pod's own annotations arrive through the watch, or `release`). The check and the record are atomic."""
+        init = len(pod.init_containers) if init_containers is None else init_containers
+        demand = demand_of_allocation(self.host, allocation, init)
+        with self._lock:
+            verdict = self._verdict(pod.namespace, pod.name, demand)
+            if verdict.fits and demand:
+                self._usage.setdefault(pod.namespace, {})[pod.name] = _Usage(demand, assumed=True)
+            return verdict

@@ -1,0 +1,44 @@
+"""The checked-in device-plugin stubs are exactly what grpcio-tools generates from the checked-in `.proto`."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "core" / "src"
+PROTO = "hami/node/proto/deviceplugin.proto"
+GENERATED = ("deviceplugin_pb2.py", "deviceplugin_pb2.pyi", "deviceplugin_pb2_grpc.py")
+
+
+def test_generated_stubs_match_the_proto(tmp_path: Path) -> None:
+    protoc = pytest.importorskip("grpc_tools.protoc", reason="grpcio-tools (the dev group) regenerates the stubs")
+    include = Path(protoc.__file__).parent / "_proto"
+    status = protoc.main(
+        ["protoc", f"-I{SRC}", f"-I{include}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+         f"--grpc_python_out={tmp_path}", str(SRC / PROTO)]
+    )  # fmt: skip
+    assert status == 0
+    for name in GENERATED:
+        fresh = (tmp_path / "hami/node/proto" / name).read_text()
+        checked_in = (SRC / "hami/node/proto" / name).read_text()
+        diff = "".join(difflib.unified_diff(checked_in.splitlines(True), fresh.splitlines(True), name, "regenerated"))
+        assert not diff, f"{name} differs from what grpcio-tools generates; regenerate (see the .proto):\n{diff}"
+
+
+def test_the_services_have_the_kubelets_wire_names() -> None:
+    from hami.node.proto import deviceplugin_pb2 as pb
+
+    services = {s.full_name: [m.name for m in s.methods] for s in pb.DESCRIPTOR.services_by_name.values()}
+    assert services == {
+        "v1beta1.Registration": ["Register"],
+        "v1beta1.DevicePlugin": [
+            "GetDevicePluginOptions", "ListAndWatch", "GetPreferredAllocation", "Allocate", "PreStartContainer",
+        ],
+    }  # fmt: skip
+    numbers = {f"{m.name}.{f.name}": f.number for m in pb.DESCRIPTOR.message_types_by_name.values() for f in m.fields}
+    assert numbers["RegisterRequest.options"] == 4
+    assert numbers["Device.topology"] == 3
+    assert numbers["ContainerAllocateResponse.cdi_devices"] == 5
+    assert numbers["ContainerPreferredAllocationRequest.allocation_size"] == 3

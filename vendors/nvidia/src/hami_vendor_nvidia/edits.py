@@ -1,0 +1,102 @@
+"""What the kubelet adds to an NVIDIA container: HAMi's Allocate answer, computed from a placement.
+
+Owns the container side of the contract with the isolation library (``libvgpu.so``, built separately under
+``vendors/nvidia/isolation``), exactly as HAMi v2.10's device plugin writes it for a shared (hami-core) GPU:
+
+* env ``NVIDIA_VISIBLE_DEVICES`` (the GPU UUIDs), ``CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m`` per device,
+  ``CUDA_DEVICE_SM_LIMIT`` (the container's core share), ``CUDA_DEVICE_MEMORY_SHARED_CACHE`` (the accounting
+  file, ``<hookPath>/vgpu/<id>.cache``), ``CUDA_OVERSUBSCRIBE=true`` when ``deviceMemoryScaling`` is over 1,
+  ``LIBCUDA_LOG_LEVEL`` when configured, ``GPU_CORE_UTILIZATION_POLICY=disable`` when ``disableCoreLimit``;
+* mounts, in HAMi's order: the library (``<libraryDir>/libvgpu.so`` at ``<hookPath>/vgpu/libvgpu.so``), the
+  container's own accounting directory (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at
+  ``<hookPath>/vgpu``), ``/tmp/vgpulock``, and ``/etc/ld.so.preload`` naming the library. A container that
+  sets ``CUDA_DISABLE_CONTROL=true`` gets neither the library nor the preload file;
+* CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``).
+
+A MIG placement (devices named by MIG UUIDs after `hami_allocate`) gets ``NVIDIA_VISIBLE_DEVICES=<MIG UUIDs>``
+and its CDI names only: the hardware partition is the isolation. Where HAMi names the accounting file with a
+random UUID, the name here is derived from the pod UID and container name, so the edits are deterministic
+(the conformance kit checks it) and a repeated Allocate gives the same file.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import PurePosixPath
+
+from hami.model import Container, ContainerEdits, ContainerPlacement, Mount, Pod
+from hami_vendor_nvidia.settings import NvidiaSettings
+
+__all__ = [
+    "CDI_KIND",
+    "DISABLE_CONTROL_ENV",
+    "LIBRARY_FILE",
+    "PRELOAD_FILE",
+    "cache_host_dir",
+    "container_edits",
+    "control_disabled",
+]
+
+LIBRARY_FILE = "libvgpu.so"
+PRELOAD_FILE = "ld.so.preload"
+CDI_KIND = "nvidia.com/gpu"
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+LOCK_DIR = "/tmp/vgpulock"
+_CACHE_NAMESPACE = uuid.UUID("6f0c3f4e-8f1e-4d6c-9a51-4a6d1e0b7c21")
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+
+
+def control_disabled(container: Container | None) -> bool:
+    """The container sets ``CUDA_DISABLE_CONTROL`` to true (Go's ParseBool spellings, as HAMi reads it)."""
+    return container is not None and container.env.get(DISABLE_CONTROL_ENV, "").strip() in _TRUE
+
+
+def _container(pod: Pod, index: int) -> Container | None:
+    containers = pod.all_containers
+    return containers[index] if 0 <= index < len(containers) else None
+
+
+def _container_name(pod: Pod, index: int) -> str:
+    container = _container(pod, index)
+    return container.name if container is not None else f"container-{index}"
+
+
+def cache_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixPath:
+    """The host directory holding the container's accounting file."""
+    return PurePosixPath(settings.vgpu_dir) / "containers" / f"{pod.uid or pod.name}_{_container_name(pod, index)}"
+
+
+def container_edits(settings: NvidiaSettings, pod: Pod, index: int, devices: ContainerPlacement) -> ContainerEdits:
+    """The env, mounts and CDI names of container `index` (init containers first) for its `devices`."""
+    if not devices:
+        return ContainerEdits()
+    uuids = [d.uuid for d in devices]
+    env: dict[str, str] = {}
+    if "envvar" in settings.device_list_strategy:
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuids)
+    cdi = tuple(f"{CDI_KIND}={u}" for u in uuids) if "cdi-cri" in settings.device_list_strategy else ()
+    if all(u.startswith("MIG-") for u in uuids):
+        return ContainerEdits(env=env, cdi_devices=cdi)
+    vgpu = PurePosixPath(settings.vgpu_dir)
+    libdir = PurePosixPath(settings.host_library_dir)
+    for i, device in enumerate(devices):
+        env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.usedmem}m"
+    env["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
+    name = _container_name(pod, index)
+    cache_id = uuid.uuid5(_CACHE_NAMESPACE, f"{pod.namespace}/{pod.name}/{pod.uid}/{name}")
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(vgpu / f"{cache_id}.cache")
+    if settings.device_memory_scaling > 1:
+        env["CUDA_OVERSUBSCRIBE"] = "true"
+    if settings.lib_cuda_log_level:
+        env["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
+    if settings.disable_core_limit:
+        env["GPU_CORE_UTILIZATION_POLICY"] = "disable"
+    controlled = not control_disabled(_container(pod, index))
+    mounts = []
+    if controlled:
+        mounts.append(Mount(container_path=str(vgpu / LIBRARY_FILE), host_path=str(libdir / LIBRARY_FILE)))
+    mounts.append(Mount(container_path=str(vgpu), host_path=str(cache_host_dir(settings, pod, index)), read_only=False))
+    mounts.append(Mount(container_path=LOCK_DIR, host_path=LOCK_DIR, read_only=False))
+    if controlled:
+        mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=str(libdir / PRELOAD_FILE)))
+    return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi)

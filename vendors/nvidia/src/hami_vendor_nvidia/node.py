@@ -1,0 +1,124 @@
+"""The node side's NVIDIA state: one NVML session shared by discovery, allocation and release.
+
+Owns the session's lifecycle (opened on first use, reopened after the driver comes back, closed with
+`NodeRuntime.close`), the "no NVML here" message (logged once, and once more when NVML appears), the health
+memory (a GPU that raised a critical XID or was lost stays unhealthy until the daemon restarts, as with
+NVIDIA's device plugin), and the record of MIG instances created for each pod, so release can destroy exactly
+what allocation made.
+
+One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded, so it
+lives as long as that host and two hosts (two tests) never share one. Calls into NVML are serialized by the
+session; compound MIG operations take `NodeRuntime.lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from hami_vendor_nvidia.nvml import GpuInfo, MigInstance, Nvml, NvmlError, NvmlUnavailable
+from hami_vendor_nvidia.settings import NvidiaSettings
+
+__all__ = ["NodeRuntime", "Realized", "runtime_for"]
+
+log = logging.getLogger("hami_vendor_nvidia")
+
+
+@dataclass(frozen=True, slots=True)
+class Realized:
+    """A MIG instance this node created for one device of one container."""
+
+    container_index: int
+    device_index: int
+    instance: MigInstance
+
+
+@dataclass
+class NodeRuntime:
+    """NVML session, GPU health and MIG bookkeeping of this node."""
+
+    settings: NvidiaSettings
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    nvml: Nvml | None = None
+    unavailable_said: bool = False
+    watched: bool = False
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    """GPU UUID → why it is unhealthy."""
+    last_memory: dict[str, int] = field(default_factory=dict)
+    gpus: dict[str, GpuInfo] = field(default_factory=dict)
+    """The GPUs of the last discovery round, by UUID."""
+    created: dict[str, list[Realized]] = field(default_factory=dict)
+    """Pod UID → MIG instances created for it and not yet destroyed."""
+
+    def session(self) -> Nvml | None:
+        """The open NVML session, opening it when needed; None (said once in the log) when there is no NVML."""
+        with self.lock:
+            if self.nvml is not None:
+                return self.nvml
+            try:
+                self.nvml = Nvml.open(self.settings.nvml_library)
+            except NvmlUnavailable as exc:
+                if not self.unavailable_said:
+                    log.warning("no NVML on this node, so it reports no NVIDIA devices: %s", exc)
+                    self.unavailable_said = True
+                return None
+            except NvmlError as exc:
+                log.error("NVML failed to initialize, reporting no NVIDIA devices this round: %s", exc)
+                return None
+            if self.unavailable_said:
+                log.info("NVML is available again")
+                self.unavailable_said = False
+            log.info(
+                "NVML opened: driver %s, %d GPU(s)%s",
+                self.nvml.driver_version(),
+                self.nvml.count,
+                f" (library {self.settings.nvml_library})" if self.settings.nvml_library else "",
+            )
+            self.watched = False
+            return self.nvml
+
+    def drop_session(self, why: Exception) -> None:
+        """Forget a session that failed as a whole; the next call opens a new one."""
+        with self.lock:
+            log.error("NVML session failed, it will be reopened: %s", why)
+            if self.nvml is not None:
+                self.nvml.close()
+            self.nvml = None
+
+    def mark_unhealthy(self, uuid: str, why: str) -> None:
+        if uuid not in self.unhealthy:
+            log.warning("GPU %s is unhealthy: %s", uuid, why)
+            self.unhealthy[uuid] = why
+
+    def known_gpus(self) -> dict[str, GpuInfo]:
+        """The GPUs by UUID: those of the last discovery, or read from NVML when there was none yet."""
+        if not self.gpus:
+            nvml = self.session()
+            if nvml is not None:
+                self.gpus = {g.uuid: g for g in nvml.gpus()}
+        return self.gpus
+
+    def gpu_index(self, uuid: str) -> int | None:
+        """NVML's index of the GPU with `uuid`."""
+        known = self.known_gpus().get(uuid)
+        return None if known is None else known.index
+
+    def close(self) -> None:
+        with self.lock:
+            if self.nvml is not None:
+                self.nvml.close()
+                self.nvml = None
+
+
+_attaching = threading.Lock()
+
+
+def runtime_for(settings: NvidiaSettings) -> NodeRuntime:
+    """The node runtime attached to `settings`, created on first use."""
+    with _attaching:
+        runtime = settings.runtime
+        if not isinstance(runtime, NodeRuntime):
+            runtime = NodeRuntime(settings)
+            settings.attach_runtime(runtime)
+        return runtime

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_apiserver import FakeApiServer
@@ -333,9 +334,17 @@ def test_watch_reconnects_from_the_last_version_seen(kube: KubeCluster, api: Fak
     seen.wait_for(1)
     watches_before = len(api.calls("GET", "/api/v1/nodes"))
     api.close_watches(abrupt=abrupt)
+
+    def reconnects() -> list[Any]:
+        return [r for r in api.calls("GET", "/api/v1/nodes")[watches_before:] if r.query.get("watch")]
+
+    # create n2 only once the client watches again: until then the closing stream may still carry it
+    deadline = time.monotonic() + 10
+    while not reconnects() and time.monotonic() < deadline:
+        time.sleep(0.01)
     kube.create("nodes", {"metadata": {"name": "n2"}})
     assert seen.wait_for(2) == [("ADDED", "n1"), ("ADDED", "n2")]
-    reconnect = [r for r in api.calls("GET", "/api/v1/nodes")[watches_before:] if r.query.get("watch")]
+    reconnect = reconnects()
     assert reconnect[0].query["resourceVersion"] == last
     sub.stop()
 

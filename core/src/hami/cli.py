@@ -2,7 +2,7 @@
 
 Owns argument parsing, logging set-up and turning deliberate errors (`hami.errors.HamiError`) into a
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
-them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`.
+them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`, `simulate`.
 """
 
 from __future__ import annotations
@@ -156,10 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.set_defaults(func=_cmd_scheduler)
 
     from hami.node.cli import add_node_parser
+    from hami.simulate.cli import add_simulate_parser
     from hami.webhook.cli import add_webhook_parser
 
     add_webhook_parser(sub)
     add_node_parser(sub)
+    add_simulate_parser(sub)
     return parser
 
 

@@ -1,0 +1,191 @@
+"""The trace simulator on small synthetic traces: reading, sampling, the scheduler's own decisions, the policies."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hami.errors import ConfigError
+from hami.fragmentation import WorkloadProfile
+from hami.simulate import engine
+from hami.simulate.engine import POLICIES, simulate, workload_of
+from hami.simulate.trace import TraceNode, TracePod, read_nodes, read_pods, sample_pods
+
+
+def write_nodes(path: Path, nodes: list[tuple[str, int, int, int, str]]) -> Path:
+    path.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(f"{a},{b},{c},{d},{e}\n" for a, b, c, d, e in nodes)
+    )
+    return path
+
+
+def write_pods(path: Path, pods: list[tuple[str, int, int, int, int, str]], *, short: bool = False) -> Path:
+    if short:
+        header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        rows = "".join(f"{n},{c},{m},{g},{milli}\n" for n, c, m, g, milli, _ in pods)
+    else:
+        header = (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+            "scheduled_time\n"
+        )
+        rows = "".join(f"{n},{c},{m},{g},{milli},{spec},LS,Running,0,10,0\n" for n, c, m, g, milli, spec in pods)
+    path.write_text(header + rows)
+    return path
+
+
+def synthetic(seed: int, nodes: int = 24) -> tuple[list[TraceNode], list[TracePod]]:
+    rng = random.Random(seed)
+    cluster = [
+        TraceNode(f"n{i}", 32000 if i % 3 else 96000, 262144, 8 if i % 4 else 2, "A" if i % 2 else "B")
+        for i in range(nodes)
+    ]
+    shares = [1000, 1000, 1000, 810, 470, 320, 650, 230, 160, 500]
+    pods = (
+        [TracePod(f"p{i}", rng.choice([2000, 4000, 8000]), 8192, 1, rng.choice(shares)) for i in range(120)]
+        + [TracePod(f"m{i}", 16000, 32768, rng.choice([2, 4]), 1000) for i in range(6)]
+        + [TracePod(f"c{i}", 4000, 4096, 0, 0) for i in range(20)]
+    )
+    return cluster, pods
+
+
+def test_reads_both_pod_formats_and_the_node_list(tmp_path: Path) -> None:
+    nodes = read_nodes(write_nodes(tmp_path / "n.csv", [("a", 64000, 262144, 2, "P100"), ("b", 8000, 1024, 0, "")]))
+    assert nodes[0] == TraceNode("a", 64000, 262144, 2, "P100")
+    full = read_pods(
+        write_pods(tmp_path / "p.csv", [("x", 6000, 12288, 1, 460, "V100M16|V100M32"), ("y", 1, 1, 2, 1000, "")])
+    )
+    assert full[0].gpu_spec == ("V100M16", "V100M32")
+    assert full[0].gpu_request == pytest.approx(0.46)
+    assert full[1].gpu_request == 2.0
+    short = read_pods(write_pods(tmp_path / "s.csv", [("x", 6000, 12288, 1, 460, "")], short=True))
+    assert short[0] == TracePod("x", 6000, 12288, 1, 460, ())
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,6000,12288,one,460\n", "p.csv:2: column num_gpu is 'one'"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,6000,12288,1,1460\n", "more than one GPU"),
+        ("name,cpu_milli,num_gpu\nx,1,1\n", "missing column(s) memory_mib, gpu_milli"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "no pods"),
+    ],
+)
+def test_bad_pod_lists_name_the_file_line_and_column(tmp_path: Path, rows: str, message: str) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text(rows)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_pods(path)
+
+
+def test_sampling_reaches_the_tuned_workload_and_depends_only_on_the_seed() -> None:
+    _, pods = synthetic(1)
+    first = sample_pods(pods, 100, 1.3, seed=7)
+    assert sum(p.gpu_request for p in first) >= 130
+    assert sum(p.gpu_request for p in first) < 130 + max(p.gpu_request for p in pods)  # stops once reached
+    assert first == sample_pods(pods, 100, 1.3, seed=7)
+    assert first != sample_pods(pods, 100, 1.3, seed=8)
+
+
+def test_every_policy_respects_cpu_memory_and_device_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes, pods = synthetic(3)
+    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=3)
+    states = []
+    original = engine.ClusterState
+
+    class Recording(original):  # type: ignore[misc, valid-type]
+        def __init__(self, host: object) -> None:
+            super().__init__(host)
+            states.append(self)
+
+    monkeypatch.setattr(engine, "ClusterState", Recording)
+    for policy in POLICIES:
+        result = simulate(nodes, sampled, policy, seed=3)
+        state = states[-1]
+        assert 0 < result.placed <= result.pods
+        ratios = [result.alloc_ratio[k] for k in sorted(result.alloc_ratio)]
+        assert ratios == sorted(ratios)
+        assert ratios[-1] <= 100
+        for record in state.nodes.values():
+            assert record.cpu_free is not None
+            assert record.cpu_free >= 0
+            assert record.memory_free is not None
+            assert record.memory_free >= 0
+            for view in record.views.values():
+                for usage in view.devices:
+                    assert usage.usedmem <= usage.device.devmem
+                    assert usage.usedcores <= usage.device.devcore
+
+
+def test_type_selector_keeps_pinned_pods_on_their_model() -> None:
+    nodes = [TraceNode("a", 64000, 65536, 2, "T4"), TraceNode("b", 64000, 65536, 2, "V100")]
+    pods = [TracePod(f"p{i}", 1000, 1024, 1, 1000, ("V100",)) for i in range(3)]
+    result = simulate(nodes, pods, "binpack")
+    assert result.placed == 2
+    assert sum(result.failed.values()) == 1
+
+
+def test_fragmentation_aware_leaves_less_unallocated_than_binpack_on_a_mixed_trace() -> None:
+    nodes, pods = synthetic(11, nodes=40)
+    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=11)
+    binpack = simulate(nodes, sampled, "binpack", workload=workload_of(pods))
+    aware = simulate(nodes, sampled, "fragmentation-aware", workload=workload_of(pods))
+    assert aware.unallocated_pct[100] < binpack.unallocated_pct[100]
+
+
+def test_fragmentation_of_a_node_follows_the_fgd_definition() -> None:
+    profile = WorkloadProfile({(1, 500, 0, 0): 0.5, (2, 1000, 0, 0): 0.5})
+    # half the tasks need 500 on one device: a device with 300 free is a fragment for them, one with 600 is not;
+    # the other half need two whole devices: with one whole device free, everything free is a fragment for them
+    assert profile.fragmentation([300, 600, 1000]) == pytest.approx(0.5 * 300 + 0.5 * 1900)
+    assert profile.fragmentation([1000, 1000]) == 0
+    # a node without the CPU a task needs strands all its free share for that task
+    cpu_bound = WorkloadProfile({(1, 500, 8000, 0): 1.0})
+    assert cpu_bound.fragmentation([1000], cpu_free=4000) == 1000
+    assert cpu_bound.fragmentation([1000], cpu_free=8000) == 0
+
+
+def test_best_placement_prefers_the_device_that_strands_least() -> None:
+    profile = WorkloadProfile({(1, 500, 0, 0): 1.0})
+    growth, device_free = profile.best_placement((500, 1000), 1, 500)
+    assert device_free == 500  # fill the half-used device rather than break a whole one
+    assert growth == 0
+
+
+def test_command_prints_one_json_line_and_lists_policies(tmp_path: Path) -> None:
+    nodes, pods = synthetic(5, nodes=8)
+    node_csv = write_nodes(tmp_path / "n.csv", [(n.name, n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes])
+    pod_csv = write_pods(
+        tmp_path / "p.csv", [(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, "") for p in pods]
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--list-policies"], capture_output=True, text=True, check=True
+    )
+    assert listed.stdout.split() == list(POLICIES)
+    plot = tmp_path / "curve.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--nodes", str(node_csv), "--pods", str(pod_csv),
+         "--policy", "binpack,fragmentation-aware", "--json", "--plot", str(plot)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    payload = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(payload["policies"]) == {"binpack", "fragmentation-aware"}
+    curve = payload["policies"]["binpack"]["unallocated_pct"]
+    assert curve["0"] == 100
+    assert "100" in curve
+    assert "130" in curve
+    assert payload["seconds"] > 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_unknown_policy_is_refused_with_the_known_ones(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--nodes", "n", "--pods", "p", "--policy", "clever"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown policy clever; known: binpack, spread, best-fit, fragmentation-aware" in done.stderr

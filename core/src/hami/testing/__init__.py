@@ -1,7 +1,10 @@
-"""What vendor plugin authors test with: the conformance kit (`hami.testing.conformance`).
+"""What vendor plugin authors test with.
 
-    from hami.testing.conformance import VendorFixture, RequestCase, pytest_suite
-    test_conformance = pytest_suite(lambda: VendorFixture(name="myvendor", plugin=my_plugin_module, ...))
+- `hami.testing.conformance`: the named checks every vendor runs against a fixture it provides::
 
-Fakes for the node side (a fake kubelet) join this package with the node daemon.
+      from hami.testing.conformance import VendorFixture, RequestCase, pytest_suite
+      test_conformance = pytest_suite(lambda: VendorFixture(name="myvendor", plugin=my_plugin_module, ...))
+
+- `hami.testing.kubelet`: a fake kubelet (a real Registration server on a unix socket, and a client that calls a
+  device plugin exactly as the kubelet does) to drive the node daemon with.
 """

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.fitting import CORDON_ANNOTATION, ShareFitter, node_score
+from hami.fitting import CORDON_ANNOTATION, Candidate, ChoiceContext, ShareFitter, node_score
 from hami.model import (
     AnnotationKeys,
     Container,
@@ -172,3 +174,46 @@ def _selectors(p: Pod):  # type: ignore[no-untyped-def]
     from hami.fitting import Selectors
 
     return Selectors(KIND, p)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The device-choice extension point
+# --------------------------------------------------------------------------------------------------------
+
+
+class HighestIndexFitter(ShareFitter):
+    """A vendor's own choice: the usable devices with the highest index, whatever the policy says."""
+
+    def __init__(self) -> None:
+        super().__init__(KIND)
+        self.seen: list[tuple[list[str], int, list[tuple[str, int]]]] = []
+
+    def choose_devices(
+        self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
+    ) -> Sequence[Candidate]:
+        self.seen.append(([c.device.id for c in candidates], count, [(s.device.id, s.used) for s in context.devices]))
+        return sorted(candidates, key=lambda c: -c.device.index)[:count]
+
+
+def test_a_subclass_chooses_among_the_usable_devices_and_the_fitter_keeps_the_accounting() -> None:
+    fitter = HighestIndexFitter()
+    node = NodeView(name="n", devices=[usage(0), usage(1), usage(2, used=4), usage(3)])
+    (fit,) = fitter.fit_nodes(pod("a", "b"), [req(1, 1000), req(2, 1000)], [node], SchedulingPolicy())
+    assert fit.placement is not None
+    assert [[d.uuid for d in devices] for devices in fit.placement] == [["ACC-3"], ["ACC-3", "ACC-1"]]
+    first, second = fitter.seen
+    assert first == (["ACC-0", "ACC-1", "ACC-3"], 1, [("ACC-0", 0), ("ACC-1", 0), ("ACC-2", 4), ("ACC-3", 0)])
+    assert second[2][3] == ("ACC-3", 1)  # the second container sees the first one's grant
+    assert fit.score == node_score(node, fit.placement)
+
+
+def test_a_choice_of_the_wrong_number_of_devices_is_refused_with_the_class_named() -> None:
+    class Greedy(ShareFitter):
+        def choose_devices(
+            self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
+        ) -> Sequence[Candidate]:
+            return list(candidates)
+
+    node = NodeView(name="n", devices=[usage(0), usage(1)])
+    with pytest.raises(ValueError, match=r"Greedy\.choose_devices returned 2 device\(s\) for a request of 1"):
+        Greedy(KIND).fit_nodes(pod(), [req(1, 1000)], [node], SchedulingPolicy())

@@ -14,10 +14,14 @@ from pydantic import BaseModel
 from hami import hookimpl
 from hami.errors import ConfigError, PluginError
 from hami.model import (
+    Allocation,
     AnnotationKeys,
     Container,
+    ContainerDevice,
+    ContainerEdits,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
     NodeView,
     Pod,
     ResourceNames,
@@ -230,3 +234,48 @@ def test_a_plugin_added_later_does_not_receive_calls_routed_to_an_earlier_one() 
     )
     host.pod_requests(pod)
     assert calls == ["a", "a"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (None, Allocation(devices=(ContainerDevice(uuid="D-0", type="DEV"),))),
+        ((ContainerDevice(uuid="P-0", type="DEV"),), Allocation(devices=(ContainerDevice(uuid="P-0", type="DEV"),))),
+        (
+            Allocation(devices=(ContainerDevice(uuid="P-0", type="DEV"),), pod_annotations={"example.com/part": "7"}),
+            Allocation(devices=(ContainerDevice(uuid="P-0", type="DEV"),), pod_annotations={"example.com/part": "7"}),
+        ),
+    ],
+)
+def test_allocate_answers_of_every_accepted_shape_become_an_allocation(answer: Any, expected: Allocation) -> None:
+    @hookimpl
+    def hami_allocate(devices: Any) -> Any:
+        return answer
+
+    host = VendorHost.from_plugins({"dev": make_plugin("dev", "DEV", "dev.example", hami_allocate=hami_allocate)})
+    recorded = (ContainerDevice(uuid="D-0", type="DEV"),)
+    assert host.allocate("DEV", Pod(name="p"), 0, recorded) == expected
+
+
+def test_container_edits_are_given_the_installed_library_only_when_they_ask_for_it() -> None:
+    seen: list[IsolationLibrary | None] = []
+
+    @hookimpl
+    def hami_container_edits(library: IsolationLibrary | None) -> ContainerEdits:
+        seen.append(library)
+        return ContainerEdits()
+
+    host = VendorHost.from_plugins(
+        {"dev": make_plugin("dev", "DEV", "dev.example", hami_container_edits=hami_container_edits)}
+    )
+    library = IsolationLibrary(path="/hooks/dev/libdev.so", preload_path="/hooks/dev/ld.so.preload")
+    host.container_edits("DEV", Pod(name="p"), 0, (), library)
+    host.container_edits("DEV", Pod(name="p"), 0, ())
+    assert seen == [library, None]
+
+    @hookimpl
+    def older_edits(devices: Any) -> ContainerEdits:  # written before the library was passed
+        return ContainerEdits(env={"N": str(len(devices))})
+
+    older = VendorHost.from_plugins({"old": make_plugin("old", "OLD", "old.example", hami_container_edits=older_edits)})
+    assert older.container_edits("OLD", Pod(name="p"), 0, (), library).env == {"N": "0"}

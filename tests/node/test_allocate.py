@@ -243,3 +243,46 @@ def test_a_capacity_kind_serves_its_memory_resource_without_touching_the_pod(
     assert meta(cluster.get("pods", "p", "default"))["resourceVersion"] == before
     assert kubelet.start_container("cap.example/accel", 1).env["SCRIPTEDCAP_VISIBLE_DEVICES"] == "CAP-1"
     assert pod_annotations(cluster, "p")[BIND_PHASE] == "success"
+
+
+def test_annotations_returned_by_allocate_are_written_back_and_seen_by_the_containers_edits(
+    ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster, script: Path
+) -> None:
+    made = {"scripted.example/partition": "part-of-container-{container}"}
+    write_script(script, {"Scripted": scripted_devices(2)}, allocate_annotations=made)
+    place_pod(cluster, NODE, "p", {"Scripted": [[dev("SCR-0")], [dev("SCR-1")]]})
+    first, second = kubelet.client(RESOURCE).allocate([["SCR-0-0"], ["SCR-1-0"]])
+    assert first.env["SCRIPTED_SEEN_PARTITION"] == "part-of-container-0"  # the edits see what allocate made
+    assert second.env["SCRIPTED_SEEN_PARTITION"] == "part-of-container-1"
+    got = pod_annotations(cluster, "p")
+    assert got["scripted.example/partition"] == "part-of-container-1"  # the later container's value, once
+    assert (got[TO_ALLOCATE], got[BIND_PHASE]) == (";;", "success")
+    assert not locked(cluster)
+
+
+def test_annotations_from_allocate_reach_the_pod_one_allocate_call_at_a_time(
+    ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster, script: Path
+) -> None:
+    write_script(
+        script, {"Scripted": scripted_devices(2)}, allocate_annotations={"scripted.example/made": "{container}"}
+    )
+    place_pod(cluster, NODE, "p", {"Scripted": [[dev("SCR-0")], [dev("SCR-1")]]})
+    kubelet.start_container(RESOURCE, 1)
+    got = pod_annotations(cluster, "p")
+    assert (got["scripted.example/made"], got[TO_ALLOCATE], got[BIND_PHASE]) == (
+        "0",
+        ";SCR-1,Scripted,1000,10:;",
+        "allocating",
+    )
+    kubelet.start_container(RESOURCE, 1)
+    assert pod_annotations(cluster, "p")["scripted.example/made"] == "1"
+
+
+def test_a_vendor_annotation_cannot_overwrite_what_the_daemon_writes(
+    ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster, script: Path
+) -> None:
+    write_script(script, {"Scripted": scripted_devices(2)}, allocate_annotations={TO_ALLOCATE: "bogus"})
+    place_pod(cluster, NODE, "p", {"Scripted": [[dev("SCR-0")]]})
+    kubelet.start_container(RESOURCE, 1)
+    got = pod_annotations(cluster, "p")
+    assert (got[TO_ALLOCATE], got[BIND_PHASE]) == (";", "success")

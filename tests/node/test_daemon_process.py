@@ -63,7 +63,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     script = write_script(tmp / "script.json", {"Scripted": scripted_devices(2)})
     config = tmp / "hami.yaml"
     hooks = tmp / "hooks"
-    config.write_text(json.dumps({"vendors": {"scripted": {"script": str(script), "hook_dir": str(hooks)}}}))
+    config.write_text(json.dumps({"vendors": {"scripted": {"script": str(script)}}}))
     api = FakeApiServer().start()
     api.cluster.create("nodes", {"metadata": {"name": NODE}})
     kubelet = FakeKubelet().start()

@@ -9,9 +9,12 @@ what the node has (health included) by rewriting the file:
      "refuse": ["SCR-1"], "refuse_allocate": [], "edits_delay": 0}
 
 `refuse`: container edits for a placement with one of these devices raise `HamiError`; `refuse_allocate`:
-the same from `hami_allocate`; `edits_delay`: seconds each container edit takes (to see serialization).
-With `vendors.scripted.hook_dir` set to the daemon's hook directory, containers mount the library the daemon
-installed there (at the same path) and its preload file, as a real vendor's edits do.
+the same from `hami_allocate`; `edits_delay`: seconds each container edit takes (to see serialization);
+`allocate_annotations`: pod annotations `hami_allocate` returns with each container's placement (a value's
+`{container}` is replaced by the container's index); `reserve`: each fit reserves the devices it places in
+the pod annotation `scripted.example/reserved`, and no fit places a pod on a device that a pod counted on the
+node has reserved there (a stand-in for partition reservations). Containers mount the library the daemon installed (at
+the same path) and its preload file when the daemon passes one, as a real vendor's edits do.
 
 In-process tests register the module with `VendorHost.from_plugins({"scripted": scripted_vendor})`; the
 daemon process gets it installed as the package `hami_vendor_scripted` (see `node_harness`), with the dummy
@@ -23,7 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from hami import hookimpl
 from hami.errors import HamiError
 from hami.fitting import ShareFitter
 from hami.model import (
+    Allocation,
     AnnotationKeys,
     Container,
     ContainerEdits,
@@ -41,6 +45,8 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceNode,
+    DeviceUsage,
+    IsolationLibrary,
     Mount,
     NodeFit,
     NodeInventory,
@@ -83,6 +89,9 @@ INFO = VendorInfo(
     name="scripted", display_name="Scripted (tests)", kinds=tuple(KINDS.values()), isolation_library="libscripted.so"
 )
 
+RESERVED = "scripted.example/reserved"
+"""Pod annotation of the `reserve` script knob: the devices a fit reserved, comma-separated."""
+
 RELEASED: list[tuple[str, str, int]] = []
 """(kind, pod name, containers with devices) for every `hami_release` call in this process."""
 CONCURRENCY = {"now": 0, "max": 0}
@@ -93,8 +102,6 @@ class ScriptedSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     script: Path = Path("/nonexistent/scripted.json")
-    hook_dir: Path | None = None
-    """The daemon's hook directory: when set, containers mount the installed library and its preload file."""
 
 
 def _script(settings: ScriptedSettings) -> dict[str, Any]:
@@ -137,16 +144,38 @@ def hami_fit_nodes(
     requests: Sequence[ContainerRequest | None],
     nodes: Sequence[NodeView],
     policy: SchedulingPolicy,
+    settings: ScriptedSettings,
 ) -> list[NodeFit]:
-    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+    if not _script(settings).get("reserve"):
+        return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+    fits = []
+    for node in nodes:
+        taken = {d for p in node.pods.values() for d in p.annotations.get(RESERVED, "").split(",") if d}
+        (fit,) = ShareFitter(kind, extra_filter=_refuse_reserved(taken)).fit_nodes(pod, requests, [node], policy)
+        if fit.placement is not None:
+            reserved = ",".join(d.uuid for devices in fit.placement for d in devices)
+            fit = fit.model_copy(update={"pod_annotations": {RESERVED: reserved}})
+        fits.append(fit)
+    return fits
+
+
+def _refuse_reserved(taken: set[str]) -> Callable[[DeviceUsage, ContainerRequest], str | None]:
+    return lambda usage, request: "reserved by another pod" if usage.id in taken else None
 
 
 @hookimpl
-def hami_allocate(devices: ContainerPlacement, settings: ScriptedSettings) -> ContainerPlacement | None:
-    refused = set(_script(settings).get("refuse_allocate") or ())
+def hami_allocate(
+    devices: ContainerPlacement, container_index: int, settings: ScriptedSettings
+) -> Allocation | ContainerPlacement | None:
+    script = _script(settings)
+    refused = set(script.get("refuse_allocate") or ())
     for d in devices:
         if d.uuid in refused:
             raise HamiError(f"device {d.uuid} cannot be partitioned (refused by the script)")
+    annotations = script.get("allocate_annotations") or {}
+    if annotations:
+        written = {str(k): str(v).replace("{container}", str(container_index)) for k, v in annotations.items()}
+        return Allocation(devices=devices, pod_annotations=written)
     return None
 
 
@@ -157,7 +186,12 @@ def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlace
 
 @hookimpl
 def hami_container_edits(
-    kind: DeviceKind, devices: ContainerPlacement, container_index: int, settings: ScriptedSettings
+    kind: DeviceKind,
+    pod: Pod,
+    devices: ContainerPlacement,
+    container_index: int,
+    settings: ScriptedSettings,
+    library: IsolationLibrary | None,
 ) -> ContainerEdits:
     script = _script(settings)
     with _guard:
@@ -179,13 +213,14 @@ def hami_container_edits(
         for i, d in enumerate(devices):
             env[f"{prefix}_MEMORY_LIMIT_{i}"] = f"{d.usedmem}m"
         env[f"{prefix}_CORE_LIMIT"] = str(devices[0].usedcores) if devices else "0"
+        for key, value in sorted(pod.annotations.items()):
+            if key.startswith("scripted.example/"):  # what earlier allocations of the pod wrote
+                env[f"{prefix}_SEEN_{key.rpartition('/')[2].upper().replace('-', '_')}"] = value
         mounts: tuple[Mount, ...] = ()
-        if settings.hook_dir is not None:
-            folder = settings.hook_dir / INFO.name
-            library = str(folder / str(INFO.isolation_library))
+        if library is not None:
             mounts = (
-                Mount(container_path=library, host_path=library),
-                Mount(container_path="/etc/ld.so.preload", host_path=str(folder / "ld.so.preload")),
+                Mount(container_path=library.path, host_path=library.path),
+                Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
             )
         return ContainerEdits(
             env=env,

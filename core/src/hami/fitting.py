@@ -7,9 +7,10 @@ on a device whose cores are all taken. Among the usable devices the device polic
 `spread`, `mutex`, `numa`), containers of one pod see each other's grants, and every refused node gets a
 reason a user can read. The node score is HAMi's.
 
-Vendor specifics (topology tables, partition profiles, templates) stay in the vendor: it can filter or
-re-order the candidates through `ShareFitter`'s hooks, or post-process the fits. Nothing here modifies the
-node views it is given.
+Vendor specifics (topology tables, partition profiles, templates) stay in the vendor. `ShareFitter` has two
+extension points: `extra_filter` refuses devices for the vendor's own reasons, and `ShareFitter.choose_devices`
+(a method to override, with a stable signature) picks among the usable devices of one container; the vendor
+can also post-process the fits. Nothing here modifies the node views it is given.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hami.model import (
     ContainerDevice,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
     DeviceUsage,
     NodeFit,
@@ -31,7 +33,16 @@ from hami.model import (
     SchedulingPolicy,
 )
 
-__all__ = ["CORDON_ANNOTATION", "DeviceFilter", "ShareFitter", "node_score"]
+__all__ = [
+    "CORDON_ANNOTATION",
+    "Candidate",
+    "ChoiceContext",
+    "DeviceFilter",
+    "DeviceState",
+    "Selectors",
+    "ShareFitter",
+    "node_score",
+]
 
 CORDON_ANNOTATION = "hami.io/device-cordon"
 
@@ -39,13 +50,44 @@ DeviceFilter = Callable[[DeviceUsage], bool]
 
 
 @dataclass(slots=True)
-class _Free:
-    """Mutable remaining capacity of one device while one pod's containers are placed."""
+class DeviceState:
+    """One device while a pod's containers are placed on a node: its usage, plus what the pod's containers
+    placed so far were granted on it. The fitter updates it; a device choice only reads it."""
 
     usage: DeviceUsage
     used: int
     usedmem: int
     usedcores: int
+
+    @property
+    def device(self) -> Device:
+        return self.usage.device
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A device usable by one container, and what the container would be granted on it."""
+
+    state: DeviceState
+    memory: int
+    """MiB the container would get on the device."""
+    cores: int
+    """Percent of the device's compute the container would get."""
+
+    @property
+    def device(self) -> Device:
+        return self.state.usage.device
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceContext:
+    """What a device choice may consult besides its candidates; fields may be added, never removed."""
+
+    pod: Pod
+    node: NodeView
+    policy: SchedulingPolicy
+    devices: Sequence[DeviceState]
+    """Every device of the node, usable or not, with the grants of the pod's containers placed so far."""
 
 
 def _split(value: str | None) -> list[str]:
@@ -77,7 +119,7 @@ class Selectors:
         return None
 
 
-def _device_score(free: _Free, memory: int, cores: int, weights: Mapping[str, int]) -> float:
+def _device_score(free: DeviceState, memory: int, cores: int, weights: Mapping[str, int]) -> float:
     d = free.usage.device
     slot = (free.used + 1) / d.count if d.count else 1.0
     core = (free.usedcores + cores) / d.devcore if d.devcore else 1.0
@@ -105,7 +147,8 @@ def node_score(node: NodeView, placement: Sequence[ContainerPlacement]) -> float
 class ShareFitter:
     """Fits one pod's requests of one kind onto candidate nodes under a scheduling policy.
 
-    `extra_filter` lets a vendor refuse devices for its own reasons (returning the reason, or None).
+    `extra_filter` lets a vendor refuse devices for its own reasons (returning the reason, or None);
+    a subclass may override `choose_devices` to pick among the usable devices differently.
     """
 
     def __init__(
@@ -132,14 +175,15 @@ class ShareFitter:
         selectors: Selectors,
     ) -> NodeFit:
         cordoned = set(_split(node.annotations.get(CORDON_ANNOTATION)))
-        frees = [_Free(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
+        frees = [DeviceState(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
+        context = ChoiceContext(pod, node, policy, frees)
         names = [c.name for c in pod.all_containers]
         placement: list[ContainerPlacement] = []
         for index, request in enumerate(requests):
             if request is None:
                 placement.append(())
                 continue
-            chosen, reason = self._fit_container(request, frees, cordoned, selectors, policy, node, pod)
+            chosen, reason = self._fit_container(request, frees, cordoned, selectors, context)
             if chosen is None:
                 who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
                 return NodeFit(node=node.name, reason=f"{who}: {reason}")
@@ -149,16 +193,14 @@ class ShareFitter:
     def _fit_container(
         self,
         request: ContainerRequest,
-        frees: list[_Free],
+        frees: list[DeviceState],
         cordoned: set[str],
         selectors: Selectors,
-        policy: SchedulingPolicy,
-        node: NodeView,
-        pod: Pod,
+        context: ChoiceContext,
     ) -> tuple[ContainerPlacement | None, str]:
-        usable: list[tuple[_Free, int, int]] = []
+        usable: list[Candidate] = []
         refusals: Counter[str] = Counter()
-        mutex = "mutex" in policy.device
+        mutex = "mutex" in context.policy.device
         for free in frees:
             reason = self._refuses(free, request, cordoned, selectors, mutex)
             if reason:
@@ -166,23 +208,28 @@ class ShareFitter:
                 continue
             d = free.usage.device
             cores = d.devcore if request.cores >= 100 else request.cores
-            usable.append((free, request.memory_on(d), cores))
+            usable.append(Candidate(free, request.memory_on(d), cores))
         if len(usable) < request.count:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
-        chosen = self._choose(usable, request.count, policy, frees, node, pod)
-        for free, memory, cores in chosen:
-            free.used += 1
-            free.usedmem += memory
-            free.usedcores += cores
+        chosen = self.choose_devices(usable, request.count, context)
+        if len(chosen) != request.count or len({id(c.state) for c in chosen}) != request.count:
+            raise ValueError(
+                f"{type(self).__name__}.choose_devices returned {len(chosen)} device(s) for a request of "
+                f"{request.count}; it must return that many distinct candidates"
+            )
+        for c in chosen:
+            c.state.used += 1
+            c.state.usedmem += c.memory
+            c.state.usedcores += c.cores
         return tuple(
-            ContainerDevice(uuid=f.usage.device.id, type=self.kind.common_word, usedmem=m, usedcores=c)
-            for f, m, c in chosen
+            ContainerDevice(uuid=c.device.id, type=self.kind.common_word, usedmem=c.memory, usedcores=c.cores)
+            for c in chosen
         ), ""
 
     def _refuses(
-        self, free: _Free, request: ContainerRequest, cordoned: set[str], selectors: Selectors, mutex: bool
+        self, free: DeviceState, request: ContainerRequest, cordoned: set[str], selectors: Selectors, mutex: bool
     ) -> str | None:
         d = free.usage.device
         if not d.health:
@@ -205,64 +252,70 @@ class ShareFitter:
             return self.extra_filter(free.usage, request)
         return None
 
-    def _choose(
-        self,
-        usable: list[tuple[_Free, int, int]],
-        count: int,
-        policy: SchedulingPolicy,
-        frees: list[_Free],
-        node: NodeView,
-        pod: Pod,
-    ) -> list[tuple[_Free, int, int]]:
+    def choose_devices(
+        self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
+    ) -> Sequence[Candidate]:
+        """Choose `count` of the usable `candidates` for one container, in the order they are granted.
+
+        The extension point for a vendor's own device choice: override it in a subclass (calling this one for
+        the policy's order when useful) and the feasibility checks, accounting, selectors and refusal reasons
+        stay the fitter's. Called once per container with at least `count` candidates; must return exactly
+        `count` distinct ones and must not modify them. This implementation applies the device policy in
+        ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
+        ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
+        use grows the node's expected fragmentation least); ties go to the lower device index.
+        """
+        policy = context.policy
         if "fragmentation-aware" in policy.device and policy.workload is not None:
+            node, pod = context.node, context.pod
             cpu = None if node.cpu_free is None else node.cpu_free - pod.host_cpu
             memory = None if node.memory_free is None else node.memory_free - pod.host_memory
-            return _least_fragmenting(usable, count, policy.workload, frees, cpu, memory)
+            return _least_fragmenting(candidates, count, policy.workload, context.devices, cpu, memory)
         binpack = "binpack" in policy.device or "best-fit" in policy.device
 
-        def order(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
-            free, memory, cores = item
-            score = _device_score(free, memory, cores, policy.weights)
-            return (-score if binpack else score, free.usage.device.index, free.usage.device.id)
+        def order(item: Candidate) -> tuple[float, int, str]:
+            score = _device_score(item.state, item.memory, item.cores, policy.weights)
+            d = item.state.usage.device
+            return (-score if binpack else score, d.index, d.id)
 
-        ranked = sorted(usable, key=order)
+        ranked = sorted(candidates, key=order)
         if "numa" in policy.device and count > 1:
-            groups: dict[int, list[tuple[_Free, int, int]]] = {}
+            groups: dict[int, list[Candidate]] = {}
             for item in ranked:
-                groups.setdefault(item[0].usage.device.numa, []).append(item)
+                groups.setdefault(item.device.numa, []).append(item)
             whole = [g for g in groups.values() if len(g) >= count]
             if whole:
                 return min(whole, key=lambda g: [order(i) for i in g[:count]])[:count]
         return ranked[:count]
 
 
-def _share_of(free: _Free) -> int:
+def _share_of(free: DeviceState) -> int:
     d = free.usage.device
     return free_share(d.devmem, free.usedmem, d.devcore, free.usedcores)
 
 
 def _least_fragmenting(
-    usable: list[tuple[_Free, int, int]],
+    usable: Sequence[Candidate],
     count: int,
     workload: WorkloadProfile,
-    frees: list[_Free],
+    frees: Sequence[DeviceState],
     cpu_after: int | None,
     memory_after: int | None,
-) -> list[tuple[_Free, int, int]]:
+) -> list[Candidate]:
     """The devices whose use grows the node's expected fragmentation least (FGD's device choice)."""
     shares = [_share_of(f) for f in frees]
     before = workload.fragmentation(shares, cpu_after, memory_after)
     position = {id(f): i for i, f in enumerate(frees)}
 
-    def growth(item: tuple[_Free, int, int]) -> tuple[float, int, str]:
-        free, memory, cores = item
+    def growth(item: Candidate) -> tuple[float, int, str]:
+        free = item.state
         d = free.usage.device
         after = list(shares)
-        after[position[id(free)]] = free_share(d.devmem, free.usedmem + memory, d.devcore, free.usedcores + cores)
+        after[position[id(free)]] = free_share(
+            d.devmem, free.usedmem + item.memory, d.devcore, free.usedcores + item.cores
+        )
         return (workload.fragmentation(after, cpu_after, memory_after) - before, d.index, d.id)
 
     if count == 1:
         return [min(usable, key=growth)]
-    return sorted(usable, key=lambda item: (_share_of(item[0]), item[0].usage.device.index, item[0].usage.device.id))[
-        :count
-    ]
+    return sorted(usable, key=lambda item: (_share_of(item.state), item.device.index, item.device.id))[:count]

@@ -34,11 +34,13 @@ import pluggy
 
 from hami.model import (
     AdmissionEdit,
+    Allocation,
     Container,
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -153,8 +155,9 @@ def hami_fit_nodes(
 ) -> list[NodeFit]:
     """Decide, for every candidate node at once, which devices would serve the pod's requests of ``kind``.
 
-    Routed; one call per pod and vendor, whatever the number of nodes. The views carry current usage, and
-    must not be modified (the scheduler commits the chosen placement itself).
+    Routed; one call per pod and vendor, whatever the number of nodes. The views carry current usage and
+    the pods counted on each node (`NodeView.pods`, with their annotations), and must not be modified (the
+    scheduler commits the chosen placement itself).
 
     :param requests: one entry per container, init containers first; None for containers without a
         request of this kind.
@@ -164,7 +167,9 @@ def hami_fit_nodes(
     :returns: one `hami.model.NodeFit` per node, in any order: a placement (one entry per container, with
         each device's granted memory and cores) or a reason a user can act on, such as
         ``"2/8 devices: insufficient memory"``. A placement must never exceed a device's free slots,
-        memory or cores, and feasibility must not depend on the order devices are listed in.
+        memory or cores, and feasibility must not depend on the order devices are listed in. A fit may
+        carry ``pod_annotations`` (the vendor's own keys): the scheduler writes them on the pod together
+        with the placement when it chooses that node, and keeps them in the node's view for later fits.
     """
 
 
@@ -197,15 +202,18 @@ def hami_score_nodes(
 @hookspec(firstresult=True)
 def hami_allocate(
     kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: Any
-) -> ContainerPlacement | None:
+) -> Allocation | ContainerPlacement | None:
     """Make a recorded placement real on this node, e.g. create the partition a placement reserved.
 
     Routed; optional. Called by the node daemon inside the kubelet's Allocate, before
     `hami_container_edits`, serialized per node.
 
+    :param pod: the pod as it is now, with the annotations the scheduler and earlier allocations wrote.
     :param container_index: the container's position (init containers first).
     :param devices: the devices the scheduler recorded for this container.
-    :returns: the placement to use from now on (with identifiers filled in), or None to keep it.
+    :returns: an `hami.model.Allocation` (the placement to use from now on, with identifiers filled in, and
+        pod annotations for the daemon to write, such as the identity of what was created), or a bare
+        placement, or None to keep the recorded one.
     :raises hami.errors.HamiError: the placement cannot be made; the message is passed to the kubelet.
     """
 
@@ -231,12 +239,16 @@ def hami_container_edits(
     container_index: int,
     devices: ContainerPlacement,
     settings: Any,
+    library: IsolationLibrary | None,
 ) -> ContainerEdits:
     """What the kubelet must add to the container so it sees its devices and its isolation library.
 
     Routed. Called by the node daemon in Allocate with the container's (possibly allocated) placement.
     Must be deterministic: the same placement gives the same edits.
 
+    :param library: this vendor's isolation library as the daemon installed it on the host (mount
+        ``library.path`` at the same path and ``library.preload_path`` at ``/etc/ld.so.preload``), or None
+        when none is installed (the vendor names none, its package ships none, or no daemon is involved).
     :returns: a `hami.model.ContainerEdits`: env (visible devices, memory and core limits), mounts (the
         isolation library, its ``/etc/ld.so.preload``, the shared accounting directory), device nodes, and
         CDI device names.

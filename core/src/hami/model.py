@@ -25,6 +25,7 @@ from hami.quantity import cpu_millis, memory_mib
 
 __all__ = [
     "AdmissionEdit",
+    "Allocation",
     "AnnotationKeys",
     "Container",
     "ContainerDevice",
@@ -34,10 +35,12 @@ __all__ = [
     "DeviceKind",
     "DeviceNode",
     "DeviceUsage",
+    "IsolationLibrary",
     "Mount",
     "NodeFit",
     "NodeInventory",
     "NodeView",
+    "PlacedPod",
     "Pod",
     "PodAllocation",
     "RegisterFormat",
@@ -415,13 +418,37 @@ class NodeInventory(_Model):
     annotations: Mapping[str, str] = Field(default_factory=dict, description="extra node annotations to publish")
 
 
+class PlacedPod(_Model):
+    """A pod counted on a node: who it is and its annotations, as the scheduler last saw them.
+
+    Fitters read these to honour what running pods reserved beyond device usage (e.g. the placement of a
+    partition written in a pod annotation by an earlier fit). Before the pod's own update comes back through
+    the watch, `annotations` holds only what the filter wrote for it (`NodeFit.pod_annotations`).
+    """
+
+    namespace: str
+    name: str
+    uid: str = ""
+    annotations: Mapping[str, str] = Field(default_factory=dict)
+
+
 class NodeView(BaseModel):
-    """A candidate node as the scheduler sees it for one device kind: its devices and their current usage."""
+    """A candidate node as the scheduler sees it for one device kind: its devices and their current usage,
+    and the pods that use devices of the kind there.
+
+    The scheduler keeps one view per node and kind and updates it in place as pods come and go; a fitter
+    must only read it.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
     devices: list[DeviceUsage] = Field(default_factory=list)
+    pods: dict[str, PlacedPod] = Field(
+        default_factory=dict,
+        description="`namespace/name` → the pods counted on the node that use devices of this kind "
+        "(running, bound, or placed by the filter and not yet bound)",
+    )
     link_scores: Mapping[str, Mapping[str, int]] = Field(default_factory=dict)
     annotations: Mapping[str, str] = Field(default_factory=dict)
     labels: Mapping[str, str] = Field(default_factory=dict)
@@ -451,6 +478,11 @@ class NodeFit(_Model):
     )
     reason: str = Field(default="", description="why the node does not fit, readable by a user")
     score: float = 0.0
+    pod_annotations: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="annotations to write on the pod with its placement when this node is chosen (the "
+        "vendor's own keys, e.g. a partition reservation); an empty value clears what an earlier decision wrote",
+    )
 
     @model_validator(mode="after")
     def _either(self) -> NodeFit:
@@ -464,8 +496,33 @@ class NodeFit(_Model):
 
 
 # --------------------------------------------------------------------------------------------------------
-# Admission and container edits
+# Allocation, admission and container edits
 # --------------------------------------------------------------------------------------------------------
+
+
+class Allocation(_Model):
+    """What `hami_allocate` made of one container's recorded placement on the node.
+
+    A vendor may answer with a bare placement instead when it has no annotations to write.
+    """
+
+    devices: ContainerPlacement = Field(description="the placement to use from now on (identifiers filled in)")
+    pod_annotations: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="annotations the node daemon writes on the pod with the container's allocation (the "
+        "vendor's own keys, e.g. the identity of a partition it created)",
+    )
+
+
+class IsolationLibrary(_Model):
+    """A vendor's isolation library as the node daemon installed it on the host (`hami.node.hooklib`).
+
+    Both are host paths. The preload file names `path`, so a container mounts the library at that same path
+    and the preload file at ``/etc/ld.so.preload``.
+    """
+
+    path: str = Field(description="the library's stable name, a symlink to the installed build")
+    preload_path: str = Field(description="the preload file naming `path`")
 
 
 class AdmissionEdit(_Model):

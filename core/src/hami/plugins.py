@@ -28,11 +28,13 @@ from hami import hookspecs
 from hami.errors import ConfigError, PluginError
 from hami.model import (
     AdmissionEdit,
+    Allocation,
     Container,
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -360,20 +362,34 @@ class VendorHost:
         )
         return result
 
-    def allocate(
-        self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement
-    ) -> ContainerPlacement:
+    def allocate(self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement) -> Allocation:
+        """The vendor's allocation of one container, always as an `Allocation`: a bare placement answer gets no
+        annotations, no answer keeps `devices`."""
         result = self._routed(common_word, "hami_allocate", pod=pod, container_index=container_index, devices=devices)
-        return devices if result is None else tuple(result)
+        if result is None:
+            return Allocation(devices=devices)
+        if isinstance(result, Allocation):
+            return result
+        return Allocation(devices=tuple(result))
 
     def release(self, common_word: str, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
         self._routed(common_word, "hami_release", pod=pod, placements=placements)
 
     def container_edits(
-        self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement
+        self,
+        common_word: str,
+        pod: Pod,
+        container_index: int,
+        devices: ContainerPlacement,
+        library: IsolationLibrary | None = None,
     ) -> ContainerEdits:
         result = self._routed(
-            common_word, "hami_container_edits", pod=pod, container_index=container_index, devices=devices
+            common_word,
+            "hami_container_edits",
+            pod=pod,
+            container_index=container_index,
+            devices=devices,
+            library=library,
         )
         return ContainerEdits() if result is None else result
 

@@ -12,9 +12,10 @@ shape suits any vendor with NVLink-, HCCS- or MetaXLink-style fabrics):
 Ties keep the order the device policy (binpack, spread) gives, so topology refines the policy instead of
 replacing it. With ``numa`` in the chain as well, a set is taken within one NUMA node when one can hold it.
 
-`TopologyFitter` is `hami.fitting.ShareFitter` with this choice plugged in: feasibility, accounting, selectors
-and refusal reasons are the share fitter's own, only the pick among usable devices changes. Nothing here
-modifies the node views, and a node without link scores is served exactly as `ShareFitter` would serve it.
+`TopologyFitter` is `hami.fitting.ShareFitter` with this choice plugged in through the share fitter's
+extension point (`ShareFitter.choose_devices`): feasibility, accounting, selectors and refusal reasons are the
+share fitter's own, only the pick among usable devices changes. Nothing here modifies the node views, and a
+node without link scores is served exactly as `ShareFitter` would serve it.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from itertools import combinations
 from math import comb
-from typing import Any
 
 from hami.codec import AnnotationError, decode_link_scores
-from hami.fitting import Selectors, ShareFitter, _Free
-from hami.model import ContainerRequest, DeviceKind, DeviceUsage, NodeFit, NodeView, Pod, SchedulingPolicy
+from hami.fitting import Candidate, ChoiceContext, ShareFitter
+from hami.model import ContainerRequest, DeviceKind, DeviceUsage, NodeView
 
 __all__ = ["TOPOLOGY_POLICY", "LinkScores", "TopologyFitter", "best_connected", "least_connected", "set_score"]
 
@@ -126,40 +126,29 @@ class TopologyFitter(ShareFitter):
     ) -> None:
         super().__init__(kind, extra_filter=extra_filter)
         self.links = links or (lambda node: node.link_scores)
-        self._scores: LinkScores = {}
 
-    def fit_node(
-        self,
-        pod: Pod,
-        requests: Sequence[ContainerRequest | None],
-        node: NodeView,
-        policy: SchedulingPolicy,
-        selectors: Selectors,
-    ) -> NodeFit:
-        self._scores = self.links(node) if TOPOLOGY_POLICY in policy.device else {}
-        try:
-            return super().fit_node(pod, requests, node, policy, selectors)
-        finally:
-            self._scores = {}
-
-    def _choose(
-        self, usable: list[tuple[_Free, int, int]], count: int, policy: SchedulingPolicy, *rest: Any
-    ) -> list[tuple[_Free, int, int]]:
-        if not self._scores or TOPOLOGY_POLICY not in policy.device or len(usable) <= count:
-            return super()._choose(usable, count, policy, *rest)
-        ranked = super()._choose(usable, len(usable), policy, *rest)  # every usable device, in the policy's order
-        by_id = {item[0].usage.device.id: item for item in ranked}
+    def choose_devices(
+        self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
+    ) -> Sequence[Candidate]:
+        policy = context.policy
+        if TOPOLOGY_POLICY not in policy.device or len(candidates) <= count:
+            return super().choose_devices(candidates, count, context)
+        scores = self.links(context.node)
+        if not scores:
+            return super().choose_devices(candidates, count, context)
+        ranked = super().choose_devices(candidates, len(candidates), context)  # all of them, in the policy's order
+        by_id = {item.device.id: item for item in ranked}
         ids = list(by_id)
         if count == 1:
-            return [by_id[least_connected(ids, self._scores)]]
+            return [by_id[least_connected(ids, scores)]]
         pools = [ids]
         if "numa" in policy.device:
             groups: dict[int, list[str]] = {}
             for item in ranked:
-                groups.setdefault(item[0].usage.device.numa, []).append(item[0].usage.device.id)
+                groups.setdefault(item.device.numa, []).append(item.device.id)
             whole = [g for g in groups.values() if len(g) >= count]
             if whole:
                 pools = whole
-        sets = [best_connected(pool, count, self._scores) for pool in pools]
-        best = max(sets, key=lambda s: set_score(self._scores, s))  # first maximum: the policy's favourite pool
+        sets = [best_connected(pool, count, scores) for pool in pools]
+        best = max(sets, key=lambda s: set_score(scores, s))  # first maximum: the policy's favourite pool
         return [by_id[d] for d in best]

@@ -4,11 +4,13 @@ containers that opt out of the isolation library, oversubscription and logging s
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 import hami_vendor_nvidia.plugin as plugin
-from hami.model import Container, ContainerDevice, ContainerEdits, Mount, Pod
+from hami.model import Container, ContainerDevice, ContainerEdits, IsolationLibrary, Mount, Pod
+from hami.node.hooklib import IsolationLibraries
 from hami.plugins import VendorHost
 
 UID = "8f0e6a52-3c1d-4e55-9b7a-2d4f6c1e0a93"
@@ -124,3 +126,60 @@ def test_mig_devices_are_named_by_their_uuid_without_the_library() -> None:
     assert dict(edits.env) == {"NVIDIA_VISIBLE_DEVICES": mig}
     assert edits.mounts == ()
     assert edits.cdi_devices == (f"nvidia.com/gpu={mig}",)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The isolation library the node daemon installed
+# --------------------------------------------------------------------------------------------------------
+
+INSTALLED = IsolationLibrary(
+    path="/usr/local/hami/nvidia/libvgpu.so", preload_path="/usr/local/hami/nvidia/ld.so.preload"
+)
+
+
+def installed_edits(pod: Pod, index: int, devices: tuple[ContainerDevice, ...], **settings: object) -> ContainerEdits:
+    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
+    return host.container_edits("NVIDIA", pod, index, devices, INSTALLED)
+
+
+def test_the_library_the_daemon_installed_is_mounted_at_its_own_path_with_its_preload_file() -> None:
+    edits = installed_edits(two_container_pod(), 1, (device(GPU_A, 3000, 30),))
+    assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
+        (INSTALLED.path, INSTALLED.path, True),  # where the installed preload file says the library is
+        ("/usr/local/vgpu", f"/usr/local/vgpu/containers/{UID}_trainer", False),
+        ("/tmp/vgpulock", "/tmp/vgpulock", False),
+        ("/etc/ld.so.preload", INSTALLED.preload_path, True),
+    ]
+    assert edits.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith("/usr/local/vgpu/")
+
+
+def test_an_installed_library_is_still_left_out_for_containers_that_disable_control_and_for_mig() -> None:
+    opted_out = installed_edits(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 25),))
+    assert [m.container_path for m in opted_out.mounts] == ["/usr/local/vgpu", "/tmp/vgpulock"]
+    mig = installed_edits(two_container_pod(), 1, (device("MIG-5e4f3a2b-0001-0000-0002-000000002222", 9856, 28),))
+    assert mig.mounts == ()
+
+
+def test_a_configured_library_directory_wins_over_the_installed_library() -> None:
+    edits = installed_edits(two_container_pod(), 1, (device(GPU_A, 3000, 30),), libraryDir="/opt/hami-core")
+    assert [(m.container_path, m.host_path) for m in edits.mounts if m.read_only] == [
+        ("/usr/local/vgpu/libvgpu.so", "/opt/hami-core/libvgpu.so"),
+        ("/etc/ld.so.preload", "/opt/hami-core/ld.so.preload"),
+    ]
+
+
+def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_library(tmp_path: Path) -> None:
+    host = VendorHost.from_plugins({"nvidia": plugin})
+    libraries = IsolationLibraries(tmp_path / "hooks")
+    build = tmp_path / "build" / "libvgpu.so"
+    build.parent.mkdir()
+    build.write_bytes(b"\x7fELF stands in for the library built into the wheel")
+    libraries.install(host.vendor("nvidia"), source=build)
+    edits = host.container_edits(
+        "NVIDIA", two_container_pod(), 1, (device(GPU_A, 3000, 30),), libraries.for_vendor("nvidia")
+    )
+    mounts = {m.container_path: m.host_path for m in edits.mounts}
+    named = Path(mounts["/etc/ld.so.preload"]).read_text().strip()
+    assert mounts[named] == named  # the preload names the library's path inside the container, mounted from there
+    assert Path(named).resolve().read_bytes() == build.read_bytes()  # and it is the build the daemon installed
+    assert Path(named).resolve().name.startswith("libvgpu-")

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 import hami_vendor_nvidia.plugin as plugin
-from hami.codec import MigReservation, decode_node_register, encode_mig_allocations, encode_node_register
+from hami.codec import (
+    MigReservation,
+    decode_mig_allocations,
+    decode_node_register,
+    encode_mig_allocations,
+    encode_node_register,
+)
 from hami.model import (
     Container,
     ContainerRequest,
@@ -17,13 +23,14 @@ from hami.model import (
     NodeFit,
     NodeInventory,
     NodeView,
+    PlacedPod,
     Pod,
     SchedulingPolicy,
 )
 from hami.plugins import VendorHost
 from hami.topology import best_connected, least_connected
 from hami_vendor_nvidia.fit import NvidiaFitter
-from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MIG_INSTANCES_ANNOTATION
+from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MIG_INSTANCES_ANNOTATION, Placement
 
 NodeFactory = Callable[..., Any]
 Usage = Mapping[int, tuple[int, int, int]]
@@ -362,3 +369,45 @@ def test_on_a_node_with_both_kinds_shared_gpus_come_first_then_mig(mixed: NodeIn
         "pod: needs 1 NVIDIA device, 0/4 usable (4 insufficient memory); "
         "MIG: pod: needs 1 MIG instance on distinct GPUs, 0/2 MIG GPUs usable (2 no free MIG placement large enough)"
     )
+
+
+def test_a_mig_fit_carries_its_reservations_as_the_pod_annotation(a100: NodeInventory) -> None:
+    node = view(a100)
+    result = fit(node, want(1, 8000), want(1, 19000), annotations=MIG, device=("binpack",))
+    assert result.placement is not None
+    reserved = decode_mig_allocations(result.pod_annotations[MIG_ALLOCATIONS_ANNOTATION])
+    gpu0 = a100.devices[0].id
+    assert [(r.container_index, r.device_index, r.gpu_uuid, r.profile) for r in reserved] == [
+        (0, 0, gpu0, "1g.10gb"),
+        (1, 0, gpu0, "3g.20gb"),
+    ]
+    assert [(d.uuid, d.usedmem) for devices in result.placement for d in devices] == [(gpu0, 9856), (gpu0, 19968)]
+    first, second = (Placement(r.start, r.size) for r in reserved)
+    assert not first.overlaps(second)
+
+
+def placed_pod(name: str, reservations: list[MigReservation]) -> PlacedPod:
+    return PlacedPod(
+        namespace="default", name=name, annotations={MIG_ALLOCATIONS_ANNOTATION: encode_mig_allocations(reservations)}
+    )
+
+
+def test_reservations_of_the_pods_on_the_node_are_occupied(a100: NodeInventory) -> None:
+    gpu0 = a100.devices[0].id
+    node = view(a100, {0: (2, 9856 + 19968, 28 + 42)})  # two containers counted on GPU 0, no instance reported yet
+    node.pods["default/a"] = placed_pod("a", [MigReservation(0, 0, gpu0, "3g.20gb", 0, 4)])
+    node.pods["default/b"] = placed_pod("b", [MigReservation(0, 0, gpu0, "2g.10gb", 4, 2)])
+    result = fit(node, want(1, 8000), annotations={**MIG, "nvidia.com/use-gpuuuid": gpu0})
+    assert result.fits, result.reason  # the counted containers are located: GPU 0 takes a new instance
+    (reserved,) = decode_mig_allocations(result.pod_annotations[MIG_ALLOCATIONS_ANNOTATION])
+    taken = [Placement(0, 4), Placement(4, 2)]
+    assert not any(Placement(reserved.start, reserved.size).overlaps(t) for t in taken)
+    assert (reserved.profile, reserved.start) == ("1g.10gb", 6)
+
+
+def test_a_pod_placed_on_shared_gpus_has_an_earlier_mig_reservation_emptied(mixed: NodeInventory) -> None:
+    earlier = encode_mig_allocations([MigReservation(0, 0, "GPU-elsewhere", "1g.5gb", 0, 1)])
+    moved = fit(view(mixed), want(1, 1000), annotations={MIG_ALLOCATIONS_ANNOTATION: earlier})
+    assert moved.fits
+    assert dict(moved.pod_annotations) == {MIG_ALLOCATIONS_ANNOTATION: ""}
+    assert dict(fit(view(mixed), want(1, 1000)).pod_annotations) == {}  # nothing to empty, nothing written

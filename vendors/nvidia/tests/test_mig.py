@@ -66,7 +66,7 @@ def test_the_reserved_instance_is_created_at_exactly_its_placement(a100: Any) ->
     host = a100.host()
     gpu0 = a100.uuids[0]
     owner = pod([MigReservation(0, 0, gpu0, "2g.10gb", 2, 2)])
-    (device,) = host.allocate("NVIDIA", owner, 0, (gpu(gpu0),))
+    (device,) = host.allocate("NVIDIA", owner, 0, (gpu(gpu0),)).devices
     assert device.uuid.startswith("MIG-")
     assert (device.usedmem, device.usedcores) == (9856, 28)
     assert mig_calls(a100) == [("create", gpu0, 1, 2, 2, 0)]  # profile 1 is NVML's 2g.10gb
@@ -149,7 +149,7 @@ def test_release_destroys_the_pods_instances_once(a100: Any) -> None:
     host = a100.host()
     gpu0 = a100.uuids[0]
     owner = pod([MigReservation(0, 0, gpu0, "3g.20gb", 4, 4)])
-    placement = host.allocate("NVIDIA", owner, 0, (gpu(gpu0, 19968, 42),))
+    placement = host.allocate("NVIDIA", owner, 0, (gpu(gpu0, 19968, 42),)).devices
     host.release("NVIDIA", owner, [placement])
     host.release("NVIDIA", owner, [placement])  # a second release finds nothing to do
     assert mig_calls(a100) == [("create", gpu0, 2, 4, 4, 0), ("destroy", gpu0, 4, 4, 0)]
@@ -161,7 +161,7 @@ def test_release_finds_instances_by_their_recorded_identity_after_a_restart(a100
     first = a100.host()
     gpu0 = a100.uuids[0]
     owner = pod([MigReservation(0, 0, gpu0, "1g.10gb", 0, 2)])
-    placement = first.allocate("NVIDIA", owner, 0, (gpu(gpu0, cores=14),))
+    placement = first.allocate("NVIDIA", owner, 0, (gpu(gpu0, cores=14),)).devices
     written = reservations_after(first.vendor("nvidia").settings, owner)
     assert written is not None
     restarted = a100.host()  # a new daemon: it knows the instance only from the pod's annotation
@@ -197,7 +197,7 @@ def test_shared_gpus_get_a_fresh_accounting_directory_that_release_removes(gpu_n
     directory = Path(node.config()["hookPath"]) / "vgpu" / "containers" / "uid-web_app"
     directory.mkdir(parents=True)
     (directory / "stale.cache").write_text("from a previous container")
-    assert host.allocate("NVIDIA", owner, 0, devices) == devices
+    assert host.allocate("NVIDIA", owner, 0, devices).devices == devices
     assert directory.is_dir()
     assert not any(directory.iterdir())
     assert directory.stat().st_mode & 0o777 == 0o777

@@ -13,9 +13,12 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
    the kind's to-allocate annotation is not empty (init containers first, HAMi's positional order), and the
    number of device IDs the kubelet gives must equal the number of devices the scheduler placed.
 3. **What the container gets.** The vendor's `hami_allocate` (e.g. create a partition), then its
-   `hami_container_edits` (env, mounts, device nodes, CDI names), as they are.
+   `hami_container_edits` (env, mounts, device nodes, CDI names) with the vendor's isolation library as the
+   daemon installed it (`hami.node.hooklib`), as they are.
 4. **Annotations.** The served entries of the to-allocate annotation are emptied (positions kept; the
-   `…-allocated` annotation is left for usage accounting). When no kind of the pod has anything left,
+   `…-allocated` annotation is left for usage accounting), in the same write as the pod annotations the
+   vendor's allocations returned (`Allocation.pod_annotations`, e.g. the identity of a partition it created;
+   the next container of the same call already sees them). When no kind of the pod has anything left,
    `bind-phase: success` is written and the lock released. On any failure once the pod is known,
    `bind-phase: failed` is written, the lock released, and the kubelet gets an error saying what was wrong.
 
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
-from hami.model import ContainerEdits, ContainerPlacement, Pod
+from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
@@ -81,11 +84,14 @@ class Allocator:
         node: str,
         *,
         on_served: Callable[[ServedContainer], None] | None = None,
+        library_of: Callable[[str], IsolationLibrary | None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
         self.node = node
         self.on_served = on_served or (lambda container: None)
+        self.library_of = library_of or (lambda vendor: None)
+        """Vendor name → its isolation library as installed on this host, or None."""
         self.locks = NodeLocks(cluster)
         self._serial = threading.Lock()
 
@@ -211,6 +217,8 @@ class Allocator:
             )
         served: list[ServedContainer] = []
         answers: list[ContainerEdits] = []
+        written: dict[str, str] = {}
+        library = self.library_of(self.host.owner(kind).name)
         for request in requests:
             index = next((i for i, e in enumerate(entries) if e), None)
             if index is None:
@@ -225,14 +233,18 @@ class Allocator:
                     f"container {container} was given {len(request)} {kind} device ID(s) by the kubelet, but the "
                     f"scheduler placed {len(placement)} device(s) for it ({', '.join(d.uuid for d in placement)})"
                 )
-            placement = self.host.allocate(kind, pod, index, placement)
-            answers.append(self.host.container_edits(kind, pod, index, placement))
+            allocation = self.host.allocate(kind, pod, index, placement)
+            placement = allocation.devices
+            if allocation.pod_annotations:
+                written.update(allocation.pod_annotations)
+                pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
+            answers.append(self.host.container_edits(kind, pod, index, placement, library))
             record = ServedContainer(pod.namespace, pod.name, pod.uid, container, index, kind, placement)
             self.on_served(record)  # before anything else can fail: what hami_allocate made is released later
             served.append(record)
             entries[index] = ()
         patched = self.cluster.patch_metadata(
-            "pods", pod.name, pod.namespace, annotations={key: encode_pod_devices(entries)}
+            "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )
         if not self._needs_any(meta(patched).get("annotations") or {}):
             self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})

@@ -97,7 +97,9 @@ class NodeDaemon:
         self.kubelet = KubeletSocket(settings.device_plugin_dir)
         self.libraries = IsolationLibraries(settings.hook_dir)
         self.served = ServedPods(host)
-        self.allocator = Allocator(cluster, host, self.node, on_served=self.served.record)
+        self.allocator = Allocator(
+            cluster, host, self.node, on_served=self.served.record, library_of=self.libraries.for_vendor
+        )
         self.registrar = NodeRegistrar(cluster, host, self.node)
         self.monitor = NodeMonitor(
             self.node, lambda: self.inventories, self.served.containers, container_usage=container_usage

@@ -15,10 +15,11 @@ preload file is switched the same way, and only when its content changes. A bind
 when the container is created, so a running container keeps the build it started with while new containers
 get the new one, and a container never sees half a file.
 
-The container side belongs to the vendor (`hami_container_edits`, which also decides when a container gets
-no library: an opt-out, a hardware partition). The layout follows HAMi's convention that the library
-appears inside the container at the same path as on the host: mount `<hook-dir>/<vendor>/<library>` at that
-same path and `<hook-dir>/<vendor>/ld.so.preload` at `/etc/ld.so.preload`, which names it.
+The container side belongs to the vendor: Allocate passes the installed paths to its `hami_container_edits`
+as `library` (`hami.model.IsolationLibrary`), and the vendor decides when a container gets no library (an
+opt-out, a hardware partition). The library appears inside the container at the same path as on the host:
+mount `library.path` (`<hook-dir>/<vendor>/<library>`) at that same path and `library.preload_path`
+(`<hook-dir>/<vendor>/ld.so.preload`) at `/etc/ld.so.preload`, which names it.
 
 Old builds are not deleted: whether a container still maps one cannot be known from here.
 """
@@ -33,6 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.model import IsolationLibrary
 from hami.plugins import LoadedVendor
 
 __all__ = ["PRELOAD_FILE", "InstalledLibrary", "IsolationLibraries", "library_source"]
@@ -53,6 +55,10 @@ class InstalledLibrary:
     """The stable name (a symlink to the build): what containers mount, at the same path."""
     preload_path: Path
     """The preload file naming `path`: what containers mount at `/etc/ld.so.preload`."""
+
+    def for_containers(self) -> IsolationLibrary:
+        """What the vendor's `hami_container_edits` is given as `library`."""
+        return IsolationLibrary(path=str(self.path), preload_path=str(self.preload_path))
 
 
 def library_source(vendor: LoadedVendor) -> Path | None:
@@ -126,6 +132,11 @@ class IsolationLibraries:
     def __init__(self, hook_dir: Path) -> None:
         self.hook_dir = hook_dir
         self.installed: dict[str, InstalledLibrary] = {}
+
+    def for_vendor(self, vendor: str) -> IsolationLibrary | None:
+        """The library installed for `vendor`, as its container edits are given it; None when none is."""
+        installed = self.installed.get(vendor)
+        return None if installed is None else installed.for_containers()
 
     def install(self, vendor: LoadedVendor, source: Path | None = None) -> InstalledLibrary | None:
         """Install `vendor`'s library (from its package, or `source`); None when it has none to install.

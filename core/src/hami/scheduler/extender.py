@@ -3,9 +3,9 @@
 Filter reads the pod's requests through the vendors, orders the candidate nodes by HAMi's node score under
 the node policy, and asks each involved vendor to fit the pod onto them in batches: one hook call per vendor
 per batch, the first batch with a feasible node wins and its best node is chosen. Only when nothing fits are
-all candidates examined, so every rejected node then has its reason. The decision is counted at once
-(`ClusterState.assume`) and written into the pod's annotations before the answer goes back, so the next
-pod cannot double-book.
+all candidates examined, so every rejected node then has its reason. The decision (the placement, and the
+pod annotations the chosen node's fits carry) is counted at once (`ClusterState.assume`) and written into the
+pod's annotations before the answer goes back, so the next pod cannot double-book.
 
 Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
 failure releases the lock and is reported in the answer.
@@ -121,8 +121,11 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
-TIE_BREAK = 1e-6
-"""Between placements that grow fragmentation alike, prefer the node with less free device share left."""
+TIE_BREAK = 1e-2
+"""Weight of the free device share (thousandths) a node keeps, added to the growth of its fragmentation: among
+placements that fragment alike or nearly so, the fuller node wins. 1e-2 measured best of 1e-6..5e-2 on the openb
+default trace (benchmarks/openb.py); the growth itself is in thousandths of a device, so this stays a tie-breaker
+between nodes whose growth differs by less than a few thousandths."""
 
 
 class _Shares:
@@ -285,15 +288,15 @@ class Extender:
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
             if best is None:
                 return result
-            node, allocation = best
+            node, allocation, written = best
             if self.quota is not None:
                 verdict = self.quota.reserve(pod, allocation, len(pod.init_containers))
                 if not verdict.fits:
                     return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
-            self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation)
+            self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
             self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host_requests(pod_obj.get("spec") or {}))
         try:
-            self._record_decision(pod, node, allocation)
+            self._record_decision(pod, node, allocation, written)
         except ClusterError as exc:
             self.state.remove_pod(pod.namespace, pod.name)
             if self.quota is not None:
@@ -357,10 +360,12 @@ class Extender:
         candidates: list[tuple[float, str, NodeRecord]],
         policy: SchedulingPolicy,
         result: FilterResult,
-    ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]]] | None:
+    ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
+        """The chosen node, its placement per kind, and the pod annotations its fits carry."""
         for batch in _batches(candidates, self.settings.batch_size):
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
+            written: dict[str, dict[str, str]] = {}
             for record in batch:
                 for view in record.views.values():
                     view.cpu_free, view.memory_free = record.cpu_free, record.memory_free
@@ -378,6 +383,8 @@ class Extender:
                     else:
                         placements[fit.node][kind] = fit.placement
                         feasible[fit.node] = feasible.get(fit.node, 0.0) + scores.get(fit.node, fit.score)
+                        if fit.pod_annotations:
+                            written.setdefault(fit.node, {}).update(fit.pod_annotations)
             feasible = {n: s for n, s in feasible.items() if n not in result.failed}
             if feasible:
                 if policy.node in ("binpack", "spread"):
@@ -385,7 +392,7 @@ class Extender:
                     node = pick(sorted(feasible), key=lambda n: feasible[n])
                 else:  # the batch is already in the policy's order
                     node = next(r.name for r in batch if r.name in feasible)
-                return node, placements[node]
+                return node, placements[node], written.get(node, {})
         return None
 
     def _scores(
@@ -396,8 +403,17 @@ class Extender:
         ok = [f for f in fits if f.placement is not None]
         return self.host.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
 
-    def _record_decision(self, pod: Pod, node: str, allocation: Mapping[str, tuple[ContainerPlacement, ...]]) -> None:
-        annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))}
+    def _record_decision(
+        self,
+        pod: Pod,
+        node: str,
+        allocation: Mapping[str, tuple[ContainerPlacement, ...]],
+        pod_annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Write the placement and the vendors' pod annotations (`NodeFit.pod_annotations`); on a clash of
+        keys, the placement's own annotations win."""
+        annotations: dict[str, str | None] = dict(pod_annotations or {})
+        annotations.update({VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))})
         for kind, placements in allocation.items():
             keys = self.host.kind(kind).annotations
             value = encode_pod_devices(placements)

@@ -10,6 +10,11 @@ State is built only from Node and Pod objects, so replaying the same objects in 
 gives exactly the same usage. The filter records its decision with `assume` before the pod's annotations
 come back through the watch; the pod's own update then replaces the assumption with the same numbers.
 
+Each node keeps one `NodeView` per device kind, updated in place: its devices' usage, and the pods counted
+there that use the kind (`NodeView.pods`, with their annotations, for fitters that honour reservations
+written on pods). An assumed pod carries the annotations the filter wrote for it (`NodeFit.pod_annotations`)
+until its own update arrives with all of them; after a restart the same annotations come from the pod.
+
 Thread-safety: one re-entrant lock (`lock`) guards everything; the filter holds it while it fits and
 commits, the watch handlers while they apply an event.
 """
@@ -31,6 +36,7 @@ from hami.model import (
     DeviceKind,
     DeviceUsage,
     NodeView,
+    PlacedPod,
     RegisterFormat,
     host_requests,
 )
@@ -69,8 +75,17 @@ class PodRecord:
     grants: dict[str, dict[str, Grant]] = field(default_factory=dict)
     """kind → device UUID → effective grant (the init-container rule applied)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
     assumed: bool = False
+    _placed: PlacedPod | None = field(default=None, repr=False, compare=False)
+
+    def placed(self) -> PlacedPod:
+        """The pod as node views list it (built once)."""
+        if self._placed is None:
+            namespace, _, name = self.key.partition("/")
+            self._placed = PlacedPod(namespace=namespace, name=name, uid=self.uid, annotations=self.annotations)
+        return self._placed
 
 
 @dataclass
@@ -316,9 +331,12 @@ class ClusterState:
 
     def assume(
         self, namespace: str, name: str, uid: str, node: str, init_containers: int,
-        allocation: Mapping[str, tuple[ContainerPlacement, ...]],
+        allocation: Mapping[str, tuple[ContainerPlacement, ...]], annotations: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
-        """Count the filter's decision at once, before the pod's annotations come back through the watch."""
+        """Count the filter's decision at once, before the pod's annotations come back through the watch.
+
+        `annotations` are those the decision writes on the pod beside its placement (the fits' pod
+        annotations): later fits see them on the node's views until the pod's own update replaces them."""
         record = PodRecord(
             key=pod_key(namespace, name),
             uid=uid,
@@ -326,6 +344,7 @@ class ClusterState:
             init_containers=init_containers,
             allocation=dict(allocation),
             grants=effective_grants(allocation, init_containers),
+            annotations=dict(annotations or {}),
             assumed=True,
         )
         with self.lock:
@@ -359,6 +378,10 @@ class ClusterState:
                 continue
             totals = node.totals[kind]
             node.memo.clear()
+            if sign > 0:
+                view.pods[record.key] = record.placed()
+            else:
+                view.pods.pop(record.key, None)
             for usage in view.devices:
                 grant = grants.get(usage.device.id)
                 if grant is not None:

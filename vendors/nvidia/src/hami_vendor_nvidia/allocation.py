@@ -10,8 +10,10 @@ Owns what happens between the scheduler's decision and the container's start, in
   is the allowed one whose memory and compute share the placement records, at the best free placement on the
   hardware (the same ranking the scheduler uses). The GPU instance is created at exactly that placement with
   one compute instance spanning it, through NVML; an instance already there for the same reservation (a
-  repeated Allocate) is reused. The placement handed on names the MIG device by its UUID. When one device of a
-  container fails, the instances this call created are destroyed again.
+  repeated Allocate) is reused. The placement handed on names the MIG device by its UUID, and the pod's
+  reservation annotation, completed with the instances' runtime identity (`reservations_after`), goes back to
+  the node daemon to write. When one device of a container fails, the instances this call created are
+  destroyed again.
 
 `release` destroys the MIG instances of a finished pod (those this node created for it, and those its
 reservation annotation names with a runtime identity) and removes its accounting directories; it tolerates a
@@ -19,7 +21,8 @@ pod that was never allocated or was already released, and keeps for a later call
 destroy because processes still run on it.
 
 `reservations_after` gives the pod's ``hami.io/vgpu-mig-allocations`` completed with ``migUUID``,
-``gpuInstanceID`` and ``computeInstanceID``, for the daemon to write back (see the vendor's README).
+``gpuInstanceID`` and ``computeInstanceID``: what `allocate` returns for the daemon to write back, so that a
+restarted daemon still finds (and `release` destroys) the instances by their recorded identity.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from hami.codec import AnnotationError, MigReservation, decode_mig_allocations, encode_mig_allocations
 from hami.errors import HamiError
-from hami.model import ContainerDevice, ContainerPlacement, Pod
+from hami.model import Allocation, ContainerDevice, ContainerPlacement, Pod
 from hami_vendor_nvidia.discovery import register_profiles
 from hami_vendor_nvidia.edits import LOCK_DIR, cache_host_dir
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MigProfile, Placement, select_profile
@@ -57,8 +60,9 @@ def _reservations(pod: Pod) -> list[MigReservation]:
 
 def allocate(
     settings: NvidiaSettings, pod: Pod, container_index: int, devices: ContainerPlacement
-) -> ContainerPlacement | None:
-    """The placement to hand to `container_edits`; None when it stays as recorded."""
+) -> Allocation | None:
+    """The placement to hand to `container_edits` (MIG devices named by their MIG UUID), with the completed
+    reservation annotation to write when the pod has one; None when the placement stays as recorded."""
     if not devices:
         return None
     runtime = runtime_for(settings)
@@ -88,7 +92,9 @@ def allocate(
             if isinstance(exc, HamiError):
                 raise
             raise HamiError(f"pod {pod.namespace}/{pod.name}: creating its MIG instance failed: {exc}") from None
-        return tuple(out)
+        completed = reservations_after(settings, pod)
+        annotations = {MIG_ALLOCATIONS_ANNOTATION: completed} if completed is not None else {}
+        return Allocation(devices=tuple(out), pod_annotations=annotations)
 
 
 def _in_mig_mode(runtime: NodeRuntime, uuid: str) -> bool:

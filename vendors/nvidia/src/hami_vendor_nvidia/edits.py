@@ -7,11 +7,17 @@ Owns the container side of the contract with the isolation library (``libvgpu.so
   ``CUDA_DEVICE_SM_LIMIT`` (the container's core share), ``CUDA_DEVICE_MEMORY_SHARED_CACHE`` (the accounting
   file, ``<hookPath>/vgpu/<id>.cache``), ``CUDA_OVERSUBSCRIBE=true`` when ``deviceMemoryScaling`` is over 1,
   ``LIBCUDA_LOG_LEVEL`` when configured, ``GPU_CORE_UTILIZATION_POLICY=disable`` when ``disableCoreLimit``;
-* mounts, in HAMi's order: the library (``<libraryDir>/libvgpu.so`` at ``<hookPath>/vgpu/libvgpu.so``), the
-  container's own accounting directory (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at
-  ``<hookPath>/vgpu``), ``/tmp/vgpulock``, and ``/etc/ld.so.preload`` naming the library. A container that
-  sets ``CUDA_DISABLE_CONTROL=true`` gets neither the library nor the preload file;
+* mounts, in HAMi's order: the library, the container's own accounting directory
+  (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at ``<hookPath>/vgpu``), ``/tmp/vgpulock``, and
+  ``/etc/ld.so.preload`` naming the library. A container that sets ``CUDA_DISABLE_CONTROL=true`` gets neither
+  the library nor the preload file;
 * CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``).
+
+Which library: the one the node daemon installed from this package (``library``:
+``<hook-dir>/nvidia/libvgpu.so``, mounted at that same path, and the preload file beside it, which names that
+path), unless ``libraryDir`` is configured (an operator-managed copy, mounted as HAMi mounts it: at
+``<hookPath>/vgpu/libvgpu.so``, with ``<libraryDir>/ld.so.preload``). Without either, HAMi's own layout is
+assumed (``libraryDir`` = ``<hookPath>/vgpu``), which is what a node whose library HAMi installed provides.
 
 A MIG placement (devices named by MIG UUIDs after `hami_allocate`) gets ``NVIDIA_VISIBLE_DEVICES=<MIG UUIDs>``
 and its CDI names only: the hardware partition is the isolation. Where HAMi names the accounting file with a
@@ -24,7 +30,7 @@ from __future__ import annotations
 import uuid
 from pathlib import PurePosixPath
 
-from hami.model import Container, ContainerEdits, ContainerPlacement, Mount, Pod
+from hami.model import Container, ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_nvidia.settings import NvidiaSettings
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "cache_host_dir",
     "container_edits",
     "control_disabled",
+    "library_mounts",
 ]
 
 LIBRARY_FILE = "libvgpu.so"
@@ -66,8 +73,30 @@ def cache_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixP
     return PurePosixPath(settings.vgpu_dir) / "containers" / f"{pod.uid or pod.name}_{_container_name(pod, index)}"
 
 
-def container_edits(settings: NvidiaSettings, pod: Pod, index: int, devices: ContainerPlacement) -> ContainerEdits:
-    """The env, mounts and CDI names of container `index` (init containers first) for its `devices`."""
+def library_mounts(settings: NvidiaSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:
+    """The mounts of the isolation library and of the ``/etc/ld.so.preload`` naming it (see the module's doc)."""
+    if library is not None and settings.library_dir is None:
+        return (
+            Mount(container_path=library.path, host_path=library.path),
+            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
+        )
+    libdir = PurePosixPath(settings.host_library_dir)
+    inside = PurePosixPath(settings.vgpu_dir) / LIBRARY_FILE
+    return (
+        Mount(container_path=str(inside), host_path=str(libdir / LIBRARY_FILE)),
+        Mount(container_path="/etc/ld.so.preload", host_path=str(libdir / PRELOAD_FILE)),
+    )
+
+
+def container_edits(
+    settings: NvidiaSettings,
+    pod: Pod,
+    index: int,
+    devices: ContainerPlacement,
+    library: IsolationLibrary | None = None,
+) -> ContainerEdits:
+    """The env, mounts and CDI names of container `index` (init containers first) for its `devices`;
+    `library` is the isolation library the node daemon installed, if any."""
     if not devices:
         return ContainerEdits()
     uuids = [d.uuid for d in devices]
@@ -78,7 +107,6 @@ def container_edits(settings: NvidiaSettings, pod: Pod, index: int, devices: Con
     if all(u.startswith("MIG-") for u in uuids):
         return ContainerEdits(env=env, cdi_devices=cdi)
     vgpu = PurePosixPath(settings.vgpu_dir)
-    libdir = PurePosixPath(settings.host_library_dir)
     for i, device in enumerate(devices):
         env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.usedmem}m"
     env["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
@@ -92,11 +120,12 @@ def container_edits(settings: NvidiaSettings, pod: Pod, index: int, devices: Con
     if settings.disable_core_limit:
         env["GPU_CORE_UTILIZATION_POLICY"] = "disable"
     controlled = not control_disabled(_container(pod, index))
+    lib, preload = library_mounts(settings, library)
     mounts = []
     if controlled:
-        mounts.append(Mount(container_path=str(vgpu / LIBRARY_FILE), host_path=str(libdir / LIBRARY_FILE)))
+        mounts.append(lib)
     mounts.append(Mount(container_path=str(vgpu), host_path=str(cache_host_dir(settings, pod, index)), read_only=False))
     mounts.append(Mount(container_path=LOCK_DIR, host_path=LOCK_DIR, read_only=False))
     if controlled:
-        mounts.append(Mount(container_path="/etc/ld.so.preload", host_path=str(libdir / PRELOAD_FILE)))
+        mounts.append(preload)
     return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi)

@@ -11,13 +11,18 @@ topology-aware choice):
   one-GPU container and the best-connected set for several, from the node's ``hami.io/node-nvidia-score``;
 * a GPU in MIG mode serves a container with one MIG instance: the smallest allowed profile whose memory covers
   the request and has a free placement (a request for the whole GPU gets the largest profile on an idle GPU).
-  The grant written in the pod's device string is the profile's memory and compute share, as HAMi writes it.
+  The grant written in the pod's device string is the profile's memory and compute share, as HAMi writes it,
+  and the fit carries the reservations (GPU, profile, placement per container and device) as the pod
+  annotation ``hami.io/vgpu-mig-allocations``, which the scheduler writes with the placement and the node
+  side creates the instances from. A pod placed on shared GPUs instead gets that annotation emptied when an
+  earlier decision left one on it.
 
 MIG occupancy is what the node side reports (``hami.io/node-nvidia-mig-instances``) plus the reservations of
-pods when the scheduler passes them. The node views carry no pods today, so a GPU on which the scheduler has
-placed more containers than the node reports instances for has reservations whose placement is not known
-yet: it takes no new MIG instance until the node reports them (refused with a reason saying so). Type and
-UUID selectors, the device cordon, health and slot accounting apply to MIG GPUs as to shared ones.
+the pods counted on the node (`NodeView.pods`), so a reservation counts from the moment the filter makes it
+until the pod is gone, whether or not its instance exists yet. A GPU on which more containers are counted
+than occupancy can locate (pods placed without a reservation, by an older scheduler) takes no new MIG instance
+until the node reports them (refused with a reason saying so). Type and UUID selectors, the device cordon,
+health and slot accounting apply to MIG GPUs as to shared ones.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hami.codec import MigReservation, encode_mig_allocations
 from hami.fitting import CORDON_ANNOTATION, Selectors, ShareFitter, node_score
 from hami.model import (
     ContainerDevice,
@@ -40,7 +46,14 @@ from hami.model import (
 )
 from hami.topology import TOPOLOGY_POLICY, TopologyFitter, scores_from_annotation
 from hami_vendor_nvidia.discovery import LINK_SCORE_ANNOTATION
-from hami_vendor_nvidia.mig import MigProfile, Occupancy, Placement, profiles_of, select_profile
+from hami_vendor_nvidia.mig import (
+    MIG_ALLOCATIONS_ANNOTATION,
+    MigProfile,
+    Occupancy,
+    Placement,
+    profiles_of,
+    select_profile,
+)
 
 __all__ = [
     "MODE_ANNOTATION",
@@ -86,6 +99,13 @@ class MigChoice:
     profile: MigProfile
     placement: Placement
 
+    def reservation(self) -> MigReservation:
+        """The choice as one entry of ``hami.io/vgpu-mig-allocations``."""
+        return MigReservation(
+            self.container_index, self.device_index, self.gpu_uuid, self.profile.name,
+            self.placement.start, self.placement.size,
+        )  # fmt: skip
+
 
 class NvidiaFitter:
     """Fits one pod's NVIDIA requests onto candidate nodes; one instance per hook call."""
@@ -104,7 +124,10 @@ class NvidiaFitter:
         if TOPOLOGY_POLICY in self.policy.device:
             self.shared = TopologyFitter(kind, links=scores_from_annotation(LINK_SCORE_ANNOTATION))
         self.mig_choices: dict[str, list[MigChoice]] = {}
-        """Node name → the MIG instances reserved by the last fit on that node (for the reservation annotation)."""
+        """Node name → the MIG instances reserved by the last fit on that node (the reservation annotation)."""
+        stale = pod.annotations.get(MIG_ALLOCATIONS_ANNOTATION)
+        self._clear: Mapping[str, str] = {MIG_ALLOCATIONS_ANNOTATION: ""} if stale else {}
+        """What a fit without MIG writes: the reservations of an earlier decision emptied, if the pod has some."""
 
     def fit_nodes(self, requests: Sequence[ContainerRequest | None], nodes: Sequence[NodeView]) -> list[NodeFit]:
         return [self.fit_node(requests, node) for node in nodes]
@@ -131,7 +154,11 @@ class NvidiaFitter:
 
     def _fit_shared(self, requests: Sequence[ContainerRequest | None], node: NodeView) -> NodeFit:
         fit = self.shared.fit_node(self.pod, requests, node, self.policy, self.selectors)
-        return self._bound_to_numa(fit, node, requests) if fit.fits and self.numa_bind else fit
+        if fit.fits and self.numa_bind:
+            fit = self._bound_to_numa(fit, node, requests)
+        if fit.fits and self._clear:
+            fit = fit.model_copy(update={"pod_annotations": self._clear})
+        return fit
 
     def _bound_to_numa(self, fit: NodeFit, node: NodeView, requests: Sequence[ContainerRequest | None]) -> NodeFit:
         numa = {u.device.id: u.device.numa for u in node.devices}
@@ -151,10 +178,16 @@ class NvidiaFitter:
     # ------------------------------------------------------------------------------------------ MIG
 
     def fit_mig(
-        self, requests: Sequence[ContainerRequest | None], node: NodeView, pods: Iterable[Mapping[str, str]] = ()
+        self,
+        requests: Sequence[ContainerRequest | None],
+        node: NodeView,
+        pods: Iterable[Mapping[str, str]] | None = None,
     ) -> NodeFit:
-        """Fit the pod onto the node's MIG GPUs. `pods` are the annotations of pods counted on the node, when
-        the caller has them (their ``hami.io/vgpu-mig-allocations`` reservations are then honoured)."""
+        """Fit the pod onto the node's MIG GPUs. `pods` are the annotations of the pods counted on the node
+        (default: those of `node.pods`); their ``hami.io/vgpu-mig-allocations`` reservations are occupied.
+        A fit carries its own reservations as that annotation."""
+        if pods is None:
+            pods = [p.annotations for p in node.pods.values()]
         occupancy = Occupancy.of_node(node.annotations, pods)
         cordoned = {p.strip() for p in node.annotations.get(CORDON_ANNOTATION, "").split(",") if p.strip()}
         state = {u.device.id: [u.used, u.usedmem, u.usedcores] for u in node.devices}
@@ -172,7 +205,13 @@ class NvidiaFitter:
             placement.append(tuple(c for c, _ in chosen))
             choices.extend(m for _, m in chosen)
         self.mig_choices[node.name] = choices
-        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement))
+        reserved = encode_mig_allocations(c.reservation() for c in choices)
+        return NodeFit(
+            node=node.name,
+            placement=tuple(placement),
+            score=node_score(node, placement),
+            pod_annotations={MIG_ALLOCATIONS_ANNOTATION: reserved},
+        )
 
     def _fit_mig_container(
         self,

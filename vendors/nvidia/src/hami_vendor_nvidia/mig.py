@@ -11,8 +11,9 @@ free for as long as possible, putting small instances at the edges of the half t
 least, so a later 3g or 4g still has room (HAMi's balanced packing, expressed again here).
 
 Occupancy comes from two places (`Occupancy`): the MIG instances the node side reports in the node annotation
-``hami.io/node-nvidia-mig-instances`` (what exists on the hardware), and reservations written in pods'
-``hami.io/vgpu-mig-allocations`` when the scheduler can see them. Pure functions: no NVML, no cluster access.
+``hami.io/node-nvidia-mig-instances`` (what exists on the hardware), and the reservations written in the
+``hami.io/vgpu-mig-allocations`` annotations of the pods counted on the node (decoded once per value, as the
+same pods are seen by every fit). Pure functions: no NVML, no cluster access.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "Placement",
     "encode_instances",
     "profiles_of",
+    "reserved_placements",
     "select_profile",
 ]
 
@@ -285,6 +287,18 @@ def decode_instances(value: str) -> dict[str, tuple[Placement, ...]]:
     return {gpu: tuple(sorted(ps)) for gpu, ps in out.items()}
 
 
+@lru_cache(maxsize=4096)
+def reserved_placements(value: str) -> tuple[tuple[str, Placement], ...]:
+    """(GPU UUID, placement) of every reservation in a pod's `MIG_ALLOCATIONS_ANNOTATION`. A malformed value
+    reserves nothing (and is logged once per value)."""
+    try:
+        reservations = decode_mig_allocations(value, MIG_ALLOCATIONS_ANNOTATION)
+    except AnnotationError as exc:
+        log.warning("ignoring a pod's MIG reservations: %s", exc)
+        return ()
+    return tuple((r.gpu_uuid, Placement(r.start, r.size)) for r in reservations)
+
+
 @dataclass
 class Occupancy:
     """What is taken on each MIG GPU of one node: instances the node reported, reservations of pods, and what
@@ -302,15 +316,9 @@ class Occupancy:
         occupancy = cls(decode_instances(value) if value is not None else {}, value is not None)
         for pod_annotations in pods:
             raw = pod_annotations.get(MIG_ALLOCATIONS_ANNOTATION)
-            if not raw:
-                continue
-            try:
-                reservations = decode_mig_allocations(raw)
-            except AnnotationError as exc:
-                log.warning("ignoring a pod's MIG reservations: %s", exc)
-                continue
-            for r in reservations:
-                occupancy.add(r.gpu_uuid, Placement(r.start, r.size))
+            if raw:
+                for gpu_uuid, placement in reserved_placements(raw):
+                    occupancy.add(gpu_uuid, placement)
         return occupancy
 
     def add(self, gpu_uuid: str, placement: Placement) -> None:

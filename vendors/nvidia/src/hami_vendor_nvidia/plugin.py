@@ -22,12 +22,14 @@ from typing import Any
 from hami import hookimpl
 from hami.model import (
     AdmissionEdit,
+    Allocation,
     AnnotationKeys,
     Container,
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -144,7 +146,7 @@ def hami_fit_nodes(
 @hookimpl
 def hami_allocate(
     pod: Pod, container_index: int, devices: ContainerPlacement, settings: NvidiaSettings
-) -> ContainerPlacement | None:
+) -> Allocation | None:
     return allocation.allocate(settings, pod, container_index, devices)
 
 
@@ -160,6 +162,10 @@ def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: N
 
 @hookimpl
 def hami_container_edits(
-    pod: Pod, container_index: int, devices: ContainerPlacement, settings: NvidiaSettings
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: NvidiaSettings,
+    library: IsolationLibrary | None,
 ) -> ContainerEdits:
-    return edits.container_edits(settings, pod, container_index, devices)
+    return edits.container_edits(settings, pod, container_index, devices, library)

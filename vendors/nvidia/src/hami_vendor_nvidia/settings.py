@@ -120,12 +120,13 @@ class NvidiaSettings(BaseModel):
     hook_path: Path = Field(
         default=Path("/usr/local"),
         validation_alias=AliasChoices("hookPath", "hook_path"),
-        description="HAMi's HOOK_PATH: containers see the library and the accounting file under <hookPath>/vgpu",
+        description="HAMi's HOOK_PATH: containers see the accounting file under <hookPath>/vgpu",
     )
     library_dir: Path | None = Field(
         default=None,
         validation_alias=AliasChoices("libraryDir", "library_dir"),
-        description="host directory holding libvgpu.so and ld.so.preload (default <hookPath>/vgpu)",
+        description="host directory of an operator-managed libvgpu.so and ld.so.preload, mounted instead of the "
+        "library the node daemon installed (default: the installed one; without one, <hookPath>/vgpu)",
     )
     nvml_library: Path | None = Field(
         default=None,
@@ -138,7 +139,7 @@ class NvidiaSettings(BaseModel):
 
     @property
     def vgpu_dir(self) -> Path:
-        """``<hookPath>/vgpu``: where containers find the library, the preload file and the accounting file."""
+        """``<hookPath>/vgpu``: where containers find their accounting file (and HAMi's library layout)."""
         return self.hook_path / "vgpu"
 
     @property

@@ -1,0 +1,169 @@
+/*
+ * hami_isolation.h: the C core that every vendor's isolation library is built on.
+ *
+ * A vendor library (libvgpu.so for NVIDIA, ...) is a thin layer of hooks over its vendor's API. It describes
+ * itself once (struct hami_iso_vendor: the names of its environment variables), and then asks the core, from
+ * its hooks:
+ *   - memory:  hami_iso_memory_reserve() before an allocation reaches the driver, hami_iso_memory_release()
+ *              after a free did; hami_iso_memory_used()/_limit() for the queries it must answer;
+ *   - tracking: hami_iso_track() / hami_iso_untrack() remember the exact size counted for a pointer or handle;
+ *   - compute: hami_iso_launch_admit() before a launch (it charges the launch's estimated device time and
+ *              waits while the container is over its share), hami_iso_launch_timed() with a measured device
+ *              time when the core asked for one.
+ * The core owns the configuration (read from the environment at every process start), the accounting file
+ * shared by all processes of a container (LAYOUT.md documents it), the compute limiter and logging.
+ *
+ * Everything here is thread-safe. Nothing here calls the vendor's API: the core never loads a driver.
+ * Symbols are hidden: the vendor library exports only its hooks.
+ */
+#ifndef HAMI_ISOLATION_H
+#define HAMI_ISOLATION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Devices a container can see, at most (per-device arrays in the accounting file have this many entries). */
+#define HAMI_ISO_MAX_DEVICES 16
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Start-up                                                                                                */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* What a vendor library tells the core about itself: the names of its environment variables. NULL means
+ * "this vendor has no such setting". Per-device variables are the name followed by "_<index>". */
+typedef struct hami_iso_vendor {
+    const char *name;                /* short vendor name written into the accounting file, e.g. "nvidia" */
+    const char *memory_limit_env;    /* "CUDA_DEVICE_MEMORY_LIMIT": bytes, or with a k/m/g suffix */
+    const char *core_limit_env;      /* "CUDA_DEVICE_SM_LIMIT": percent of device time, 0 = unlimited */
+    const char *shared_cache_env;    /* "CUDA_DEVICE_MEMORY_SHARED_CACHE": path of the accounting file */
+    const char *default_cache_path;  /* used when shared_cache_env is unset */
+    const char *oversubscribe_env;   /* "CUDA_OVERSUBSCRIBE": "true" reports the limit even above physical */
+    const char *priority_env;        /* "CUDA_TASK_PRIORITY": 0 high, 1 (default) normal */
+    const char *policy_env;          /* "GPU_CORE_UTILIZATION_POLICY": default | force | disable */
+    const char *log_level_env;       /* "LIBCUDA_LOG_LEVEL": 0 errors .. 4 trace; default 1 (warnings) */
+    const char *visible_devices_env; /* "NVIDIA_VISIBLE_DEVICES": device UUIDs recorded for the node daemon */
+    /* Called by the limiter before it makes a launch wait: return non-zero when `stream` is being captured
+     * (nothing runs now, so nothing is charged). May be NULL. */
+    int (*stream_capturing)(void *stream);
+} hami_iso_vendor;
+
+/* Read the configuration, open (or create) the accounting file and take this process's slot in it.
+ * Idempotent and thread-safe: the first call does the work, later calls return its result at once.
+ * Returns 0; on trouble (unwritable file, incompatible layout) it logs why and continues with
+ * process-private accounting, so the application keeps working. */
+int hami_iso_init(const hami_iso_vendor *vendor);
+
+/* Non-zero once hami_iso_init() has completed (a cheap check for hot paths). */
+int hami_iso_ready(void);
+
+/* The number of devices the driver reports (recorded for the node daemon; capped at HAMI_ISO_MAX_DEVICES). */
+void hami_iso_set_device_count(int count);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Limits, as this process read them from its environment                                                  */
+/* ------------------------------------------------------------------------------------------------------ */
+
+uint64_t hami_iso_memory_limit(int device); /* bytes; 0 = no limit */
+int hami_iso_core_limit(int device);        /* percent of device time; 0 = no limit (also when disabled) */
+int hami_iso_oversubscribe(void);           /* non-zero when the limit may exceed the physical memory */
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Memory accounting (per container, across all its processes)                                              */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* Count `bytes` on `device` if the container stays within its limit: 0 when counted, -1 when the allocation
+ * must be refused (the caller returns its API's out-of-memory error). Call before the driver allocates. */
+int hami_iso_memory_reserve(int device, uint64_t bytes);
+
+/* Give back what was counted. Call after the driver freed. Never takes a counter below zero. */
+void hami_iso_memory_release(int device, uint64_t bytes);
+
+/* What the whole container has counted on `device` now. */
+uint64_t hami_iso_memory_used(int device);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Allocation tracking: pointer or handle -> what was counted for it (process-local, lock-sharded hash)      */
+/* ------------------------------------------------------------------------------------------------------ */
+
+enum hami_iso_kind {
+    HAMI_ISO_POINTER = 1, /* device pointers: plain, pitched, managed, stream-ordered, pool */
+    HAMI_ISO_ARRAY = 2,   /* arrays */
+    HAMI_ISO_MIPMAP = 3,  /* mipmapped arrays */
+    HAMI_ISO_HANDLE = 4,  /* physical allocation handles (virtual memory management) */
+};
+
+typedef struct hami_iso_allocation {
+    uint64_t size;  /* bytes counted */
+    uint64_t owner; /* what frees it all at once (e.g. the context), 0 for nothing */
+    int32_t device;
+    uint32_t kind;
+} hami_iso_allocation;
+
+/* Remember an allocation under (kind, key). Returns 0, or -1 when out of host memory (it is then uncounted:
+ * the caller releases what it reserved). */
+int hami_iso_track(uint32_t kind, uint64_t key, const hami_iso_allocation *allocation);
+
+/* Forget (kind, key); returns 1 and fills `out` when it was known, 0 otherwise. */
+int hami_iso_untrack(uint32_t kind, uint64_t key, hami_iso_allocation *out);
+
+/* Forget every allocation of `owner` whose kind is in `kind_mask` (bit 1 << kind) and release their memory
+ * (the owner was destroyed, the driver freed them). Returns how many there were. */
+size_t hami_iso_untrack_owner(uint64_t owner, uint32_t kind_mask);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Compute limiter                                                                                          */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* What hami_iso_launch_admit() decided about one launch. */
+typedef struct hami_iso_launch {
+    int32_t device;
+    uint32_t estimator; /* which estimate the launch was charged from */
+    uint64_t kernel;    /* the key it was estimated by */
+    int64_t charged_ns; /* device time charged in advance */
+} hami_iso_launch;
+
+enum hami_iso_admit {
+    HAMI_ISO_LAUNCH_GO = 0,       /* launch; nothing more to do */
+    HAMI_ISO_LAUNCH_TIME = 1,     /* launch, measuring its device time if convenient; report it later */
+    HAMI_ISO_LAUNCH_TIME_NOW = 2, /* launch, measure and wait for the measurement (no estimate exists yet) */
+};
+
+/* Before launching `kernel` (any stable identity of the work: a function, a graph) with `work` units (blocks)
+ * on `device` through `stream`: charges the launch's estimated device time to the container and sleeps while
+ * the container is over its share (CUDA_DEVICE_SM_LIMIT), or while the node daemon asked low-priority work to
+ * yield. Returns one of enum hami_iso_admit and fills `launch` (needed only when it is not GO). */
+int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stream, hami_iso_launch *launch);
+
+/* Report the measured device time of a launch admitted with TIME or TIME_NOW. */
+void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Logging                                                                                                  */
+/* ------------------------------------------------------------------------------------------------------ */
+
+enum hami_log_level {
+    HAMI_LOG_ERROR = 0,
+    HAMI_LOG_WARN = 1,
+    HAMI_LOG_INFO = 2,
+    HAMI_LOG_DEBUG = 3,
+    HAMI_LOG_TRACE = 4,
+};
+
+extern int hami_log_level; /* from the vendor's log level variable; HAMI_LOG_WARN until read */
+
+void hami_log(int level, const char *format, ...) __attribute__((format(printf, 2, 3)));
+
+#define HAMI_LOG(level, ...)                                                                                 \
+    do {                                                                                                       \
+        if ((level) <= hami_log_level) hami_log((level), __VA_ARGS__);                                         \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAMI_ISOLATION_H */

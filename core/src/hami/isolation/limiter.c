@@ -1,0 +1,197 @@
+/*
+ * limiter.c: keeps a container's share of device time near its limit (CUDA_DEVICE_SM_LIMIT percent).
+ *
+ * The resource is device time, so that is what is charged: not blocks, not launches. Each device has a token
+ * bucket in the accounting file, shared by all processes of the container, filled at limit% of wall time (at
+ * most 50 ms worth) and drained by every launch's device time. A launch is charged in advance with an estimate
+ * and the launching thread sleeps while the bucket is in debt, so the device can never be fed more than the
+ * share in the long run, whatever the grid size or kernel length.
+ *
+ * Estimates come from measurements: the vendor layer times launches when asked (events around the launch, so
+ * the duration is the device's own), one launch in 32 per thread, every launch of a kernel shape not seen yet,
+ * and the first launch on a device synchronously (nothing is known yet). An estimate is kept per kernel and
+ * size class (log2 of the blocks) in a small direct-mapped cache, with a per-device average for the rest; each
+ * measured launch also corrects the bucket by the difference between what it was charged and what it took.
+ *
+ * The bucket is refilled lazily: only a thread that finds it in debt refills it from the elapsed time, so a
+ * launch under the limit costs one atomic subtraction. GPU_CORE_UTILIZATION_POLICY=disable turns all of this
+ * off; the node daemon may lift the limit for a while (policy default only: "force" keeps it) or make
+ * low-priority containers (CUDA_TASK_PRIORITY >= 1) yield for a while, through the file's control words. Both
+ * expire by themselves, so a daemon that dies cannot stop a container.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define SAMPLE_EVERY 32u  /* a power of two */
+#define FLUSH_EVERY 64u   /* launches counted per thread before the shared counters are updated */
+
+struct launch_stats {
+    int device;
+    uint32_t pending;
+    uint64_t total;
+    uint64_t device_ns;
+    uint32_t sample;
+};
+
+static _Thread_local struct launch_stats tls __attribute__((tls_model("initial-exec")));
+
+static inline void flush_stats(void) {
+    if (tls.pending) hami_slot_add_launches(tls.device, tls.pending, tls.device_ns);
+    tls.pending = 0;
+    tls.device_ns = 0;
+}
+
+static inline void count_launch(int device, uint64_t device_ns) {
+    if (HAMI_UNLIKELY(tls.device != device)) {
+        flush_stats();
+        tls.device = device;
+    }
+    tls.pending++;
+    tls.device_ns += device_ns;
+    if ((++tls.total & (FLUSH_EVERY - 1)) == 1) flush_stats(); /* the first launch, then every 64th */
+}
+
+static void sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Whether the node daemon's control word lifts the limit now; waits while it asks this container to yield. */
+static int controlled(struct hami_process *p, struct hami_region_device *rd) {
+    if (p->policy == HAMI_POLICY_DISABLE) return 0;
+    for (;;) {
+        uint32_t mode = atomic_load_explicit(&rd->control_mode, memory_order_acquire);
+        uint64_t until = atomic_load_explicit(&rd->control_until_ns, memory_order_acquire);
+        if (mode == HAMI_CONTROL_NONE || hami_wall_ns() >= until) return 0;
+        if (mode == HAMI_CONTROL_LIFT) return p->policy == HAMI_POLICY_DEFAULT;
+        if (mode != HAMI_CONTROL_YIELD || p->priority < 1) return 0;
+        sleep_ns(1000000); /* a higher-priority container is busy on this device */
+    }
+}
+
+static void refill(struct hami_process_device *pd, struct hami_region_device *rd) {
+    uint64_t now = hami_mono_ns();
+    uint64_t last = atomic_load_explicit(&rd->refill_ns, memory_order_relaxed);
+    if (now <= last ||
+        !atomic_compare_exchange_strong_explicit(&rd->refill_ns, &last, now, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    uint64_t elapsed = now - last;
+    if (elapsed > 1000000000ull) elapsed = 1000000000ull; /* idle for long: the cap below applies anyway */
+    int64_t add = (int64_t)(elapsed * (uint64_t)pd->core_limit / 100u);
+    int64_t tokens = atomic_fetch_add_explicit(&rd->tokens_ns, add, memory_order_relaxed) + add;
+    while (tokens > pd->burst_ns &&
+           !atomic_compare_exchange_weak_explicit(&rd->tokens_ns, &tokens, pd->burst_ns, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+static void throttle(struct hami_process *p, struct hami_process_device *pd, struct hami_region_device *rd,
+                     void *stream, int64_t charged) {
+    int capture_checked = 0;
+    for (;;) {
+        refill(pd, rd);
+        int64_t tokens = atomic_load_explicit(&rd->tokens_ns, memory_order_relaxed);
+        if (tokens >= 0) return;
+        if (!capture_checked) {
+            capture_checked = 1;
+            if (p->vendor && p->vendor->stream_capturing && p->vendor->stream_capturing(stream)) {
+                /* captured into a graph, not run: charge it when the graph is launched */
+                atomic_fetch_add_explicit(&rd->tokens_ns, charged, memory_order_relaxed);
+                return;
+            }
+        }
+        if (atomic_load_explicit(&rd->control_mode, memory_order_relaxed) != HAMI_CONTROL_NONE && controlled(p, rd))
+            return;
+        uint64_t wait = (uint64_t)(-tokens) * 100u / (uint64_t)pd->core_limit;
+        if (wait < 20000) wait = 20000;
+        if (wait > 20000000) wait = 20000000;
+        sleep_ns(wait);
+    }
+}
+
+static inline uint64_t estimate_key(uint64_t kernel, uint64_t work) {
+    uint64_t size_class = 64u - (uint64_t)__builtin_clzll(work | 1u);
+    uint64_t key = (kernel ^ (size_class << 58) ^ (size_class * 0x9e3779b97f4a7c15ull)) | 1u;
+    return key;
+}
+
+static inline uint32_t estimate_index(uint64_t key) {
+    return (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 56) & (HAMI_ESTIMATES - 1);
+}
+
+int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stream, hami_iso_launch *launch) {
+    struct hami_process *p = &hami_proc;
+    if (HAMI_UNLIKELY((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header)) return HAMI_ISO_LAUNCH_GO;
+    struct hami_process_device *pd = &p->devices[device];
+    struct hami_region_device *rd = &p->header->devices[device];
+    if (HAMI_UNLIKELY(atomic_load_explicit(&rd->control_mode, memory_order_relaxed) != HAMI_CONTROL_NONE) &&
+        controlled(p, rd)) {
+        count_launch(device, 0);
+        return HAMI_ISO_LAUNCH_GO;
+    }
+    if (!pd->limited) {
+        count_launch(device, 0);
+        return HAMI_ISO_LAUNCH_GO;
+    }
+
+    uint64_t key = estimate_key(kernel, work);
+    uint32_t index = estimate_index(key);
+    struct hami_estimate *e = &pd->estimates[index];
+    int decision = HAMI_ISO_LAUNCH_GO;
+    int64_t estimate;
+    if (HAMI_LIKELY(atomic_load_explicit(&e->key, memory_order_acquire) == key)) {
+        estimate = atomic_load_explicit(&e->ns, memory_order_relaxed);
+    } else {
+        estimate = atomic_load_explicit(&pd->fallback_ns, memory_order_relaxed);
+        decision = HAMI_ISO_LAUNCH_TIME;
+    }
+    if (HAMI_UNLIKELY(!atomic_load_explicit(&pd->measured, memory_order_relaxed)))
+        decision = HAMI_ISO_LAUNCH_TIME_NOW;
+    else if ((++tls.sample & (SAMPLE_EVERY - 1)) == 0 && decision == HAMI_ISO_LAUNCH_GO)
+        decision = HAMI_ISO_LAUNCH_TIME;
+
+    launch->device = device;
+    launch->estimator = index;
+    launch->kernel = key;
+    launch->charged_ns = estimate;
+    count_launch(device, (uint64_t)estimate);
+
+    int64_t left = estimate ? atomic_fetch_sub_explicit(&rd->tokens_ns, estimate, memory_order_relaxed) - estimate
+                            : atomic_load_explicit(&rd->tokens_ns, memory_order_relaxed);
+    if (HAMI_UNLIKELY(left < 0)) throttle(p, pd, rd, stream, estimate);
+    return decision;
+}
+
+void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns) {
+    struct hami_process *p = &hami_proc;
+    int device = launch->device;
+    if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header) return;
+    struct hami_process_device *pd = &p->devices[device];
+    int64_t measured = device_ns > (uint64_t)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)device_ns;
+    struct hami_estimate *e = &pd->estimates[launch->estimator & (HAMI_ESTIMATES - 1)];
+    if (atomic_load_explicit(&e->key, memory_order_acquire) == launch->kernel) {
+        int64_t old = atomic_load_explicit(&e->ns, memory_order_relaxed);
+        atomic_store_explicit(&e->ns, old + (measured - old) / 4, memory_order_relaxed);
+    } else {
+        atomic_store_explicit(&e->key, 0, memory_order_release); /* readers never pair a key with a wrong time */
+        atomic_store_explicit(&e->ns, measured, memory_order_relaxed);
+        atomic_store_explicit(&e->key, launch->kernel, memory_order_release);
+    }
+    if (!atomic_load_explicit(&pd->measured, memory_order_relaxed)) {
+        atomic_store_explicit(&pd->fallback_ns, measured, memory_order_relaxed);
+        atomic_store_explicit(&pd->measured, 1, memory_order_release);
+    } else {
+        int64_t old = atomic_load_explicit(&pd->fallback_ns, memory_order_relaxed);
+        atomic_store_explicit(&pd->fallback_ns, old + (measured - old) / 8, memory_order_relaxed);
+    }
+    int64_t correction = measured - launch->charged_ns;
+    if (pd->limited && correction) {
+        atomic_fetch_sub_explicit(&p->header->devices[device].tokens_ns, correction, memory_order_relaxed);
+        if (correction > 0 && tls.device == device) tls.device_ns += (uint64_t)correction;
+    }
+}

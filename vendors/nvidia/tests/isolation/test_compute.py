@@ -1,0 +1,113 @@
+"""Compute isolation: the limiter keeps a container's share of (fake) device time near CUDA_DEVICE_SM_LIMIT whatever
+its grid sizes and kernel lengths, containers share the device in proportion to their limits, and the policy and
+the node daemon's control words are honoured.
+
+Utilization is measured on the fake device's timeline (device time credited to each launching container's tag)
+over a window after a warm-up; the bounds asserted are the issue's acceptance, not timings of the code."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from hami.isolation.accounting import ControlMode, set_device_control
+
+
+def shares(sandbox, tags, warmup=0.8, window=2.0):
+    """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
+    time.sleep(warmup)
+    before, t0 = sandbox.device().busy_ns, time.monotonic()
+    time.sleep(window)
+    after, t1 = sandbox.device().busy_ns, time.monotonic()
+    return [(after[tag] - before[tag]) / ((t1 - t0) * 1e9) for tag in tags]
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, f"the launching client failed:\n{out}\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+WORKLOADS = {
+    # mode, grids, fake kernel time: (per launch, per block)
+    "1ms kernels of 132 blocks": ("kernel", [132], {"FAKE_CUDA_KERNEL_NS": "1000000"}),
+    "grids of 132 to 65536 blocks, 2.6us to 1.3ms": (
+        "ptsz",
+        [132, 8448, 65536, 1024],
+        {"FAKE_CUDA_KERNEL_NS_PER_BLOCK": "20"},
+    ),
+    "graphs of 2ms": ("graph", [1], {"FAKE_CUDA_GRAPH_NS": "2000000"}),
+}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
+    mode, grids, timing = WORKLOADS[workload]
+    proc = sandbox.start("launch", 3.0, mode, *grids, env=sandbox.env(sm=30, extra=timing))
+    (share,) = shares(sandbox, [0])
+    finish(proc)
+    assert share == pytest.approx(0.30, abs=0.05), f"{workload}: the device was {share:.1%} busy under a 30% limit"
+    device = sandbox.account().device(0)
+    assert device.core_limit == 30
+    assert device.launches > 0
+    assert device.device_time_ns > 0
+
+
+def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
+    env = sandbox.env(sm=30, extra={"FAKE_CUDA_KERNEL_NS": "500000"})
+    procs = [sandbox.start("launch", 3.0, "kernel", 132, env=env) for _ in range(3)]
+    (share,) = shares(sandbox, [0])
+    for proc in procs:
+        finish(proc)
+    assert share == pytest.approx(0.30, abs=0.05), f"3 processes of a 30% container kept the device {share:.1%} busy"
+
+
+def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
+    timing = {"FAKE_CUDA_KERNEL_NS": "1000000"}
+    low = sandbox.start(
+        "launch", 3.2, "kernel", 132, env=sandbox.env("low", sm=10, extra={**timing, "FAKE_CUDA_TAG": "0"})
+    )
+    high = sandbox.start(
+        "launch", 3.2, "kernel", 132, env=sandbox.env("high", sm=90, extra={**timing, "FAKE_CUDA_TAG": "1"})
+    )
+    low_share, high_share = shares(sandbox, [0, 1], warmup=1.0)
+    finish(low)
+    finish(high)
+    assert low_share + high_share > 0.9, "the device was not kept busy"
+    fraction = low_share / (low_share + high_share)
+    assert fraction == pytest.approx(0.1, abs=0.015), f"1:{high_share / low_share:.1f} instead of 1:9"
+
+
+def test_policy_disable_turns_the_limit_off(sandbox):
+    env = sandbox.env(sm=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": "disable"})
+    proc = sandbox.start("launch", 1.5, "kernel", 132, env=env)
+    (share,) = shares(sandbox, [0], warmup=0.4, window=0.8)
+    finish(proc)
+    assert share > 0.9
+    assert sandbox.account().device(0).policy == "disable"
+
+
+@pytest.mark.parametrize(("policy", "lifted"), [("default", True), ("force", False)])
+def test_the_node_daemon_can_lift_the_limit_unless_forced(sandbox, policy, lifted):
+    env = sandbox.env(sm=20, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": policy})
+    proc = sandbox.start("launch", 2.0, "kernel", 132, env=env)
+    sandbox.wait_for(sandbox.running, 10, "the client to start")
+    set_device_control(sandbox.cache(), 0, ControlMode.LIFT, time.time_ns() + 10**10)
+    (share,) = shares(sandbox, [0], warmup=0.3, window=0.8)
+    set_device_control(sandbox.cache(), 0, ControlMode.NONE, 0)
+    finish(proc)
+    assert (share > 0.9) if lifted else share == pytest.approx(0.2, abs=0.05), f"{policy}: {share:.1%} busy"
+
+
+def test_low_priority_yields_while_the_node_daemon_asks_and_resumes_when_it_lapses(sandbox):
+    env = sandbox.env(sm=50, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "CUDA_TASK_PRIORITY": "1"})
+    proc = sandbox.start("launch", 2.0, "kernel", 132, env=env)
+    sandbox.wait_for(sandbox.running, 10, "the client to start")
+    set_device_control(sandbox.cache(), 0, ControlMode.YIELD, time.time_ns() + 700_000_000)
+    (yielding,) = shares(sandbox, [0], warmup=0.1, window=0.5)
+    (resumed,) = shares(sandbox, [0], warmup=0.3, window=0.6)
+    finish(proc)
+    assert yielding < 0.05
+    assert resumed == pytest.approx(0.5, abs=0.07)

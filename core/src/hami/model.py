@@ -555,3 +555,8 @@ class ContainerEdits(_Model):
     devices: tuple[DeviceNode, ...] = ()
     annotations: Mapping[str, str] = Field(default_factory=dict)
     cdi_devices: tuple[str, ...] = ()
+    accounting_file: str | None = Field(
+        default=None,
+        description="host path of the container's shared accounting file (hami.isolation's layout), which the "
+        "node daemon's monitor reads for per-container usage; None when the container has none",
+    )

@@ -238,8 +238,11 @@ class Allocator:
             if allocation.pod_annotations:
                 written.update(allocation.pod_annotations)
                 pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
-            answers.append(self.host.container_edits(kind, pod, index, placement, library))
-            record = ServedContainer(pod.namespace, pod.name, pod.uid, container, index, kind, placement)
+            edits = self.host.container_edits(kind, pod, index, placement, library)
+            answers.append(edits)
+            record = ServedContainer(
+                pod.namespace, pod.name, pod.uid, container, index, kind, placement, edits.accounting_file
+            )
             self.on_served(record)  # before anything else can fail: what hami_allocate made is released later
             served.append(record)
             entries[index] = ()

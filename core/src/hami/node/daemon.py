@@ -51,6 +51,7 @@ from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
 from hami.node.plugin import ResourcePlugin
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
+from hami.node.usage import AccountingReader
 from hami.plugins import VendorHost
 
 __all__ = ["NodeDaemon", "NodeSettings", "connect", "run_node"]
@@ -102,7 +103,10 @@ class NodeDaemon:
         )
         self.registrar = NodeRegistrar(cluster, host, self.node)
         self.monitor = NodeMonitor(
-            self.node, lambda: self.inventories, self.served.containers, container_usage=container_usage
+            self.node,
+            lambda: self.inventories,
+            self.served.containers,
+            container_usage=container_usage or AccountingReader(self.served.containers),
         )
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}

@@ -16,9 +16,10 @@ zero until a container-usage reader says otherwise. Series are keyed by the pod'
 name, which is also how the container's accounting directory is named, so usage cannot be attributed to
 another pod. Ratios are clamped to 0-1 (HAMi's monitor reports over 100 %).
 
-The readers are plain callables (`ContainerUsageReader`, `DeviceUsageReader`). Nothing connects them yet:
-the reader of the isolation libraries' shared accounting files belongs with their layout
-(`hami.isolation`), and no vendor hook reports device usage; until then those values are zero.
+The readers are plain callables (`ContainerUsageReader`, `DeviceUsageReader`). The daemon connects the
+container reader to the isolation libraries' accounting files (`hami.node.usage.AccountingReader`, through
+the host paths the vendors' container edits name); no vendor hook reports whole-device usage yet, so the
+`hami_host_gpu_*` values stay zero.
 
 Nothing is stored: each scrape builds the families from the current devices, containers and readings.
 """

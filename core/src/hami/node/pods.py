@@ -41,6 +41,8 @@ class ServedContainer:
     """Position among the pod's containers, init containers first."""
     kind: str
     devices: ContainerPlacement
+    accounting_file: str | None = None
+    """Host path of the container's accounting file, from the vendor's container edits."""
 
 
 def node_of(obj: KubeObject) -> str:
@@ -93,11 +95,24 @@ class ServedPods:
                 for index, devices in enumerate(placements):
                     if devices and index < len(containers):
                         name = containers[index].name
+                        accounting = self._accounting_file(kind.common_word, pod, index, devices)
                         self.record(
-                            ServedContainer(pod.namespace, pod.name, pod.uid, name, index, kind.common_word, devices)
+                            ServedContainer(
+                                pod.namespace, pod.name, pod.uid, name, index, kind.common_word, devices, accounting
+                            )
                         )
                         found += 1
         return found
+
+    def _accounting_file(self, kind: str, pod: Pod, index: int, devices: ContainerPlacement) -> str | None:
+        """Where the vendor put the container's accounting file (container edits are deterministic)."""
+        try:
+            return self.host.container_edits(kind, pod, index, devices).accounting_file
+        except Exception:  # a vendor failing here must not stop the daemon from tracking the pod
+            log.warning(
+                "pod %s/%s: cannot tell where container %d's accounting file is", pod.namespace, pod.name, index
+            )
+            return None
 
     def sweep(self, cluster: Cluster) -> list[str]:
         """Release and forget the tracked pods that are gone, replaced or finished; returns their `ns/name`."""

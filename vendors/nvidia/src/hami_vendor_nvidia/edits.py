@@ -128,4 +128,5 @@ def container_edits(
     mounts.append(Mount(container_path=LOCK_DIR, host_path=LOCK_DIR, read_only=False))
     if controlled:
         mounts.append(preload)
-    return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi)
+    accounting = str(cache_host_dir(settings, pod, index) / f"{cache_id}.cache") if controlled else None
+    return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi, accounting_file=accounting)

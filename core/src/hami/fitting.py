@@ -307,14 +307,14 @@ def _least_fragmenting(
     before = workload.fragmentation(shares, cpu_after, memory_after)
     position = {id(f): i for i, f in enumerate(frees)}
 
-    def growth(item: Candidate) -> tuple[float, int, str]:
+    def growth(item: Candidate) -> tuple[float, int, int, str]:
         free = item.state
         d = free.usage.device
+        at = position[id(free)]
         after = list(shares)
-        after[position[id(free)]] = free_share(
-            d.devmem, free.usedmem + item.memory, d.devcore, free.usedcores + item.cores
-        )
-        return (workload.fragmentation(after, cpu_after, memory_after) - before, d.index, d.id)
+        after[at] = free_share(d.devmem, free.usedmem + item.memory, d.devcore, free.usedcores + item.cores)
+        # equal growth: the device with the least free share left (best fit), then the lowest index
+        return (workload.fragmentation(after, cpu_after, memory_after) - before, shares[at], d.index, d.id)
 
     if count == 1:
         return [min(usable, key=growth)]

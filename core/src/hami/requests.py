@@ -7,19 +7,38 @@ configured. Vendor quirks (legal memory steps, whole-card-only multi-device requ
 applied to what this returns.
 
 Bad values raise `RequestError` naming the resource and the fix; `gpumem: 3Gi` is refused rather than read
-as three billion MiB.
+as three billion MiB. Decimal-suffixed integers are read as the integers they are (`3k` is 3000), because the
+API server stores extended resources in canonical form: a pod written with `gpumem: "3000"` arrives as `3k`.
 """
 
 from __future__ import annotations
 
 import re
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from hami.errors import RequestError
 from hami.model import Container, ContainerRequest, DeviceKind
+from hami.quantity import parse_quantity
 
-__all__ = ["read_count", "read_share_request"]
+__all__ = ["ShareDefaults", "read_count", "read_share_request"]
+
+
+class ShareDefaults(BaseModel):
+    """HAMi's request defaults (`defaultMem`, `defaultCores`), for a vendor's settings model to subclass.
+
+    A vendor adds its own keys, or overrides a default (Cambricon's cores default to a whole device)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
+    default_cores: int = Field(
+        default=0, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
+    )
 
 _PLAIN_INT = re.compile(r"^\+?[0-9]+$")
+_DECIMAL_SI = re.compile(r"^\+?[0-9]+(?:\.[0-9]+)?(?:[kMGTPE]|[eE]\+?[0-9]+)$")
+"""The API server's canonical form of a large integer (`3k`, `15k`, `1M`, `1e3`): decimal, never binary."""
 _WITH_UNIT = re.compile(r"^\+?([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)$")
 _BINARY_MIB = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
 
@@ -34,6 +53,11 @@ def read_count(container: Container, resource: str, *, unit: str = "", limit: in
     if raw is None:
         return None
     text = raw.strip()
+    if _DECIMAL_SI.match(text):
+        exact = parse_quantity(text)
+        if exact != exact.to_integral_value():
+            raise RequestError(resource, raw, _fix_for(text, unit))
+        text = str(int(exact))
     if not _PLAIN_INT.match(text):
         raise RequestError(resource, raw, _fix_for(text, unit))
     try:
@@ -59,6 +83,7 @@ def read_share_request(
     kind: DeviceKind,
     container: Container,
     *,
+    defaults: ShareDefaults | None = None,
     default_memory: int = 0,
     default_cores: int = 0,
     max_count: int = 1024,
@@ -66,8 +91,11 @@ def read_share_request(
     """The container's request for `kind` under HAMi's shared rules, or None when it asks for none.
 
     `default_memory` (MiB) applies when a count is given without memory; `default_cores` when cores are
-    not given (and memory is). Memory is converted from the resource's unit to MiB.
+    not given (and memory is); `defaults` (a vendor's settings) gives both. Memory is converted from the
+    resource's unit to MiB.
     """
+    if defaults is not None:
+        default_memory, default_cores = defaults.default_memory, defaults.default_cores
     names = kind.resources
     count = read_count(container, names.count, unit="devices", limit=max_count)
     unit = "MiB" if names.memory_unit_mib == 1 else f"{names.memory_unit_mib} MiB"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hami import hookimpl
 from hami.model import (
@@ -28,7 +28,7 @@ from hami.model import (
     ResourceNames,
     VendorInfo,
 )
-from hami.requests import read_share_request
+from hami.requests import ShareDefaults, read_share_request
 
 KIND = DeviceKind(
     common_word="MLU",
@@ -52,12 +52,9 @@ KIND = DeviceKind(
 INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,))
 
 
-class CambriconSettings(BaseModel):
+class CambriconSettings(ShareDefaults):
     """The `cambricon` section of the configuration."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
     default_cores: int = Field(
         default=100, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
     )
@@ -77,6 +74,4 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> CambriconSettings:
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: CambriconSettings
 ) -> ContainerRequest | None:
-    return read_share_request(
-        kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
-    )
+    return read_share_request(kind, container, defaults=settings)

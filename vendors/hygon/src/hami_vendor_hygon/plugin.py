@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from hami import hookimpl
 from hami.model import (
     AnnotationKeys,
@@ -27,7 +25,7 @@ from hami.model import (
     ResourceNames,
     VendorInfo,
 )
-from hami.requests import read_share_request
+from hami.requests import ShareDefaults, read_share_request
 
 KIND = DeviceKind(
     common_word="DCU",
@@ -48,15 +46,8 @@ KIND = DeviceKind(
 INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,))
 
 
-class HygonSettings(BaseModel):
+class HygonSettings(ShareDefaults):
     """The `hygon` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
-    default_cores: int = Field(
-        default=0, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
-    )
 
 
 @hookimpl
@@ -73,6 +64,4 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> HygonSettings:
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: HygonSettings
 ) -> ContainerRequest | None:
-    return read_share_request(
-        kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
-    )
+    return read_share_request(kind, container, defaults=settings)

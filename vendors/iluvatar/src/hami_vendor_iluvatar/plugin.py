@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from hami import hookimpl
 from hami.model import (
     AnnotationKeys,
@@ -31,7 +29,7 @@ from hami.model import (
     ResourceNames,
     VendorInfo,
 )
-from hami.requests import read_count, read_share_request
+from hami.requests import ShareDefaults, read_count, read_share_request
 
 CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 MEMORY_UNIT_MIB = 256
@@ -61,15 +59,8 @@ def _kind(chip: str) -> DeviceKind:
 INFO = VendorInfo(name="iluvatar", display_name="Iluvatar CoreX", kinds=tuple(_kind(c) for c in CHIPS))
 
 
-class IluvatarSettings(BaseModel):
+class IluvatarSettings(ShareDefaults):
     """The `iluvatar` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count of 1 comes alone")
-    default_cores: int = Field(
-        default=0, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
-    )
 
 
 @hookimpl
@@ -92,6 +83,4 @@ def hami_container_request(
         read_count(container, names.memory or "", unit=f"{MEMORY_UNIT_MIB} MiB")
         read_count(container, names.cores or "", unit="percent")
         return ContainerRequest(kind=kind.common_word, count=count, memory_percentage=100, cores=100)
-    return read_share_request(
-        kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
-    )
+    return read_share_request(kind, container, defaults=settings)

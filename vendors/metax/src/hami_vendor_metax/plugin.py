@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hami import hookimpl
 from hami.errors import RequestError
@@ -35,7 +35,7 @@ from hami.model import (
     ResourceNames,
     VendorInfo,
 )
-from hami.requests import read_share_request
+from hami.requests import ShareDefaults, read_share_request
 
 QOS_ANNOTATION = "metax-tech.com/sgpu-qos-policy"
 QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
@@ -71,12 +71,9 @@ SGPU = DeviceKind(
 INFO = VendorInfo(name="metax", display_name="MetaX", kinds=(GPU, SGPU))
 
 
-class MetaxSettings(BaseModel):
+class MetaxSettings(ShareDefaults):
     """The `metax` section of the configuration; the defaults apply to shared cards (`Metax-SGPU`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
     default_cores: int = Field(
         default=100, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
     )
@@ -98,9 +95,7 @@ def hami_container_request(
 ) -> ContainerRequest | None:
     if kind.common_word == GPU.common_word:
         return read_share_request(kind, container)
-    request = read_share_request(
-        kind, container, default_memory=settings.default_memory, default_cores=settings.default_cores
-    )
+    request = read_share_request(kind, container, defaults=settings)
     if request is not None:
         check_sgpu_annotations(pod, request)
     return request

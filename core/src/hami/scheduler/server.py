@@ -6,20 +6,19 @@ node names travel, otherwise whole node lists. A body that is not what kube-sche
 says what is wrong; nothing a client sends can make the server answer 500 or hang (bodies are bounded).
 
 `ExtenderApp.handle` is the whole protocol as a pure function of (method, path, body), which the tests fuzz;
-`ExtenderServer` puts it behind a threaded HTTP/1.1 server with keep-alive, plain or TLS.
+`ExtenderServer` puts it behind the transport shared with the webhook (`hami.jsonhttp`): keep-alive, plain or
+TLS with the certificate reloaded when its files change, bounded bodies and reads.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import ssl
-import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from hami.jsonhttp import JsonServer
 from hami.scheduler.extender import Extender
 
 __all__ = ["ExtenderApp", "ExtenderServer", "MAX_BODY_BYTES"]
@@ -143,75 +142,10 @@ class ExtenderApp:
         return {"Error": result.error}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in separate writes: never wait for a delayed ACK
-    server: ExtenderServer
+class ExtenderServer(JsonServer):
+    """A threaded HTTP/1.1 server for an `ExtenderApp`, HTTPS when given certificate and key files (reloaded
+    when they change)."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def _answer(self, status: int, payload: Any) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _serve(self, method: str) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self._answer(400, {"Error": "Content-Length is not a number"})
-            return
-        if length < 0 or length > MAX_BODY_BYTES:
-            self.close_connection = True
-            self._answer(413, {"Error": f"the body is larger than {MAX_BODY_BYTES} bytes"})
-            return
-        body = self.rfile.read(length) if length else b""
-        try:
-            status, payload = self.server.app.handle(method, self.path, body)
-        except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
-            log.exception("extender request %s %s failed", method, self.path)
-            status, payload = 500, {"Error": "internal error; see the extender's log"}
-        self._answer(status, payload)
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-
-class ExtenderServer(ThreadingHTTPServer):
-    """A threaded HTTP/1.1 server for an `ExtenderApp`, optionally TLS from certificate and key files."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(
-        self, app: ExtenderApp, address: tuple[str, int], *, certfile: str | None = None, keyfile: str | None = None
-    ) -> None:
-        self.app = app
-        super().__init__(address, _Handler)
-        if certfile:
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(certfile, keyfile)
-            self.socket = context.wrap_socket(self.socket, server_side=True)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    def start(self) -> ExtenderServer:
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="extender-http", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+    name = "extender"
+    error_key = "Error"
+    max_body = MAX_BODY_BYTES

@@ -78,6 +78,7 @@ class SchedulerConfig(_Section):
     batch_size: int = Field(default=16, ge=1, alias="batchSize")
     lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
     bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
+    handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
 
     @field_validator("listen", "metrics_listen")

@@ -36,7 +36,7 @@ from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, Sched
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
 from hami.scheduler.policy import policy_for
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, pod_key
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, handshake_dropped, pod_key
 from hami.webhook.quota import QuotaLedger
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
@@ -60,6 +60,9 @@ class ExtenderSettings(BaseModel):
     batch_size: int = Field(default=16, ge=1, description="nodes fitted per vendor call before stopping early")
     lock_expiry_seconds: float = Field(default=300, gt=0)
     bind_lock_wait_seconds: float = Field(default=5, ge=0)
+    handshake_interval_seconds: float = Field(
+        default=30, ge=0, description="seconds between handshake rounds with the node daemons; 0 disables them"
+    )
 
     def default_policy(self) -> SchedulingPolicy:
         device = self.device_policy
@@ -272,8 +275,7 @@ class Extender:
                 if record is None or (
                     single not in record.totals if single else any(k not in record.totals for k in kinds)
                 ):
-                    missing = [k for k in kinds if record is None or k not in record.views]
-                    result.failed[name] = f"no {', '.join(missing)} devices registered"
+                    result.failed[name] = self._unregistered(record, kinds)
                     continue
                 hit = cast("tuple[str | None, float] | None", record.memo.get(memo_key))
                 if hit is None:
@@ -304,6 +306,16 @@ class Extender:
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
+
+    def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:
+        """Why a node has none of the pod's device kinds to offer."""
+        missing = [k for k in kinds if record is None or k not in record.views]
+        dropped = [
+            k for k in missing if record is not None and handshake_dropped(record.annotations, self.host.kind(k))
+        ]
+        if dropped:
+            return f"{', '.join(dropped)} devices dropped: the node daemon stopped answering the handshake"
+        return f"no {', '.join(missing)} devices registered"
 
     def _order_key(
         self,

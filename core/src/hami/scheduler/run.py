@@ -51,6 +51,7 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
             batch_size=settings.batch_size,
             lock_expiry_seconds=settings.lock_expiry_seconds,
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
+            handshake_interval_seconds=settings.handshake_interval_seconds,
         ),
         settings.leader_election,
     ).start()

@@ -21,6 +21,7 @@ from hami.cluster.port import Cluster, ClusterError, Subscription, WatchEvent, m
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.scheduler.extender import Extender, ExtenderSettings
+from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector
 from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.metrics import SchedulerMetrics
@@ -82,6 +83,13 @@ class SchedulerService:
         ]
         self.ledger = QuotaLedger(self.cluster, self.host).start()
         self.extender.quota = self.ledger
+        self.handshake = HandshakeKeeper(
+            self.cluster,
+            self.host,
+            self.state,
+            interval=self.settings.handshake_interval_seconds,
+            is_leader=self.extender.is_leader,
+        ).start()
         self._ready.set()
         if self.elector is not None:
             self.elector.start()
@@ -91,6 +99,8 @@ class SchedulerService:
 
     def stop(self) -> None:
         self._ready.clear()
+        if getattr(self, "handshake", None) is not None:
+            self.handshake.stop()
         if self.extender.quota is not None:
             self.extender.quota.stop()
             self.extender.quota = None

@@ -41,7 +41,7 @@ from hami.model import (
     host_requests,
 )
 from hami.plugins import VendorHost
-from hami.quantity import cpu_millis, memory_mib
+from hami.quantity import cpu_millis, memory_mib, parse_quantity
 
 __all__ = ["ClusterState", "Grant", "NodeRecord", "NodeTotals", "PodRecord", "VGPU_NODE_ANNOTATION", "pod_key"]
 
@@ -196,6 +196,8 @@ class ClusterState:
         annotations: Mapping[str, str] = meta(node).get("annotations") or {}
         key = kind.annotations.node_register
         name = meta(node).get("name", "?")
+        if handshake_dropped(annotations, kind):
+            return []
         if key and key in annotations:
             try:
                 if kind.register_format == RegisterFormat.LEGACY:
@@ -431,6 +433,14 @@ class ClusterState:
                 self.set_pod(pod)
 
 
+def handshake_dropped(annotations: Mapping[str, str], kind: DeviceKind) -> bool:
+    """True when the scheduler has dropped the node's devices of `kind` because its node daemon stopped
+    answering the handshake (`Deleted_<time>`), until the daemon answers again (`Reported_<time>`)."""
+    key = kind.annotations.node_handshake
+    value = annotations.get(key) if key else None
+    return bool(value) and str(value).startswith("Deleted_")
+
+
 def _allocatable(node: KubeObject) -> tuple[int | None, int | None]:
     status = node.get("status") or {}
     offered = status.get("allocatable") or status.get("capacity") or {}
@@ -448,8 +458,11 @@ def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
     capacity: Mapping[str, Any] = (node.get("status") or {}).get("capacity") or {}
     name = meta(node).get("name", "node")
     try:
-        count = int(str(capacity.get(kind.resources.count, "0")))
-        memory_units = int(str(capacity.get(kind.resources.memory, "0"))) if kind.resources.memory else 0
+        # The API server stores capacities in canonical form: 2000 arrives as "2k".
+        count = int(parse_quantity(str(capacity.get(kind.resources.count, "0"))))
+        memory_units = (
+            int(parse_quantity(str(capacity.get(kind.resources.memory, "0")))) if kind.resources.memory else 0
+        )
     except ValueError:
         log.warning("node %s: capacity of %s is not a whole number; no devices counted", name, kind.common_word)
         return []

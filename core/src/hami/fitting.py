@@ -304,7 +304,8 @@ def _least_fragmenting(
 ) -> list[Candidate]:
     """The devices whose use grows the node's expected fragmentation least (FGD's device choice)."""
     shares = [_share_of(f) for f in frees]
-    before = workload.fragmentation(shares, cpu_after, memory_after)
+    model = frees[0].usage.device.type if frees else ""
+    before = workload.fragmentation(shares, cpu_after, memory_after, model)
     position = {id(f): i for i, f in enumerate(frees)}
 
     def growth(item: Candidate) -> tuple[float, int, int, str]:
@@ -314,7 +315,7 @@ def _least_fragmenting(
         after = list(shares)
         after[at] = free_share(d.devmem, free.usedmem + item.memory, d.devcore, free.usedcores + item.cores)
         # equal growth: the device with the least free share left (best fit), then the lowest index
-        return (workload.fragmentation(after, cpu_after, memory_after) - before, shares[at], d.index, d.id)
+        return (workload.fragmentation(after, cpu_after, memory_after, model) - before, shares[at], d.index, d.id)
 
     if count == 1:
         return [min(usable, key=growth)]

@@ -4,9 +4,10 @@ Owns the model of FGD (Weng et al., USENIX ATC 2023), computed fast enough to ru
 
 A device's free capacity is its *free share* in thousandths (`0..1000`, the lesser of free memory and free
 cores). The workload is a distribution over tasks: `count` devices of at least `share` thousandths each,
-plus the CPU (millicores) and memory (MiB) the task needs on the node. For one task, the fragment of a node
-is the free device share that task could not use: everything, when the node lacks the task's CPU or memory
-or has fewer than `count` devices with `share` free; otherwise the free share of the devices with less than
+plus the CPU (millicores) and memory (MiB) the task needs on the node, and the device models it accepts (HAMi's
+type selector: a case-insensitive part of the model name; none means any). For one task, the fragment of a node
+is the free device share that task could not use: everything, when the node lacks the task's CPU or memory,
+has a device model the task does not accept, or has fewer than `count` devices with `share` free; otherwise the free share of the devices with less than
 `share` free. A node's expected fragmentation is the probability-weighted sum over tasks; a placement is
 good when it grows that sum least. Nodes whose CPU and memory are unknown count every task as fitting them.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["FULL", "WorkloadProfile", "free_share", "request_share"]
 
@@ -62,31 +64,36 @@ class _Weights:
 class WorkloadProfile:
     """A distribution over tasks, and the fragmentation measure it induces."""
 
-    tasks: dict[tuple[int, int, int, int], float]
-    """(count, share, cpu millicores, memory MiB) → probability (normalised on construction)."""
-    _shapes: dict[tuple[int, int], list[tuple[int, int, float]]] = field(init=False, repr=False)
-    _weights: dict[tuple[int, int], _Weights] = field(init=False, repr=False)
+    tasks: dict[tuple[int, int, int, int, tuple[str, ...]], float]
+    """(count, share, cpu millicores, memory MiB, accepted models) → probability (normalised on construction)."""
+    _shapes: dict[tuple[int, int], list[tuple[int, int, tuple[str, ...], float]]] = field(init=False, repr=False)
+    _weights: dict[tuple[int, int, str], _Weights] = field(init=False, repr=False)
     _memo: dict[tuple[object, ...], tuple[float, int]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         total = sum(self.tasks.values())
         if total <= 0:
             raise ValueError("a workload profile needs at least one task with positive weight")
-        self.tasks = {task: weight / total for task, weight in self.tasks.items() if weight > 0}
+        self.tasks = {
+            (*task, ())[:5] if len(task) == 4 else task: weight / total
+            for task, weight in self.tasks.items()
+            if weight > 0
+        }
         self._shapes = {}
-        for (count, share, cpu, memory), p in self.tasks.items():
-            self._shapes.setdefault((count, share), []).append((cpu, memory, p))
+        for (count, share, cpu, memory, models), p in self.tasks.items():
+            self._shapes.setdefault((count, share), []).append((cpu, memory, tuple(m.lower() for m in models), p))
         self._weights = {}
         self._memo = {}
 
     @classmethod
-    def from_requests(cls, requests: Iterable[tuple[int, int] | tuple[int, int, int, int]]) -> WorkloadProfile:
-        """A profile from observed requests, `(count, share)` or `(count, share, cpu, memory)`, equally weighted."""
-        counts: dict[tuple[int, int, int, int], float] = {}
+    def from_requests(cls, requests: Iterable[tuple[Any, ...]]) -> WorkloadProfile:
+        """A profile from observed requests, `(count, share)`, `(count, share, cpu, memory)` or
+        `(count, share, cpu, memory, models)`, equally weighted."""
+        counts: dict[tuple[int, int, int, int, tuple[str, ...]], float] = {}
         for request in requests:
-            count, share, cpu, memory = (*request, 0, 0) if len(request) == 2 else request
+            count, share, cpu, memory, models = (*request, 0, 0, (), ())[:5]
             if count > 0:
-                key = (count, max(1, min(FULL, share)), cpu, memory)
+                key = (count, max(1, min(FULL, share)), cpu, memory, tuple(models))
                 counts[key] = counts.get(key, 0.0) + 1.0
         return cls(counts)
 
@@ -97,17 +104,23 @@ class WorkloadProfile:
             UNKNOWN if memory_free is None else max(0, memory_free) // MEMORY_BUCKET,
         )
 
-    def _weights_for(self, bucket: tuple[int, int]) -> _Weights:
-        found = self._weights.get(bucket)
+    def _weights_for(self, bucket: tuple[int, int], model: str) -> _Weights:
+        key = (*bucket, model)
+        found = self._weights.get(key)
         if found is not None:
             return found
         cpu_cap = bucket[0] * CPU_BUCKET
         memory_cap = bucket[1] * MEMORY_BUCKET
+        name = model.lower()
         need_more = [0.0] * (FULL + 2)  # need_more[s] = P(fitting single-device task with share s)
         multi = []
         fitting = 0.0
         for (count, share), tasks in self._shapes.items():
-            p = sum(w for cpu, memory, w in tasks if cpu <= cpu_cap and memory <= memory_cap)
+            p = sum(
+                w
+                for cpu, memory, models, w in tasks
+                if cpu <= cpu_cap and memory <= memory_cap and (not models or any(m in name for m in models))
+            )
             fitting += p
             if count == 1:
                 need_more[share] += p
@@ -121,12 +134,14 @@ class WorkloadProfile:
         weights = _Weights(single, multi, max(0.0, 1.0 - fitting))
         if len(self._weights) > 50_000:
             self._weights.clear()
-        self._weights[bucket] = weights
+        self._weights[key] = weights
         return weights
 
-    def fragmentation(self, frees: Sequence[int], cpu_free: int | None = None, memory_free: int | None = None) -> float:
+    def fragmentation(
+        self, frees: Sequence[int], cpu_free: int | None = None, memory_free: int | None = None, model: str = ""
+    ) -> float:
         """Expected fragmentation (thousandths of a device) of a node with these device free shares."""
-        return self._fragmentation(frees, self._weights_for(self.bucket(cpu_free, memory_free)))
+        return self._fragmentation(frees, self._weights_for(self.bucket(cpu_free, memory_free), model))
 
     @staticmethod
     def _fragmentation(frees: Sequence[int], w: _Weights) -> float:
@@ -157,6 +172,7 @@ class WorkloadProfile:
         memory_free: int | None = None,
         cpu: int = 0,
         memory: int = 0,
+        model: str = "",
     ) -> tuple[float, int]:
         """How much the node's expected fragmentation grows when a task of `count` devices × `share` (and
         `cpu`, `memory`) is placed as well as possible, and the free share of the device to take (the first
@@ -165,14 +181,14 @@ class WorkloadProfile:
         after_bucket = self.bucket(
             None if cpu_free is None else cpu_free - cpu, None if memory_free is None else memory_free - memory
         )
-        key = (tuple(frees), count, share, before_bucket, after_bucket)
+        key = (tuple(frees), count, share, before_bucket, after_bucket, model)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         if len(self._memo) > 300_000:
             self._memo.clear()
-        before = self._fragmentation(frees, self._weights_for(before_bucket))
-        after_weights = self._weights_for(after_bucket)
+        before = self._fragmentation(frees, self._weights_for(before_bucket, model))
+        after_weights = self._weights_for(after_bucket, model)
         best = (float("inf"), -1)
         if count == 1:
             for f in sorted(set(frees)):

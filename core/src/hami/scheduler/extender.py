@@ -243,7 +243,16 @@ class Extender:
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
+        withdrawn = False
         with self.state.lock:
+            if not (pod_obj.get("spec") or {}).get("nodeName") and pod_key(pod.namespace, pod.name) in self.state.pods:
+                # kube-scheduler filters a pod again only when its earlier decision was not carried out (the bind
+                # failed, or this process restarted between filter and bind): that decision no longer holds, and
+                # the pod must not be kept off the devices by its own earlier placement.
+                self.state.remove_pod(pod.namespace, pod.name)
+                if self.quota is not None:
+                    self.quota.release(pod.namespace, pod.name)
+                withdrawn = True
             candidates: list[tuple[float, str, NodeRecord]] = []
             largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
             shares = _Shares(largest)
@@ -289,6 +298,8 @@ class Extender:
                     result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
             if best is None:
+                if withdrawn:
+                    self._withdraw_decision(pod)
                 return result
             node, allocation, written = best
             if self.quota is not None:
@@ -359,6 +370,7 @@ class Extender:
                 memory_free=record.memory_free,
                 cpu=host[0],
                 memory=host[1],
+                model=record.totals[kind].model,
             )[0]
             return delta + TIE_BREAK * sum(signature)
 
@@ -435,6 +447,19 @@ class Extender:
             "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
         )
 
+    def _withdraw_decision(self, pod: Pod) -> None:
+        """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""
+        annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: None, VGPU_TIME: None}
+        for kind in self.host.kinds:
+            annotations[kind.annotations.to_allocate] = None
+            annotations[kind.annotations.allocated] = None
+        try:
+            self.cluster.patch_metadata(
+                "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: None}
+            )
+        except ClusterError as exc:
+            log.warning("could not withdraw the abandoned placement of %s/%s: %s", pod.namespace, pod.name, exc)
+
     def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
         """Scores 0-10 for clusters that configure prioritize: HAMi's node score under binpack and spread.
 
@@ -486,11 +511,13 @@ class Extender:
                     value = 0.0
                     for kind in record.totals:
                         frees = self.state.signature(record, kind)
-                        before = workload.fragmentation(frees, record.cpu_free, record.memory_free)
+                        model = record.totals[kind].model
+                        before = workload.fragmentation(frees, record.cpu_free, record.memory_free, model)
                         after = workload.fragmentation(
                             frees,
                             None if record.cpu_free is None else record.cpu_free - cpu,
                             None if record.memory_free is None else record.memory_free - memory,
+                            model,
                         )
                         value += after - before + TIE_BREAK * sum(frees)
                     record.memo[key] = value

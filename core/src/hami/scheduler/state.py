@@ -125,6 +125,7 @@ class NodeRecord:
                 t.cores += u.device.devcore
                 t.memory += u.device.devmem
                 t.largest = max(t.largest, (u.device.devmem, u.device.devcore))
+                t.model = t.model or u.device.type
 
 
 @dataclass(slots=True)
@@ -141,6 +142,8 @@ class NodeTotals:
     """The sorted free shares of the node's devices (thousandths), computed on demand, reset on change."""
     largest: tuple[int, int] = (0, 0)
     """(devmem, devcore) of the node's largest device of the kind."""
+    model: str = ""
+    """The model of the node's devices of the kind (the first device's, for type-aware policies)."""
 
     def share(self) -> float:
         """HAMi's node score before placement, divided by 10: used slots, cores and memory as shares, summed."""

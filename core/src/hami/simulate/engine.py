@@ -61,7 +61,9 @@ class SimulationResult:
 
 def workload_of(pods: Sequence[TracePod]) -> WorkloadProfile:
     """The request mix of a trace, as the fragmentation-aware policy sees it."""
-    return WorkloadProfile.from_requests((p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib) for p in pods if p.num_gpu)
+    return WorkloadProfile.from_requests(
+        (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec) for p in pods if p.num_gpu
+    )
 
 
 def _node_object(node: TraceNode) -> dict[str, Any]:
@@ -163,7 +165,9 @@ def simulate(
         curve.setdefault(next_mark - 5, round(100 * allocated / capacity, 2))
     profile = workload or workload_of(pods)
     fragment = sum(
-        profile.fragmentation(state.signature(r, vendor.KIND.common_word))
+        profile.fragmentation(
+            state.signature(r, vendor.KIND.common_word), model=r.totals[vendor.KIND.common_word].model
+        )
         for r in state.nodes.values()
         if vendor.KIND.common_word in r.totals
     )

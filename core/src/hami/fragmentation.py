@@ -7,11 +7,12 @@ cores). The workload is a distribution over tasks: `count` devices of at least `
 plus the CPU (millicores) and memory (MiB) the task needs on the node, and the device models it accepts (HAMi's
 type selector: a case-insensitive part of the model name; none means any). For one task, the fragment of a node
 is the free device share that task could not use: everything, when the node lacks the task's CPU or memory,
-has a device model the task does not accept, or has fewer than `count` devices with `share` free; otherwise the free share of the devices with less than
-`share` free. A node's expected fragmentation is the probability-weighted sum over tasks; a placement is
-good when it grows that sum least. Nodes whose CPU and memory are unknown count every task as fitting them.
+has a device model the task does not accept, or has fewer than `count` devices with `share` free; otherwise
+the free share of the devices with less than `share` free. A node's expected fragmentation is the
+probability-weighted sum over tasks; a placement is good when it grows that sum least. Nodes whose CPU and
+memory are unknown count every task as fitting them.
 
-Speed: per (CPU, memory) bucket of a node, the single-device tasks fold into one table indexed by a
+Speed: per (CPU, memory) bucket and device model of a node, the single-device tasks fold into one table indexed by a
 device's free share, so a node costs one lookup per device plus a term per multi-device shape; placements
 are memoised by the node's signature (its sorted free shares and buckets), which most nodes share.
 """

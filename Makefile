@@ -5,7 +5,7 @@ UV ?= $(shell command -v uv 2>/dev/null || echo "$(VENV)/bin/uv")
 VENDORS := nvidia ascend cambricon hygon iluvatar mthreads metax
 EDITABLES := -e ./core $(foreach v,$(VENDORS),-e ./vendors/$(v))
 
-.PHONY: install demo test lint independence ci clean
+.PHONY: install demo test e2e lint independence ci clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -15,10 +15,15 @@ install: $(PY)
 	$(VENV)/bin/uv pip install --quiet --python $(PY) $(EDITABLES) -e ./examples/third-party-vendor --group dev
 
 demo: install
-	$(VENV)/bin/hami vendors
+	$(VENV)/bin/hami demo
 
 test: install
 	$(PY) -m pytest
+
+# The end-to-end suite alone (also part of `make test`), after building or reusing its control plane.
+e2e: install
+	bash tests/e2e/build_control_plane.sh
+	$(PY) -m pytest -m e2e
 
 lint: install
 	$(VENV)/bin/ruff check core vendors tests benchmarks examples

@@ -1,158 +1,56 @@
-"""A small Kubernetes API server on loopback, backed by `MemoryCluster`, for testing the real client backend.
+"""The product's loopback API server (`hami.cluster.serve`) with what tests of API clients need on top.
 
-It serves the REST paths `hami.cluster.kube.KubeCluster` uses, the way kube-apiserver answers them: JSON
-objects with `kind`/`apiVersion` (list items without), `Status` bodies for errors, merge patches of metadata
-with a resourceVersion precondition, the pods/binding subresource, and watches as chunked newline-delimited
-JSON from a resourceVersion. Semantics (versions, conflicts, not-found) are the memory backend's, so both
-backends are held to one behaviour.
+`FakeApiServer` is `ClusterApiServer` with a fixed default token and, through its `intercept` seam:
 
-Watch history: the server records every event of the store (through the memory backend's own watches) so a
-watch can start from any recorded resourceVersion. `compact()` forgets the history, after which a watch
-from an older version gets 410 Gone (an ERROR event, or an HTTP 410 when `expired_as_http` is set).
-`close_watches()` ends every open stream (cleanly, or by dropping the connection), and `refuse_watches`
-answers new ones with 503 for as long as it is set. `fail_next()` injects error answers or dropped
-connections. `requests` records what the client sent.
+* `requests` (and `calls()`): every request the client sent, in order;
+* `fail_next()`: answer the next matching requests with an error status or a dropped connection, optionally
+  after carrying them out (a success whose answer was lost).
 
-Only what the tests need: no field or label selectors, no pagination (the server may ignore `limit`), no
-strategic merge or JSON patches, no graceful deletion.
+Everything else (watch history, `compact()`, `close_watches()`, `refuse_watches`, `expired_as_http`,
+`wait_for_streams()`, `write_kubeconfig()`) is the product's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
-import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
-from hami.cluster import ConflictError, MemoryCluster, NotFoundError, WatchEvent, meta
+from hami.cluster import MemoryCluster
+from hami.cluster.serve import ApiError, ApiRequest, ClusterApiServer, Override, status_body
 
-__all__ = ["FakeApiServer", "Recorded"]
+__all__ = ["ApiError", "FakeApiServer", "Recorded", "status_body"]
 
-CORE = {"nodes": "Node", "namespaces": "Namespace", "pods": "Pod", "resourcequotas": "ResourceQuota", "events": "Event"}
-COORDINATION = {"leases": "Lease"}
-NAMESPACED = {"pods", "resourcequotas", "events", "leases"}
-API_VERSION = {**dict.fromkeys(CORE, "v1"), **dict.fromkeys(COORDINATION, "coordination.k8s.io/v1")}
-KIND = {**CORE, **COORDINATION}
-
-
-def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure" if code >= 300 else "Success",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        self.code, self.reason, self.message = code, reason, message
-        super().__init__(message)
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    query: dict[str, str]
-    content_type: str
-    body: Any
+Recorded = ApiRequest
+"""One request as the client sent it: method, path, query, content_type, body (decoded), watch."""
 
 
 @dataclass
 class _Fault:
-    status: int  # 0: drop the connection without answering
+    override: Override
     method: str | None
     path: str | None
     watch: bool | None
     times: int
-    reason: str
-    message: str
-    after: bool
 
 
-@dataclass
-class _Route:
-    resource: str
-    namespace: str | None = None
-    name: str | None = None
-    sub: str | None = None
-
-
-@dataclass
-class _History:
-    events: list[tuple[int, WatchEvent]] = field(default_factory=list)
-
-
-class FakeApiServer:
+class FakeApiServer(ClusterApiServer):
     """`with FakeApiServer() as api:`: a loopback API server over `api.cluster` (a `MemoryCluster`)."""
 
     def __init__(self, cluster: MemoryCluster | None = None, token: str = "fake-token") -> None:
-        self.cluster = cluster or MemoryCluster()
-        self.token = token
+        super().__init__(cluster, token)
         self.requests: list[Recorded] = []
-        self.expired_as_http = False
-        self.refuse_watches = False
         self._faults: list[_Fault] = []
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._history: dict[str, _History] = {r: _History() for r in KIND}
-        self._compacted = 0
-        self._generation = 0  # bumped by close_watches(): streams of an older generation end
-        self._abrupt = False
-        self._stopping = False
-        self._open_streams = 0
-        self._subs = [self._record(r) for r in KIND]
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    # ---------------------------------------------------------------------------------- control
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def start(self) -> FakeApiServer:
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self) -> None:
-        with self._changed:
-            self._stopping = True
-            self._changed.notify_all()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        for sub in self._subs:
-            sub.stop()
 
     def __enter__(self) -> FakeApiServer:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def write_kubeconfig(self, path: Path, context: str = "fake") -> Path:
-        """A kubeconfig (JSON is YAML) for this server with a bearer token; returns `path`."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "tester", "user": {"token": self.token}}],
-            "contexts": [{"name": context, "context": {"cluster": "fake", "user": "tester"}}],
-            "current-context": context,
-        }
-        path.write_text(json.dumps(config))
-        return path
+        """A kubeconfig for this server in context `context` (the tests' name); returns `path`."""
+        return super().write_kubeconfig(path, context)
 
     def fail_next(
         self,
@@ -173,355 +71,23 @@ class FakeApiServer:
         only its answer is replaced (a success whose answer was lost).
         """
         with self._lock:
-            self._faults.append(_Fault(status, method, path, watch, times, reason, message, after))
-
-    def compact(self) -> str:
-        """Forget the watch history: a watch from an older resourceVersion now gets 410 Gone."""
-        self.cluster.flush()
-        with self._lock:
-            self._compacted = int(self.cluster.resource_version())
-            for h in self._history.values():
-                h.events.clear()
-            return str(self._compacted)
-
-    def close_watches(self, *, abrupt: bool = False) -> None:
-        """End every open watch stream: cleanly (the final chunk) or by dropping the connection."""
-        with self._changed:
-            self._generation += 1
-            self._abrupt = abrupt
-            self._changed.notify_all()
-
-    @property
-    def open_streams(self) -> int:
-        with self._lock:
-            return self._open_streams
-
-    def wait_for_streams(self, count: int, timeout: float = 5.0) -> None:
-        """Wait until `count` watch streams are open (a client reconnected)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while self._open_streams < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{self._open_streams} watch streams open, expected {count}")
-                self._changed.wait(left)
-
-    def flush(self) -> None:
-        """Wait until the store's events are in the watch history (they are then streamed at once)."""
-        self.cluster.flush()
+            self._faults.append(_Fault(Override(status, reason, message, after), method, path, watch, times))
 
     def calls(self, method: str, path_part: str = "") -> list[Recorded]:
         with self._lock:
             return [r for r in self.requests if r.method == method and path_part in r.path]
 
-    # ---------------------------------------------------------------------------------- internals
-
-    def _record(self, resource: str) -> Any:
-        def on_event(event: WatchEvent) -> None:
-            version = int(meta(event.object)["resourceVersion"])
-            with self._changed:
-                if version > self._compacted:
-                    self._history[resource].events.append((version, event))
-                self._changed.notify_all()
-
-        return self.cluster.watch(resource, self.cluster.resource_version(), on_event)  # type: ignore[arg-type]
-
-    def _take_fault(self, method: str, path: str, watch: bool) -> _Fault | None:
+    def intercept(self, request: ApiRequest) -> Override | None:
         with self._lock:
+            self.requests.append(request)
             for fault in self._faults:
                 if (
-                    fault.method in (None, method)
-                    and (fault.path is None or fault.path in path)
-                    and fault.watch in (None, watch)
+                    fault.method in (None, request.method)
+                    and (fault.path is None or fault.path in request.path)
+                    and fault.watch in (None, request.watch)
                 ):
                     fault.times -= 1
                     if fault.times <= 0:
                         self._faults.remove(fault)
-                    return fault
+                    return fault.override
         return None
-
-
-def _typed(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": KIND[resource], "apiVersion": API_VERSION[resource], **obj}
-
-
-def _route(path: str) -> _Route:
-    parts = [unquote(p) for p in path.strip("/").split("/")]
-    if parts[:2] == ["api", "v1"]:
-        rest, group = parts[2:], CORE
-    elif parts[:3] == ["apis", "coordination.k8s.io", "v1"]:
-        rest, group = parts[3:], COORDINATION
-    else:
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-    if rest[:1] == ["namespaces"] and len(rest) >= 3:
-        namespace, rest = rest[1], rest[2:]
-    else:
-        namespace = None
-    if not rest or rest[0] not in group or len(rest) > 3:
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-    route = _Route(rest[0], namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
-    if route.resource in NAMESPACED and route.name is not None and namespace is None:
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-    if route.sub is not None and (route.resource, route.sub) != ("pods", "binding"):
-        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-    return route
-
-
-def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
-    cluster = api.cluster
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no delayed-ACK stalls
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-        def do_PUT(self) -> None:
-            self._serve("PUT")
-
-        def do_PATCH(self) -> None:
-            self._serve("PATCH")
-
-        def do_DELETE(self) -> None:
-            self._serve("DELETE")
-
-        # ------------------------------------------------------------------------------ plumbing
-
-        def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _serve(self, method: str) -> None:
-            url = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            content_type = self.headers.get("Content-Type") or ""
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                self._send(400, status_body(400, "BadRequest", "the body is not JSON"))
-                return
-            with api._lock:
-                api.requests.append(Recorded(method, url.path, query, content_type, body))
-            fault = api._take_fault(method, url.path, query.get("watch") in ("true", "1"))
-            if fault is not None and fault.after:
-                with contextlib.suppress(ApiError, NotFoundError, ConflictError):
-                    self._dispatch(method, _route(url.path), query, content_type, body)
-            if fault is not None:
-                if fault.status == 0:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                self._send(fault.status, status_body(fault.status, fault.reason, fault.message))
-                return
-            if self.headers.get("Authorization") != f"Bearer {api.token}":
-                self._send(401, status_body(401, "Unauthorized", "Unauthorized"))
-                return
-            try:
-                route = _route(url.path)
-                if method == "GET" and route.name is None and query.get("watch") in ("true", "1"):
-                    if api.refuse_watches:
-                        raise ApiError(503, "ServiceUnavailable", "watches are refused for now")
-                    self._watch(route, query)
-                    return
-                code, answer = self._dispatch(method, route, query, content_type, body)
-            except ApiError as exc:
-                self._send(exc.code, status_body(exc.code, exc.reason, exc.message))
-                return
-            except NotFoundError as exc:
-                self._send(404, status_body(404, "NotFound", str(exc)))
-                return
-            except ConflictError as exc:
-                reason = "AlreadyExists" if "already exists" in str(exc) else "Conflict"
-                what = f'{route.resource} "{route.name}"' if route.name else route.resource
-                message = str(exc) if reason == "AlreadyExists" else f"Operation cannot be fulfilled on {what}: {exc}"
-                self._send(409, status_body(409, reason, message))
-                return
-            self._send(code, answer)
-
-        def _dispatch(
-            self, method: str, route: _Route, query: dict[str, str], content_type: str, body: Any
-        ) -> tuple[int, Any]:
-            r, ns, name = route.resource, route.namespace, route.name
-            if route.sub == "binding":
-                if method != "POST":
-                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on pods/binding")
-                return self._bind(ns or "default", name or "", body)
-            if name is None:
-                if method == "GET":
-                    items, version = cluster.list(r, ns)  # type: ignore[arg-type]
-                    for item in items:
-                        item.pop("kind", None)
-                        item.pop("apiVersion", None)
-                    return 200, {
-                        "kind": KIND[r] + "List",
-                        "apiVersion": API_VERSION[r],
-                        "metadata": {"resourceVersion": version},
-                        "items": items,
-                    }
-                if method == "POST":
-                    obj = self._object(r, body)
-                    m = obj.setdefault("metadata", {})
-                    if r in NAMESPACED:
-                        if ns is None:
-                            raise ApiError(404, "NotFound", "create needs a namespace in the path")
-                        if m.get("namespace") not in (None, ns):
-                            raise ApiError(
-                                400,
-                                "BadRequest",
-                                "the namespace of the provided object does not match the namespace sent on the request",
-                            )
-                        m["namespace"] = ns
-                    if not m.get("name") and not m.get("generateName"):
-                        raise ApiError(422, "Invalid", f"{KIND[r]} is invalid: metadata.name: Required value")
-                    return 201, _typed(r, cluster.create(r, obj))  # type: ignore[arg-type]
-                raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on a collection")
-            if method == "GET":
-                return 200, _typed(r, cluster.get(r, name, ns))  # type: ignore[arg-type]
-            if method == "PUT":
-                obj = self._object(r, body)
-                m = obj.setdefault("metadata", {})
-                if m.get("name") != name:
-                    raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-                if r in NAMESPACED:
-                    m["namespace"] = ns
-                return 200, _typed(r, cluster.replace(r, obj))  # type: ignore[arg-type]
-            if method == "DELETE":
-                current = cluster.get(r, name, ns)  # type: ignore[arg-type]
-                cluster.delete(r, name, ns)  # type: ignore[arg-type]
-                return 200, _typed(r, current)
-            if method == "PATCH":
-                return 200, _typed(r, self._patch(r, ns, name, content_type, body))
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed")
-
-        @staticmethod
-        def _object(resource: str, body: Any) -> dict[str, Any]:
-            if not isinstance(body, dict):
-                raise ApiError(400, "BadRequest", "the body must be a JSON object")
-            kind, version = body.get("kind"), body.get("apiVersion")
-            if (kind and kind != KIND[resource]) or (version and version != API_VERSION[resource]):
-                raise ApiError(
-                    400, "BadRequest", f"expected {API_VERSION[resource]} {KIND[resource]}, got {version} {kind}"
-                )
-            obj = {k: v for k, v in body.items() if k not in ("kind", "apiVersion")}
-            return obj
-
-        @staticmethod
-        def _patch(resource: str, ns: str | None, name: str, content_type: str, body: Any) -> dict[str, Any]:
-            if content_type.split(";")[0].strip() != "application/merge-patch+json":
-                raise ApiError(415, "UnsupportedMediaType", f"the fake server takes merge patches, not {content_type}")
-            if not isinstance(body, dict) or set(body) - {"metadata"}:
-                raise ApiError(422, "Invalid", "the fake server patches metadata only")
-            m = body.get("metadata") or {}
-            if set(m) - {"annotations", "labels", "resourceVersion"}:
-                raise ApiError(422, "Invalid", "the fake server patches annotations, labels and resourceVersion only")
-            return cluster.patch_metadata(
-                resource,  # type: ignore[arg-type]
-                name,
-                ns,
-                annotations=m.get("annotations"),
-                labels=m.get("labels"),
-                resource_version=m.get("resourceVersion"),
-            )
-
-        @staticmethod
-        def _bind(ns: str, name: str, body: Any) -> tuple[int, Any]:
-            if not isinstance(body, dict) or body.get("kind") != "Binding":
-                raise ApiError(400, "BadRequest", "expected a v1 Binding")
-            m = body.get("metadata") or {}
-            if m.get("name") != name:
-                raise ApiError(400, "BadRequest", "the Binding's name does not match the pod's")
-            target = body.get("target") or {}
-            cluster.bind(ns, name, m.get("uid") or "", target.get("name") or "")
-            return 201, status_body(201, "", "")
-
-        # ------------------------------------------------------------------------------ watches
-
-        def _watch(self, route: _Route, query: dict[str, str]) -> None:
-            r, ns = route.resource, route.namespace
-            version = query.get("resourceVersion", "")
-            timeout = float(query.get("timeoutSeconds") or 1800)
-            initial: list[WatchEvent] = []
-            if version in ("", "0"):
-                items, version = cluster.list(r, ns)  # type: ignore[arg-type]
-                initial = [WatchEvent("ADDED", o) for o in items]
-            start = int(version)
-            with api._lock:
-                expired = start < api._compacted
-                generation = api._generation
-            if expired:
-                message = f"too old resource version: {start} ({api._compacted})"
-                if api.expired_as_http:
-                    self._send(410, status_body(410, "Expired", message))
-                    return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            with api._changed:
-                api._open_streams += 1
-                api._changed.notify_all()
-            try:
-                if expired:
-                    self._chunk({"type": "ERROR", "object": status_body(410, "Expired", message)})
-                    self._end()
-                    return
-                for event in initial:
-                    self._chunk({"type": event.type, "object": _typed(r, event.object)})
-                deadline = time.monotonic() + timeout
-                position = start
-                while True:
-                    with api._changed:
-                        pending = [
-                            e
-                            for v, e in api._history[r].events
-                            if v > position and (ns is None or meta(e.object).get("namespace") == ns)
-                        ]
-                        newest = max((v for v, _ in api._history[r].events), default=position)
-                        cut = api._generation != generation or api._stopping
-                        if not pending and not cut:
-                            api._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-                    position = max(position, newest)
-                    for event in pending:
-                        self._chunk({"type": event.type, "object": _typed(r, event.object)})
-                    if cut:
-                        if api._abrupt:
-                            self.close_connection = True
-                            self.connection.shutdown(socket.SHUT_RDWR)
-                            return
-                        break
-                    if time.monotonic() >= deadline:
-                        break
-                self._end()
-            except OSError:
-                self.close_connection = True
-            finally:
-                with api._changed:
-                    api._open_streams -= 1
-                    api._changed.notify_all()
-
-        def _chunk(self, event: dict[str, Any]) -> None:
-            data = json.dumps(event).encode() + b"\n"
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-
-        def _end(self) -> None:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler

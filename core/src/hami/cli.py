@@ -3,6 +3,7 @@
 Owns argument parsing, logging set-up and turning deliberate errors (`hami.errors.HamiError`) into a
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
 them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`, `simulate`.
+The quickstart and everyday tools: `demo` (`hami.demo`), `status` (`hami.status`), `completion`.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Examples:\n"
             "  hami vendors          list the installed vendor plugins\n"
             "  hami vendors --json   the same, for scripts"
+            "\n  hami demo             the whole system on simulated devices, in seconds"
+            "\n  hami status           nodes, devices, who uses them, node locks (of your kubeconfig's cluster)"
+            "\n  source <(hami completion bash)   shell completion"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -128,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the installed vendor plugins, their resources and isolation libraries",
         description="List the installed vendor plugins (and those that failed to load, with why). Exits 1 when "
         "any plugin failed. HAMI_DISABLED_VENDORS=a,b switches vendors off.",
+        epilog=(
+            "Examples:\n"
+            "  hami vendors\n"
+            "  hami vendors --json | jq '.vendors[].name'\n"
+            "  HAMI_DISABLED_VENDORS=ascend hami vendors"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     vendors.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     vendors.set_defaults(func=_cmd_vendors)
@@ -148,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
     scheduler.add_argument("--listen", metavar="HOST:PORT", help="extender address (default 0.0.0.0:8888)")
     scheduler.add_argument("--metrics-listen", metavar="HOST:PORT", help="metrics address (default 0.0.0.0:9395)")
-    scheduler.add_argument("--node-policy", choices=["binpack", "spread"], help="default node policy")
+    scheduler.add_argument(
+        "--node-policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], help="default node policy"
+    )
     scheduler.add_argument(
         "--device-policy", metavar="CHAIN", help="default device policy, e.g. spread or numa,binpack"
     )
@@ -162,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_webhook_parser(sub)
     add_node_parser(sub)
     add_simulate_parser(sub)
+    from hami.demo.cli import add_demo_parser
+    from hami.status import add_status_parser
+
+    add_demo_parser(sub)
+    add_status_parser(sub)
+    from hami.completion import add_completion_parser
+
+    add_completion_parser(sub)
     return parser
 
 

@@ -36,9 +36,10 @@ class ShareDefaults(BaseModel):
         default=0, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
     )
 
+
 _PLAIN_INT = re.compile(r"^\+?[0-9]+$")
-_DECIMAL_SI = re.compile(r"^\+?[0-9]+(?:\.[0-9]+)?(?:[kMGTPE]|[eE]\+?[0-9]+)$")
-"""The API server's canonical form of a large integer (`3k`, `15k`, `1M`, `1e3`): decimal, never binary."""
+_DECIMAL_SI = re.compile(r"^\+?[0-9]+(?:\.[0-9]+)?[kMGTPE]$")
+"""The API server's canonical form of a large integer written plainly (`3k`, `15k`, `1M`): decimal, never binary."""
 _WITH_UNIT = re.compile(r"^\+?([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)$")
 _BINARY_MIB = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
 

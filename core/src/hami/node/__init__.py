@@ -3,6 +3,7 @@
     devices   what discovery found, turned into the device IDs the kubelet is told about
     plugin    one device-plugin gRPC server per resource (`grpc.aio`, a unix socket), ListAndWatch pushes
     kubelet   registration with the kubelet's `kubelet.sock`, and noticing when the kubelet restarts
+    simulated devices read from an inventory file instead of the vendors' drivers (`hami demo`, trials)
     register  the node annotations the scheduler reads (register, handshake), written when they change
     allocate  the kubelet's Allocate: which pod, which devices, the vendor's edits, annotations, the node lock
     pods      pods this node served: their containers for the monitor, `hami_release` when they finish

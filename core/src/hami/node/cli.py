@@ -31,7 +31,8 @@ def add_node_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         epilog=(
             "Examples:\n"
             "  hami node --node-name $(hostname)\n"
-            "  hami node --config /etc/hami/hami.yaml --metrics-listen 0.0.0.0:9394"
+            "  hami node --config /etc/hami/hami.yaml --metrics-listen 0.0.0.0:9394\n"
+            "  hami node --node-name gpu-node --simulated-inventory examples/demo-inventory.yaml --kubeconfig K"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -62,6 +63,12 @@ def add_node_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         type=float,
         help="seconds between checks of the node's annotations and handshake (default 30)",
     )
+    parser.add_argument(
+        "--simulated-inventory",
+        metavar="FILE",
+        help="read this node's devices from an inventory file instead of the vendors' drivers (simulated "
+        "devices, as `hami demo` runs them; format: hami.node.simulated, e.g. examples/demo-inventory.yaml)",
+    )
     parser.set_defaults(func=run_node_command)
     return parser
 
@@ -84,6 +91,7 @@ def node_settings(args: argparse.Namespace, section: dict[str, Any] | None = Non
         "metricsListen": args.metrics_listen,
         "discoveryIntervalSeconds": args.discovery_interval,
         "registerIntervalSeconds": args.register_interval,
+        "simulatedInventory": getattr(args, "simulated_inventory", None),
     }
     try:
         return NodeSettings.model_validate({**(section or {}), **{k: v for k, v in given.items() if v is not None}})

@@ -3,7 +3,8 @@
 One asyncio event loop runs everything that waits: the device-plugin servers (`hami.node.plugin`), and
 three periodic tasks:
 
-* **discovery** (`discoveryIntervalSeconds`): every vendor's `hami_discover_devices`, in a worker thread;
+* **discovery** (`discoveryIntervalSeconds`): every vendor's `hami_discover_devices`, in a worker thread (or,
+  with `simulatedInventory`, the node's entry of that file instead: `hami.node.simulated`);
   the device lists of the plugins are updated (ListAndWatch pushes what changed), a plugin is created for a
   resource seen for the first time, and the node annotations are synced at once when anything changed;
 * **kubelet** (`kubeletPollSeconds`): one `stat` of `kubelet.sock`; a new kubelet, or a plugin socket the
@@ -43,6 +44,7 @@ from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.errors import ConfigError
 from hami.model import NodeInventory
+from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
@@ -72,6 +74,11 @@ class NodeSettings(BaseModel):
     register_interval_seconds: float = Field(default=30.0, gt=0, alias="registerIntervalSeconds")
     kubelet_poll_seconds: float = Field(default=0.5, gt=0, alias="kubeletPollSeconds")
     shutdown_grace_seconds: float = Field(default=5.0, ge=0, alias="shutdownGraceSeconds")
+    simulated_inventory: Path | None = Field(
+        default=None,
+        alias="simulatedInventory",
+        description="an inventory file to read devices from instead of the vendors' discovery (hami.node.simulated)",
+    )
 
     @field_validator("metrics_listen")
     @classmethod
@@ -187,9 +194,24 @@ class NodeDaemon:
 
     # ---------------------------------------------------------------------------------- discovery
 
+    def find_devices(self) -> dict[str, list[NodeInventory]] | None:
+        """Every vendor's devices on this node, by vendor: their discovery hooks, or the simulated inventory
+        file when one is set (None when that file cannot be used this round: the last inventory stays)."""
+        path = self.settings.simulated_inventory
+        if path is None:
+            return self.host.discover()
+        try:
+            return simulated.discover(path, self.node, self.host)
+        except ConfigError as exc:
+            log.error("%s; keeping the devices found before", exc)
+            return None
+
     async def discover(self) -> None:
         """Ask every vendor for its devices; update plugins, and the node annotations if anything changed."""
-        found = await asyncio.to_thread(self.host.discover)
+        found = await asyncio.to_thread(self.find_devices)
+        if found is None:
+            self.discoveries += 1
+            return
         inventories: dict[str, NodeInventory] = {}
         for vendor, answers in found.items():
             for inventory in answers:
@@ -321,6 +343,10 @@ def run_node(
     host = host or VendorHost.load(config=config.vendors)
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
+    if settings.simulated_inventory is not None:
+        inventory = settings.simulated_inventory
+        simulated.load_inventory(inventory).node(settings.node_name, str(inventory))  # a bad file stops us here
+        log.info("devices of node %s come from %s, not from the vendors' drivers", settings.node_name, inventory)
     cluster = cluster or connect(config)
     daemon = NodeDaemon(settings, host, cluster)
 

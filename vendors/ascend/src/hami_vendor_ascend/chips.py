@@ -1,8 +1,10 @@
 """Ascend chips as HAMi's device config (`vnpus:`) describes them: whole-card memory, AI cores, vNPU templates.
 
-Data for the plugin's settings; the fitting that comes later rounds template-mode memory up to the smallest
-template that holds it. Values are HAMi v2.10's chart (charts/hami/templates/scheduler/device-configmap.yaml)
-unless a comment says otherwise.
+Data for the plugin's settings (`hami_vendor_ascend.settings`, where a cluster replaces any chip's entry), and the
+two questions the rest of the vendor asks of a chip: which template a memory size rounds up to (the smallest
+that holds it; none above the largest, where HAMi gives the whole card), and which template a recorded grant
+is. Values are HAMi v2.10's chart (charts/hami/templates/scheduler/device-configmap.yaml) unless a comment says
+otherwise.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DEFAULT_CHIPS", "AscendChip", "VnpuTemplate"]
+__all__ = ["COMMON_WORDS", "DEFAULT_CHIPS", "AscendChip", "VnpuTemplate"]
+
+COMMON_WORDS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend310P", "Ascend910C")
+"""HAMi v2.10's common words, one device kind each."""
 
 
 class VnpuTemplate(BaseModel):
@@ -36,6 +41,12 @@ class AscendChip(BaseModel):
     ai_core: int = Field(gt=0, alias="aiCore")
     ai_cpu: int | None = Field(default=None, ge=0, alias="aiCPU")
     templates: tuple[VnpuTemplate, ...] = Field(default=(), description="sorted smallest memory first")
+    super_pod: bool = Field(
+        default=False,
+        alias="superPod",
+        description="whole cards come in modules of two dies (Atlas A3 super pods): one becomes two, odd counts "
+        "are refused, and several are placed as whole modules",
+    )
 
     @field_validator("templates", mode="after")
     @classmethod
@@ -59,9 +70,28 @@ class AscendChip(BaseModel):
                 )
         return self
 
+    def template_for(self, memory: int) -> VnpuTemplate | None:
+        """The smallest template holding `memory` MiB; None when none does (the whole card serves it)."""
+        for template in self.templates:
+            if memory <= template.memory:
+                return template
+        return None
+
+    def template_named(self, name: str) -> VnpuTemplate | None:
+        for template in self.templates:
+            if template.name == name:
+                return template
+        return None
+
 
 def _chip(
-    name: str, allocatable: int, capacity: int, ai_core: int, ai_cpu: int | None, *templates: VnpuTemplate
+    name: str,
+    allocatable: int,
+    capacity: int,
+    ai_core: int,
+    ai_cpu: int | None,
+    *templates: VnpuTemplate,
+    super_pod: bool = False,
 ) -> AscendChip:
     return AscendChip(
         chip_name=name,
@@ -70,6 +100,7 @@ def _chip(
         ai_core=ai_core,
         ai_cpu=ai_cpu,
         templates=templates,
+        super_pod=super_pod,
     )
 
 
@@ -111,7 +142,15 @@ DEFAULT_CHIPS: Mapping[str, AscendChip] = {
     ),
     # HAMi's chart lists no 910C templates. These are the Atlas A3 inference card's (the name spells the
     # cores, AI CPUs and GiB); A3 training cards have vir06_1c_16g / vir12_3c_32g instead: set them here.
+    # Its two dies pair into modules on super pods (HAMi's `superPod`).
     "Ascend910C": _chip(
-        "Ascend910", 65536, 65536, 20, 7, _t("vir05_1c_16g", 16384, 5, 1), _t("vir10_3c_32g", 32768, 10, 3)
+        "Ascend910",
+        65536,
+        65536,
+        20,
+        7,
+        _t("vir05_1c_16g", 16384, 5, 1),
+        _t("vir10_3c_32g", 32768, 10, 3),
+        super_pod=True,
     ),
 }

@@ -1,0 +1,207 @@
+"""Building a vendor's isolation library: hami-core's C core and the vendor's hooks compiled into one shared object.
+
+The one place that knows how an isolation library is built and packaged, called by every vendor package's hatch
+build hook (``vendors/<name>/hatch_build.py``). A vendor describes its library once (`LibrarySpec`: distribution,
+package, library file, hook sources, export map) and the hook calls `hatch_initialize` from its ``initialize``:
+
+- wheel: compiles the C core (``hami/isolation/*.c``) and the vendor's hooks (``<vendor>/isolation/*.c``) with the
+  system C compiler (C11, warnings as errors, hidden visibility, the vendor's version script as the export list)
+  and ships the result as ``<package>/lib/<library>``; the wheel is then platform-specific
+  (``py3-none-<platform>``: the library does not depend on Python's ABI);
+- editable install: compiles into the source tree (``src/<package>/lib/<library>``), where the editable package
+  is imported from (`rebuild_in_place` does the same from the command line);
+- sdist: adds the C core, this file included, under ``isolation/_core/`` so that the sdist builds without the
+  rest of the repository.
+
+No compiler, or a failed compile, raises `IsolationLibraryError` with what to do. Standard library only: this file
+runs inside build environments where hami-core is not installed, loaded by file path from wherever the vendor's
+hook found the C core (the vendor hook owns that search, since it must find this file first). Nothing here is
+imported at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CFLAGS",
+    "CORE_DIR_ENV",
+    "CORE_FILES",
+    "SDIST_CORE",
+    "IsolationLibraryError",
+    "LibrarySpec",
+    "compile_library",
+    "core_candidates",
+    "find_compiler",
+    "hatch_finalize",
+    "hatch_initialize",
+    "platform_tag",
+    "rebuild_in_place",
+]
+
+SDIST_CORE = "isolation/_core"
+"""Where an sdist carries the C core, relative to the vendor package's root."""
+CORE_FILES = ("*.c", "*.h", "include/*.h", "LAYOUT.md", "build.py")
+"""The files of the C core an sdist needs (globs relative to the core's directory)."""
+CORE_DIR_ENV = "HAMI_ISOLATION_CORE_DIR"
+"""Environment variable naming the C core's directory, tried before anything else."""
+
+CFLAGS = [
+    "-std=c11",
+    "-O2",
+    "-g0",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-foptimize-sibling-calls",  # dlsym passes RTLD_NEXT lookups on by a tail call
+    "-pthread",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+]
+
+
+class IsolationLibraryError(RuntimeError):
+    """An isolation library could not be built; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    """One vendor's isolation library: what it is called, where its hook sources are, what it exports."""
+
+    distribution: str
+    """The vendor's distribution name, e.g. ``hami-vendor-nvidia`` (for messages)."""
+    package: str
+    """The import package the library ships in, e.g. ``hami_vendor_nvidia``."""
+    library: str
+    """The library's file name (also its SONAME), e.g. ``libvgpu.so``."""
+    what: str
+    """What the library is, for messages: ``CUDA isolation library``."""
+    hooks: Path
+    """The vendor's C sources (``*.c``, headers beside them)."""
+    version_script: str
+    """The export list, a linker version script inside `hooks`."""
+    libraries: tuple[str, ...] = ("dl",)
+    """Libraries to link (``-l<name>``)."""
+
+    @property
+    def wheel_path(self) -> str:
+        """Where the library lives inside the wheel (and inside the installed package)."""
+        return f"{self.package}/lib/{self.library}"
+
+
+def core_candidates(root: Path, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Where a vendor package rooted at `root` may find the C core, in order: `CORE_DIR_ENV`, the sdist's copy,
+    the checkout's ``core/src/hami/isolation``. (An installed hami-core is the caller's last resort.)"""
+    env = os.environ if environ is None else environ
+    found = [Path(env[CORE_DIR_ENV])] if env.get(CORE_DIR_ENV) else []
+    return [*found, root / SDIST_CORE, root.parent.parent / "core" / "src" / "hami" / "isolation"]
+
+
+def find_compiler(spec: LibrarySpec, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The C compiler command: $CC, else cc, gcc or clang on PATH."""
+    env = os.environ if environ is None else environ
+    built = f"{spec.distribution} compiles its {spec.what} {spec.library} from C at build time"
+    if env.get("CC"):
+        command = shlex.split(env["CC"])
+        if command and shutil.which(command[0], path=env.get("PATH")):
+            return command
+        raise IsolationLibraryError(
+            f"CC={env['CC']!r} is not an executable C compiler; {built}: set CC to a working compiler or unset it"
+        )
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name, path=env.get("PATH"))
+        if found:
+            return [found]
+    raise IsolationLibraryError(
+        f"no C compiler found (looked for $CC, cc, gcc, clang on PATH): {built}. Install one (e.g. "
+        f"`apt-get install gcc`, `dnf install gcc`, `apk add build-base`) or install a prebuilt {spec.distribution} "
+        "wheel, which needs none"
+    )
+
+
+def compile_library(spec: LibrarySpec, output: Path, core: Path, compiler: list[str] | None = None) -> Path:
+    """Compile the C core in `core` and the vendor's hooks into `output`; returns it."""
+    cc = compiler if compiler is not None else find_compiler(spec)
+    hooks = spec.hooks
+    sources = sorted(core.glob("*.c")) + sorted(hooks.glob("*.c"))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        *cc,
+        *CFLAGS,
+        f"-I{core / 'include'}",
+        f"-I{core}",
+        f"-I{hooks}",
+        *map(str, sources),
+        "-shared",
+        "-o",
+        str(output),
+        f"-Wl,--version-script={hooks / spec.version_script}",
+        "-Wl,-z,defs",
+        "-Wl,-z,now",
+        "-Wl,-z,relro",
+        "-Wl,-Bsymbolic",
+        f"-Wl,-soname,{spec.library}",
+        *(f"-l{name}" for name in spec.libraries),
+    ]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise IsolationLibraryError(f"cannot run the C compiler {cc[0]}: {exc}") from None
+    if proc.returncode != 0:
+        raise IsolationLibraryError(
+            f"compiling {spec.library} failed ({shlex.join(command)}):\n{proc.stderr.strip() or proc.stdout.strip()}"
+        )
+    return output
+
+
+def platform_tag() -> str:
+    """The wheel platform tag of this machine, e.g. ``linux_x86_64``."""
+    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
+
+
+def hatch_initialize(
+    spec: LibrarySpec, core: Path, root: Path, target: str, version: str, build_data: MutableMapping[str, Any]
+) -> Path | None:
+    """What a vendor's hatch build hook does in ``initialize`` (see the module's docstring).
+
+    :param core: the C core's directory (where the hook found this file).
+    :param root: the vendor package's root (``self.root``); `target` and `version` are hatchling's.
+    :returns: a scratch directory to remove in ``finalize`` (`hatch_finalize`), or None.
+    """
+    if target == "sdist":
+        if not (root / SDIST_CORE).is_dir():
+            for pattern in CORE_FILES:
+                for path in sorted(core.glob(pattern)):
+                    build_data["force_include"][str(path)] = f"{SDIST_CORE}/{path.relative_to(core).as_posix()}"
+        return None
+    if target != "wheel":
+        return None
+    if version == "editable":
+        compile_library(spec, root / "src" / spec.wheel_path, core)
+        return None
+    scratch = Path(tempfile.mkdtemp(prefix=f"hami-{Path(spec.library).stem}-"))
+    library = compile_library(spec, scratch / spec.library, core)
+    build_data["force_include"][str(library)] = spec.wheel_path
+    build_data["pure_python"] = False
+    build_data["tag"] = f"py3-none-{platform_tag()}"
+    return scratch
+
+
+def hatch_finalize(scratch: Path | None) -> None:
+    """Remove what `hatch_initialize` left in its scratch directory."""
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def rebuild_in_place(spec: LibrarySpec, core: Path, root: Path) -> Path:
+    """Rebuild the library of an editable install (``src/<package>/lib/<library>``); returns its path."""
+    return compile_library(spec, root / "src" / spec.wheel_path, core)

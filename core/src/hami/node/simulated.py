@@ -1,0 +1,239 @@
+"""Simulated devices: a node's inventory read from a file instead of from the vendors' drivers.
+
+With `simulatedInventory` set (`hami node --simulated-inventory FILE`), the node daemon does not call any
+vendor's `hami_discover_devices`: every discovery round reads the file and reports the devices listed there
+for its node, grouped by the vendor that owns each device kind. Everything after discovery is unchanged:
+the register annotations, the device plugins and their ListAndWatch, Allocate with the vendor's
+`hami_allocate` and `hami_container_edits`, the metrics. So any vendor works on simulated devices without
+code of its own, and the scheduler cannot tell them from real ones. What a vendor does on the hardware at
+Allocate (creating a MIG instance, for example) finds no driver; the vendor answers as it does for a device
+its driver does not know.
+
+This is how `hami demo` runs its nodes (`examples/demo-inventory.yaml`), and how a user tries a hardware
+mix of their own. The file is re-read every round, so editing it (a device's `health: false`, a new card)
+is seen within `discoveryIntervalSeconds`; a file that became unreadable is reported and the last good
+inventory kept.
+
+The format (YAML or JSON); device fields are those of HAMi's register annotation:
+
+    nodes:
+      - name: gpu-node                  # the Node's name (`hami node --node-name`)
+        labels: {gpu: h100}             # optional: Node labels (used by `hami demo` when it creates the node)
+        cpu: "64"                       # optional: allocatable CPU and memory (quantities), likewise
+        memory: 512Gi
+        annotations:                    # optional: further node annotations a vendor's discovery would publish,
+          hami.io/node-nvidia-score: [] #   e.g. link scores; a value that is not a string is written as JSON
+        devices:
+          - kind: NVIDIA                # the device kind: HAMi's common word (`hami vendors` lists them)
+            type: NVIDIA-H100-80GB-HBM3 # the model as the vendor registers it
+            id: GPU-h100                # the UUID; with `repeat`, the prefix of `<id>-<index>` for each device
+            repeat: 8                   # that many identical devices, indexes from `index` (default 0) up
+            devmem: 81920               # memory in MiB
+            devcore: 100                # compute in percent of one device (default 100)
+            count: 10                   # how many containers may share one device (default 10)
+            numa: [0, 0, 0, 0, 1, 1, 1, 1]  # NUMA node: one number, or one per repeated device (default 0)
+            health: true                # default true
+            mode: hami-core             # sharing mode (`mig` for a MIG-mode GPU, with `migProfiles`)
+            migProfiles: []             # the vendor's MIG profiles, as its register annotation writes them
+            devicevendor: ""            # HAMi's `devicevendor`, when the kind's register carries it
+            custominfo: {}              # vendor-specific extras (`custominfo`)
+
+It owns reading and validating that file (errors name the file, the node, the device entry and the field)
+and turning one node's entries into `NodeInventory` per kind (the node's `annotations` travel with the first
+kind a loaded vendor serves); it must not know any vendor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hami.errors import ConfigError
+from hami.model import Device, NodeInventory
+from hami.plugins import VendorHost
+
+__all__ = ["DeviceEntry", "InventoryFile", "SimulatedNode", "discover", "load_inventory"]
+
+log = logging.getLogger(__name__)
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class DeviceEntry(_Entry):
+    """One device, or `repeat` identical devices, of a simulated node."""
+
+    kind: str = Field(min_length=1, description="the device kind's common word, e.g. NVIDIA or Ascend910B3")
+    id: str = Field(min_length=1, description="the device UUID, or with `repeat` the prefix of `<id>-<index>`")
+    repeat: int = Field(default=1, ge=1, le=1024)
+    index: int = Field(default=0, ge=0, description="the driver's index (of the first device, with `repeat`)")
+    type: str = ""
+    devmem: int = Field(ge=0, description="memory in MiB")
+    devcore: int = Field(default=100, ge=0)
+    count: int = Field(default=10, ge=1, description="split count: containers that may share one device")
+    numa: int | list[int] = 0
+    health: bool = True
+    mode: str = ""
+    mig_profiles: list[Any] = Field(default_factory=list, alias="migProfiles")
+    devicevendor: str = ""
+    custominfo: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _numa_per_device(self) -> DeviceEntry:
+        if isinstance(self.numa, list) and len(self.numa) != self.repeat:
+            raise ValueError(f"numa lists {len(self.numa)} nodes for {self.repeat} devices: give one per device")
+        return self
+
+    def devices(self) -> list[Device]:
+        """The devices this entry stands for. :raises ValueError: a field a `Device` refuses."""
+        out = []
+        for i in range(self.repeat):
+            numa = self.numa[i] if isinstance(self.numa, list) else self.numa
+            out.append(
+                Device(
+                    id=self.id if self.repeat == 1 else f"{self.id}-{self.index + i}",
+                    index=self.index + i,
+                    count=self.count,
+                    devmem=self.devmem,
+                    devcore=self.devcore,
+                    type=self.type,
+                    numa=numa,
+                    health=self.health,
+                    mode=self.mode,
+                    mig_profiles=tuple(self.mig_profiles),
+                    vendor=self.devicevendor,
+                    custom=self.custominfo,
+                )
+            )
+        return out
+
+
+class SimulatedNode(_Entry):
+    """One node of the inventory file."""
+
+    name: str = Field(min_length=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    cpu: str | None = Field(default=None, description="allocatable CPU, a quantity such as 32 or 32000m")
+    memory: str | None = Field(default=None, description="allocatable memory, a quantity such as 256Gi")
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    devices: list[DeviceEntry] = Field(default_factory=list)
+
+    @field_validator("cpu", "memory", mode="before")
+    @classmethod
+    def _quantity(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> SimulatedNode:
+        seen: set[str] = set()
+        for entry in self.devices:
+            for device in entry.devices():
+                if device.id in seen:
+                    raise ValueError(f"device id {device.id} appears twice on node {self.name}")
+                seen.add(device.id)
+        return self
+
+    def published_annotations(self) -> dict[str, str]:
+        """`annotations` as node annotation values: strings as they are, anything else as compact JSON."""
+        return {
+            key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+            for key, value in self.annotations.items()
+        }
+
+    def inventories(self) -> dict[str, NodeInventory]:
+        """Kind → the node's devices of that kind, in the order the file lists the kinds."""
+        by_kind: dict[str, list[Device]] = {}
+        for entry in self.devices:
+            by_kind.setdefault(entry.kind, []).extend(entry.devices())
+        return {kind: NodeInventory(kind=kind, devices=tuple(devices)) for kind, devices in by_kind.items()}
+
+
+class InventoryFile(_Entry):
+    """The whole file: a list of nodes."""
+
+    nodes: list[SimulatedNode] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_nodes(self) -> InventoryFile:
+        names = [n.name for n in self.nodes]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"node {', '.join(twice)} is listed more than once")
+        return self
+
+    def node(self, name: str, source: str = "the inventory") -> SimulatedNode:
+        """The node called `name`. :raises ConfigError: the file lists no such node."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        listed = ", ".join(n.name for n in self.nodes)
+        raise ConfigError(f"{source} lists no node {name!r} (it lists {listed}): add it, or fix --node-name")
+
+
+def load_inventory(path: str | Path) -> InventoryFile:
+    """Read and validate an inventory file. :raises ConfigError: unreadable, not YAML, or not the format."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the simulated inventory {path}: {exc.strerror}") from None
+    try:
+        import yaml
+
+        data = yaml.safe_load(text)
+    except Exception as exc:
+        raise ConfigError(f"the simulated inventory {path} is not valid YAML: {exc}") from None
+    try:
+        return InventoryFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_problems(exc, data)}") from None
+
+
+def _problems(exc: ValidationError, data: Any) -> str:
+    """Pydantic's errors with node names instead of list positions: `nodes[gpu-node].devices[1].devmem: …`."""
+    out = []
+    for error in exc.errors():
+        parts: list[str] = []
+        loc = list(error["loc"])
+        node: Any = None
+        for i, part in enumerate(loc):
+            if i == 1 and loc[0] == "nodes" and isinstance(part, int):
+                try:
+                    node = data["nodes"][part]
+                    label = node.get("name") if isinstance(node, Mapping) else None
+                except (TypeError, KeyError, IndexError):
+                    label = None
+                parts[-1] = f"nodes[{label or part}]"
+            elif isinstance(part, int):
+                parts[-1] = f"{parts[-1]}[{part}]"
+            else:
+                parts.append(str(part))
+        out.append(f"{'.'.join(parts) or 'the file'}: {error['msg']}")
+    return "; ".join(out)
+
+
+def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[NodeInventory]]:
+    """What `VendorHost.discover` would answer on `node`, from the inventory file: vendor → inventories.
+
+    Kinds no loaded vendor serves are left out, with a warning. :raises ConfigError: the file is unusable or
+    does not list the node."""
+    entry = load_inventory(path).node(node, str(path))
+    found: dict[str, list[NodeInventory]] = {vendor.name: [] for vendor in host.vendors}
+    extra = entry.published_annotations()  # published with the first kind that is served
+    for kind, inventory in entry.inventories().items():
+        try:
+            vendor = host.owner(kind).name
+        except KeyError:
+            log.warning(
+                "%s lists %s devices on node %s, but no loaded vendor serves that kind (see `hami vendors`)",
+                path, kind, node,
+            )  # fmt: skip
+            continue
+        found[vendor].append(inventory.model_copy(update={"annotations": extra}) if extra else inventory)
+        extra = {}
+    return found

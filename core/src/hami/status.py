@@ -1,0 +1,387 @@
+"""`hami status`: the cluster as the scheduler sees it: nodes, devices, what is used of them and by whom, locks.
+
+Owns reading a cluster's Node and Pod objects once (through the `Cluster` port, so a real cluster through
+`KubeCluster` and the demo's in-memory one are read alike), turning them into `ClusterStatus`, and printing
+it as a table or JSON. Usage is computed by the scheduler's own accounting (`hami.scheduler.state.ClusterState`:
+the `…-devices-allocated` annotations of live pods, init containers at their peak), so what this shows is what
+the next filter decision starts from. Node locks (`hami.io/mutex.lock`) are shown with their holder and age,
+and pods that were bound but not yet allocated (`hami.io/bind-phase: allocating`) or whose allocation failed
+are listed, since those are what a stuck pod looks like.
+
+It only reads; nothing is written to the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hami.cluster.port import Cluster, KubeObject, meta
+from hami.codec import AnnotationError, decode_node_lock
+from hami.plugins import VendorHost
+
+if TYPE_CHECKING:
+    from hami.scheduler.state import ClusterState
+
+__all__ = [
+    "ClusterStatus",
+    "DeviceStatus",
+    "LockStatus",
+    "NodeStatus",
+    "PodShare",
+    "WaitingPod",
+    "add_status_parser",
+    "collect_status",
+    "render_status",
+]
+
+LOCK_ANNOTATION = "hami.io/mutex.lock"
+"""The node lock (`hami.scheduler.locks.LOCK_ANNOTATION`; repeated here so `hami --help` stays light)."""
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PodShare(_Model):
+    """What one pod takes of one device (init containers at their peak, app containers summed)."""
+
+    namespace: str
+    name: str
+    containers: int = Field(description="containers of the pod sharing the device")
+    memory: int = Field(description="MiB")
+    cores: int = Field(description="percent of the device")
+
+
+class DeviceStatus(_Model):
+    kind: str
+    uuid: str
+    index: int
+    type: str
+    health: bool
+    mode: str
+    memory_used: int
+    memory_total: int
+    cores_used: int
+    cores_total: int
+    shared_by: int = Field(description="containers using the device")
+    split: int = Field(description="how many containers may share it")
+    pods: tuple[PodShare, ...] = ()
+
+
+class LockStatus(_Model):
+    """A node lock: the pod between bind and Allocate, and since when."""
+
+    namespace: str
+    name: str
+    uid: str
+    since: str = Field(description="RFC 3339")
+    seconds: float = Field(description="how long it has been held")
+    malformed: str = ""
+
+
+class NodeStatus(_Model):
+    name: str
+    devices: tuple[DeviceStatus, ...] = ()
+    lock: LockStatus | None = None
+
+
+class WaitingPod(_Model):
+    """A pod bound to a node whose allocation has not succeeded: waiting for the kubelet, or failed."""
+
+    namespace: str
+    name: str
+    node: str
+    phase: str = Field(description="hami.io/bind-phase: allocating or failed")
+    seconds: float | None = Field(default=None, description="since the bind, when the pod says (hami.io/bind-time)")
+
+
+class ClusterStatus(_Model):
+    nodes: tuple[NodeStatus, ...] = ()
+    waiting: tuple[WaitingPod, ...] = ()
+    pods: int = Field(default=0, description="live pods using devices")
+
+    def device(self, uuid: str) -> DeviceStatus | None:
+        for node in self.nodes:
+            for device in node.devices:
+                if device.uuid == uuid:
+                    return device
+        return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Collecting
+# --------------------------------------------------------------------------------------------------------
+
+
+def collect_status(cluster: Cluster, host: VendorHost, *, now: datetime | None = None) -> ClusterStatus:
+    """Read nodes and pods once and account them as the scheduler does."""
+    nodes, _ = cluster.list("nodes")
+    pods, _ = cluster.list("pods")
+    return status_of(nodes, pods, host, now=now)
+
+
+def status_of(
+    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], host: VendorHost, *, now: datetime | None = None
+) -> ClusterStatus:
+    """`ClusterStatus` from listed Node and Pod objects."""
+    from hami.scheduler.state import ClusterState
+
+    now = now or datetime.now(UTC)
+    nodes, pods = list(nodes), list(pods)
+    state = ClusterState(host)
+    state.replay(nodes, pods)
+    return ClusterStatus(
+        nodes=tuple(_node_status(node, state, now) for node in sorted(nodes, key=lambda n: str(meta(n).get("name")))),
+        waiting=tuple(_waiting(pods, now)),
+        pods=len(state.pods),
+    )
+
+
+def _node_status(node: KubeObject, state: ClusterState, now: datetime) -> NodeStatus:
+    name = str(meta(node).get("name"))
+    record = state.nodes.get(name)
+    devices: list[DeviceStatus] = []
+    if record is not None:
+        for kind, view in sorted(record.views.items()):
+            for usage in view.devices:
+                shares = []
+                for key in sorted(record.pods):
+                    pod = state.pods.get(key)
+                    grant = pod.grants.get(kind, {}).get(usage.device.id) if pod is not None else None
+                    if grant is None:
+                        continue
+                    namespace, _, pod_name = key.partition("/")
+                    shares.append(
+                        PodShare(
+                            namespace=namespace,
+                            name=pod_name,
+                            containers=grant.slots,
+                            memory=grant.memory,
+                            cores=grant.cores,
+                        )
+                    )
+                d = usage.device
+                devices.append(
+                    DeviceStatus(
+                        kind=kind,
+                        uuid=d.id,
+                        index=d.index,
+                        type=d.type or kind,
+                        health=d.health,
+                        mode=d.mode,
+                        memory_used=usage.usedmem,
+                        memory_total=d.devmem,
+                        cores_used=usage.usedcores,
+                        cores_total=d.devcore,
+                        shared_by=usage.used,
+                        split=d.count,
+                        pods=tuple(shares),
+                    )
+                )
+    devices.sort(key=lambda d: (d.kind, d.index, d.uuid))
+    return NodeStatus(name=name, devices=tuple(devices), lock=_lock(meta(node).get("annotations") or {}, now))
+
+
+def _lock(annotations: Mapping[str, str], now: datetime) -> LockStatus | None:
+    value = annotations.get(LOCK_ANNOTATION)
+    if not value:
+        return None
+    try:
+        lock = decode_node_lock(value, LOCK_ANNOTATION)
+    except AnnotationError as exc:
+        return LockStatus(namespace="", name="", uid="", since="", seconds=0.0, malformed=str(exc))
+    since = lock.time if lock.time.tzinfo else lock.time.replace(tzinfo=UTC)
+    return LockStatus(
+        namespace=lock.namespace,
+        name=lock.name,
+        uid=lock.uid,
+        since=since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        seconds=max(0.0, (now - since).total_seconds()),
+    )
+
+
+def _waiting(pods: Iterable[KubeObject], now: datetime) -> Iterable[WaitingPod]:
+    for pod in pods:
+        m = meta(pod)
+        annotations = m.get("annotations") or {}
+        phase = annotations.get(BIND_PHASE)
+        status_phase = (pod.get("status") or {}).get("phase")
+        if phase not in ("allocating", "failed") or status_phase in ("Succeeded", "Failed"):
+            continue
+        seconds = None
+        bound = annotations.get(BIND_TIME, "")
+        if bound.isdigit():
+            seconds = max(0.0, now.timestamp() - int(bound))
+        yield WaitingPod(
+            namespace=str(m.get("namespace") or "default"),
+            name=str(m.get("name")),
+            node=str((pod.get("spec") or {}).get("nodeName") or ""),
+            phase=phase,
+            seconds=seconds,
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Printing
+# --------------------------------------------------------------------------------------------------------
+
+
+def _percent(used: int, total: int) -> str:
+    return f"{100 * used // total}%" if total else "-"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pods(device: DeviceStatus) -> str:
+    parts = []
+    for p in device.pods:
+        share = f"{p.memory} MiB" + (f" {p.cores}%" if p.cores else "")
+        who = p.name if p.namespace == "default" else f"{p.namespace}/{p.name}"
+        parts.append(f"{who} ({share})")
+    return ", ".join(parts) or "-"
+
+
+def render_status(status: ClusterStatus, *, node: str | None = None) -> str:
+    """The status as text: one table row per device, then node locks and pods waiting for Allocate."""
+    rows = [("NODE", "DEVICE", "TYPE", "MEMORY MiB", "", "CORES", "SHARED", "PODS (memory, cores)")]
+    nodes = [n for n in status.nodes if node is None or n.name == node]
+    for n in nodes:
+        if not n.devices:
+            rows.append((n.name, "-", "no shared devices registered", "", "", "", "", ""))
+        for d in n.devices:
+            device = d.uuid + ("" if d.health else " (unhealthy)") + (f" [{d.mode}]" if d.mode == "mig" else "")
+            rows.append(
+                (
+                    n.name,
+                    device,
+                    d.type,
+                    f"{d.memory_used}/{d.memory_total}",
+                    _percent(d.memory_used, d.memory_total),
+                    f"{d.cores_used}/{d.cores_total}",
+                    f"{d.shared_by}/{d.split}",
+                    _pods(d),
+                )
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+    used = sum(d.memory_used for n in nodes for d in n.devices)
+    total = sum(d.memory_total for n in nodes for d in n.devices)
+    count = sum(len(n.devices) for n in nodes)
+    lines.append("")
+    if node is None:
+        pods = status.pods
+    else:
+        pods = len({(p.namespace, p.name) for n in nodes for d in n.devices for p in d.pods})
+    lines.append(
+        f"{len(nodes)} node(s), {count} device(s), {used}/{total} MiB allocated ({_percent(used, total)}), "
+        f"{pods} pod(s) using devices"
+    )
+    locks = [n for n in nodes if n.lock is not None]
+    if not locks:
+        lines.append("node locks: none held")
+    for n in locks:
+        lock = n.lock
+        assert lock is not None
+        if lock.malformed:
+            lines.append(f"node lock on {n.name}: malformed ({lock.malformed}); the scheduler treats it as free")
+        else:
+            lines.append(
+                f"node lock on {n.name}: held by {lock.namespace}/{lock.name} for {_age(lock.seconds)} "
+                f"(since {lock.since}); freed when its Allocate ends or the pod goes"
+            )
+    for w in status.waiting:
+        if node is not None and w.node != node:
+            continue
+        if w.phase == "allocating":
+            since = f" for {_age(w.seconds)}" if w.seconds is not None else ""
+            lines.append(f"pod {w.namespace}/{w.name} on {w.node}: waiting for the kubelet's Allocate{since}")
+        else:
+            since = f" (bound {_age(w.seconds)} ago)" if w.seconds is not None else ""
+            lines.append(f"pod {w.namespace}/{w.name} on {w.node}: allocation failed{since}; its events say why")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------------
+
+
+def add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Register `hami status` on the `hami` command's subparsers; returns the new parser."""
+    parser = subparsers.add_parser(
+        "status",
+        help="show nodes, devices, their used/total memory and cores, the pods sharing them, and node locks",
+        description="Show the cluster as the scheduler accounts it: every node's devices with used/total memory "
+        "and cores, the pods sharing each device, node locks with their holder and age, and pods bound but not "
+        "yet allocated. Reads nodes and pods once; writes nothing.",
+        epilog=(
+            "Examples:\n"
+            "  hami status                              the cluster of $KUBECONFIG or ~/.kube/config\n"
+            "  hami status --kubeconfig /tmp/hami-demo-x/kubeconfig   a running `hami demo --keep`\n"
+            "  hami status --node gpu-node --json       one node, for scripts"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default: $KUBECONFIG or ~/.kube/config; the service account inside a pod)",
+    )
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--config", metavar="FILE", help="configuration file (YAML): the vendors' sections")
+    parser.add_argument("--node", metavar="NAME", help="only this node")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.set_defaults(func=run_status)
+    return parser
+
+
+def _connect(kubeconfig: str | None, context: str | None) -> Cluster:
+    from hami.cluster.kube import KubeCluster
+
+    if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return KubeCluster.from_kubeconfig(kubeconfig, context, component="hami-status", attempts=2)
+    return KubeCluster.in_cluster(component="hami-status", attempts=2)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """What `hami status` runs."""
+    from hami.config import load_config
+
+    config = load_config(args.config, {"kubeconfig": args.kubeconfig})
+    host = VendorHost.load(config=config.vendors)
+    cluster = _connect(config.kubeconfig, args.context)
+    try:
+        status = collect_status(cluster, host)
+    finally:
+        close = getattr(cluster, "close", None)
+        if callable(close):
+            close()
+    if args.node is not None and all(n.name != args.node for n in status.nodes):
+        from hami.errors import ConfigError
+
+        names = ", ".join(n.name for n in status.nodes) or "none"
+        raise ConfigError(f"hami status: the cluster has no node {args.node!r} (nodes: {names})")
+    if args.json:
+        data: dict[str, Any] = status.model_dump(mode="json")
+        if args.node is not None:
+            data["nodes"] = [n for n in data["nodes"] if n["name"] == args.node]
+        print(json.dumps(data, indent=2 if sys.stdout.isatty() else None))
+    else:
+        print(render_status(status, node=args.node))
+    return 0

@@ -1,0 +1,279 @@
+"""`hami demo --json`, run as a user runs it: every example pod's outcome, checked one by one.
+
+The demo is started once for the module as its own process (`python -m hami.cli demo --json`) from the
+repository root, with its work directory under the test's temporary folder so its components' logs are
+there to read when something fails. Every pod of `examples/pods/` must have an expectation here: a new
+example without one fails `test_every_example_pod_has_an_expectation`.
+
+Ascend pods depend on what the Ascend vendor implements: while it has no fitting they are refused by the
+filter with the vendor's reason. With fitting they must be placed on Ascend devices of the right node, and then
+either run, or fail at Allocate because the vendor's container edits ask its driver (DCMI or npu-smi) about the
+device, which simulated devices do not have; the demo's note says so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hami.demo.examples import load_examples
+from hami.node.simulated import load_inventory
+from hami.plugins import VendorHost
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+INVENTORY = load_inventory(EXAMPLES / "demo-inventory.yaml")
+NUMA = {d.id: d.numa for node in INVENTORY.nodes for entry in node.devices for d in entry.devices()}
+
+
+@dataclass
+class Demo:
+    status: int
+    report: dict[str, Any]
+    stdout: str
+    workdir: Path
+
+    def pod(self, key: str) -> dict[str, Any]:
+        for pod in self.report["pods"]:
+            if f"{pod['namespace']}/{pod['name']}" == key:
+                return dict(pod)
+        raise AssertionError(f"the demo reports no pod {key}; it reports {[p['name'] for p in self.report['pods']]}")
+
+    def logs(self) -> str:
+        out = []
+        for log in sorted((self.workdir / "logs").glob("*.log")):
+            out.append(f"--- {log.name}\n" + log.read_text(errors="replace")[-3000:])
+        return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    workdir = tmp_path_factory.mktemp("demo")
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "demo", "--json", "--workdir", str(workdir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"the demo printed nothing (status {done.returncode}):\n{done.stderr}"
+    report = json.loads(lines[-1])
+    return Demo(done.returncode, report, done.stdout, workdir)
+
+
+def _devices(pod: dict[str, Any], kind: str = "NVIDIA") -> list[dict[str, Any]]:
+    return [d for d in pod["devices"] if d["kind"] == kind]
+
+
+def _running(pod: dict[str, Any], node: str | None = None) -> None:
+    assert pod["outcome"] == "running", pod
+    assert (pod["step"], pod["reason"]) == ("", "")
+    if node is not None:
+        assert pod["node"] == node
+
+
+# --------------------------------------------------------------------------------------------------------
+# The expectations, one per example pod
+# --------------------------------------------------------------------------------------------------------
+
+
+def nvidia_memory(pod: dict[str, Any]) -> None:
+    _running(pod)
+    (device,) = _devices(pod)
+    assert (device["memory"], device["cores"]) == (3000, 0)
+    env = pod["env"]["cuda"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == device["uuid"]
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert "/etc/ld.so.preload <- " in " ".join(pod["mounts"]["cuda"])
+
+
+def nvidia_percentage(pod: dict[str, Any]) -> None:
+    _running(pod)
+    (device,) = _devices(pod)
+    total = next(d.devmem for n in INVENTORY.nodes for e in n.devices for d in e.devices() if d.id == device["uuid"])
+    assert device["memory"] == total // 2
+    assert pod["env"]["cuda"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{total // 2}m"
+
+
+def nvidia_cores(pod: dict[str, Any]) -> None:
+    _running(pod)
+    (device,) = _devices(pod)
+    assert (device["memory"], device["cores"]) == (4000, 30)
+    assert pod["env"]["cuda"]["CUDA_DEVICE_SM_LIMIT"] == "30"
+
+
+def nvidia_multi_gpu(pod: dict[str, Any]) -> None:
+    _running(pod)
+    devices = _devices(pod)
+    assert len({d["uuid"] for d in devices}) == 2
+    assert all(d["memory"] == 10000 for d in devices)
+    env = pod["env"]["trainer"]
+    assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_MEMORY_LIMIT_1"]) == ("10000m", "10000m")
+
+
+def nvidia_selectors(pod: dict[str, Any]) -> None:
+    _running(pod, "mixed-node")
+    (device,) = _devices(pod)
+    assert "T4" in device["type"]
+
+
+def nvidia_numa(pod: dict[str, Any]) -> None:
+    _running(pod, "gpu-node")
+    devices = _devices(pod)
+    assert len(devices) == 4
+    assert len({NUMA[d["uuid"]] for d in devices}) == 1, devices
+
+
+def nvidia_topology(pod: dict[str, Any]) -> None:
+    _running(pod, "gpu-node")
+    islands = {frozenset(f"GPU-a100-{i}" for i in range(4)), frozenset(f"GPU-a100-{i}" for i in range(4, 8))}
+    assert frozenset(d["uuid"] for d in _devices(pod)) in islands
+
+
+def nvidia_mig(pod: dict[str, Any]) -> None:
+    _running(pod, "mixed-node")
+    (device,) = _devices(pod)
+    assert device["uuid"] == "GPU-a100mig-0"
+    assert device["memory"] == 9728  # the 1g.10gb profile's memory, the smallest that holds 8000 MiB
+    reservation = json.loads(pod["annotations"]["hami.io/vgpu-mig-allocations"])
+    assert [(r["gpuUUID"], r["profile"]) for r in reservation] == [("GPU-a100mig-0", "1g.10gb")]
+
+
+def quota_first(pod: dict[str, Any]) -> None:
+    _running(pod)
+    assert _devices(pod)[0]["memory"] == 6000
+
+
+def quota_second(pod: dict[str, Any]) -> None:
+    assert (pod["outcome"], pod["step"]) == ("refused", "admission"), pod
+    assert "ResourceQuota team-a/gpu-memory" in pod["reason"]
+    assert "12000 MiB in all" in pod["reason"]
+
+
+def _ascend(
+    nodes: tuple[str, ...],
+) -> Callable[[Callable[[list[dict[str, Any]]], None]], Callable[[dict[str, Any]], None]]:
+    def wrap(check: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[str, Any]], None]:
+        def expect(pod: dict[str, Any]) -> None:
+            if not VendorHost.load().implements("Ascend910B3", "hami_fit_nodes"):
+                assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
+                assert pod["failed_nodes"]["ascend-node"] == "vendor ascend cannot place Ascend910B3 devices yet"
+                return
+            assert pod["node"] in nodes, pod
+            check(_devices(pod, "Ascend910B3"))
+            if pod["outcome"] == "failed":  # no driver to ask about simulated devices
+                assert pod["step"] == "allocate", pod
+                assert "is not on this node" in pod["reason"], pod
+            else:
+                _running(pod)
+                assert "ASCEND_VISIBLE_DEVICES" in next(iter(pod["env"].values()))
+
+        return expect
+
+    return wrap
+
+
+@_ascend(("ascend-node",))  # template shares go to the node that does not serve soft split
+def ascend_template(devices: list[dict[str, Any]]) -> None:
+    (device,) = devices
+    assert device["memory"] == 16384  # 12000 MiB rounded up to the vir05_1c_16g template
+
+
+@_ascend(("mixed-node",))  # the node whose daemon serves soft split (hami-vnpu-core: "true")
+def ascend_soft_split(devices: list[dict[str, Any]]) -> None:
+    (device,) = devices
+    assert (device["memory"], device["cores"]) == (8192, 25)
+
+
+@_ascend(("ascend-node", "mixed-node"))
+def ascend_whole_cards(devices: list[dict[str, Any]]) -> None:
+    assert len({d["uuid"] for d in devices}) == 2
+    assert all(d["memory"] == 65536 for d in devices)
+
+
+def too_big(pod: dict[str, Any]) -> None:
+    assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
+    assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
+    assert pod["failed_nodes"]["ascend-node"] == "no NVIDIA devices registered"
+
+
+def privileged(pod: dict[str, Any]) -> None:
+    assert (pod["outcome"], pod["step"]) == ("refused", "admission"), pod
+    assert "privileged" in pod["reason"]
+
+
+EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
+    "default/nvidia-memory": nvidia_memory,
+    "default/nvidia-percentage": nvidia_percentage,
+    "default/nvidia-cores": nvidia_cores,
+    "default/nvidia-multi-gpu": nvidia_multi_gpu,
+    "default/nvidia-selectors": nvidia_selectors,
+    "default/nvidia-numa": nvidia_numa,
+    "default/nvidia-topology": nvidia_topology,
+    "default/nvidia-mig": nvidia_mig,
+    "team-a/quota-first": quota_first,
+    "team-a/quota-second": quota_second,
+    "default/ascend-template": ascend_template,
+    "default/ascend-soft-split": ascend_soft_split,
+    "default/ascend-whole-cards": ascend_whole_cards,
+    "default/too-big": too_big,
+    "default/privileged": privileged,
+}
+
+
+def test_every_example_pod_has_an_expectation() -> None:
+    pods = [pod.key for example in load_examples(EXAMPLES / "pods") for pod in example.pods]
+    assert sorted(pods) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_example_pod_outcome(demo: Demo, key: str) -> None:
+    try:
+        EXPECTED[key](demo.pod(key))
+    except AssertionError:
+        print(demo.logs())
+        raise
+
+
+def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_order(demo: Demo) -> None:
+    assert demo.status == 0, demo.logs()
+    assert len(demo.stdout.strip().splitlines()) == 1
+    assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
+    assert demo.report["summary"].startswith("15 pods: ")
+
+
+def test_every_placed_pod_is_in_the_final_device_table_and_no_lock_is_left(demo: Demo) -> None:
+    status = demo.report["status"]
+    sharing = {(p["namespace"], p["name"]) for n in status["nodes"] for d in n["devices"] for p in d["pods"]}
+    placed = {(p["namespace"], p["name"]) for p in demo.report["pods"] if p["node"]}
+    assert sharing == placed
+    assert all(n["lock"] is None for n in status["nodes"])
+    failed = [(p["name"], p["node"]) for p in demo.report["pods"] if p["outcome"] == "failed"]
+    waiting = sorted((w["name"], w["node"], w["phase"]) for w in status["waiting"])
+    assert waiting == sorted((name, node, "failed") for name, node in failed)
+    assert bool(demo.report["notes"]) == bool(failed)
+    devices = sum(len(n["devices"]) for n in status["nodes"])
+    assert devices == sum(e.repeat for n in INVENTORY.nodes for e in n.devices)
+
+
+def test_each_device_table_row_adds_up_its_pods(demo: Demo) -> None:
+    for node in demo.report["status"]["nodes"]:
+        for device in node["devices"]:
+            assert device["memory_used"] == sum(p["memory"] for p in device["pods"])
+            assert device["cores_used"] == sum(p["cores"] for p in device["pods"])
+            assert device["memory_used"] <= device["memory_total"]
+
+
+def test_the_metrics_urls_are_the_scheduler_and_every_node(demo: Demo) -> None:
+    urls = demo.report["metrics"]
+    assert set(urls) == {"scheduler", *(n.name for n in INVENTORY.nodes)}
+    assert all(u.startswith("http://127.0.0.1:") and u.endswith("/metrics") for u in urls.values())
+    assert demo.report["kubeconfig"] is None  # not kept: nothing left to connect to

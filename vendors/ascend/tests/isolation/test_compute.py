@@ -1,0 +1,118 @@
+"""Compute isolation: the limiter keeps a container's share of (fake) device time near ASCEND_DEVICE_CORE_LIMIT
+whatever its kinds of work (kernels of the runtime, AI CPU kernels, model execution, AscendCL launches that reach
+the device through runtime functions libvnpu.so does not hook), block counts and kernel lengths; containers share
+the device in proportion to their limits; the policy and the node daemon's control words are honoured.
+
+Utilization is measured on the fake device's timeline (device time credited to each launching container's tag)
+over a window after a warm-up; the bounds asserted are the issue's acceptance, not timings of the code."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from hami.isolation.accounting import ControlMode, set_device_control
+
+
+def shares(sandbox, tags, warmup=0.6, window=1.2):
+    """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
+    time.sleep(warmup)
+    before, t0 = sandbox.device().busy_ns, time.monotonic()
+    time.sleep(window)
+    after, t1 = sandbox.device().busy_ns, time.monotonic()
+    return [(after[tag] - before[tag]) / ((t1 - t0) * 1e9) for tag in tags]
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, f"the launching client failed:\n{out}\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+WORKLOADS = {
+    # modes, block counts, fake device time: (per launch, per block, per model)
+    "1ms runtime kernels": ("kernel", [32], {"FAKE_NPU_KERNEL_NS": "1000000"}),
+    "every kind of launch, 2.6us to 1.3ms": (
+        "mixed",
+        [132, 8448, 65536, 1024],
+        {"FAKE_NPU_KERNEL_NS_PER_BLOCK": "20", "FAKE_NPU_MODEL_NS": "700000"},
+    ),
+    "2ms models through AscendCL": ("mdl", [1], {"FAKE_NPU_MODEL_NS": "2000000"}),
+    "AscendCL launches the library does not see underneath": ("acl", [48], {"FAKE_NPU_KERNEL_NS": "800000"}),
+}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
+    mode, blocks, timing = WORKLOADS[workload]
+    proc = sandbox.start("launch", 2.2, mode, *blocks, env=sandbox.env(cores=30, extra=timing))
+    (share,) = shares(sandbox, [0])
+    finish(proc)
+    assert share == pytest.approx(0.30, abs=0.05), f"{workload}: the device was {share:.1%} busy under a 30% limit"
+    device = sandbox.account().device(0)
+    assert device.core_limit == 30
+    assert device.launches > 0
+    assert device.device_time_ns > 0
+
+
+def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
+    env = sandbox.env(cores=30, extra={"FAKE_NPU_KERNEL_NS": "500000"})
+    procs = [sandbox.start("launch", 2.2, "kernel", 16, env=env) for _ in range(3)]
+    (share,) = shares(sandbox, [0])
+    for proc in procs:
+        finish(proc)
+    assert share == pytest.approx(0.30, abs=0.05), f"3 processes of a 30% container kept the device {share:.1%} busy"
+
+
+def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
+    # 4 ms kernels: a launch's measured time includes whatever the other container queued while the launching
+    # thread was off the CPU between its start event and its launch, so short kernels on a loaded host would
+    # measure the host's scheduling as much as the limiter
+    timing = {"FAKE_NPU_KERNEL_NS": "4000000"}
+    low = sandbox.start(
+        "launch", 2.6, "kernel", 16, env=sandbox.env("low", cores=10, extra={**timing, "FAKE_NPU_TAG": "0"})
+    )
+    high = sandbox.start(
+        "launch", 2.6, "flag", 16, env=sandbox.env("high", cores=90, extra={**timing, "FAKE_NPU_TAG": "1"})
+    )
+    low_share, high_share = shares(sandbox, [0, 1], warmup=0.8, window=1.5)
+    finish(low)
+    finish(high)
+    assert low_share + high_share > 0.9, "the device was not kept busy"
+    fraction = low_share / (low_share + high_share)
+    assert fraction == pytest.approx(0.1, abs=0.015), f"1:{high_share / low_share:.1f} instead of 1:9"
+
+
+def test_policy_disable_turns_the_limit_off(sandbox):
+    env = sandbox.env(cores=30, extra={"FAKE_NPU_KERNEL_NS": "1000000", "ASCEND_CORE_UTILIZATION_POLICY": "disable"})
+    proc = sandbox.start("launch", 1.2, "kernel", 16, env=env)
+    (share,) = shares(sandbox, [0], warmup=0.3, window=0.6)
+    finish(proc)
+    assert share > 0.9
+    assert sandbox.account().device(0).policy == "disable"
+
+
+@pytest.mark.parametrize(("policy", "lifted"), [("default", True), ("force", False)])
+def test_the_node_daemon_can_lift_the_limit_unless_forced(sandbox, policy, lifted):
+    env = sandbox.env(cores=20, extra={"FAKE_NPU_KERNEL_NS": "1000000", "ASCEND_CORE_UTILIZATION_POLICY": policy})
+    proc = sandbox.start("launch", 1.6, "kernel", 16, env=env)
+    sandbox.wait_for(sandbox.running, 10, "the client to start")
+    set_device_control(sandbox.cache(), 0, ControlMode.LIFT, time.time_ns() + 10**10)
+    (share,) = shares(sandbox, [0], warmup=0.3, window=0.8)
+    set_device_control(sandbox.cache(), 0, ControlMode.NONE, 0)
+    finish(proc)
+    assert (share > 0.9) if lifted else share == pytest.approx(0.2, abs=0.05), f"{policy}: {share:.1%} busy"
+
+
+def test_low_priority_yields_while_the_node_daemon_asks_and_resumes_when_it_lapses(sandbox):
+    env = sandbox.env(cores=50, extra={"FAKE_NPU_KERNEL_NS": "1000000", "ASCEND_TASK_PRIORITY": "1"})
+    proc = sandbox.start("launch", 1.8, "kernel", 16, env=env)
+    sandbox.wait_for(sandbox.running, 10, "the client to start")
+    set_device_control(sandbox.cache(), 0, ControlMode.YIELD, time.time_ns() + 600_000_000)
+    (yielding,) = shares(sandbox, [0], warmup=0.1, window=0.4)
+    (resumed,) = shares(sandbox, [0], warmup=0.3, window=0.6)
+    finish(proc)
+    assert yielding < 0.05
+    assert resumed == pytest.approx(0.5, abs=0.07)

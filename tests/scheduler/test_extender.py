@@ -226,3 +226,21 @@ def test_a_hundred_pods_on_one_node_all_placed_or_refused_and_no_lock_left(harne
     assert refused == 20
     assert LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "only")).get("annotations") or {})
     node_side.stop()
+
+
+def test_lock_left_by_a_pod_placed_again_elsewhere_is_taken_over(harness: Harness) -> None:
+    # a scheduler died between locking node-a for p1 and binding it; p1 was then placed on node-b
+    harness.add_node(gpu_node("node-a", gpus=1))
+    harness.add_node(gpu_node("node-b", gpus=1))
+    harness.add_pod(gpu_pod("p1"))
+    harness.add_pod(gpu_pod("p2"))
+    harness.start()
+    p1 = harness.cluster.get("pods", "p1", "default")
+    lock = f"2026-11-30T00:00:00Z,default,p1,{meta(p1)['uid']}"
+    harness.cluster.patch_metadata("nodes", "node-a", annotations={LOCK_ANNOTATION: lock})
+    assert harness.filter("p1", nodes=["node-b"])["NodeNames"] == ["node-b"]
+    harness.flush()
+    assert harness.filter("p2", nodes=["node-a"])["NodeNames"] == ["node-a"]
+    assert harness.bind("p2", "node-a") == {"Error": ""}
+    holder = meta(harness.cluster.get("nodes", "node-a"))["annotations"][LOCK_ANNOTATION]
+    assert holder.split(",")[2] == "p2"

@@ -552,8 +552,9 @@ class Extender:
 
     # ---------------------------------------------------------------------------------- locks
 
-    def lock_holder_done(self, lock: NodeLock) -> bool:
-        """True when the lock's owner no longer needs it: gone, replaced, on another node, or allocation ended."""
+    def lock_holder_done(self, lock: NodeLock, node: str = "") -> bool:
+        """True when the lock (on `node`) no longer serves its owner: the owner is gone or replaced, placed or bound
+        on another node, finished, or its allocation ended."""
         with self.state.lock:
             record = self.state.pods.get(pod_key(lock.namespace, lock.name))
         if record is None:
@@ -564,13 +565,17 @@ class Extender:
             m = meta(pod)
             phase = (pod.get("status") or {}).get("phase")
             annotations = m.get("annotations") or {}
+            bound = (pod.get("spec") or {}).get("nodeName")
             return bool(
                 (lock.uid and m.get("uid") != lock.uid)
                 or phase in ("Succeeded", "Failed")
                 or annotations.get(BIND_PHASE) in ("success", "failed")
+                or (node and bound and bound != node)
             )
         if lock.uid and record.uid and record.uid != lock.uid:
             return True
+        if node and record.node and record.node != node:
+            return True  # placed again elsewhere (e.g. after a scheduler restart mid-bind)
         return record.annotations.get(BIND_PHASE) in ("success", "failed")
 
     def release_finished_locks(self) -> list[str]:
@@ -579,7 +584,11 @@ class Extender:
         with self.state.lock:
             held = [(name, self.locks.holder(dict(r.annotations))) for name, r in self.state.nodes.items()]
         for node, lock in held:
-            if lock is not None and self.lock_holder_done(lock) and self.locks.release(node, lock.namespace, lock.name):
+            if (
+                lock is not None
+                and self.lock_holder_done(lock, node)
+                and self.locks.release(node, lock.namespace, lock.name)
+            ):
                 log.info(
                     "released lock of %s on node %s: its owner no longer needs it",
                     pod_key(lock.namespace, lock.name),

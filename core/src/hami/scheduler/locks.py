@@ -47,7 +47,7 @@ class NodeLocks:
         cluster: Cluster,
         *,
         expiry: timedelta = timedelta(minutes=5),
-        holder_done: Callable[[NodeLock], bool] = lambda lock: False,
+        holder_done: Callable[[NodeLock, str], bool] = lambda lock, node: False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         wait_for_node: Callable[[str, float], None] | None = None,
     ) -> None:
@@ -68,7 +68,7 @@ class NodeLocks:
             log.warning("treating a malformed node lock as free: %s", exc)
             return None
 
-    def _free(self, lock: NodeLock | None, namespace: str, name: str) -> bool:
+    def _free(self, lock: NodeLock | None, node: str, namespace: str, name: str) -> bool:
         if lock is None:
             return True
         if (lock.namespace, lock.name) == (namespace, name):
@@ -76,7 +76,7 @@ class NodeLocks:
         if self.clock() - lock.time > self.expiry:
             log.warning("taking over lock of %s/%s, expired since %s", lock.namespace, lock.name, lock.time)
             return True
-        return self.holder_done(lock)
+        return self.holder_done(lock, node)
 
     def acquire(self, node: str, namespace: str, name: str, uid: str, *, wait: float = 5.0) -> float:
         """Lock `node` for the pod; returns the seconds spent waiting. Raises `NodeBusy` after `wait` seconds."""
@@ -86,7 +86,7 @@ class NodeLocks:
             obj = self.cluster.get("nodes", node)
             m = meta(obj)
             lock = self.holder(m.get("annotations") or {})
-            if self._free(lock, namespace, name):
+            if self._free(lock, node, namespace, name):
                 value = encode_node_lock(NodeLock(self.clock(), namespace, name, uid))
                 try:
                     self.cluster.patch_metadata(

@@ -140,7 +140,9 @@ class SchedulerService:
         if lock is None:
             return
         try:
-            if self.extender.lock_holder_done(lock) and self.extender.locks.release(node, lock.namespace, lock.name):
+            if self.extender.lock_holder_done(lock, node) and self.extender.locks.release(
+                node, lock.namespace, lock.name
+            ):
                 log.info("released node %s: lock owner %s/%s no longer needs it", node, lock.namespace, lock.name)
         except ClusterError as exc:
             log.warning("could not release the lock of node %s: %s", node, exc)

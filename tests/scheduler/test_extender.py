@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
@@ -236,7 +237,8 @@ def test_lock_left_by_a_pod_placed_again_elsewhere_is_taken_over(harness: Harnes
     harness.add_pod(gpu_pod("p2"))
     harness.start()
     p1 = harness.cluster.get("pods", "p1", "default")
-    lock = f"2026-11-30T00:00:00Z,default,p1,{meta(p1)['uid']}"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # a fresh lock: not expired
+    lock = f"{now},default,p1,{meta(p1)['uid']}"
     harness.cluster.patch_metadata("nodes", "node-a", annotations={LOCK_ANNOTATION: lock})
     assert harness.filter("p1", nodes=["node-b"])["NodeNames"] == ["node-b"]
     harness.flush()

@@ -58,9 +58,11 @@ def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
 
 
 def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
-    env = sandbox.env(cores=30, extra={"FAKE_NPU_KERNEL_NS": "500000"})
-    procs = [sandbox.start("launch", 2.2, "kernel", 16, env=env) for _ in range(3)]
-    (share,) = shares(sandbox, [0])
+    # 1 ms kernels over a longer window: three processes starting up and sharing one budget need a moment to
+    # settle, and short kernels on a loaded host measure the host's scheduling (seen in CI: 24 % at 0.5 ms)
+    env = sandbox.env(cores=30, extra={"FAKE_NPU_KERNEL_NS": "1000000"})
+    procs = [sandbox.start("launch", 3.2, "kernel", 16, env=env) for _ in range(3)]
+    (share,) = shares(sandbox, [0], warmup=0.8, window=2.0)
     for proc in procs:
         finish(proc)
     assert share == pytest.approx(0.30, abs=0.05), f"3 processes of a 30% container kept the device {share:.1%} busy"

@@ -80,7 +80,8 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
     )  # fmt: skip
     previous = _install_signal_handlers(stop)
     try:
-        stop.wait()
+        while not stop.wait(0.5):  # wake up: a signal caught by another thread runs its handler only here
+            pass
     finally:
         log.info("scheduler shutting down")
         server.stop()

@@ -115,7 +115,8 @@ def run_webhook(
     running = start_webhook(cluster, host, settings)
     previous = _install_signal_handlers(stop)
     try:
-        stop.wait()
+        while not stop.wait(0.5):  # wake up: a signal caught by another thread runs its handler only here
+            pass
     finally:
         log.info("webhook shutting down")
         running.stop()

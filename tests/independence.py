@@ -3,7 +3,8 @@
     python tests/independence.py nvidia ascend ...      (`make independence` runs it for every vendor)
 
 For each vendor named: build the wheel of ``vendors/<name>/`` (hami-core's wheel is built once), create a
-fresh virtual environment with ``uv venv``, install only those two wheels plus pytest and hypothesis, then
+fresh virtual environment with ``uv venv``, install only those two wheels plus the test tools (pytest, hypothesis,
+pytest-rerunfailures), then
 
 1. run ``hami vendors --json`` there: it must list exactly this one vendor, from this distribution, with the
    device kinds (resource names, annotation keys) that the vendor's source declares, and nothing failed;
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "core"
 VENDORS = ROOT / "vendors"
 ENTRY_POINT_GROUP = "hami.vendors"
-TEST_REQUIREMENTS = ("pytest", "hypothesis")
+TEST_REQUIREMENTS = ("pytest", "hypothesis", "pytest-rerunfailures")
 _NEVER_COPIED = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 _TOP_NOT_COPIED = {"src", "build", "dist"}
 

@@ -15,6 +15,11 @@ import pytest
 
 from hami.isolation.accounting import ControlMode, set_device_control
 
+# Device-time shares are measured on a 2-core host shared with the fake device's own threads: a run in which the
+# host starves one container for a moment measures the host, not the limiter. Such a run is repeated (at most twice);
+# a limiter that is wrong fails all three. The rate of such repeats is worth watching (the session notes say more).
+SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
+
 
 def shares(sandbox, tags, warmup=0.6, window=1.2):
     """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
@@ -44,6 +49,7 @@ WORKLOADS = {
 }
 
 
+@SHARE_MEASUREMENT
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
     mode, blocks, timing = WORKLOADS[workload]
@@ -57,6 +63,7 @@ def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
     assert device.device_time_ns > 0
 
 
+@SHARE_MEASUREMENT
 def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
     # 1 ms kernels over a longer window: three processes starting up and sharing one budget need a moment to
     # settle, and short kernels on a loaded host measure the host's scheduling (seen in CI: 24 % at 0.5 ms)
@@ -68,6 +75,7 @@ def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
     assert share == pytest.approx(0.30, abs=0.05), f"3 processes of a 30% container kept the device {share:.1%} busy"
 
 
+@SHARE_MEASUREMENT
 def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
     # 4 ms kernels: a launch's measured time includes whatever the other container queued while the launching
     # thread was off the CPU between its start event and its launch, so short kernels on a loaded host would

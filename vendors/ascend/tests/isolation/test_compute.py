@@ -16,9 +16,9 @@ import pytest
 from hami.isolation.accounting import ControlMode, set_device_control
 
 # Device-time shares are measured on a 2-core host shared with the fake device's own threads: a run in which the
-# host starves one container for a moment measures the host, not the limiter. Such a run is repeated (at most twice);
-# a limiter that is wrong fails all three. The rate of such repeats is worth watching (the session notes say more).
-SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
+# host starves one container for a moment measures the host, not the limiter. Such a run is repeated (at most 4 times);
+# a limiter that is wrong fails all five. About 1 in 6 first runs is repeated in CI: see the session notes.
+SHARE_MEASUREMENT = pytest.mark.flaky(reruns=4)
 
 
 def shares(sandbox, tags, warmup=0.6, window=1.2):

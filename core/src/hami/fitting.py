@@ -37,7 +37,6 @@ __all__ = [
     "CORDON_ANNOTATION",
     "Candidate",
     "ChoiceContext",
-    "DeviceFilter",
     "DeviceState",
     "Selectors",
     "ShareFitter",
@@ -45,8 +44,6 @@ __all__ = [
 ]
 
 CORDON_ANNOTATION = "hami.io/device-cordon"
-
-DeviceFilter = Callable[[DeviceUsage], bool]
 
 
 @dataclass(slots=True)

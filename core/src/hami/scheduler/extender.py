@@ -256,7 +256,7 @@ class Extender:
             candidates: list[tuple[float, str, NodeRecord]] = []
             largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
             shares = _Shares(largest)
-            host = host_requests(pod_obj.get("spec") or {})
+            host = (pod.host_cpu, pod.host_memory)
             order = self._order_key(policy, largest, kinds, shares, host)
             nodes = self.state.nodes
             signature = self.state.signature
@@ -307,7 +307,7 @@ class Extender:
                 if not verdict.fits:
                     return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
             self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
-            self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host_requests(pod_obj.get("spec") or {}))
+            self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host)
         try:
             self._record_decision(pod, node, allocation, written)
         except ClusterError as exc:

@@ -7,32 +7,14 @@ over a window after a warm-up; the bounds asserted are the issue's acceptance, n
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from hami.isolation.accounting import ControlMode, set_device_control
+from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish
 
-# Device-time shares are measured on a 2-core host shared with the fake device's own threads: a run in which the
-# host starves one container for a moment measures the host, not the limiter. Such a run is repeated (at most 4 times);
-# a limiter that is wrong fails all five. About 1 in 6 first runs is repeated in CI: see the session notes.
-SHARE_MEASUREMENT = pytest.mark.flaky(reruns=4)
-
-
-def shares(sandbox, tags, warmup=0.8, window=2.0):
-    """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
-    time.sleep(warmup)
-    before, t0 = sandbox.device().busy_ns, time.monotonic()
-    time.sleep(window)
-    after, t1 = sandbox.device().busy_ns, time.monotonic()
-    return [(after[tag] - before[tag]) / ((t1 - t0) * 1e9) for tag in tags]
-
-
-def finish(proc):
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, f"the launching client failed:\n{out}\n{err}"
-    return json.loads(out.strip().splitlines()[-1])
+shares = device_shares
 
 
 WORKLOADS = {

@@ -143,10 +143,13 @@ def test_fragmentation_of_a_node_follows_the_fgd_definition() -> None:
     # the other half need two whole devices: with one whole device free, everything free is a fragment for them
     assert profile.fragmentation([300, 600, 1000]) == pytest.approx(0.5 * 300 + 0.5 * 1900)
     assert profile.fragmentation([1000, 1000]) == 0
-    # a node without the CPU a task needs strands all its free share for that task
+    # a node without the CPU a task needs strands all its free share for that task; beyond FGD, the share its
+    # free CPU cannot feed at the workload's 16 millicores per thousandth (8000 per 500) is counted again
     cpu_bound = WorkloadProfile({(1, 500, 8000, 0): 1.0})
-    assert cpu_bound.fragmentation([1000], cpu_free=4000) == 1000
-    assert cpu_bound.fragmentation([1000], cpu_free=8000) == 0
+    assert cpu_bound.fragmentation([1000], cpu_free=4000) == 1000 + (1000 - 4000 / 16)
+    assert cpu_bound.fragmentation([500], cpu_free=8000) == 0  # 8000 feeds 500
+    assert cpu_bound.fragmentation([1000], cpu_free=8000) == 500  # the task fits, but half the device cannot be fed
+    assert cpu_bound.fragmentation([1000], cpu_free=16000) == 0
 
 
 def test_best_placement_prefers_the_device_that_strands_least() -> None:

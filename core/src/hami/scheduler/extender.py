@@ -258,6 +258,7 @@ class Extender:
             shares = _Shares(largest)
             host = (pod.host_cpu, pod.host_memory)
             order = self._order_key(policy, largest, kinds, shares, host)
+            scarcity = self._scarcity_charge(policy, largest, kinds, shares)
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
@@ -293,7 +294,7 @@ class Extender:
                     hit = record.memo[memo_key] = evaluate(record)
                 reason, key = hit
                 if reason is None:
-                    candidates.append((key, name, record))
+                    candidates.append((key + scarcity(record) if scarcity else key, name, record))
                 else:
                     result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
@@ -375,6 +376,25 @@ class Extender:
             return delta + TIE_BREAK * sum(signature)
 
         return growth
+
+    def _scarcity_charge(
+        self, policy: SchedulingPolicy, largest: Mapping[str, ContainerRequest], kinds: Sequence[str], shares: _Shares
+    ) -> Callable[[NodeRecord], float] | None:
+        """Under fragmentation-aware, what a placement costs in device models that restricted tasks need: the
+        model's pressure (`WorkloadProfile.model_pressure`) times the share taken. None when no task is
+        restricted. Added after the memoised per-node growth, since it changes with every other node's usage."""
+        if policy.node != "fragmentation-aware" or policy.workload is None:
+            return None
+        kind = kinds[0]
+        pressure = policy.workload.model_pressure(self.state.free_by_model.get(kind, {}))
+        if not pressure:
+            return None
+        count = largest[kind].count
+
+        def charge(record: NodeRecord) -> float:
+            return pressure.get(record.totals[kind].model, 0.0) * count * shares(record, kind)
+
+        return charge
 
     def _fit_in_batches(
         self,

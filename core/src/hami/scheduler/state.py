@@ -191,6 +191,9 @@ class ClusterState:
         self.host_usage: dict[str, tuple[str, int, int]] = {}
         """pod key → (node, CPU millicores, memory MiB) requested, for every live pod bound or assumed."""
         self._kinds: list[DeviceKind] = host.kinds
+        self.free_by_model: dict[str, dict[str, int]] = {}
+        """kind → device model → free share (thousandths) summed over the cluster's healthy devices, kept
+        current with every change: how scarce each model is, for the fragmentation-aware policy."""
 
     # ---------------------------------------------------------------------------------- nodes
 
@@ -232,16 +235,26 @@ class ClusterState:
             record = NodeRecord(name, m.get("annotations") or {}, m.get("labels") or {}, views)
             record.cpu_allocatable, record.memory_allocatable = cpu, memory
             if old is not None:
+                self._count_free(old, -1)
                 record.pods = old.pods
                 record.host_pods = old.host_pods
                 record.cpu_requested, record.memory_requested = old.cpu_requested, old.memory_requested
             self.nodes[name] = record
+            self._count_free(record, +1)
             for key in record.pods:
                 self._apply(self.pods[key], +1)
 
     def remove_node(self, name: str) -> None:
         with self.lock:
-            self.nodes.pop(name, None)
+            old = self.nodes.pop(name, None)
+            if old is not None:
+                self._count_free(old, -1)
+
+    def _count_free(self, record: NodeRecord, sign: int) -> None:
+        """Add (+1) or take away (-1) a node's free device shares in `free_by_model`."""
+        for kind, totals in record.totals.items():
+            models = self.free_by_model.setdefault(kind, {})
+            models[totals.model] = models.get(totals.model, 0) + sign * sum(self.signature(record, kind))
 
     # ---------------------------------------------------------------------------------- pods
 
@@ -382,6 +395,7 @@ class ClusterState:
             if view is None:
                 continue
             totals = node.totals[kind]
+            free_before = sum(self.signature(node, kind))
             node.memo.clear()
             if sign > 0:
                 view.pods[record.key] = record.placed()
@@ -397,6 +411,8 @@ class ClusterState:
                     totals.used += sign * grant.slots
                     totals.usedmem += sign * grant.memory
                     totals.usedcores += sign * grant.cores
+            models = self.free_by_model.setdefault(kind, {})
+            models[totals.model] = models.get(totals.model, 0) + sum(self.signature(node, kind)) - free_before
 
     # ---------------------------------------------------------------------------------- reading
 
@@ -428,6 +444,7 @@ class ClusterState:
         """Rebuild from scratch from listed objects (start-up, or after a watch was lost)."""
         with self.lock:
             self.nodes.clear()
+            self.free_by_model.clear()
             self.pods.clear()
             self.host_usage.clear()
             for node in nodes:

@@ -12,7 +12,7 @@ import time
 from hami.errors import ConfigError
 from hami.simulate.engine import POLICIES, simulate, workload_of
 from hami.simulate.report import Progress, as_json, dump, plot, table
-from hami.simulate.trace import read_nodes, read_pods, sample_pods
+from hami.simulate.trace import SAMPLING, read_nodes, read_pods, sample_pods
 
 __all__ = ["add_simulate_parser"]
 
@@ -22,8 +22,9 @@ def add_simulate_parser(subparsers: argparse._SubParsersAction[argparse.Argument
         "simulate",
         help="replay a workload trace through the scheduler and measure how much GPU stays unallocated",
         description="Replay an openb trace (Alibaba cluster-trace-gpu-v2023) through the scheduler's own filter "
-        "and policies on an in-memory cluster, as the FGD paper's method: pods sampled with replacement until "
-        "their GPU request reaches TUNE x capacity, scheduled one by one, no departures.",
+        "and policies on an in-memory cluster, as the FGD paper's method: the trace's pods shuffled and topped up "
+        "with pods drawn with replacement until their GPU request reaches TUNE x capacity, scheduled one by one, "
+        "no departures.",
         epilog=(
             "Examples:\n"
             "  hami simulate --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv\n"
@@ -39,6 +40,13 @@ def add_simulate_parser(subparsers: argparse._SubParsersAction[argparse.Argument
     )
     parser.add_argument("--seed", type=int, default=42, help="sampling seed (default 42)")
     parser.add_argument("--tune", type=float, default=1.3, help="workload to sample, x GPU capacity (default 1.3)")
+    parser.add_argument(
+        "--sampling",
+        choices=SAMPLING,
+        default=SAMPLING[0],
+        help="top-up: the trace's pods shuffled, then random draws up to TUNE (the FGD authors' simulator; default); "
+        "resample: only random draws",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plot", metavar="PNG", help="write unallocated %% against arrived workload as a PNG")
     parser.add_argument("--list-policies", action="store_true", help="print the policy names, one per line")
@@ -63,7 +71,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     nodes = read_nodes(args.nodes)
     pods = read_pods(args.pods)
-    sampled = sample_pods(pods, sum(n.gpus for n in nodes), args.tune, args.seed)
+    sampled = sample_pods(pods, sum(n.gpus for n in nodes), args.tune, args.seed, args.sampling)
     workload = workload_of(pods)
     results = [
         simulate(nodes, sampled, policy, seed=args.seed, workload=workload, progress=Progress(policy))

@@ -2,8 +2,13 @@
 
 Owns reading the node list (`sn,cpu_milli,memory_mib,gpu,model`) and the pod lists (the full eleven-column
 form and the five-column `multigpu` form), with errors that name the file, the line and the column; and the
-paper's sampling method: pods drawn at random with replacement until their total GPU request reaches
-`tune` × the cluster's GPUs, in the order drawn (a seeded shuffle).
+paper's sampling, in two readings (`SAMPLING`):
+
+- `top-up` (default), what the FGD authors' simulator does and so what their published numbers measure: every
+  pod of the trace once, in an order shuffled by the seed, then pods drawn at random with replacement appended
+  until the total GPU request reaches `tune` × the cluster's GPUs (nothing is appended when the trace alone
+  reaches it, as the multigpu lists do);
+- `resample`, the paper's prose: pods drawn with replacement until the total reaches `tune` × capacity, shuffled.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from pathlib import Path
 
 from hami.errors import ConfigError
 
-__all__ = ["TraceNode", "TracePod", "read_nodes", "read_pods", "sample_pods"]
+__all__ = ["SAMPLING", "TraceNode", "TracePod", "read_nodes", "read_pods", "sample_pods"]
+
+SAMPLING = ("top-up", "resample")
+"""How `sample_pods` builds the arrival sequence; the first is the default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,17 +126,26 @@ def read_pods(path: str | Path) -> list[TracePod]:
     return pods
 
 
-def sample_pods(pods: Sequence[TracePod], capacity_gpus: float, tune: float, seed: int) -> list[TracePod]:
-    """Draw pods with replacement until their GPU request reaches `tune` × `capacity_gpus`, in drawn order."""
+def sample_pods(
+    pods: Sequence[TracePod], capacity_gpus: float, tune: float, seed: int, method: str = SAMPLING[0]
+) -> list[TracePod]:
+    """The pods in arrival order, until their GPU request reaches `tune` × `capacity_gpus` (see `SAMPLING`)."""
+    if method not in SAMPLING:
+        raise ConfigError(f"unknown sampling {method!r}; known: {', '.join(SAMPLING)}")
     if not any(p.gpu_request for p in pods):
         raise ConfigError("the pod list asks for no GPU at all; nothing to simulate")
     rng = random.Random(seed)
     target = tune * capacity_gpus
+    arrivals: list[TracePod] = []
+    if method == "top-up":
+        arrivals = list(pods)
+        rng.shuffle(arrivals)
+    total = sum(p.gpu_request for p in arrivals)
     drawn: list[TracePod] = []
-    total = 0.0
     while total < target:
         pod = pods[rng.randrange(len(pods))]
         drawn.append(pod)
         total += pod.gpu_request
-    rng.shuffle(drawn)
-    return drawn
+    if method == "resample":
+        rng.shuffle(drawn)
+    return arrivals + drawn

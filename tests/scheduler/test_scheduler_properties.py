@@ -44,6 +44,19 @@ def assert_within_capacity(h: Harness) -> None:
             assert cores <= device.devcore, device.id
 
 
+def assert_free_by_model_is_current(h: Harness) -> None:
+    """The incrementally kept free share per device model equals a recount over every node."""
+    assert h.service is not None
+    state = h.service.state
+    recount: dict[str, dict[str, int]] = {}
+    for record in state.nodes.values():
+        for kind, totals in record.totals.items():
+            models = recount.setdefault(kind, {})
+            models[totals.model] = models.get(totals.model, 0) + sum(state.signature(record, kind))
+    kept = {kind: {m: v for m, v in models.items() if v} for kind, models in state.free_by_model.items()}
+    assert kept == {kind: {m: v for m, v in models.items() if v} for kind, models in recount.items()}
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shapes=st.lists(pod_shapes, min_size=5, max_size=40), threads=st.integers(2, 6))
 def test_concurrent_filters_never_hand_out_more_than_a_device_has(
@@ -71,6 +84,7 @@ def test_concurrent_filters_never_hand_out_more_than_a_device_has(
         w.join()
     h.flush()
     assert_within_capacity(h)
+    assert_free_by_model_is_current(h)
     h.stop()
 
 
@@ -84,11 +98,21 @@ def test_restart_after_a_random_workload_rebuilds_the_same_usage() -> None:
     h.cluster.delete("pods", "p3", "default")
     h.cluster.patch_metadata("pods", "p4", "default", annotations={"hami.io/bind-phase": "failed"})
     h.cluster.replace("pods", {**h.cluster.get("pods", "p5", "default"), "status": {"phase": "Succeeded"}})
+    h.add_node(gpu_node("n2", gpus=2, memory=8000, split=2))
+    h.filter("p6")
+    h.cluster.replace("nodes", gpu_node("n2", gpus=3, memory=8000, split=2))  # its devices change under its pods
     h.flush()
+    assert_free_by_model_is_current(h)
     assert h.service is not None
     before = h.service.state.usage_snapshot()
+    free = h.service.state.free_by_model
     h.restart()
     assert h.service.state.usage_snapshot() == before
+    assert h.service.state.free_by_model == free
+    assert_free_by_model_is_current(h)
+    h.cluster.delete("nodes", "n2")
+    h.flush()
+    assert_free_by_model_is_current(h)
     h.stop()
 
 

@@ -82,13 +82,28 @@ def test_bad_pod_lists_name_the_file_line_and_column(tmp_path: Path, rows: str, 
         read_pods(path)
 
 
-def test_sampling_reaches_the_tuned_workload_and_depends_only_on_the_seed() -> None:
+@pytest.mark.parametrize("method", ["top-up", "resample"])
+def test_sampling_reaches_the_tuned_workload_and_depends_only_on_the_seed(method: str) -> None:
     _, pods = synthetic(1)
-    first = sample_pods(pods, 100, 1.3, seed=7)
+    first = sample_pods(pods, 100, 1.3, seed=7, method=method)
     assert sum(p.gpu_request for p in first) >= 130
     assert sum(p.gpu_request for p in first) < 130 + max(p.gpu_request for p in pods)  # stops once reached
-    assert first == sample_pods(pods, 100, 1.3, seed=7)
-    assert first != sample_pods(pods, 100, 1.3, seed=8)
+    assert first == sample_pods(pods, 100, 1.3, seed=7, method=method)
+    assert first != sample_pods(pods, 100, 1.3, seed=8, method=method)
+
+
+def test_top_up_sampling_schedules_every_trace_pod_once_before_the_drawn_ones() -> None:
+    _, pods = synthetic(2)
+    trace_gpus = sum(p.gpu_request for p in pods)
+    sampled = sample_pods(pods, trace_gpus / 1.3 * 1.5, 1.3, seed=3)  # the trace covers 1/1.5 of the target
+    head = sampled[: len(pods)]
+    assert sorted(head, key=pods.index) == list(pods)  # each pod once...
+    assert head != list(pods)  # ...shuffled
+    assert len(sampled) > len(pods)  # topped up with draws
+    # a trace that alone exceeds the target is scheduled whole, nothing drawn (the multigpu lists)
+    assert sorted(sample_pods(pods, trace_gpus / 2, 1.3, seed=3), key=pods.index) == list(pods)
+    with pytest.raises(ConfigError, match="unknown sampling 'fgd'; known: top-up, resample"):
+        sample_pods(pods, 10, 1.3, seed=3, method="fgd")
 
 
 def test_every_policy_respects_cpu_memory_and_device_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,6 +165,41 @@ def test_fragmentation_of_a_node_follows_the_fgd_definition() -> None:
     assert cpu_bound.fragmentation([500], cpu_free=8000) == 0  # 8000 feeds 500
     assert cpu_bound.fragmentation([1000], cpu_free=8000) == 500  # the task fits, but half the device cannot be fed
     assert cpu_bound.fragmentation([1000], cpu_free=16000) == 0
+
+
+def test_model_pressure_is_restricted_demand_over_the_free_share_of_its_models() -> None:
+    # half the demand (by count x share) accepts any model, half only V100s
+    profile = WorkloadProfile({(1, 1000, 0, 0, ()): 0.5, (2, 500, 0, 0, ("V100",)): 0.5})
+    assert profile.model_pressure({"GPU-T4": 3000, "GPU-V100": 1000}) == pytest.approx({"GPU-V100": 0.5 / 0.25})
+    assert profile.model_pressure({"GPU-T4": 1000, "GPU-V100": 3000}) == pytest.approx({"GPU-V100": 0.5 / 0.75})
+    # a restriction every model present satisfies is no restriction; nothing restricted, no pressure
+    assert profile.model_pressure({"GPU-V100-16G": 1000, "GPU-V100-32G": 1000}) == {}
+    assert WorkloadProfile({(1, 1000, 0, 0, ()): 1.0}).model_pressure({"GPU-T4": 1, "GPU-V100": 1}) == {}
+    # a used-up model keeps a finite pressure
+    assert profile.model_pressure({"GPU-T4": 1000, "GPU-V100": 0})["GPU-V100"] == pytest.approx(0.5 / 1e-3)
+
+
+def test_flexible_pods_leave_a_scarce_model_to_the_pods_restricted_to_it() -> None:
+    # The V100 node is short of CPU for most flexible tasks, so fragmentation alone would fill it with the first,
+    # CPU-light flexible pod; the V100 pods that follow would then not all fit.
+    nodes = [TraceNode("t4", 64000, 262144, 2, "T4"), TraceNode("v100", 4000, 262144, 2, "V100")]
+    workload = WorkloadProfile({(1, 1000, 16000, 0, ()): 0.4, (1, 1000, 1000, 0, ("V100",)): 0.6})
+    flexible = TracePod("flexible", 1000, 1024, 1, 1000)
+    restricted = [TracePod(f"v100-{i}", 1000, 1024, 1, 1000, ("V100",)) for i in range(2)]
+    result = simulate(nodes, [flexible, *restricted], "fragmentation-aware", workload=workload)
+    assert (result.placed, sum(result.failed.values())) == (3, 0)
+
+
+def test_cpu_hungry_pods_go_where_cpu_can_feed_the_devices_left() -> None:
+    # Two 4-device nodes: "lean" has about the CPU its devices need at the workload's 4.2 cores per device, "rich"
+    # far more. A 6-core pod fits either and, by FGD's measure, fragments neither (every task still fits after);
+    # on "lean" it would leave too little CPU for the devices there, and one of the pods that follow would fail.
+    nodes = [TraceNode("lean", 16000, 262144, 4, "G2"), TraceNode("rich", 64000, 262144, 4, "G2")]
+    workload = WorkloadProfile({(1, 1000, 4000, 0, ()): 0.9, (1, 1000, 6000, 0, ()): 0.1})
+    hungry = TracePod("hungry", 6000, 1024, 1, 1000)
+    lean = [TracePod(f"lean-{i}", 4000, 1024, 1, 1000) for i in range(7)]
+    result = simulate(nodes, [hungry, *lean], "fragmentation-aware", workload=workload)
+    assert (result.placed, sum(result.failed.values())) == (8, 0)
 
 
 def test_best_placement_prefers_the_device_that_strands_least() -> None:

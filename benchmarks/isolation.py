@@ -16,125 +16,21 @@ the installed ``libvgpu.so`` preloaded:
 
 Prints one line per figure and, last, one JSON object. Budgets (DESIGN.md): pair <= 300 ns, launch <= 15 ns,
 limited launch <= 30 ns, memory info <= 100 ns, 200 processes <= 2 s. A benchmark, not a test: nothing is asserted.
+The driver is hami.testing.isolation_benchmark's, shared with the other vendors' isolation benchmarks.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.resources
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "vendors" / "nvidia" / "tests" / "isolation"
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-pthread"]
-BUDGETS = {
-    "alloc_free_overhead_ns": 300,
-    "launch_overhead_ns": 15,
-    "launch_overhead_limited_ns": 30,
-    "meminfo_overhead_ns": 100,
-    "startup_200_procs_s": 2,
-}
+from hami.testing.isolation_benchmark import AllocationPair, OverheadBenchmark, load_setup, main
 
-
-def library() -> Path:
-    path = Path(str(importlib.resources.files("hami_vendor_nvidia") / "lib" / "libvgpu.so"))
-    if not path.is_file():
-        sys.exit(f"{path} is missing: install hami-vendor-nvidia (`uv pip install -e ./vendors/nvidia`)")
-    return path
-
-
-def build(out: Path) -> Path:
-    """Compile the fake driver and the client into `out`; returns the client."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        sys.exit("a C compiler is needed to build the fake driver")
-    shared = ["-fPIC", "-shared", "-fvisibility=hidden", "-Wl,-Bsymbolic"]
-    steps = [
-        [*shared, "-Wl,-soname,libcuda.so.1", TESTS / "fake_cuda.c", "-o", out / "libcuda.so.1"],
-        [TESTS / "client.c", f"-L{out}", "-l:libcuda.so.1", "-o", out / "client"],
-    ]
-    for step in steps:
-        subprocess.run([cc, *CFLAGS, *map(str, step)], check=True)
-    return out / "client"
-
-
-def environment(out: Path, preload: Path | None, **extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "FAKE_CUDA", "HAMI_")) and k != "LD_PRELOAD"
-    }
-    env.update(LD_LIBRARY_PATH=str(out), FAKE_CUDA_NO_BACKING="1", LIBCUDA_LOG_LEVEL="0")
-    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(out / f"bench-{os.getpid()}-{len(extra)}.cache")
-    if preload:
-        env["LD_PRELOAD"] = str(preload)
-    env.update(extra)
-    return env
-
-
-def per_call_ns(client: Path, what: str, rounds: int, env: dict[str, str]) -> float:
-    best = float("inf")
-    for _ in range(3):
-        out = subprocess.run(
-            [str(client), "bench", what, str(rounds)], env=env, capture_output=True, text=True, check=True
-        )
-        best = min(best, float(json.loads(out.stdout.strip().splitlines()[-1])["ns"]))
-    return best
-
-
-STARTUP_LIMIT = 1 << 20
-
-
-def startup_seconds(client: Path, count: int, env: dict[str, str]) -> tuple[float, int]:
-    argv = [str(client), "spawn", str(count), "--", str(client), "init", str(STARTUP_LIMIT)]
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=600)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return float(result["seconds"]), int(result["failed"])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=200_000, help="calls per timed round")
-    parser.add_argument("--processes", type=int, default=200, help="processes started at once")
-    parser.add_argument("--json", action="store_true", help="only the JSON line")
-    args = parser.parse_args()
-
-    libvgpu = library()
-    with tempfile.TemporaryDirectory(prefix="hami-isolation-bench-") as tmp:
-        out = Path(tmp)
-        client = build(out)
-        limits = {"CUDA_DEVICE_MEMORY_LIMIT": "8g"}
-        bare, hooked = environment(out, None), environment(out, libvgpu, **limits)
-        limited = environment(out, libvgpu, CUDA_DEVICE_SM_LIMIT="50", **limits)
-        figures: dict[str, float] = {}
-        raw: dict[str, float] = {}
-        for key, what, env in [
-            ("alloc_free_overhead_ns", "alloc", hooked),
-            ("launch_overhead_ns", "launch", environment(out, libvgpu)),
-            ("launch_overhead_limited_ns", "launch", limited),
-            ("meminfo_overhead_ns", "meminfo", hooked),
-        ]:
-            if what not in raw:
-                raw[what] = per_call_ns(client, what, args.rounds, bare)
-            figures[key] = round(max(0.0, per_call_ns(client, what, args.rounds, env) - raw[what]), 1)
-        container = environment(out, libvgpu, CUDA_DEVICE_MEMORY_LIMIT=str(STARTUP_LIMIT))
-        seconds, failed = startup_seconds(client, args.processes, container)
-        figures[f"startup_{args.processes}_procs_s"] = round(seconds, 3)
-        figures["startup_failed"] = failed
-
-    if not args.json:
-        print(f"fake driver alone: alloc+free {raw['alloc']:.1f} ns, launch {raw['launch']:.1f} ns, "
-              f"memory info {raw['meminfo']:.1f} ns")  # fmt: skip
-        for key, value in figures.items():
-            budget = BUDGETS.get(key)
-            note = f"  (budget {budget})" if budget is not None else ""
-            print(f"{key:<30} {value}{note}")
-    print(json.dumps(figures))
-
+TESTS = Path(__file__).resolve().parents[1] / "vendors" / "nvidia" / "tests" / "isolation"
 
 if __name__ == "__main__":
-    main()
+    benchmark = OverheadBenchmark(
+        setup=load_setup(TESTS / "conftest.py"),
+        pairs=(AllocationPair("alloc_free_overhead_ns", "alloc", "alloc+free"),),
+        baseline="fake driver alone",
+    )
+    main(benchmark, __doc__)

@@ -7,4 +7,12 @@
 
 - `hami.testing.kubelet`: a fake kubelet (a real Registration server on a unix socket, and a client that calls a
   device plugin exactly as the kubelet does) to drive the node daemon with.
+- `hami.testing.sandbox`: the isolation library's test sandbox (the installed library in front of fake vendor
+  libraries compiled with the C sources of ``csrc/``), configured by one `IsolationSetup` per vendor::
+
+      SETUP = IsolationSetup(package="hami_vendor_myvendor", library="libvmy.so", fakes=..., client=..., ...)
+      build, sandbox = fixtures(SETUP)
+
+- `hami.testing.isolation`: the isolation checks every vendor runs in its sandbox (`CrashTests`, `StartupTests`)
+  and the device-time share measurement; `hami.testing.isolation_benchmark`: the library overhead benchmark.
 """

@@ -1,38 +1,40 @@
-"""What vendors' isolation-library tests share: measuring device-time shares on a fake device, and finishing the
-launching clients.
+"""What vendors' isolation-library tests share beyond the sandbox (hami.testing.sandbox): the checks every vendor
+runs unchanged, measuring device-time shares on the fake device, and finishing the launching clients.
 
-A vendor's test sandbox exposes its fake device's per-tag busy time as `sandbox.device().busy_ns` (a mapping
-from the launching container's tag to nanoseconds of device time); the helpers here read it the same way for every
-vendor. Share measurements are marked `SHARE_MEASUREMENT`: on a 2-core host shared with the fake device's own
-threads, a run in which the host starves one container for a moment measures the host, not the limiter, so such a
-run is repeated (at most 4 times, with pytest-rerunfailures); a limiter that is wrong fails all five.
+`CrashTests` and `StartupTests` are test classes to subclass in a vendor's test module (``class
+TestCrashes(CrashTests): ...``): pytest collects their tests there, run with that vendor's ``sandbox`` fixture, so
+each vendor still runs (and reports) its own. What a check needs of the vendor's API is a class attribute.
+
+A sandbox's fake device gives each tag's busy time as ``sandbox.device().busy_ns[tag]`` (the nanoseconds of device
+time of the containers launching with that tag); `device_shares` reads it the same way for every vendor. Share
+measurements are marked `SHARE_MEASUREMENT`: on a 2-core host shared with the fake device's own threads, a run in
+which the host starves one container for a moment measures the host, not the limiter, so such a run is repeated (at
+most 4 times, with pytest-rerunfailures); a limiter that is wrong fails all five.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import pytest
 
-__all__ = ["SHARE_MEASUREMENT", "device_shares", "finish"]
+from hami.testing.sandbox import Sandbox
+
+__all__ = ["SHARE_MEASUREMENT", "CrashTests", "StartupTests", "device_shares", "finish"]
 
 SHARE_MEASUREMENT = pytest.mark.flaky(reruns=4)
+MIB = 1 << 20
+FUTEX_OWNER_DIED = 0x40000000
+FUTEX_TID_MASK = 0x3FFFFFFF
 
 
-class _FakeDevice(Protocol):
-    @property
-    def busy_ns(self) -> Mapping[int, int]: ...
-
-
-class _Sandbox(Protocol):
-    def device(self) -> _FakeDevice: ...
-
-
-def device_shares(sandbox: _Sandbox, tags: Sequence[int], warmup: float = 0.8, window: float = 2.0) -> list[float]:
+def device_shares(sandbox: Sandbox, tags: Sequence[int], warmup: float = 0.8, window: float = 2.0) -> list[float]:
     """Fraction of wall time the device spent on each tag's work during `window`, after `warmup` seconds."""
     time.sleep(warmup)
     before, t0 = sandbox.device().busy_ns, time.monotonic()
@@ -46,3 +48,101 @@ def finish(proc: subprocess.Popen[str]) -> Any:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, f"the launching client failed:\n{out}\n{err}"
     return json.loads(out.strip().splitlines()[-1])
+
+
+class CrashTests:
+    """Crashes: a process killed anywhere (even inside the accounting lock) leaves no lock held and no usage behind,
+    and after hundreds of kills a new process starts at once with its limits on."""
+
+    # Code for Sandbox.python (after the vendor's prelude) that allocates 5 MiB on device 0 and exits holding it.
+    allocate_5_mib: ClassVar[str]
+
+    def test_a_process_killed_holding_the_lock_leaves_it_usable_and_its_memory_reclaimed(
+        self, sandbox: Sandbox
+    ) -> None:
+        limit = 16 * MIB
+        # The victim holds the lock for 0.5 s during its second allocation (a test-only delay inside the lock).
+        hold = {"HAMI_ISOLATION_TEST_LOCK_HOLD_US": "500000"}
+        victim = sandbox.start("hold", 10 * MIB, 2, env=sandbox.env(memory=str(limit), extra=hold))
+        sandbox.wait_for(lambda: sandbox.running() and sandbox.account().device(0).memory_used == 10 * MIB, 10,
+                         "the victim to be inside the lock with its second allocation counted")  # fmt: skip
+        owner = sandbox.lock_word() & FUTEX_TID_MASK
+        assert owner, "the lock is not held"
+        assert os.path.exists(f"/proc/{victim.pid}/task/{owner}"), "a thread of the victim holds the lock"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        assert sandbox.lock_word() & FUTEX_OWNER_DIED, "the kernel marked the lock's owner dead"
+
+        # A new process of the container gets the lock at once, and the whole limit: nothing of the victim is left.
+        sandbox.client("init", limit, "whole", env=sandbox.env(memory=str(limit)), timeout=10)
+        account = sandbox.account()
+        assert account.device(0).memory_used == 0
+        assert account.processes == ()
+        assert sandbox.lock_word() == 0
+
+    def test_a_process_killed_outside_the_lock_has_its_memory_reclaimed(self, sandbox: Sandbox) -> None:
+        limit = 32 * MIB
+        victim = sandbox.start("hold", 20 * MIB, 4, env=sandbox.env(memory=str(limit)))
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip() == "held"
+        assert sandbox.account().processes[0].memory_used == 20 * MIB
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        assert sandbox.account().device(0).memory_used == 20 * MIB  # nobody noticed yet
+        sandbox.client("init", limit, "whole", env=sandbox.env(memory=str(limit)), timeout=10)
+        assert sandbox.account().device(0).memory_used == 0
+
+    def test_a_process_that_exits_holding_memory_is_counted_until_it_is_gone(self, sandbox: Sandbox) -> None:
+        sandbox.python(self.allocate_5_mib, sandbox.env(memory="8m"))
+        account = sandbox.account()
+        assert account.device(0).memory_used == 5 * MIB  # the driver frees it only once the process is gone
+        assert len(account.processes) == 1
+        sandbox.client("init", 8 * MIB, "whole", env=sandbox.env(memory="8m"), timeout=10)
+        account = sandbox.account()
+        assert account.device(0).memory_used == 0
+        assert account.processes == ()
+
+    def test_after_a_storm_of_kills_a_new_process_starts_at_once_with_its_limits_on(self, sandbox: Sandbox) -> None:
+        limit = 24 * MIB
+        churn_env = sandbox.env(
+            memory=str(limit),
+            extra={"HAMI_ISOLATION_TEST_LOCK_HOLD_US": "300", sandbox.setup.log_level_variable: "1"},
+        )
+        argv = [str(sandbox.build.client), "churn", str(8 * MIB)]
+        proc = subprocess.run(
+            [str(sandbox.build.client), "storm", "300", "12", "20000", "--", *argv],
+            env=churn_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        storm = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert storm["killed"] >= 290, storm
+        recoveries = proc.stderr.count("a process died holding the accounting lock")
+        assert recoveries > 0, "no process was ever killed inside the lock: the storm proves less than it should"
+
+        sandbox.client("init", limit, "whole", env=sandbox.env(memory=str(limit)), timeout=10)
+        account = sandbox.account()
+        assert account.device(0).memory_used == 0
+        assert account.processes == ()
+        assert sandbox.lock_word() == 0, "the lock is free"
+
+
+class StartupTests:
+    """Start-up: hundreds of processes of one container starting together all initialize (no process waits on
+    another's slot, no lock is contended for long) with their limits on."""
+
+    def test_200_processes_starting_at_once_all_initialize_with_their_limits(self, sandbox: Sandbox) -> None:
+        limit = 4 * MIB
+        env = sandbox.env(memory=str(limit))
+        client = str(sandbox.build.client)
+        # each child: device 0 made current, its slot, one byte over the limit refused (its limit is on), one byte
+        # allocated
+        result = sandbox.client_json("spawn", 200, "--", client, "init", limit, env=env, timeout=120)
+        assert result["ok"] == 200, result
+        assert result["failed"] == 0
+        print(f"200 processes initialized in {result['seconds']:.2f} s")
+        account = sandbox.account()
+        assert account.processes == ()
+        assert account.device(0).memory_used == 0

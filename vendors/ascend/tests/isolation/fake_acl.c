@@ -21,24 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ascend_types.h"
+
 #define EXPORT __attribute__((visibility("default")))
-
-typedef int aclError;
-typedef int32_t rtError_t;
-
-struct drv_mem_prop {
-    uint32_t side, devid, module_id, pg_type, mem_type;
-    uint64_t reserve;
-};
-struct acl_location {
-    uint32_t id;
-    int type;
-};
-struct acl_physical_prop {
-    int handle_type, allocation_type, mem_attr;
-    struct acl_location location;
-    uint64_t reserve;
-};
 
 rtError_t rtSetDevice(int32_t device);
 rtError_t rtGetDevice(int32_t *device);

@@ -1,11 +1,11 @@
 /*
  * fake_cuda.c: a fake CUDA driver, built by the tests as libcuda.so.1 and loaded behind libvgpu.so exactly as
- * the real one would be. It stands in for the hardware, so that what the isolation library claims can be
- * checked against what "really" happened:
+ * the real one would be. It stands in for the hardware (hami.testing's fake_device.c, configured by the
+ * FAKE_CUDA_ variables), so that what the isolation library claims can be checked against what "really" happened:
  *   - devices: FAKE_CUDA_DEVICES (default 1), each of FAKE_CUDA_MEMORY bytes (k/m/g suffix; default 16g);
  *   - allocations are backed by host memory (FAKE_CUDA_NO_BACKING=1 keeps only a small header, for the
- *     benchmark) and counted per device in the shared state file FAKE_CUDA_STATE (fake_state.h): what is
- *     really allocated now, and its peak, across every process of the test;
+ *     benchmark) and counted per device in the shared state file FAKE_CUDA_STATE: what is really allocated now,
+ *     and its peak, across every process of the test;
  *   - a kernel "runs" for FAKE_CUDA_KERNEL_NS plus FAKE_CUDA_KERNEL_NS_PER_BLOCK x blocks (a graph for
  *     FAKE_CUDA_GRAPH_NS, default the kernel time) on a per-device timeline shared by all processes (the
  *     device runs one thing at a time, in the order it was queued), credited to FAKE_CUDA_TAG (0-7) of the
@@ -18,17 +18,11 @@
  * On a normal exit it frees what the process still holds (the real driver frees a dead process's memory).
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "fake_state.h"
+#include "fake_device.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -96,148 +90,22 @@ struct launch_config {
 
 /* ---- configuration and state ---------------------------------------------------------------------------- */
 
-static int g_devices = 1;
-static u64 g_memory = 16ull << 30;
-static u64 g_kernel_ns, g_ns_per_block, g_graph_ns, g_queue_ns = 20000000ull;
-static int g_tag, g_backing = 1, g_private_procs;
-static struct fake_state *S;
+static u64 g_graph_ns;
+static int g_private_procs;
 static struct ctx g_primary[FAKE_MAX_DEVICES];
-static _Atomic u64 g_last_end; /* when this process's queued work is done */
 
 static __thread struct ctx *t_current;
 static __thread struct ctx *t_stack[16];
 static __thread int t_depth;
 
-static u64 now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (u64)ts.tv_sec * 1000000000ull + (u64)ts.tv_nsec;
-}
-
-static void sleep_until(u64 t) {
-    for (u64 now = now_ns(); now < t; now = now_ns()) {
-        struct timespec ts = {(time_t)((t - now) / 1000000000ull), (long)((t - now) % 1000000000ull)};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static u64 env_u64(const char *name, u64 fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    char *end;
-    u64 x = strtoull(v, &end, 10);
-    switch (*end) {
-    case 'k': case 'K': x <<= 10; break;
-    case 'm': case 'M': x <<= 20; break;
-    case 'g': case 'G': x <<= 30; break;
-    default: break;
-    }
-    return x;
-}
-
 __attribute__((constructor)) static void fake_load(void) {
-    g_devices = (int)env_u64("FAKE_CUDA_DEVICES", 1);
-    if (g_devices < 0) g_devices = 0;
-    if (g_devices > FAKE_MAX_DEVICES) g_devices = FAKE_MAX_DEVICES;
-    g_memory = env_u64("FAKE_CUDA_MEMORY", 16ull << 30);
-    g_kernel_ns = env_u64("FAKE_CUDA_KERNEL_NS", 0);
-    g_ns_per_block = env_u64("FAKE_CUDA_KERNEL_NS_PER_BLOCK", 0);
-    g_graph_ns = env_u64("FAKE_CUDA_GRAPH_NS", g_kernel_ns);
-    g_queue_ns = env_u64("FAKE_CUDA_QUEUE_NS", 20000000ull);
-    g_tag = (int)env_u64("FAKE_CUDA_TAG", 0) % FAKE_TAGS;
-    g_backing = !env_u64("FAKE_CUDA_NO_BACKING", 0);
-    g_private_procs = (int)env_u64("FAKE_CUDA_PRIVATE_PROCS", 0);
+    fake_device_load("FAKE_CUDA_", 16ull << 30);
+    g_graph_ns = fake_env("GRAPH_NS", fake_kernel_ns(0));
+    g_private_procs = (int)fake_env("PRIVATE_PROCS", 0);
     for (int i = 0; i < FAKE_MAX_DEVICES; i++) g_primary[i].device = i;
-    const char *path = getenv("FAKE_CUDA_STATE");
-    if (path && *path) {
-        int fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd >= 0) {
-            void *m = mmap(NULL, FAKE_STATE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            close(fd);
-            if (m != MAP_FAILED) S = m;
-        }
-    }
-    if (!S) S = calloc(1, sizeof *S);
 }
 
-/* ---- memory --------------------------------------------------------------------------------------------- */
-
-#define BLOCK_MAGIC 0x6b636f6c62656b61ull
-struct block {
-    u64 magic;
-    u64 size;
-    int device;
-    int counted;
-    struct block *prev, *next;
-    u64 pad[3];
-};
-_Static_assert(sizeof(struct block) == 64, "header keeps user memory aligned");
-
-static pthread_mutex_t g_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct block g_blocks = {0, 0, 0, 0, &g_blocks, &g_blocks, {0, 0, 0}};
-
-static int take_memory(int device, u64 size) {
-    struct fake_device_state *d = &S->devices[device];
-    u64 cur = atomic_load(&d->allocated);
-    do {
-        if (size > g_memory || cur > g_memory - size) return 0;
-    } while (!atomic_compare_exchange_weak(&d->allocated, &cur, cur + size));
-    u64 peak = atomic_load(&d->peak);
-    while (cur + size > peak && !atomic_compare_exchange_weak(&d->peak, &peak, cur + size)) {
-    }
-    atomic_fetch_add(&d->allocations, 1);
-    return 1;
-}
-
-static void give_memory(int device, u64 size) { atomic_fetch_sub(&S->devices[device].allocated, size); }
-
-/* A new allocation of `size` bytes on `device` (counted when `counted`); returns its address or 0. */
-static void *new_block(int device, u64 size, int counted) {
-    if (counted && !take_memory(device, size)) return NULL;
-    struct block *b = malloc(sizeof *b + (g_backing ? size : 0));
-    if (!b) {
-        if (counted) give_memory(device, size);
-        return NULL;
-    }
-    b->magic = BLOCK_MAGIC;
-    b->size = size;
-    b->device = device;
-    b->counted = counted;
-    pthread_mutex_lock(&g_blocks_lock);
-    b->next = g_blocks.next;
-    b->prev = &g_blocks;
-    g_blocks.next->prev = b;
-    g_blocks.next = b;
-    pthread_mutex_unlock(&g_blocks_lock);
-    return b + 1;
-}
-
-static CUresult free_block(void *p) {
-    if (!p) return INVALID_VALUE;
-    struct block *b = (struct block *)p - 1;
-    pthread_mutex_lock(&g_blocks_lock);
-    if (b->magic != BLOCK_MAGIC) {
-        pthread_mutex_unlock(&g_blocks_lock);
-        return INVALID_VALUE;
-    }
-    b->magic = 0;
-    b->prev->next = b->next;
-    b->next->prev = b->prev;
-    pthread_mutex_unlock(&g_blocks_lock);
-    if (b->counted) give_memory(b->device, b->size);
-    free(b);
-    return SUCCESS;
-}
-
-__attribute__((destructor)) static void fake_unload(void) {
-    pthread_mutex_lock(&g_blocks_lock);
-    for (struct block *b = g_blocks.next; b != &g_blocks; b = b->next)
-        if (b->magic == BLOCK_MAGIC && b->counted) {
-            b->magic = 0;
-            give_memory(b->device, b->size);
-        }
-    pthread_mutex_unlock(&g_blocks_lock);
-}
+static CUresult free_block(void *p) { return fake_free(p) ? SUCCESS : INVALID_VALUE; }
 
 static int current_device(void) { return t_current ? t_current->device : -1; }
 
@@ -283,54 +151,42 @@ API(cuDriverGetVersion, (int *v), (v)) {
 
 API(cuDeviceGetCount, (int *n), (n)) {
     if (!n) return INVALID_VALUE;
-    *n = g_devices;
+    *n = fake.devices;
     return SUCCESS;
 }
 
 API(cuDeviceGet, (CUdevice *d, int ordinal), (d, ordinal)) {
-    if (!d || ordinal < 0 || ordinal >= g_devices) return INVALID_DEVICE;
+    if (!d || ordinal < 0 || ordinal >= fake.devices) return INVALID_DEVICE;
     *d = ordinal;
     return SUCCESS;
 }
 
 API(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev)) {
     if (!bytes) return INVALID_VALUE;
-    if (dev < 0 || dev >= g_devices) return INVALID_DEVICE;
-    *bytes = g_memory;
+    if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
+    *bytes = fake.memory;
     return SUCCESS;
 }
 
 API(cuDevicePrimaryCtxRetain, (struct ctx **pctx, CUdevice dev), (pctx, dev)) {
     if (!pctx) return INVALID_VALUE;
-    if (dev < 0 || dev >= g_devices) return INVALID_DEVICE;
+    if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
     *pctx = &g_primary[dev];
     return SUCCESS;
 }
 
-API(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev)) { return dev >= 0 && dev < g_devices ? SUCCESS : INVALID_DEVICE; }
+API(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev)) { return dev >= 0 && dev < fake.devices ? SUCCESS : INVALID_DEVICE; }
 
 API(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev)) {
-    if (dev < 0 || dev >= g_devices) return INVALID_DEVICE;
-    pthread_mutex_lock(&g_blocks_lock); /* like the driver: everything of the context is gone */
-    for (struct block *b = g_blocks.next; b != &g_blocks;) {
-        struct block *next = b->next;
-        if (b->device == dev && b->counted) {
-            b->magic = 0;
-            b->prev->next = b->next;
-            b->next->prev = b->prev;
-            give_memory(b->device, b->size);
-            free(b);
-        }
-        b = next;
-    }
-    pthread_mutex_unlock(&g_blocks_lock);
+    if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
+    fake_reset_device(dev); /* like the driver: everything of the context is gone */
     return SUCCESS;
 }
 
 API(cuCtxCreate_v2, (struct ctx **pctx, unsigned flags, CUdevice dev), (pctx, flags, dev)) {
     (void)flags;
     if (!pctx) return INVALID_VALUE;
-    if (dev < 0 || dev >= g_devices) return INVALID_DEVICE;
+    if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
     struct ctx *c = malloc(sizeof *c);
     c->device = dev;
     *pctx = t_current = c;
@@ -388,7 +244,7 @@ API(cuCtxGetDevice, (CUdevice *d), (d)) {
 }
 
 API(cuCtxSynchronize, (void), ()) {
-    sleep_until(atomic_load(&g_last_end));
+    fake_synchronize();
     return SUCCESS;
 }
 
@@ -396,9 +252,9 @@ API(cuMemGetInfo_v2, (size_t *free, size_t *total), (free, total)) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!free || !total) return INVALID_VALUE;
-    u64 used = atomic_load(&S->devices[dev].allocated);
-    *total = g_memory;
-    *free = used > g_memory ? 0 : g_memory - used;
+    u64 used = fake_used(dev);
+    *total = fake.memory;
+    *free = used > fake.memory ? 0 : fake.memory - used;
     return SUCCESS;
 }
 
@@ -406,7 +262,7 @@ API(cuMemAlloc_v2, (CUdeviceptr *p, size_t size), (p, size)) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!p || !size) return INVALID_VALUE;
-    void *b = new_block(dev, size, 1);
+    void *b = fake_alloc(dev, size, 1);
     if (!b) return OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)b;
     return SUCCESS;
@@ -419,7 +275,7 @@ API(cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pitch, size_t width, size_t hei
     if (dev < 0) return INVALID_CONTEXT;
     if (!p || !pitch || !width || !height) return INVALID_VALUE;
     size_t row = (width + 255) / 256 * 256;
-    void *b = new_block(dev, (u64)row * height, 1);
+    void *b = fake_alloc(dev, (u64)row * height, 1);
     if (!b) return OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)b;
     *pitch = row;
@@ -437,8 +293,8 @@ API(cuMemCreate, (u64 *handle, size_t size, const struct alloc_prop *prop, u64 f
     (void)flags;
     if (!handle || !prop || !size) return INVALID_VALUE;
     int device_memory = prop->location.type == 1;
-    if (device_memory && (prop->location.id < 0 || prop->location.id >= g_devices)) return INVALID_DEVICE;
-    void *b = new_block(device_memory ? prop->location.id : 0, size, device_memory);
+    if (device_memory && (prop->location.id < 0 || prop->location.id >= fake.devices)) return INVALID_DEVICE;
+    void *b = fake_alloc(device_memory ? prop->location.id : 0, size, device_memory);
     if (!b) return OUT_OF_MEMORY;
     *handle = (u64)(uintptr_t)b;
     return SUCCESS;
@@ -448,7 +304,7 @@ API(cuMemRelease, (u64 handle), (handle)) { return free_block((void *)(uintptr_t
 
 API(cuMemPoolCreate, (struct pool **pool, const struct pool_props *props), (pool, props)) {
     if (!pool || !props || props->location.type != 1) return INVALID_VALUE;
-    if (props->location.id < 0 || props->location.id >= g_devices) return INVALID_DEVICE;
+    if (props->location.id < 0 || props->location.id >= fake.devices) return INVALID_DEVICE;
     *pool = malloc(sizeof **pool);
     (*pool)->device = props->location.id;
     return SUCCESS;
@@ -471,7 +327,7 @@ API(cuMemAllocAsync_ptsz, (CUdeviceptr *p, size_t size, void *stream), (p, size,
 
 static CUresult alloc_from_pool(CUdeviceptr *p, size_t size, struct pool *pool) {
     if (!p || !pool || !size) return INVALID_VALUE;
-    void *b = new_block(pool->device, size, 1);
+    void *b = fake_alloc(pool->device, size, 1);
     if (!b) return OUT_OF_MEMORY;
     *p = (CUdeviceptr)(uintptr_t)b;
     return SUCCESS;
@@ -502,7 +358,7 @@ static CUresult new_array(void **handle, u64 size) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!handle || !size) return INVALID_VALUE;
-    void *b = new_block(dev, size, 1);
+    void *b = fake_alloc(dev, size, 1);
     if (!b) return OUT_OF_MEMORY;
     *handle = b;
     return SUCCESS;
@@ -544,7 +400,7 @@ API(cuStreamDestroy_v2, (struct stream *s), (s)) {
 
 API(cuStreamSynchronize, (void *s), (s)) {
     (void)s;
-    sleep_until(atomic_load(&g_last_end));
+    fake_synchronize();
     return SUCCESS;
 }
 
@@ -574,8 +430,7 @@ API(cuEventRecord, (struct event *e, void *stream), (e, stream)) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!e) return INVALID_HANDLE;
-    u64 now = now_ns(), busy = atomic_load(&S->devices[dev].busy_until);
-    e->t = busy > now ? busy : now; /* the device reaches the event after what is queued before it */
+    e->t = fake_reached(dev);
     e->recorded = 1;
     return SUCCESS;
 }
@@ -584,74 +439,30 @@ API(cuEventRecord_ptsz, (struct event *e, void *stream), (e, stream)) { return i
 
 API(cuEventQuery, (struct event *e), (e)) {
     if (!e) return INVALID_HANDLE;
-    return now_ns() >= e->t ? SUCCESS : NOT_READY;
+    return fake_now_ns() >= e->t ? SUCCESS : NOT_READY;
 }
 
 API(cuEventSynchronize, (struct event *e), (e)) {
     if (!e) return INVALID_HANDLE;
-    sleep_until(e->t);
+    fake_sleep_until(e->t);
     return SUCCESS;
 }
 
 API(cuEventElapsedTime, (float *ms, struct event *a, struct event *b), (ms, a, b)) {
     if (!ms || !a || !b || !a->recorded || !b->recorded) return INVALID_HANDLE;
-    if (now_ns() < a->t || now_ns() < b->t) return NOT_READY;
+    if (fake_now_ns() < a->t || fake_now_ns() < b->t) return NOT_READY;
     *ms = (float)(((double)b->t - (double)a->t) / 1e6);
     return SUCCESS;
-}
-
-static __thread u64 t_instant_launches;
-
-/* This process's queued work (its "command buffer"): the end times and lengths of launches not finished yet. */
-#define QUEUE_SLOTS 4096
-static pthread_mutex_t g_queue_lock = PTHREAD_MUTEX_INITIALIZER;
-static u64 g_queue_end[QUEUE_SLOTS], g_queue_len[QUEUE_SLOTS];
-static unsigned g_queue_head, g_queue_tail;
-static u64 g_queued_ns;
-
-/* Work of this process still queued at `now` (must hold g_queue_lock). */
-static u64 queued(u64 now) {
-    while (g_queue_head != g_queue_tail && g_queue_end[g_queue_head % QUEUE_SLOTS] <= now) {
-        g_queued_ns -= g_queue_len[g_queue_head % QUEUE_SLOTS];
-        g_queue_head++;
-    }
-    return g_queued_ns;
 }
 
 static CUresult run(u64 duration) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
-    if (!duration) {
-        t_instant_launches++;
-        return SUCCESS;
-    }
-    /* A full queue blocks the launch before it is queued, as a full command buffer does. */
-    pthread_mutex_lock(&g_queue_lock);
-    for (u64 now = now_ns(); queued(now) > g_queue_ns || g_queue_tail - g_queue_head >= QUEUE_SLOTS; now = now_ns()) {
-        u64 wake = g_queue_end[g_queue_head % QUEUE_SLOTS];
-        pthread_mutex_unlock(&g_queue_lock);
-        sleep_until(wake);
-        pthread_mutex_lock(&g_queue_lock);
-    }
-    struct fake_device_state *d = &S->devices[dev];
-    u64 now = now_ns(), busy = atomic_load(&d->busy_until), end;
-    do {
-        end = (busy > now ? busy : now) + duration;
-    } while (!atomic_compare_exchange_weak(&d->busy_until, &busy, end));
-    g_queue_end[g_queue_tail % QUEUE_SLOTS] = end;
-    g_queue_len[g_queue_tail % QUEUE_SLOTS] = duration;
-    g_queue_tail++;
-    g_queued_ns += duration;
-    pthread_mutex_unlock(&g_queue_lock);
-    atomic_fetch_add(&d->busy_ns[g_tag], duration);
-    atomic_fetch_add(&d->launches, 1);
-    u64 last = atomic_load(&g_last_end);
-    while (end > last && !atomic_compare_exchange_weak(&g_last_end, &last, end)) {
-    }
+    fake_run(dev, duration);
     return SUCCESS;
 }
 
-static u64 kernel_time(u64 x, u64 y, u64 z) { return g_kernel_ns + g_ns_per_block * x * y * z; }
+static u64 kernel_time(u64 x, u64 y, u64 z) { return fake_kernel_ns(x * y * z); }
 
 API(cuLaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                      unsigned shmem, void *stream, void **params, void **extra),

@@ -17,7 +17,7 @@ MIB = 1 << 20
 def test_reader_sees_the_devices_and_processes_the_library_wrote(sandbox):
     env = sandbox.env(
         memory="64m",
-        sm=40,
+        cores=40,
         extra={"NVIDIA_VISIBLE_DEVICES": "GPU-1234abcd", "CUDA_TASK_PRIORITY": "0", "FAKE_CUDA_KERNEL_NS": "200000"},
     )
     holder = sandbox.start("hold", 12 * MIB, 3, env=env)

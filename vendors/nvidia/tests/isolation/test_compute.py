@@ -33,7 +33,7 @@ WORKLOADS = {
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
     mode, grids, timing = WORKLOADS[workload]
-    proc = sandbox.start("launch", 3.0, mode, *grids, env=sandbox.env(sm=30, extra=timing))
+    proc = sandbox.start("launch", 3.0, mode, *grids, env=sandbox.env(cores=30, extra=timing))
     (share,) = shares(sandbox, [0])
     finish(proc)
     assert share == pytest.approx(0.30, abs=0.05), f"{workload}: the device was {share:.1%} busy under a 30% limit"
@@ -46,7 +46,7 @@ def test_utilization_settles_near_a_30_percent_limit(sandbox, workload):
 @SHARE_MEASUREMENT
 def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
     # 1 ms kernels: on a loaded host shorter ones measure the host's scheduling as much as the limiter
-    env = sandbox.env(sm=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000"})
+    env = sandbox.env(cores=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000"})
     procs = [sandbox.start("launch", 3.2, "kernel", 132, env=env) for _ in range(3)]
     (share,) = shares(sandbox, [0])
     for proc in procs:
@@ -61,10 +61,10 @@ def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
     # host's scheduling as much as the limiter (seen in CI: 1:13.8)
     timing = {"FAKE_CUDA_KERNEL_NS": "4000000"}
     low = sandbox.start(
-        "launch", 3.2, "kernel", 132, env=sandbox.env("low", sm=10, extra={**timing, "FAKE_CUDA_TAG": "0"})
+        "launch", 3.2, "kernel", 132, env=sandbox.env("low", cores=10, extra={**timing, "FAKE_CUDA_TAG": "0"})
     )
     high = sandbox.start(
-        "launch", 3.2, "kernel", 132, env=sandbox.env("high", sm=90, extra={**timing, "FAKE_CUDA_TAG": "1"})
+        "launch", 3.2, "kernel", 132, env=sandbox.env("high", cores=90, extra={**timing, "FAKE_CUDA_TAG": "1"})
     )
     low_share, high_share = shares(sandbox, [0, 1], warmup=1.0)
     finish(low)
@@ -75,7 +75,7 @@ def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox):
 
 
 def test_policy_disable_turns_the_limit_off(sandbox):
-    env = sandbox.env(sm=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": "disable"})
+    env = sandbox.env(cores=30, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": "disable"})
     proc = sandbox.start("launch", 1.5, "kernel", 132, env=env)
     (share,) = shares(sandbox, [0], warmup=0.4, window=0.8)
     finish(proc)
@@ -85,7 +85,7 @@ def test_policy_disable_turns_the_limit_off(sandbox):
 
 @pytest.mark.parametrize(("policy", "lifted"), [("default", True), ("force", False)])
 def test_the_node_daemon_can_lift_the_limit_unless_forced(sandbox, policy, lifted):
-    env = sandbox.env(sm=20, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": policy})
+    env = sandbox.env(cores=20, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "GPU_CORE_UTILIZATION_POLICY": policy})
     proc = sandbox.start("launch", 2.0, "kernel", 132, env=env)
     sandbox.wait_for(sandbox.running, 10, "the client to start")
     set_device_control(sandbox.cache(), 0, ControlMode.LIFT, time.time_ns() + 10**10)
@@ -96,7 +96,7 @@ def test_the_node_daemon_can_lift_the_limit_unless_forced(sandbox, policy, lifte
 
 
 def test_low_priority_yields_while_the_node_daemon_asks_and_resumes_when_it_lapses(sandbox):
-    env = sandbox.env(sm=50, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "CUDA_TASK_PRIORITY": "1"})
+    env = sandbox.env(cores=50, extra={"FAKE_CUDA_KERNEL_NS": "1000000", "CUDA_TASK_PRIORITY": "1"})
     proc = sandbox.start("launch", 2.0, "kernel", 132, env=env)
     sandbox.wait_for(sandbox.running, 10, "the client to start")
     set_device_control(sandbox.cache(), 0, ControlMode.YIELD, time.time_ns() + 700_000_000)

@@ -25,7 +25,7 @@ def test_the_library_exports_exactly_its_hooks(build):
 
 
 def test_dlsym_answers_the_hook_for_every_hooked_name(sandbox):
-    names = [*sandbox.build.cuda_hooks, *sandbox.build.nvml_hooks]
+    names = [*sandbox.build.hooks["cuda"], *sandbox.build.hooks["nvml"]]
     result = sandbox.python(LOOKUPS, sandbox.env(extra={"NAMES": json.dumps(names)}))
     for name in names:
         for way, found in result[name].items():
@@ -107,7 +107,7 @@ def test_cuGetProcAddress_answers_the_hook_for_every_name_version_and_stream_fla
         extra["FAKE_CUDA_PRIVATE_PROCS"] = "1"
     result = sandbox.python(PROC_ADDRESS, sandbox.env(extra=extra))
     hooked = {hook for *_, hook in CASES}
-    assert hooked == set(sandbox.build.cuda_hooks), "every hooked function has a case"
+    assert hooked == set(sandbox.build.hooks["cuda"]), "every hooked function has a case"
     for name, version, flags, variant in CASES:
         v1, v2, entry = result[f"{name}@{version}/{flags}"]
         assert v1 == ["libvgpu.so", variant], f"cuGetProcAddress({name}, {version}, {flags}) gave {v1}"
@@ -135,7 +135,8 @@ def test_dlsym_with_rtld_next_still_means_after_the_caller(sandbox):
     """Another preloaded library that wraps a function with dlsym(RTLD_NEXT, ...) must reach the next definition,
     not itself: libvgpu.so's dlsym passes such lookups on without becoming the caller."""
     env = sandbox.env()
-    env["LD_PRELOAD"] = f"{sandbox.build.libvgpu} {sandbox.build.interposer} {sandbox.build.interposed}"
+    build = sandbox.build
+    env["LD_PRELOAD"] = f"{build.library} {build.built('libinterposer.so')} {build.built('libinterposed.so')}"
     result = sandbox.python("RESULT['probe'] = libc.hami_probe()", env)
     assert result == {"probe": 101}
 

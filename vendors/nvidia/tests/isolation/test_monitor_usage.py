@@ -11,7 +11,7 @@ MIB = 1 << 20
 
 def test_monitor_reads_the_library_accounting_of_a_served_container(sandbox):
     env = sandbox.env(
-        memory="64m", sm=50, extra={"NVIDIA_VISIBLE_DEVICES": "GPU-aaaa", "FAKE_CUDA_KERNEL_NS": "200000"}
+        memory="64m", cores=50, extra={"NVIDIA_VISIBLE_DEVICES": "GPU-aaaa", "FAKE_CUDA_KERNEL_NS": "200000"}
     )
     served = ServedContainer(
         "default", "p", "uid-1", "main", 0, "NVIDIA",

@@ -1,0 +1,228 @@
+/*
+ * fake_device.c: the fake hardware of fake_device.h: configuration, the shared state file, allocations backed by
+ * host memory and counted in it, and the per-device timeline of work. Compiled into a fake library with
+ * -fvisibility=hidden, so none of this is exported: the library's own API is all it shows.
+ */
+#define _GNU_SOURCE
+#include "fake_device.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+struct fake_config fake = {1, 16ull << 30, 0};
+struct fake_state *fake_state;
+
+static const char *g_prefix = "";
+static uint64_t g_kernel_ns, g_ns_per_block, g_queue_ns = 20000000ull;
+static int g_backing = 1;
+static _Atomic uint64_t g_last_end; /* when this process's queued work is done */
+
+uint64_t fake_env(const char *name, uint64_t fallback) {
+    char variable[128];
+    snprintf(variable, sizeof variable, "%s%s", g_prefix, name);
+    const char *v = getenv(variable);
+    if (!v || !*v) return fallback;
+    char *end;
+    uint64_t x = strtoull(v, &end, 10);
+    switch (*end) {
+    case 'k': case 'K': x <<= 10; break;
+    case 'm': case 'M': x <<= 20; break;
+    case 'g': case 'G': x <<= 30; break;
+    default: break;
+    }
+    return x;
+}
+
+void fake_device_load(const char *prefix, uint64_t default_memory) {
+    g_prefix = prefix;
+    uint64_t devices = fake_env("DEVICES", 1);
+    fake.devices = devices > FAKE_MAX_DEVICES ? FAKE_MAX_DEVICES : (int)devices;
+    fake.memory = fake_env("MEMORY", default_memory);
+    fake.tag = (int)(fake_env("TAG", 0) % FAKE_TAGS);
+    g_kernel_ns = fake_env("KERNEL_NS", 0);
+    g_ns_per_block = fake_env("KERNEL_NS_PER_BLOCK", 0);
+    g_queue_ns = fake_env("QUEUE_NS", 20000000ull);
+    g_backing = !fake_env("NO_BACKING", 0);
+    char variable[128];
+    snprintf(variable, sizeof variable, "%sSTATE", prefix);
+    const char *path = getenv(variable);
+    if (path && *path) {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd >= 0) {
+            void *m = mmap(NULL, FAKE_STATE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            close(fd);
+            if (m != MAP_FAILED) fake_state = m;
+        }
+    }
+    if (!fake_state) fake_state = calloc(1, sizeof *fake_state);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------------------- */
+
+#define BLOCK_MAGIC 0x6b636f6c62656b61ull
+struct block {
+    uint64_t magic;
+    uint64_t size;
+    int device;
+    int counted;
+    struct block *prev, *next;
+    uint64_t pad[3];
+};
+_Static_assert(sizeof(struct block) == 64, "header keeps user memory aligned");
+
+static pthread_mutex_t g_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block g_blocks = {0, 0, 0, 0, &g_blocks, &g_blocks, {0, 0, 0}};
+
+static int take_memory(int device, uint64_t size) {
+    struct fake_device_state *d = &fake_state->devices[device];
+    uint64_t cur = atomic_load(&d->allocated);
+    do {
+        if (size > fake.memory || cur > fake.memory - size) return 0;
+    } while (!atomic_compare_exchange_weak(&d->allocated, &cur, cur + size));
+    uint64_t peak = atomic_load(&d->peak);
+    while (cur + size > peak && !atomic_compare_exchange_weak(&d->peak, &peak, cur + size)) {
+    }
+    atomic_fetch_add(&d->allocations, 1);
+    return 1;
+}
+
+static void give_memory(int device, uint64_t size) { atomic_fetch_sub(&fake_state->devices[device].allocated, size); }
+
+uint64_t fake_used(int device) { return atomic_load(&fake_state->devices[device].allocated); }
+
+void *fake_alloc(int device, uint64_t size, int counted) {
+    if (counted && !take_memory(device, size)) return NULL;
+    if (!counted) atomic_fetch_add(&fake_state->devices[device].host_allocations, 1);
+    struct block *b = malloc(sizeof *b + (g_backing ? size : 0));
+    if (!b) {
+        if (counted) give_memory(device, size);
+        return NULL;
+    }
+    b->magic = BLOCK_MAGIC;
+    b->size = size;
+    b->device = device;
+    b->counted = counted;
+    pthread_mutex_lock(&g_blocks_lock);
+    b->next = g_blocks.next;
+    b->prev = &g_blocks;
+    g_blocks.next->prev = b;
+    g_blocks.next = b;
+    pthread_mutex_unlock(&g_blocks_lock);
+    return b + 1;
+}
+
+int fake_free(void *p) {
+    if (!p) return 0;
+    struct block *b = (struct block *)p - 1;
+    pthread_mutex_lock(&g_blocks_lock);
+    if (b->magic != BLOCK_MAGIC) {
+        pthread_mutex_unlock(&g_blocks_lock);
+        return 0;
+    }
+    b->magic = 0;
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+    pthread_mutex_unlock(&g_blocks_lock);
+    if (b->counted) give_memory(b->device, b->size);
+    free(b);
+    return 1;
+}
+
+void fake_reset_device(int device) {
+    pthread_mutex_lock(&g_blocks_lock);
+    for (struct block *b = g_blocks.next; b != &g_blocks;) {
+        struct block *next = b->next;
+        if (b->device == device && b->counted) {
+            b->magic = 0;
+            b->prev->next = b->next;
+            b->next->prev = b->prev;
+            give_memory(b->device, b->size);
+            free(b);
+        }
+        b = next;
+    }
+    pthread_mutex_unlock(&g_blocks_lock);
+}
+
+__attribute__((destructor)) static void fake_unload(void) {
+    pthread_mutex_lock(&g_blocks_lock);
+    for (struct block *b = g_blocks.next; b != &g_blocks; b = b->next)
+        if (b->magic == BLOCK_MAGIC && b->counted) {
+            b->magic = 0;
+            give_memory(b->device, b->size);
+        }
+    pthread_mutex_unlock(&g_blocks_lock);
+}
+
+/* ---- time ------------------------------------------------------------------------------------------------ */
+
+uint64_t fake_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void fake_sleep_until(uint64_t t) {
+    for (uint64_t now = fake_now_ns(); now < t; now = fake_now_ns()) {
+        struct timespec ts = {(time_t)((t - now) / 1000000000ull), (long)((t - now) % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+uint64_t fake_kernel_ns(uint64_t blocks) { return g_kernel_ns + g_ns_per_block * blocks; }
+
+uint64_t fake_reached(int device) {
+    uint64_t now = fake_now_ns(), busy = atomic_load(&fake_state->devices[device].busy_until);
+    return busy > now ? busy : now; /* the device reaches it after what is queued before it */
+}
+
+void fake_synchronize(void) { fake_sleep_until(atomic_load(&g_last_end)); }
+
+/* This process's queued work (its "command buffer"): the end times and lengths of launches not finished yet. */
+#define QUEUE_SLOTS 4096
+static pthread_mutex_t g_queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_queue_end[QUEUE_SLOTS], g_queue_len[QUEUE_SLOTS];
+static unsigned g_queue_head, g_queue_tail;
+static uint64_t g_queued_ns;
+
+/* Work of this process still queued at `now` (must hold g_queue_lock). */
+static uint64_t queued(uint64_t now) {
+    while (g_queue_head != g_queue_tail && g_queue_end[g_queue_head % QUEUE_SLOTS] <= now) {
+        g_queued_ns -= g_queue_len[g_queue_head % QUEUE_SLOTS];
+        g_queue_head++;
+    }
+    return g_queued_ns;
+}
+
+void fake_run(int device, uint64_t duration) {
+    if (!duration) return;
+    /* A full queue blocks the launch before it is queued, as a full command buffer does. */
+    pthread_mutex_lock(&g_queue_lock);
+    for (uint64_t now = fake_now_ns(); queued(now) > g_queue_ns || g_queue_tail - g_queue_head >= QUEUE_SLOTS;
+         now = fake_now_ns()) {
+        uint64_t wake = g_queue_end[g_queue_head % QUEUE_SLOTS];
+        pthread_mutex_unlock(&g_queue_lock);
+        fake_sleep_until(wake);
+        pthread_mutex_lock(&g_queue_lock);
+    }
+    struct fake_device_state *d = &fake_state->devices[device];
+    uint64_t now = fake_now_ns(), busy = atomic_load(&d->busy_until), end;
+    do {
+        end = (busy > now ? busy : now) + duration;
+    } while (!atomic_compare_exchange_weak(&d->busy_until, &busy, end));
+    g_queue_end[g_queue_tail % QUEUE_SLOTS] = end;
+    g_queue_len[g_queue_tail % QUEUE_SLOTS] = duration;
+    g_queue_tail++;
+    g_queued_ns += duration;
+    pthread_mutex_unlock(&g_queue_lock);
+    atomic_fetch_add(&d->busy_ns[fake.tag], duration);
+    atomic_fetch_add(&d->launches, 1);
+    uint64_t last = atomic_load(&g_last_end);
+    while (end > last && !atomic_compare_exchange_weak(&g_last_end, &last, end)) {
+    }
+}

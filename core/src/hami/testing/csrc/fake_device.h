@@ -1,0 +1,96 @@
+/*
+ * fake_device.h: the "hardware" under a vendor's fake driver in the isolation tests (fake_device.c implements it
+ * and is compiled into each fake library that needs it). It owns what every fake shares and nothing of any API:
+ * the fake library defines the vendor's functions, argument conventions and error codes on top of these.
+ *
+ * The hardware lives in one state file shared by every process of a test (hami.testing.sandbox creates it
+ * zero-filled, FAKE_STATE_SIZE bytes, and reads it with the offsets below); without it each process has its own.
+ * For each device: what is really allocated now and its peak, and a timeline of device work that runs one thing at
+ * a time in the order it was queued, with the device time credited to the launching process's tag.
+ *
+ * Configuration, read by fake_device_load from variables named by the fake's prefix P (for example "FAKE_X_"):
+ *   P DEVICES (default 1), P MEMORY (bytes per device, k/m/g suffix), P KERNEL_NS and P KERNEL_NS_PER_BLOCK (the
+ *   time of a launch: fake_kernel_ns), P QUEUE_NS (default 20 ms: a launch waits, before it is queued, while the
+ *   process has more of its own work queued, as a full command buffer does; other processes' work does not
+ *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE.
+ * On a normal exit the process's counted allocations are given back (a driver frees a dead process's memory).
+ */
+#ifndef HAMI_FAKE_DEVICE_H
+#define HAMI_FAKE_DEVICE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define FAKE_MAX_DEVICES 8
+#define FAKE_TAGS 8
+#define FAKE_STATE_SIZE 4096
+
+struct fake_device_state {                   /* 256 bytes */
+    _Atomic uint64_t allocated;              /*   0: bytes really allocated now, by every process */
+    _Atomic uint64_t peak;                   /*   8: highest `allocated` ever */
+    _Atomic uint64_t busy_until;             /*  16: CLOCK_MONOTONIC ns at which queued work ends */
+    _Atomic uint64_t launches;               /*  24: launches that ran for a time */
+    _Atomic uint64_t busy_ns[FAKE_TAGS];     /*  32: device time of launches, by the launcher's tag */
+    _Atomic uint64_t allocations;            /*  96: successful device allocations */
+    _Atomic uint64_t host_allocations;       /* 104: host allocations (never counted as device memory) */
+    uint8_t pad[144];
+};
+
+struct fake_state {
+    uint8_t header[256];
+    struct fake_device_state devices[FAKE_MAX_DEVICES]; /* at 256 */
+};
+
+_Static_assert(sizeof(struct fake_device_state) == 256, "fake device state is 256 bytes");
+_Static_assert(sizeof(struct fake_state) <= FAKE_STATE_SIZE, "fits the file");
+
+struct fake_config {
+    int devices;       /* P DEVICES, at most FAKE_MAX_DEVICES */
+    uint64_t memory;   /* P MEMORY: bytes per device */
+    int tag;           /* P TAG: whose device time this process's launches are */
+};
+
+extern struct fake_config fake;          /* set by fake_device_load */
+extern struct fake_state *fake_state;    /* the shared state (this process's own without P STATE) */
+
+/* Read the configuration from the variables of `prefix` (MEMORY defaults to `default_memory`) and map the state
+ * file. Call it first, from the fake library's constructor. */
+void fake_device_load(const char *prefix, uint64_t default_memory);
+
+/* The fake's variable `name` (after its prefix) as a number with an optional k/m/g suffix; `fallback` when unset. */
+uint64_t fake_env(const char *name, uint64_t fallback);
+
+/* ---- memory ---------------------------------------------------------------------------------------------- */
+
+/* A new allocation of `size` bytes on `device`, counted as device memory when `counted` (else it is a host
+ * allocation); NULL when the device has not that much free. */
+void *fake_alloc(int device, uint64_t size, int counted);
+
+/* Free what fake_alloc returned: 1, or 0 when `p` is not a live allocation (NULL included). */
+int fake_free(void *p);
+
+/* Free every counted allocation of this process on `device`, as a device or context reset does. */
+void fake_reset_device(int device);
+
+/* Bytes really allocated on `device` now, by every process. */
+uint64_t fake_used(int device);
+
+/* ---- time ------------------------------------------------------------------------------------------------ */
+
+uint64_t fake_now_ns(void);
+void fake_sleep_until(uint64_t t);
+
+/* Device time of a kernel of `blocks` blocks: P KERNEL_NS + P KERNEL_NS_PER_BLOCK x blocks. */
+uint64_t fake_kernel_ns(uint64_t blocks);
+
+/* Queue `duration` ns of work (0: nothing) on `device`'s timeline for this process, waiting first while the
+ * process's own queue is full; credited to its tag. */
+void fake_run(int device, uint64_t duration);
+
+/* When `device` reaches work queued now: the time at which an event recorded now completes. */
+uint64_t fake_reached(int device);
+
+/* Sleep until this process's queued work is done. */
+void fake_synchronize(void);
+
+#endif

@@ -8,6 +8,12 @@ service and HTTP extender on loopback, and schedules --measure new pods one afte
 every node name (nodeCacheCapable) then a bind to the chosen node. A stand-in for the node daemon marks each
 bound pod allocated and releases the node lock, as the real daemon's Allocate does. Prints percentiles, and
 last one JSON object: nodes, filter_p50_ms, filter_p99_ms, bind_p99_ms, pods_per_s, ...
+
+`--workload varied` makes the fragmentation-aware and best-fit policies work for their answer: nodes publish
+allocatable CPU and memory, running pods request CPU and memory of several sizes (so nodes differ in what is
+left), and the measured pods cycle through shared, whole and two-device requests, some with a type selector.
+
+    python benchmarks/scheduler.py --policy fragmentation-aware --workload varied --json
 """
 
 from __future__ import annotations
@@ -28,24 +34,53 @@ from hami.scheduler.locks import NodeLocks
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
+VARIED_SHAPES = (
+    # (GPUs, MiB per GPU, cores %, CPU millicores, memory MiB, type selector)
+    ("1", "1000", "10", 2000, 8192, ""),
+    ("1", "20000", "30", 4000, 16384, ""),
+    ("1", "40960", "50", 8000, 32768, "H100"),
+    ("1", "81920", "100", 12000, 65536, ""),
+    ("2", "81920", "100", 24000, 131072, ""),
+    ("1", "8000", "20", 1000, 4096, "A100"),
+)
 
-def node(name: str, devices: int) -> dict[str, Any]:
+
+def node(name: str, devices: int, *, varied: bool = False) -> dict[str, Any]:
+    model = "NVIDIA-A100" if varied and name.endswith(("3", "7")) else "NVIDIA-H100"
     gpus = [
-        Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type="NVIDIA-H100", numa=i // 4)
+        Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type=model, numa=i // 4)
         for i in range(devices)
     ]
-    return {"metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": encode_node_register(gpus)}}}
-
-
-def pod(name: str, *, node_name: str | None = None, device: str | None = None) -> dict[str, Any]:
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
     obj: dict[str, Any] = {
-        "metadata": {"name": name, "namespace": "bench", "annotations": {}},
-        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": encode_node_register(gpus)}}
+    }
+    if varied:
+        obj["status"] = {"allocatable": {"cpu": "128", "memory": "1Ti"}}
+    return obj
+
+
+def pod(
+    name: str, *, node_name: str | None = None, device: str | None = None, shape: int | None = None
+) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    requests: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if shape is not None:
+        count, mem, cores, cpu, memory, selector = VARIED_SHAPES[shape % len(VARIED_SHAPES)]
+        limits = {"nvidia.com/gpu": count, "nvidia.com/gpumem": mem, "nvidia.com/gpucores": cores}
+        requests = {"cpu": f"{cpu}m", "memory": f"{memory}Mi"}
+        if selector and node_name is None:
+            annotations["nvidia.com/use-gputype"] = selector
+    obj: dict[str, Any] = {
+        "metadata": {"name": name, "namespace": "bench", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits, "requests": requests}}]},
         "status": {"phase": "Pending"},
     }
     if node_name and device:
-        value = encode_pod_devices([(ContainerDevice(uuid=device, type="NVIDIA", usedmem=1000, usedcores=10),)])
+        usedmem, usedcores = int(limits["nvidia.com/gpumem"]), int(limits["nvidia.com/gpucores"])
+        value = encode_pod_devices(
+            [(ContainerDevice(uuid=device, type="NVIDIA", usedmem=usedmem, usedcores=usedcores),)]
+        )
         obj["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": value, BIND_PHASE: "success"}
         obj["spec"]["nodeName"] = node_name
         obj["status"]["phase"] = "Running"
@@ -79,18 +114,21 @@ def main() -> None:
     parser.add_argument("--devices-per-node", type=int, default=8)
     parser.add_argument("--pods", type=int, default=8000, help="running pods already placed")
     parser.add_argument("--measure", type=int, default=1000, help="new pods scheduled and timed")
-    parser.add_argument("--policy", choices=["binpack", "spread"], default="binpack")
+    parser.add_argument("--policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], default="binpack")
+    parser.add_argument("--workload", choices=["uniform", "varied"], default="uniform")
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
+    varied = args.workload == "varied"
 
     cluster = MemoryCluster()
     names = [f"node-{i:05d}" for i in range(args.nodes)]
     for name in names:
-        cluster.create("nodes", node(name, args.devices_per_node))
+        cluster.create("nodes", node(name, args.devices_per_node, varied=varied))
     for i in range(args.pods):
         n = i % args.nodes
         device = f"GPU-{names[n]}-{(i // args.nodes) % args.devices_per_node}"
-        cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device))
+        shape = (i * 7 // args.nodes) % 2 if varied else None  # running pods: the two smallest shapes, mixed
+        cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device, shape=shape))
 
     built = time.perf_counter()
     service = SchedulerService(cluster, VendorHost.load(), ExtenderSettings(node_policy=args.policy)).start()
@@ -109,7 +147,7 @@ def main() -> None:
     unschedulable = 0
     started = time.perf_counter()
     for i in range(args.measure):
-        obj = cluster.create("pods", pod(f"new-{i}"))
+        obj = cluster.create("pods", pod(f"new-{i}", shape=i if varied else None))
         t0 = time.perf_counter()
         answer = post("filter", {"Pod": obj, "NodeNames": names})
         t1 = time.perf_counter()
@@ -140,6 +178,7 @@ def main() -> None:
         "running_pods": args.pods,
         "measured_pods": args.measure,
         "policy": args.policy,
+        "workload": args.workload,
         "state_sync_s": round(sync_s, 3),
         "filter_p50_ms": round(1000 * percentile(filters, 0.50), 3),
         "filter_p99_ms": round(1000 * percentile(filters, 0.99), 3),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
-from hami.scheduler.extender import BIND_PHASE
+from hami.model import ContainerRequest
+from hami.scheduler.extender import BIND_PHASE, ExtenderSettings, ObservedWorkload
 from hami.scheduler.locks import LOCK_ANNOTATION
 
 
@@ -246,3 +248,50 @@ def test_lock_left_by_a_pod_placed_again_elsewhere_is_taken_over(harness: Harnes
     assert harness.bind("p2", "node-a") == {"Error": ""}
     holder = meta(harness.cluster.get("nodes", "node-a"))["annotations"][LOCK_ANNOTATION]
     assert holder.split(",")[2] == "p2"
+
+
+def test_nodes_of_models_the_pod_does_not_select_are_fitted_last() -> None:
+    # binpack ranks the seven busy A100 nodes first; the pod selects H100, found only on the idle node: with
+    # batches of two, the fit must go to the H100 node at once instead of refusing three batches of A100s first.
+    h = Harness(ExtenderSettings(batch_size=2, bind_lock_wait_seconds=0.5))
+    for i in range(7):
+        h.add_node(gpu_node(f"a100-{i}", gpus=2))
+        h.add_pod(gpu_pod(f"busy-{i}", mem=1000))
+    h.add_node(gpu_node("h100", gpus=2, model="NVIDIA-H100"))
+    h.add_pod(gpu_pod("picky", mem=1000, annotations={"nvidia.com/use-gputype": "H100"}))
+    h.start()
+    for i in range(7):
+        assert h.filter(f"busy-{i}", [f"a100-{i}"])["NodeNames"] == [f"a100-{i}"]
+    fitted: list[list[str]] = []
+    fit_nodes = h.host.fit_nodes
+
+    def counting(kind: str, pod: Any, requests: Any, views: Any, policy: Any) -> Any:
+        fitted.append([v.name for v in views])
+        return fit_nodes(kind, pod, requests, views, policy)
+
+    h.host.fit_nodes = counting  # type: ignore[method-assign]
+    assert h.filter("picky")["NodeNames"] == ["h100"]
+    assert fitted[0][0] == "h100"
+    assert len(fitted) == 1
+    h.stop()
+
+
+def test_observed_workload_keeps_cpu_memory_and_type_and_ignores_small_drift() -> None:
+    def request(count: int, cores: int) -> dict[str, list[ContainerRequest | None]]:
+        return {"NVIDIA": [ContainerRequest(kind="NVIDIA", count=count, memory=0, cores=cores)]}
+
+    observed = ObservedWorkload(window=100, refresh=10, drift=0.2)
+    observed.observe(request(1, 50), cpu=1500, memory=3000, models={"NVIDIA": ("a100",)})
+    first = observed.profile()
+    assert first is not None
+    # CPU and memory are rounded up to the policy's buckets (1000 millicores, 1024 MiB)
+    assert list(first.tasks) == [(1, 500, 2000, 3072, ("a100",))]
+    for _ in range(9):
+        observed.observe(request(1, 50), cpu=1500, memory=3000, models={"NVIDIA": ("a100",)})
+    assert observed.profile() is first  # the same mix: no new profile, the nodes keep their evaluations
+    for _ in range(10):
+        observed.observe(request(2, 100), cpu=8000, memory=0)
+    changed = observed.profile()
+    assert changed is not first
+    assert changed is not None
+    assert changed.tasks[(2, 1000, 8000, 0, ())] == 0.5

@@ -108,7 +108,11 @@ class Selectors:
             return "not in use-uuid list"
         if d.id in self.nouse_uuid:
             return "in no-use-uuid list"
-        model = d.type.lower()
+        return self.refuses_model(d.type)
+
+    def refuses_model(self, model: str) -> str | None:
+        """Why a device of this model is not for the pod (its use/no-use type lists), or None."""
+        model = model.lower()
         if self.use_type and not any(t in model for t in self.use_type):
             return "type not selected"
         if any(t in model for t in self.nouse_type):

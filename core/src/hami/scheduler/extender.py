@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
-from hami.fragmentation import FULL, WorkloadProfile, request_share
+from hami.fitting import Selectors
+from hami.fragmentation import CPU_BUCKET, FULL, MEMORY_BUCKET, WorkloadProfile, request_share
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
@@ -131,6 +132,11 @@ default trace (benchmarks/openb.py); the growth itself is in thousandths of a de
 between nodes whose growth differs by less than a few thousandths."""
 
 
+UNSELECTED_LAST = 1e15
+"""Added to the order key of a node whose device model the pod's type selector refuses, so that batches try the
+nodes of the selected models first (the vendor's fit still decides; this only orders)."""
+
+
 class _Shares:
     """Per filter call: each kind's largest request as a share of a node's devices (thousandths; above 1000
     when no device is that large), memoised by device size since most nodes have the same."""
@@ -155,26 +161,50 @@ class _Shares:
 
 
 class ObservedWorkload:
-    """The request mix the fragmentation-aware policy plans for: the last `window` requests seen by filter,
-    unless a profile is given (the simulator gives the trace's)."""
+    """The request mix the fragmentation-aware policy plans for: the last `window` device requests seen by filter,
+    each with its pod's CPU and memory requests and type selector, unless a profile is given (the simulator gives
+    the trace's). Every `refresh` observations the mix is recounted, and the profile replaced only when it has
+    moved by more than `drift` (total variation distance): a new profile costs every node a fresh evaluation."""
 
-    def __init__(self, window: int = 2000, fixed: WorkloadProfile | None = None) -> None:
+    def __init__(
+        self, window: int = 2000, fixed: WorkloadProfile | None = None, refresh: int = 200, drift: float = 0.05
+    ) -> None:
         self.fixed = fixed
-        self._recent: deque[tuple[int, int]] = deque(maxlen=window)
+        self.refresh = refresh
+        self.drift = drift
+        self._recent: deque[tuple[int, int, int, int, tuple[str, ...]]] = deque(maxlen=window)
         self._profile: WorkloadProfile | None = None
         self._seen = 0
 
-    def observe(self, requests: Mapping[str, list[ContainerRequest | None]]) -> None:
+    def observe(
+        self,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        cpu: int = 0,
+        memory: int = 0,
+        models: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        """Count one pod: its device requests per kind, its CPU (millicores) and memory (MiB) requests, and the
+        device models each kind's type selector accepts (none: any). CPU and memory are rounded up to the policy's
+        buckets, which is all it distinguishes, so that alike pods make one task."""
         if self.fixed is not None:
             return
-        for per_container in requests.values():
+        cpu = -(-cpu // CPU_BUCKET) * CPU_BUCKET
+        memory = -(-memory // MEMORY_BUCKET) * MEMORY_BUCKET
+        for kind, per_container in requests.items():
+            accepted = (models or {}).get(kind, ())
             for r in per_container:
                 if r is not None:
                     share = r.memory_percentage * 10 if r.memory_percentage is not None else max(r.cores * 10, 1)
-                    self._recent.append((r.count, min(share, FULL)))
+                    self._recent.append((r.count, min(share, FULL), cpu, memory, accepted))
         self._seen += 1
-        if self._profile is None or self._seen % 200 == 0:
-            self._profile = WorkloadProfile.from_requests(self._recent) if self._recent else None
+        if self._recent and (self._profile is None or self._seen % self.refresh == 0):
+            recounted = WorkloadProfile.from_requests(self._recent)
+            current = self._profile.tasks if self._profile is not None else {}
+            moved = sum(abs(p - current.get(t, 0.0)) for t, p in recounted.tasks.items()) + sum(
+                p for t, p in current.items() if t not in recounted.tasks
+            )
+            if self._profile is None or moved / 2 > self.drift:
+                self._profile = recounted
 
     def profile(self) -> WorkloadProfile | None:
         return self.fixed if self.fixed is not None else self._profile
@@ -239,7 +269,23 @@ class Extender:
         if not requests:
             return FilterResult(passthrough=True)
         kinds = sorted(requests)
-        self.workload.observe(requests)
+        selectors = {k: Selectors(self.host.kind(k), pod) for k in kinds}
+        self.workload.observe(
+            requests, pod.host_cpu, pod.host_memory, {k: tuple(s.use_type) for k, s in selectors.items()}
+        )
+        typed = [(k, s) for k, s in selectors.items() if s.use_type or s.nouse_type]
+        refused: dict[tuple[str, str], bool] = {}
+
+        def unselected(record: NodeRecord) -> bool:
+            for kind, selector in typed:
+                model = record.totals[kind].model
+                verdict = refused.get((kind, model))
+                if verdict is None:
+                    verdict = refused[(kind, model)] = selector.refuses_model(model) is not None
+                if verdict:
+                    return True
+            return False
+
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
@@ -294,7 +340,11 @@ class Extender:
                     hit = record.memo[memo_key] = evaluate(record)
                 reason, key = hit
                 if reason is None:
-                    candidates.append((key + scarcity(record) if scarcity else key, name, record))
+                    if scarcity:
+                        key += scarcity(record)
+                    if typed and unselected(record):
+                        key += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
+                    candidates.append((key, name, record))
                 else:
                     result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)

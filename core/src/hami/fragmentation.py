@@ -31,6 +31,7 @@ are memoised by the node's signature (its sorted free shares and buckets), which
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,11 @@ class WorkloadProfile:
     """(count, share, cpu millicores, memory MiB, accepted models) → probability (normalised on construction)."""
     _shapes: dict[tuple[int, int], list[tuple[int, int, tuple[str, ...], float]]] = field(init=False, repr=False)
     _weights: dict[tuple[int, int, str], _Weights] = field(init=False, repr=False)
+    _tables: dict[tuple[int, int, str], tuple[list[float], list[tuple[int, int, float]], float]] = field(
+        init=False, repr=False
+    )
+    _cpu_levels: list[int] = field(init=False, repr=False)
+    _memory_levels: list[int] = field(init=False, repr=False)
     _memo: dict[tuple[object, ...], tuple[float, int]] = field(init=False, repr=False)
     _restricted: dict[tuple[str, ...], float] = field(init=False, repr=False)
     _groups: dict[frozenset[str], list[tuple[frozenset[str], float]]] = field(init=False, repr=False)
@@ -106,6 +112,9 @@ class WorkloadProfile:
         for (count, share, cpu, memory, models), p in self.tasks.items():
             self._shapes.setdefault((count, share), []).append((cpu, memory, tuple(m.lower() for m in models), p))
         self._weights = {}
+        self._tables = {}
+        self._cpu_levels = sorted({cpu for _, _, cpu, _, _ in self.tasks})
+        self._memory_levels = sorted({memory for _, _, _, memory, _ in self.tasks})
         self._memo = {}
         demand = sum(count * share * p for (count, share, _, _, _), p in self.tasks.items())
         self._restricted = {}
@@ -142,7 +151,28 @@ class WorkloadProfile:
             return found
         cpu_cap = bucket[0] * CPU_BUCKET
         memory_cap = bucket[1] * MEMORY_BUCKET
-        name = model.lower()
+        # Which tasks fit depends on the caps only through the largest task CPU and memory within them: buckets
+        # alike in that share the tables, the costly part.
+        levels = (
+            bisect.bisect_right(self._cpu_levels, cpu_cap),
+            bisect.bisect_right(self._memory_levels, memory_cap),
+            model,
+        )
+        tables = self._tables.get(levels)
+        if tables is None:
+            tables = self._tables[levels] = self._tables_for(cpu_cap, memory_cap, model.lower())
+        single, multi, fitting = tables
+        feedable = float("inf") if bucket[0] == UNKNOWN or self._cpu_per_share <= 0 else cpu_cap / self._cpu_per_share
+        weights = _Weights(single, multi, max(0.0, 1.0 - fitting), feedable)
+        if len(self._weights) > 50_000:
+            self._weights.clear()
+        self._weights[key] = weights
+        return weights
+
+    def _tables_for(
+        self, cpu_cap: int, memory_cap: int, name: str
+    ) -> tuple[list[float], list[tuple[int, int, float]], float]:
+        """The single-device table, the multi-device shapes and P(fit) for nodes with these caps and model."""
         need_more = [0.0] * (FULL + 2)  # need_more[s] = P(fitting single-device task with share s)
         multi = []
         fitting = 0.0
@@ -162,12 +192,7 @@ class WorkloadProfile:
         for f in range(FULL, -1, -1):
             single[f] = f * tail  # tasks needing more than f: shares f+1..FULL
             tail += need_more[f]
-        feedable = float("inf") if bucket[0] == UNKNOWN or self._cpu_per_share <= 0 else cpu_cap / self._cpu_per_share
-        weights = _Weights(single, multi, max(0.0, 1.0 - fitting), feedable)
-        if len(self._weights) > 50_000:
-            self._weights.clear()
-        self._weights[key] = weights
-        return weights
+        return single, multi, fitting
 
     def fragmentation(
         self, frees: Sequence[int], cpu_free: int | None = None, memory_free: int | None = None, model: str = ""

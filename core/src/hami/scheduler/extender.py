@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import logging
 import threading
 import time
@@ -225,6 +226,8 @@ class Extender:
         self.state = state
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
+        self._memo_ids: dict[tuple[object, ...], int] = {}
+        self._memo_counter = itertools.count()
         self.quota: QuotaLedger | None = None
         """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
         self.is_leader: Callable[[], bool] = lambda: True
@@ -308,12 +311,33 @@ class Extender:
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
-            memo_key = (
-                policy.node,
-                id(policy.workload),
-                host,
-                tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
+            memo_key = self._memo_id(
+                (
+                    policy.node,
+                    id(policy.workload),
+                    host,
+                    tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
+                )
             )
+
+            def adjustment(record: NodeRecord) -> float:
+                """What the memoised order key leaves out: it depends on other nodes, or on the pod's selectors."""
+                value = scarcity(record) if scarcity else 0.0
+                if typed and unselected(record):
+                    value += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
+                return value
+
+            adjust: Callable[[NodeRecord], float] | None = adjustment if scarcity or typed else None
+            if adjust is not None and single:
+                by_model: dict[tuple[str, tuple[int, int]], float] = {}  # most nodes share a model and device size
+
+                def adjust(record: NodeRecord) -> float:
+                    totals = record.totals[single]
+                    key = (totals.model, totals.largest)
+                    value = by_model.get(key)
+                    if value is None:
+                        value = by_model[key] = adjustment(record)
+                    return value
 
             def evaluate(record: NodeRecord) -> tuple[str | None, float]:
                 # A cheap necessary condition on the node's free shares spares the vendor call for hopeless
@@ -340,11 +364,7 @@ class Extender:
                     hit = record.memo[memo_key] = evaluate(record)
                 reason, key = hit
                 if reason is None:
-                    if scarcity:
-                        key += scarcity(record)
-                    if typed and unselected(record):
-                        key += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
-                    candidates.append((key, name, record))
+                    candidates.append((key + adjust(record) if adjust else key, name, record))
                 else:
                     result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
@@ -368,6 +388,16 @@ class Extender:
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
+
+    def _memo_id(self, key: tuple[object, ...]) -> int:
+        """A small integer standing for a per-node memo key (hashed once per filter, not once per node); never
+        reused, so that forgetting old keys cannot make a node's stale evaluation look current."""
+        found = self._memo_ids.get(key)
+        if found is None:
+            if len(self._memo_ids) > 4096:
+                self._memo_ids.clear()
+            found = self._memo_ids[key] = next(self._memo_counter)
+        return found
 
     def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:
         """Why a node has none of the pod's device kinds to offer."""

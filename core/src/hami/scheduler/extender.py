@@ -276,19 +276,6 @@ class Extender:
         self.workload.observe(
             requests, pod.host_cpu, pod.host_memory, {k: tuple(s.use_type) for k, s in selectors.items()}
         )
-        typed = [(k, s) for k, s in selectors.items() if s.use_type or s.nouse_type]
-        refused: dict[tuple[str, str], bool] = {}
-
-        def unselected(record: NodeRecord) -> bool:
-            for kind, selector in typed:
-                model = record.totals[kind].model
-                verdict = refused.get((kind, model))
-                if verdict is None:
-                    verdict = refused[(kind, model)] = selector.refuses_model(model) is not None
-                if verdict:
-                    return True
-            return False
-
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
@@ -307,7 +294,7 @@ class Extender:
             shares = _Shares(largest)
             host = (pod.host_cpu, pod.host_memory)
             order = self._order_key(policy, largest, kinds, shares, host)
-            scarcity = self._scarcity_charge(policy, largest, kinds, shares)
+            adjust = self._adjustment(policy, largest, kinds, shares, selectors)
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
@@ -319,25 +306,6 @@ class Extender:
                     tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
                 )
             )
-
-            def adjustment(record: NodeRecord) -> float:
-                """What the memoised order key leaves out: it depends on other nodes, or on the pod's selectors."""
-                value = scarcity(record) if scarcity else 0.0
-                if typed and unselected(record):
-                    value += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
-                return value
-
-            adjust: Callable[[NodeRecord], float] | None = adjustment if scarcity or typed else None
-            if adjust is not None and single:
-                by_model: dict[tuple[str, tuple[int, int]], float] = {}  # most nodes share a model and device size
-
-                def adjust(record: NodeRecord) -> float:
-                    totals = record.totals[single]
-                    key = (totals.model, totals.largest)
-                    value = by_model.get(key)
-                    if value is None:
-                        value = by_model[key] = adjustment(record)
-                    return value
 
             def evaluate(record: NodeRecord) -> tuple[str | None, float]:
                 # A cheap necessary condition on the node's free shares spares the vendor call for hopeless
@@ -456,6 +424,43 @@ class Extender:
             return delta + TIE_BREAK * sum(signature)
 
         return growth
+
+    def _adjustment(
+        self,
+        policy: SchedulingPolicy,
+        largest: Mapping[str, ContainerRequest],
+        kinds: Sequence[str],
+        shares: _Shares,
+        selectors: Mapping[str, Selectors],
+    ) -> Callable[[NodeRecord], float] | None:
+        """What a node's memoised order key leaves out, because it depends on other nodes (the scarcity charge)
+        or on the pod's type selectors (nodes of models it does not select go last). None when nothing applies.
+        Computed once per device model and size for single-kind pods: most nodes share them."""
+        scarcity = self._scarcity_charge(policy, largest, kinds, shares)
+        typed = [(k, s) for k, s in selectors.items() if s.use_type or s.nouse_type]
+        if scarcity is None and not typed:
+            return None
+
+        def adjustment(record: NodeRecord) -> float:
+            value = scarcity(record) if scarcity else 0.0
+            if any(s.refuses_model(record.totals[k].model) for k, s in typed):
+                value += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
+            return value
+
+        if len(kinds) > 1:
+            return adjustment
+        kind = kinds[0]
+        by_model: dict[tuple[str, tuple[int, int]], float] = {}
+
+        def per_model(record: NodeRecord) -> float:
+            totals = record.totals[kind]
+            key = (totals.model, totals.largest)
+            value = by_model.get(key)
+            if value is None:
+                value = by_model[key] = adjustment(record)
+            return value
+
+        return per_model
 
     def _scarcity_charge(
         self, policy: SchedulingPolicy, largest: Mapping[str, ContainerRequest], kinds: Sequence[str], shares: _Shares

@@ -35,12 +35,12 @@ PAPER_POLICIES = {"06-FGD": "FGD", "05-BestFit": "BestFit", "04-GpuPacking": "Gp
 
 
 def run_one(
-    data: str, trace: str, policy: str, seed: int, tune: float, sampling: str
+    data: str, trace: str, policy: str, seed: int, tune: float, sampling: str, learn: bool
 ) -> tuple[str, str, int, dict[int, float], float]:
     nodes = read_nodes(Path(data) / "openb_node_list_gpu_node.csv")
     pods = read_pods(Path(data) / f"openb_pod_list_{trace}.csv")
     sampled = sample_pods(pods, sum(n.gpus for n in nodes), tune, seed, sampling)
-    result = simulate(nodes, sampled, policy, seed=seed, workload=workload_of(pods))
+    result = simulate(nodes, sampled, policy, seed=seed, workload=workload_of(pods), learn=learn)
     return trace, policy, seed, result.unallocated_pct, result.seconds
 
 
@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--tune", type=float, default=1.3)
     parser.add_argument("--sampling", choices=SAMPLING, default=SAMPLING[0], help="as `hami simulate --sampling`")
+    parser.add_argument(
+        "--workload", choices=("trace", "learned"), default="trace", help="as `hami simulate --workload`"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
@@ -81,7 +84,10 @@ def main() -> None:
     results: dict[tuple[str, str], list[dict[int, float]]] = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        futures = [pool.submit(run_one, args.data, t, p, s, args.tune, args.sampling) for t, p, s in jobs]
+        futures = [
+            pool.submit(run_one, args.data, t, p, s, args.tune, args.sampling, args.workload == "learned")
+            for t, p, s in jobs
+        ]
         for done, future in enumerate(as_completed(futures), start=1):
             trace, policy, seed, curve, seconds = future.result()
             results.setdefault((trace, policy), []).append(curve)

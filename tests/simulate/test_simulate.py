@@ -150,6 +150,9 @@ def test_fragmentation_aware_leaves_less_unallocated_than_binpack_on_a_mixed_tra
     binpack = simulate(nodes, sampled, "binpack", workload=workload_of(pods))
     aware = simulate(nodes, sampled, "fragmentation-aware", workload=workload_of(pods))
     assert aware.unallocated_pct[100] < binpack.unallocated_pct[100]
+    # as the live extender: planning for the mix of the requests filtered so far, not the trace's
+    learned = simulate(nodes, sampled, "fragmentation-aware", learn=True)
+    assert learned.unallocated_pct[100] < binpack.unallocated_pct[100]
 
 
 def test_fragmentation_of_a_node_follows_the_fgd_definition() -> None:

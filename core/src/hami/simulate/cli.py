@@ -47,6 +47,13 @@ def add_simulate_parser(subparsers: argparse._SubParsersAction[argparse.Argument
         help="top-up: the trace's pods shuffled, then random draws up to TUNE (the FGD authors' simulator; default); "
         "resample: only random draws",
     )
+    parser.add_argument(
+        "--workload",
+        choices=("trace", "learned"),
+        default="trace",
+        help="what fragmentation-aware plans for: the trace's mix (default), or, as the live extender, the mix of "
+        "the requests filtered so far",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plot", metavar="PNG", help="write unallocated %% against arrived workload as a PNG")
     parser.add_argument("--list-policies", action="store_true", help="print the policy names, one per line")
@@ -74,7 +81,15 @@ def run_simulate(args: argparse.Namespace) -> int:
     sampled = sample_pods(pods, sum(n.gpus for n in nodes), args.tune, args.seed, args.sampling)
     workload = workload_of(pods)
     results = [
-        simulate(nodes, sampled, policy, seed=args.seed, workload=workload, progress=Progress(policy))
+        simulate(
+            nodes,
+            sampled,
+            policy,
+            seed=args.seed,
+            workload=workload,
+            learn=args.workload == "learned",
+            progress=Progress(policy),
+        )
         for policy in policies
     ]
     if args.plot:

@@ -108,9 +108,13 @@ def simulate(
     *,
     seed: int = 0,
     workload: WorkloadProfile | None = None,
+    learn: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> SimulationResult:
-    """Schedule `pods` in order onto `nodes` under `policy`; returns the allocation curve and failures."""
+    """Schedule `pods` in order onto `nodes` under `policy`; returns the allocation curve and failures.
+
+    The fragmentation-aware policy plans for `workload` (default: the mix of `pods`), or with `learn`, as the
+    live extender does, for the mix of the requests it has filtered so far."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
@@ -120,7 +124,7 @@ def simulate(
     state = ClusterState(host)
     state.replay(objects, [])
     extender = Extender(cluster, host, state, ExtenderSettings(node_policy=policy))
-    extender.workload = ObservedWorkload(fixed=workload or workload_of(pods))
+    extender.workload = ObservedWorkload() if learn else ObservedWorkload(fixed=workload or workload_of(pods))
 
     names = [n.name for n in nodes]
     free_cpu = {n.name: n.cpu_milli for n in nodes}

@@ -116,10 +116,15 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic int32_t) == 4, "p
 /* This process                                                                                             */
 /* ------------------------------------------------------------------------------------------------------ */
 
-struct hami_estimate {       /* one entry of a direct-mapped cache: kernel key -> device time */
+struct hami_estimate {       /* one entry of a direct-mapped cache: kernel key -> device time (limiter.c) */
     _Atomic uint64_t key;
     _Atomic int64_t ns;
+    _Atomic int64_t recent[2];  /* its last two measurements, newest first (while new: its lowest) */
+    _Atomic uint32_t samples;   /* measurements of it so far (counted up to limiter.c's ESTIMATE_YOUNG) */
+    uint8_t pad[28];
 };
+
+_Static_assert(sizeof(struct hami_estimate) == 64, "an estimate is one cache line");
 
 #define HAMI_ESTIMATES 256
 
@@ -130,7 +135,7 @@ struct hami_process_device {
     int64_t burst_ns;      /* most device time the bucket holds */
     _Atomic int64_t fallback_ns; /* average device time of a launch, for kernels without an estimate */
     _Atomic int measured;        /* a launch was timed on this device */
-    struct hami_estimate estimates[HAMI_ESTIMATES];
+    _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];
 };
 
 struct hami_process {

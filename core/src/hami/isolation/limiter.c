@@ -7,11 +7,22 @@
  * and the launching thread sleeps while the bucket is in debt, so the device can never be fed more than the
  * share in the long run, whatever the grid size or kernel length.
  *
- * Estimates come from measurements: the vendor layer times launches when asked (events around the launch, so
- * the duration is the device's own), one launch in 32 per thread, every launch of a kernel shape not seen yet,
- * and the first launch on a device synchronously (nothing is known yet). An estimate is kept per kernel and
- * size class (log2 of the blocks) in a small direct-mapped cache, with a per-device average for the rest; each
- * measured launch also corrects the bucket by the difference between what it was charged and what it took.
+ * Estimates come from measurements: the vendor layer times launches when asked (events around the launch), one
+ * launch in 32 per thread, every launch of a kernel shape measured fewer than 5 times, and the first launch on a
+ * device synchronously (nothing is known yet). An estimate is kept per kernel and size class (log2 of the
+ * blocks) in a small direct-mapped cache, with a per-device average for the rest; each measured launch also
+ * corrects the bucket by the difference between what it was charged and what it counted for.
+ *
+ * A measurement can be more than the launch's own time, never less: the events are on the device's timeline,
+ * so whatever other work (another container's, another context's time slice) the device ran between the start
+ * event and the kernel counts too: a thread preempted between the two, or blocked in the launch by a full
+ * queue, measures its 4 ms kernel at 8-30 ms. Taken as it is, such an outlier would be the estimate charged for
+ * the next 31 launches (an error of x in it costs about 32x in device time: one inflated measurement could
+ * starve a 10 % container for seconds). So a measurement counts for the median of it and the kernel's two
+ * measurements before: one inflated measurement in three is ignored, and a kernel whose time really changes is
+ * followed from its second measurement at the new time on. A new kernel's estimate is the lowest of its first 5
+ * measurements (taken at its next launches, cheaply: containers starting together inflate each other's first
+ * ones, seen three in a row), and then moves a quarter of the way to each median.
  *
  * The bucket is refilled lazily: only a thread that finds it in debt refills it from the elapsed time, so a
  * launch under the limit costs one atomic subtraction. GPU_CORE_UTILIZATION_POLICY=disable turns all of this
@@ -27,6 +38,7 @@
 
 #define SAMPLE_EVERY 32u  /* a power of two */
 #define FLUSH_EVERY 64u   /* launches counted per thread before the shared counters are updated */
+#define ESTIMATE_YOUNG 5u /* a new kernel is timed at each launch until measured this many times */
 
 struct launch_stats {
     int device;
@@ -146,6 +158,8 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
     int64_t estimate;
     if (HAMI_LIKELY(atomic_load_explicit(&e->key, memory_order_acquire) == key)) {
         estimate = atomic_load_explicit(&e->ns, memory_order_relaxed);
+        if (HAMI_UNLIKELY(atomic_load_explicit(&e->samples, memory_order_relaxed) < ESTIMATE_YOUNG))
+            decision = HAMI_ISO_LAUNCH_TIME; /* a new kernel: a later measurement may overrule an inflated one */
     } else {
         estimate = atomic_load_explicit(&pd->fallback_ns, memory_order_relaxed);
         decision = HAMI_ISO_LAUNCH_TIME;
@@ -167,29 +181,51 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
     return decision;
 }
 
+static inline int64_t median3(int64_t a, int64_t b, int64_t c) {
+    int64_t low = b < c ? b : c, high = b < c ? c : b;
+    return a < low ? low : a > high ? high : a;
+}
+
 void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns) {
     struct hami_process *p = &hami_proc;
     int device = launch->device;
     if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header) return;
     struct hami_process_device *pd = &p->devices[device];
     int64_t measured = device_ns > (uint64_t)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)device_ns;
+    int64_t counted = measured; /* what it counts for (see the header) */
     struct hami_estimate *e = &pd->estimates[launch->estimator & (HAMI_ESTIMATES - 1)];
     if (atomic_load_explicit(&e->key, memory_order_acquire) == launch->kernel) {
+        uint32_t samples = atomic_load_explicit(&e->samples, memory_order_relaxed);
         int64_t old = atomic_load_explicit(&e->ns, memory_order_relaxed);
-        atomic_store_explicit(&e->ns, old + (measured - old) / 4, memory_order_relaxed);
+        if (samples < ESTIMATE_YOUNG) { /* the lowest measurement so far, and the history the medians start from */
+            counted = measured < old ? measured : old;
+            atomic_store_explicit(&e->ns, counted, memory_order_relaxed);
+            atomic_store_explicit(&e->recent[0], counted, memory_order_relaxed);
+            atomic_store_explicit(&e->recent[1], counted, memory_order_relaxed);
+            atomic_store_explicit(&e->samples, samples + 1, memory_order_relaxed);
+        } else {
+            int64_t last = atomic_load_explicit(&e->recent[0], memory_order_relaxed);
+            counted = median3(measured, last, atomic_load_explicit(&e->recent[1], memory_order_relaxed));
+            atomic_store_explicit(&e->ns, old + (counted - old) / 4, memory_order_relaxed);
+            atomic_store_explicit(&e->recent[1], last, memory_order_relaxed);
+            atomic_store_explicit(&e->recent[0], measured, memory_order_relaxed);
+        }
     } else {
         atomic_store_explicit(&e->key, 0, memory_order_release); /* readers never pair a key with a wrong time */
         atomic_store_explicit(&e->ns, measured, memory_order_relaxed);
+        atomic_store_explicit(&e->recent[0], measured, memory_order_relaxed);
+        atomic_store_explicit(&e->recent[1], measured, memory_order_relaxed);
+        atomic_store_explicit(&e->samples, 1, memory_order_relaxed);
         atomic_store_explicit(&e->key, launch->kernel, memory_order_release);
     }
     if (!atomic_load_explicit(&pd->measured, memory_order_relaxed)) {
-        atomic_store_explicit(&pd->fallback_ns, measured, memory_order_relaxed);
+        atomic_store_explicit(&pd->fallback_ns, counted, memory_order_relaxed);
         atomic_store_explicit(&pd->measured, 1, memory_order_release);
     } else {
         int64_t old = atomic_load_explicit(&pd->fallback_ns, memory_order_relaxed);
-        atomic_store_explicit(&pd->fallback_ns, old + (measured - old) / 8, memory_order_relaxed);
+        atomic_store_explicit(&pd->fallback_ns, old + (counted - old) / 8, memory_order_relaxed);
     }
-    int64_t correction = measured - launch->charged_ns;
+    int64_t correction = counted - launch->charged_ns;
     if (pd->limited && correction) {
         atomic_fetch_sub_explicit(&p->header->devices[device].tokens_ns, correction, memory_order_relaxed);
         if (correction > 0 && tls.device == device) tls.device_ns += (uint64_t)correction;

@@ -286,10 +286,10 @@ def test_observed_workload_keeps_cpu_memory_and_type_and_ignores_small_drift() -
     assert first is not None
     # CPU and memory are rounded up to the policy's buckets (1000 millicores, 1024 MiB)
     assert list(first.tasks) == [(1, 500, 2000, 3072, ("a100",))]
-    for _ in range(9):
+    for _ in range(19):
         observed.observe(request(1, 50), cpu=1500, memory=3000, models={"NVIDIA": ("a100",)})
-    assert observed.profile() is first  # the same mix: no new profile, the nodes keep their evaluations
-    for _ in range(10):
+    assert observed.profile() is first  # recounted, the same mix: no new profile, the nodes keep their evaluations
+    for _ in range(20):
         observed.observe(request(2, 100), cpu=8000, memory=0)
     changed = observed.profile()
     assert changed is not first

@@ -176,6 +176,7 @@ class ObservedWorkload:
         self._recent: deque[tuple[int, int, int, int, tuple[str, ...]]] = deque(maxlen=window)
         self._profile: WorkloadProfile | None = None
         self._seen = 0
+        self._counted_at = 0
 
     def observe(
         self,
@@ -198,7 +199,13 @@ class ObservedWorkload:
                     share = r.memory_percentage * 10 if r.memory_percentage is not None else max(r.cores * 10, 1)
                     self._recent.append((r.count, min(share, FULL), cpu, memory, accepted))
         self._seen += 1
-        if self._recent and (self._profile is None or self._seen % self.refresh == 0):
+
+    def profile(self) -> WorkloadProfile | None:
+        """The profile to plan for; recounted here, when a policy asks, so that other policies pay nothing."""
+        if self.fixed is not None:
+            return self.fixed
+        if self._recent and (self._profile is None or self._seen - self._counted_at >= self.refresh):
+            self._counted_at = self._seen
             recounted = WorkloadProfile.from_requests(self._recent)
             current = self._profile.tasks if self._profile is not None else {}
             moved = sum(abs(p - current.get(t, 0.0)) for t, p in recounted.tasks.items()) + sum(
@@ -206,9 +213,7 @@ class ObservedWorkload:
             )
             if self._profile is None or moved / 2 > self.drift:
                 self._profile = recounted
-
-    def profile(self) -> WorkloadProfile | None:
-        return self.fixed if self.fixed is not None else self._profile
+        return self._profile
 
 
 class Extender:

@@ -303,6 +303,7 @@ class Extender:
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
+            by_group: dict[int, float] | None = {} if adjust is not None and single else None
             memo_key = self._memo_id(
                 (
                     policy.node,
@@ -337,7 +338,15 @@ class Extender:
                     hit = record.memo[memo_key] = evaluate(record)
                 reason, key = hit
                 if reason is None:
-                    candidates.append((key + adjust(record) if adjust else key, name, record))
+                    if by_group is not None:  # inline: this loop runs once per node and filter
+                        group = record.totals[single].group  # type: ignore[index]
+                        extra = by_group.get(group)
+                        if extra is None:
+                            extra = by_group[group] = adjust(record)  # type: ignore[misc]
+                        key += extra
+                    elif adjust is not None:
+                        key += adjust(record)
+                    candidates.append((key, name, record))
                 else:
                     result.failed[name] = reason
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
@@ -440,7 +449,7 @@ class Extender:
     ) -> Callable[[NodeRecord], float] | None:
         """What a node's memoised order key leaves out, because it depends on other nodes (the scarcity charge)
         or on the pod's type selectors (nodes of models it does not select go last). None when nothing applies.
-        Computed once per device model and size for single-kind pods: most nodes share them."""
+        The caller computes it once per node group (model and device size) for single-kind pods."""
         scarcity = self._scarcity_charge(policy, largest, kinds, shares)
         typed = [(k, s) for k, s in selectors.items() if s.use_type or s.nouse_type]
         if scarcity is None and not typed:
@@ -452,20 +461,7 @@ class Extender:
                 value += UNSELECTED_LAST  # the fit will refuse it: try the nodes of selected models first
             return value
 
-        if len(kinds) > 1:
-            return adjustment
-        kind = kinds[0]
-        by_model: dict[tuple[str, tuple[int, int]], float] = {}
-
-        def per_model(record: NodeRecord) -> float:
-            totals = record.totals[kind]
-            key = (totals.model, totals.largest)
-            value = by_model.get(key)
-            if value is None:
-                value = by_model[key] = adjustment(record)
-            return value
-
-        return per_model
+        return adjustment
 
     def _scarcity_charge(
         self, policy: SchedulingPolicy, largest: Mapping[str, ContainerRequest], kinds: Sequence[str], shares: _Shares

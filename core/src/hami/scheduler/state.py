@@ -126,6 +126,7 @@ class NodeRecord:
                 t.memory += u.device.devmem
                 t.largest = max(t.largest, (u.device.devmem, u.device.devcore))
                 t.model = t.model or u.device.type
+            t.group = _model_group(t.model, t.largest)
 
 
 @dataclass(slots=True)
@@ -144,6 +145,8 @@ class NodeTotals:
     """(devmem, devcore) of the node's largest device of the kind."""
     model: str = ""
     """The model of the node's devices of the kind (the first device's, for type-aware policies)."""
+    group: int = 0
+    """A small number standing for (model, largest): nodes alike in both share what depends only on them."""
 
     def share(self) -> float:
         """HAMi's node score before placement, divided by 10: used slots, cores and memory as shares, summed."""
@@ -152,6 +155,13 @@ class NodeTotals:
             + (self.usedcores / self.cores if self.cores else 0.0)
             + (self.usedmem / self.memory if self.memory else 0.0)
         )
+
+
+_MODEL_GROUPS: dict[tuple[str, tuple[int, int]], int] = {}
+
+
+def _model_group(model: str, largest: tuple[int, int]) -> int:
+    return _MODEL_GROUPS.setdefault((model, largest), len(_MODEL_GROUPS))
 
 
 def effective_grants(

@@ -295,3 +295,18 @@ def test_observed_workload_keeps_cpu_memory_and_type_and_ignores_small_drift() -
     assert changed is not first
     assert changed is not None
     assert changed.tasks[(2, 1000, 8000, 0, ())] == 0.5
+
+
+def test_a_restarted_scheduler_plans_for_the_running_pods_mix_at_once() -> None:
+    h = Harness(ExtenderSettings(node_policy="fragmentation-aware", bind_lock_wait_seconds=0.5))
+    h.add_node(gpu_node("n1", gpus=4))
+    for i in range(3):
+        half = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "50"}
+        h.add_pod(gpu_pod(f"half-{i}", apps=[half], annotations={"nvidia.com/use-gputype": "A100"}))
+    h.add_pod({**gpu_pod("done", gpu=2, cores=100, mem=None), "status": {"phase": "Succeeded"}})
+    h.start()
+    assert h.service is not None
+    profile = h.service.extender.workload.profile()
+    assert profile is not None  # before any filter: learned from the pods already there
+    assert list(profile.tasks) == [(1, 500, 0, 0, ("a100",))]  # the finished pod teaches nothing
+    h.stop()

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import cast
@@ -171,6 +171,7 @@ class ObservedWorkload:
         self, window: int = 2000, fixed: WorkloadProfile | None = None, refresh: int = 200, drift: float = 0.05
     ) -> None:
         self.fixed = fixed
+        self.window = window
         self.refresh = refresh
         self.drift = drift
         self._recent: deque[tuple[int, int, int, int, tuple[str, ...]]] = deque(maxlen=window)
@@ -278,9 +279,7 @@ class Extender:
             return FilterResult(passthrough=True)
         kinds = sorted(requests)
         selectors = {k: Selectors(self.host.kind(k), pod) for k in kinds}
-        self.workload.observe(
-            requests, pod.host_cpu, pod.host_memory, {k: tuple(s.use_type) for k, s in selectors.items()}
-        )
+        self._observe(pod, requests, selectors)
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
@@ -370,6 +369,35 @@ class Extender:
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
+
+    def _observe(
+        self,
+        pod: Pod,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        selectors: Mapping[str, Selectors] | None = None,
+    ) -> None:
+        if selectors is None:
+            selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
+        models = {k: tuple(s.use_type) for k, s in selectors.items()}
+        self.workload.observe(requests, pod.host_cpu, pod.host_memory, models)
+
+    def learn_from(self, pods: Iterable[KubeObject]) -> int:
+        """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a
+        restarted scheduler plans for the cluster's mix at once rather than for its first requests). Returns how
+        many pods were counted."""
+        live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        live.sort(key=lambda p: str(meta(p).get("creationTimestamp") or ""))
+        counted = 0
+        for obj in live[-self.workload.window :]:
+            try:
+                pod = Pod.from_api(obj)
+                requests = self.host.pod_requests(pod)
+            except (HamiError, ValueError):
+                continue  # the filter reports such pods when they are scheduled; here they only teach nothing
+            if requests:
+                self._observe(pod, requests)
+                counted += 1
+        return counted
 
     def _memo_id(self, key: tuple[object, ...]) -> int:
         """A small integer standing for a per-node memo key (hashed once per filter, not once per node); never

@@ -1,7 +1,8 @@
 """The running scheduler: keeps `ClusterState` current from watches and frees node locks as events arrive.
 
 Start-up lists nodes and pods, rebuilds the state from scratch (the same objects give the same usage, so a
-restart changes nothing), then watches both. Each pod event may end a node lock's purpose (the owner was
+restart changes nothing), seeds the fragmentation-aware policy's learned workload with the live pods' requests,
+then watches both. Each pod event may end a node lock's purpose (the owner was
 deleted, failed, or its allocation finished), so the lock of the pod's node is checked and released at once
 instead of waiting out HAMi's 5 minutes. A watch that breaks is re-established from a fresh list.
 
@@ -81,6 +82,7 @@ class SchedulerService:
         nodes, node_rv = self.cluster.list("nodes")
         pods, pod_rv = self.cluster.list("pods")
         self.state.replay(nodes, pods)
+        learned = self.extender.learn_from(pods)
         self._subs = [
             self.cluster.watch("nodes", node_rv, self._on_node),
             self.cluster.watch("pods", pod_rv, self._on_pod),
@@ -106,7 +108,12 @@ class SchedulerService:
         if self.elector is not None:
             self.elector.start()
         self.extender.release_finished_locks()
-        log.info("scheduler state synced: %d nodes, %d pods using devices", len(self.state.nodes), len(self.state.pods))
+        log.info(
+            "scheduler state synced: %d nodes, %d pods using devices; workload learned from %d pods",
+            len(self.state.nodes),
+            len(self.state.pods),
+            learned,
+        )
         return self
 
     def stop(self) -> None:

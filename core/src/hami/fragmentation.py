@@ -77,9 +77,9 @@ class _Weights:
     multi: list[tuple[int, int, float]]
     """(count, share, P(task fits CPU and memory)) for multi-device shapes."""
     unfit: float
+    """P(a task does not fit the node's CPU or memory): all free share is a fragment for it."""
     feedable: float
     """Device share (thousandths) the node's free CPU can feed at the workload's CPU per share; inf if unknown."""
-    """P(a task does not fit the node's CPU or memory): all free share is a fragment for it."""
 
 
 @dataclass
@@ -225,15 +225,15 @@ class WorkloadProfile:
         summed over the subsets the model belongs to. Empty when no task is restricted."""
         if not self._restricted:
             return {}
-        groups = self._groups.get(frozenset(free))
+        present = frozenset(free)
+        groups = self._groups.get(present)
         if groups is None:
-            present = list(free)
             merged: dict[frozenset[str], float] = {}
             for selectors, demand in self._restricted.items():
                 accepted = frozenset(m for m in present if any(s in m.lower() for s in selectors))
                 if accepted and len(accepted) < len(present):
                     merged[accepted] = merged.get(accepted, 0.0) + demand
-            groups = self._groups[frozenset(free)] = list(merged.items())
+            groups = self._groups[present] = list(merged.items())
         total = sum(max(0, f) for f in free.values())
         pressure: dict[str, float] = {}
         if total <= 0:

@@ -38,7 +38,14 @@ from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, Sched
 from hami.plugins import VendorHost
 from hami.scheduler.locks import NodeBusy, NodeLocks
 from hami.scheduler.policy import policy_for
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, NodeRecord, handshake_dropped, pod_key
+from hami.scheduler.state import (
+    TERMINAL_PHASES,
+    VGPU_NODE_ANNOTATION,
+    ClusterState,
+    NodeRecord,
+    handshake_dropped,
+    pod_key,
+)
 from hami.webhook.quota import QuotaLedger
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
@@ -302,7 +309,7 @@ class Extender:
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
-            by_group: dict[int, float] | None = {} if adjust is not None and single else None
+            by_group: dict[int, float] = {}  # the adjustment per node group, for single-kind pods
             memo_key = self._memo_id(
                 (
                     policy.node,
@@ -337,11 +344,11 @@ class Extender:
                     hit = record.memo[memo_key] = evaluate(record)
                 reason, key = hit
                 if reason is None:
-                    if by_group is not None:  # inline: this loop runs once per node and filter
-                        group = record.totals[single].group  # type: ignore[index]
+                    if adjust is not None and single:  # inline: this loop runs once per node and filter
+                        group = record.totals[single].group
                         extra = by_group.get(group)
                         if extra is None:
-                            extra = by_group[group] = adjust(record)  # type: ignore[misc]
+                            extra = by_group[group] = adjust(record)
                         key += extra
                     elif adjust is not None:
                         key += adjust(record)
@@ -385,7 +392,7 @@ class Extender:
         """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a
         restarted scheduler plans for the cluster's mix at once rather than for its first requests). Returns how
         many pods were counted."""
-        live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        live = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
         live.sort(key=lambda p: str(meta(p).get("creationTimestamp") or ""))
         counted = 0
         for obj in live[-self.workload.window :]:

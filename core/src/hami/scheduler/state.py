@@ -43,7 +43,16 @@ from hami.model import (
 from hami.plugins import VendorHost
 from hami.quantity import cpu_millis, memory_mib, parse_quantity
 
-__all__ = ["ClusterState", "Grant", "NodeRecord", "NodeTotals", "PodRecord", "VGPU_NODE_ANNOTATION", "pod_key"]
+__all__ = [
+    "TERMINAL_PHASES",
+    "VGPU_NODE_ANNOTATION",
+    "ClusterState",
+    "Grant",
+    "NodeRecord",
+    "NodeTotals",
+    "PodRecord",
+    "pod_key",
+]
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +272,11 @@ class ClusterState:
     def _count_free(self, record: NodeRecord, sign: int) -> None:
         """Add (+1) or take away (-1) a node's free device shares in `free_by_model`."""
         for kind, totals in record.totals.items():
-            models = self.free_by_model.setdefault(kind, {})
-            models[totals.model] = models.get(totals.model, 0) + sign * sum(self.signature(record, kind))
+            self._add_free(kind, totals.model, sign * sum(self.signature(record, kind)))
+
+    def _add_free(self, kind: str, model: str, delta: int) -> None:
+        models = self.free_by_model.setdefault(kind, {})
+        models[model] = models.get(model, 0) + delta
 
     # ---------------------------------------------------------------------------------- pods
 
@@ -421,8 +433,7 @@ class ClusterState:
                     totals.used += sign * grant.slots
                     totals.usedmem += sign * grant.memory
                     totals.usedcores += sign * grant.cores
-            models = self.free_by_model.setdefault(kind, {})
-            models[totals.model] = models.get(totals.model, 0) + sum(self.signature(node, kind)) - free_before
+            self._add_free(kind, totals.model, sum(self.signature(node, kind)) - free_before)
 
     # ---------------------------------------------------------------------------------- reading
 

@@ -245,3 +245,57 @@ def test_unknown_policy_is_refused_with_the_known_ones(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "unknown policy clever; known: binpack, spread, best-fit, fragmentation-aware" in done.stderr
+
+
+def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    """A typo in --plot used to surface after a minutes-long run, as a traceback and no table."""
+    for bad, message in (
+        (tmp_path / "missing" / "curve.png", "does not exist"),
+        (tmp_path / "curve.pdf", "ending in .png"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "hami.cli", "simulate", "--nodes", "absent.csv", "--pods", "absent.csv",
+             "--plot", str(bad)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        # refused with exit 2 before the (absent) traces are even opened
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+        assert "absent.csv" not in done.stderr
+
+
+def test_the_table_is_printed_before_the_plot_is_written(tmp_path: Path) -> None:
+    nodes, pods = synthetic(3, nodes=4)
+    node_csv = write_nodes(tmp_path / "n.csv", [(n.name, n.cpu_milli, n.memory_mib, n.gpus, n.model) for n in nodes])
+    pod_csv = write_pods(
+        tmp_path / "p.csv", [(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, "") for p in pods]
+    )
+    plot = tmp_path / "curve.png"
+    plot.mkdir()  # a folder where the PNG should go is refused up front
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--nodes", str(node_csv), "--pods", str(pod_csv),
+         "--policy", "binpack", "--plot", str(plot)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "is a folder" in done.stderr
+    plot.rmdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--nodes", str(node_csv), "--pods", str(pod_csv),
+         "--policy", "binpack", "--plot", str(plot)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.startswith("unallocated GPU % by arrived workload")
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_progress_shows_the_time_left() -> None:
+    import io
+
+    from hami.simulate.report import Progress
+
+    ticks = iter([100.0, 110.0, 140.0])
+    progress = Progress("binpack", stream=io.StringIO(), clock=lambda: next(ticks))
+    assert progress.line(0, 100).endswith("starting")
+    assert progress.line(25, 100).endswith("10 s, about 30 s left")
+    assert progress.line(100, 100).endswith("done in 40 s")

@@ -1,7 +1,7 @@
 """`hami simulate`: replay an openb trace through the scheduler under one or more policies.
 
 Owns the command's flags and the run: read the traces, sample once (every policy gets the same pods), run
-each policy, print the table (or the JSON line), write the plot.
+each policy, print the table (or the JSON line), then write the plot, whose path was checked before the run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 from hami.errors import ConfigError
 from hami.simulate.engine import POLICIES, simulate, workload_of
-from hami.simulate.report import Progress, as_json, dump, plot, table
+from hami.simulate.report import Progress, as_json, check_plot_path, dump, plot, table
 from hami.simulate.trace import SAMPLING, read_nodes, read_pods, sample_pods
 
 __all__ = ["add_simulate_parser"]
@@ -75,6 +75,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         )
     if args.tune <= 0:
         raise ConfigError("hami simulate: --tune must be positive")
+    if args.plot:
+        check_plot_path(args.plot)
     started = time.perf_counter()
     nodes = read_nodes(args.nodes)
     pods = read_pods(args.pods)
@@ -92,12 +94,12 @@ def run_simulate(args: argparse.Namespace) -> int:
         )
         for policy in policies
     ]
-    if args.plot:
-        plot(results, args.plot)
     if args.json:
         dump(as_json(results, time.perf_counter() - started))
     else:
         print(table(results))
         elapsed = time.perf_counter() - started
-        print(f"{len(sampled)} pods sampled from {len(pods)} onto {len(nodes)} nodes; {elapsed:.1f} s")
+        print(f"{len(sampled)} pods sampled from {len(pods)} onto {len(nodes)} nodes; {elapsed:.1f} s", flush=True)
+    if args.plot:
+        plot(results, args.plot)
     return 0

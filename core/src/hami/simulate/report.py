@@ -2,22 +2,24 @@
 
 Owns the output formats only. The JSON line is `{"policies": {"<name>": {"unallocated_pct": {"<arrived %>":
 value, ...}, "alloc_ratio": {...}, "failed": {...}, "fragmentation_pct": x, "placed": n, "pods": n,
-"seconds": s}}, "seconds": s}`. Plots need matplotlib (`pip install hami-core[plot]`); without it `--plot`
-says so instead of failing late.
+"seconds": s}}, "seconds": s}`. Plots need matplotlib (the `plot` extra of hami-core); `check_plot_path` refuses
+an unwritable `--plot` before the run starts, so a mistake never costs a run.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from hami.errors import ConfigError
 from hami.simulate.engine import SimulationResult
 
-__all__ = ["Progress", "as_json", "plot", "table"]
+__all__ = ["Progress", "as_json", "check_plot_path", "plot", "table"]
 
 MARKS = (50, 80, 90, 95, 100, 110, 120, 130)
 
@@ -58,15 +60,36 @@ def table(results: Sequence[SimulationResult]) -> str:
     return "\n".join(lines)
 
 
+def check_plot_path(path: str | Path) -> Path:
+    """Refuse a `--plot` that could not be written, before a minutes-long run rather than after it."""
+    target = Path(path)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib: install it into this environment (pip install matplotlib, or from a checkout "
+            "pip install -e './core[plot]')"
+        ) from None
+    if target.suffix.lower() != ".png":
+        raise ConfigError(f"--plot {path}: the plot is a PNG; give a file name ending in .png")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"--plot {path}: the folder {parent} does not exist")
+    if target.is_dir():
+        raise ConfigError(f"--plot {path}: is a folder; give a file name ending in .png")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ConfigError(f"--plot {path}: not writable by this user")
+    return target
+
+
 def plot(results: Sequence[SimulationResult], path: str | Path) -> None:
     """A PNG of unallocated GPU % against arrived workload, one line per policy."""
-    try:
-        import matplotlib
+    check_plot_path(path)
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'hami-core[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=120)
     for r in results:
         points = sorted((k, v) for k, v in r.unallocated_pct.items() if k >= 5)
@@ -82,18 +105,38 @@ def plot(results: Sequence[SimulationResult], path: str | Path) -> None:
 
 
 class Progress:
-    """A one-line progress bar on a terminal (nothing when the stream is not one)."""
+    """A one-line progress bar with the time left, on a terminal (nothing when the stream is not one).
 
-    def __init__(self, label: str, stream: TextIO = sys.stderr) -> None:
+    The estimate is the elapsed time scaled by the share of pods still to place; placements get slower as the
+    cluster fills, so it errs low early on and settles within a few seconds.
+    """
+
+    def __init__(self, label: str, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.monotonic) -> None:
         self.label = label
         self.stream = stream
+        self.clock = clock
         self.enabled = stream.isatty()
+        self.started: float | None = None
+
+    def line(self, done: int, total: int) -> str:
+        """The bar as it is drawn: label, bar, counts, elapsed and the estimated time left."""
+        now = self.clock()
+        if self.started is None:
+            self.started = now
+        elapsed = now - self.started
+        filled = int(30 * done / total) if total else 30
+        if done >= total:
+            left = f"done in {elapsed:.0f} s"
+        elif done:
+            left = f"{elapsed:.0f} s, about {elapsed * (total - done) / done:.0f} s left"
+        else:
+            left = "starting"
+        return f"{self.label:<22} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}  {left}"
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
-        filled = int(30 * done / total) if total else 30
-        self.stream.write(f"\r{self.label:<22} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+        self.stream.write(f"\r{self.line(done, total)}\x1b[K")
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()

@@ -37,7 +37,7 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ("scheduler:\n  devicePolicy: [spread, clever]\n", "'clever' is not one of binpack, spread"),
         ('scheduler:\n  listen: "8888"\n', "is not <host>:<port>"),
         ("scheduler:\n  listen: 8888\n", "scheduler.listen: Input should be a valid string"),
-        ("scheduler:\n  nodepolicy: spread\n", "scheduler.nodepolicy: Extra inputs are not permitted"),
+        ("scheduler:\n  nodepolicy: spread\n", "scheduler.nodepolicy: unknown key; legal keys here: listen"),
         ("- a\n- b\n", "the top level must be a mapping"),
         ("scheduler: [unclosed\n", "is not valid YAML"),
     ],

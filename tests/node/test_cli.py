@@ -38,7 +38,7 @@ def test_flags_become_node_settings_and_omitted_ones_keep_the_defaults(monkeypat
 
 def test_bad_values_are_reported_by_flag_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "n")
-    with pytest.raises(ConfigError, match=r"metricsListen: Value error, '9394' is not <host>:<port>"):
+    with pytest.raises(ConfigError, match=r"node.metricsListen: '9394' is not <host>:<port>"):
         node_settings(parse("--metrics-listen", "9394"))
     with pytest.raises(ConfigError, match="discoveryIntervalSeconds: Input should be greater than 0"):
         node_settings(parse("--discovery-interval", "0"))

@@ -3,7 +3,8 @@
 Owns argument parsing, logging set-up and turning deliberate errors (`hami.errors.HamiError`) into a
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
 them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`, `simulate`.
-The quickstart and everyday tools: `demo` (`hami.demo`), `status` (`hami.status`), `completion`.
+The quickstart and everyday tools: `demo` (`hami.demo`), `status` (`hami.status`), `config check`
+(`hami.configcheck`), `completion`.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  hami vendors          list the installed vendor plugins\n"
             "  hami vendors --json   the same, for scripts"
             "\n  hami demo             the whole system on simulated devices, in seconds"
+            "\n  hami config check F   validate a configuration file without starting anything"
             "\n  hami status           nodes, devices, who uses them, node locks (of your kubeconfig's cluster)"
             "\n  source <(hami completion bash)   shell completion"
         ),
@@ -181,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_parser(sub)
     add_status_parser(sub)
     from hami.completion import add_completion_parser
+    from hami.configcheck import add_config_parser
+
+    add_config_parser(sub)
 
     add_completion_parser(sub)
     return parser

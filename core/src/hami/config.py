@@ -1,8 +1,10 @@
 """The one configuration model every `hami` command reads: a YAML (or JSON) file, then command-line overrides.
 
 Owns the file's shape and its validation. A wrong key or value is reported with the file, the dotted path of
-the key and what a legal value is (`hami.yaml: scheduler.nodePolicy: Input should be 'binpack' or 'spread'`),
-never as a traceback. Vendor sections (`vendors.<name>`) are passed through untouched and validated by each
+the key, what is legal and the nearest legal spelling (`hami.yaml: scheduler.nodePolicy: 'binpak' is not legal;
+legal: binpack, spread, best-fit, fragmentation-aware (did you mean 'binpack'?)`; `hami.validation`), never as a
+traceback. `hami config check FILE` validates every section without starting a service. Vendor sections
+(`vendors.<name>`) are passed through untouched and validated by each
 vendor's `hami_vendor_settings` hook when the plugins load.
 
     kubeconfig: ~/.kube/config        # absent: in-cluster configuration
@@ -38,6 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hami.errors import ConfigError
+from hami.validation import describe
 
 __all__ = ["HamiConfig", "LeaderElectionConfig", "SchedulerConfig", "TLSConfig", "load_config", "parse_address"]
 
@@ -129,8 +132,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
     try:
         return HamiConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        raise ConfigError(describe(exc, HamiConfig, source)) from None
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

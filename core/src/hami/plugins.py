@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 import pluggy
+from pydantic import ValidationError
 
 from hami import hookspecs
 from hami.errors import ConfigError, PluginError
@@ -42,6 +43,7 @@ from hami.model import (
     SchedulingPolicy,
     VendorInfo,
 )
+from hami.validation import describe
 
 __all__ = ["DisabledVendor", "ENTRY_POINT_GROUP", "FailedVendor", "LoadedVendor", "VendorHost"]
 
@@ -213,6 +215,8 @@ class VendorHost:
             raw = config.get(info.name, {})
             try:
                 settings = self._call_one(plugin, "hami_vendor_settings", {"raw": raw})
+            except ValidationError as exc:
+                raise ConfigError(describe(exc, None, "configuration", prefix=("vendors", info.name))) from exc
             except ValueError as exc:
                 raise ConfigError(f"configuration of vendor {info.name!r} is invalid: {exc}") from exc
         return LoadedVendor(info, plugin, source.distribution, source.version, hooks, settings)

@@ -54,6 +54,7 @@ from hami.node.devices import resources_of
 from hami.node.simulated import InventoryFile, SimulatedNode
 from hami.plugins import VendorHost
 from hami.testing.kubelet import FakeKubelet
+from hami.validation import describe
 
 __all__ = ["DemoError", "DemoWorld", "NodeSide", "free_port"]
 
@@ -164,8 +165,7 @@ class DemoWorld:
         try:
             HamiConfig.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"{self.config_source}: {problems}") from None
+            raise ConfigError(describe(exc, HamiConfig, self.config_source)) from None
         return raw
 
     def _write_config(self, name: str, raw: Mapping[str, Any]) -> Path:

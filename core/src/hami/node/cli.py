@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hami.errors import ConfigError
+from hami.validation import describe
 
 if TYPE_CHECKING:  # the daemon's imports (gRPC, the cluster client) load only when the command runs
     from hami.node.daemon import NodeSettings
@@ -96,8 +97,7 @@ def node_settings(args: argparse.Namespace, section: dict[str, Any] | None = Non
     try:
         return NodeSettings.model_validate({**(section or {}), **{k: v for k, v in given.items() if v is not None}})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"hami node: {problems}") from None
+        raise ConfigError(describe(exc, NodeSettings, "hami node", prefix=("node",))) from None
 
 
 def run_node_command(args: argparse.Namespace) -> int:

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hami.errors import ConfigError
 from hami.model import Device, NodeInventory
 from hami.plugins import VendorHost
+from hami.validation import describe_error, nearest
 
 __all__ = ["DeviceEntry", "InventoryFile", "SimulatedNode", "discover", "load_inventory"]
 
@@ -195,26 +196,19 @@ def load_inventory(path: str | Path) -> InventoryFile:
 
 
 def _problems(exc: ValidationError, data: Any) -> str:
-    """Pydantic's errors with node names instead of list positions: `nodes[gpu-node].devices[1].devmem: …`."""
-    out = []
-    for error in exc.errors():
-        parts: list[str] = []
-        loc = list(error["loc"])
-        node: Any = None
-        for i, part in enumerate(loc):
-            if i == 1 and loc[0] == "nodes" and isinstance(part, int):
-                try:
-                    node = data["nodes"][part]
-                    label = node.get("name") if isinstance(node, Mapping) else None
-                except (TypeError, KeyError, IndexError):
-                    label = None
-                parts[-1] = f"nodes[{label or part}]"
-            elif isinstance(part, int):
-                parts[-1] = f"{parts[-1]}[{part}]"
-            else:
-                parts.append(str(part))
-        out.append(f"{'.'.join(parts) or 'the file'}: {error['msg']}")
-    return "; ".join(out)
+    """The one error format (`hami.validation`), with node names for list positions: `nodes[gpu-node].…`."""
+
+    def label(position: int, index: Any) -> str | None:
+        if position != 1 or not isinstance(data, Mapping):
+            return None
+        try:
+            node = data["nodes"][index]
+        except (TypeError, KeyError, IndexError):
+            return None
+        name = node.get("name") if isinstance(node, Mapping) else None
+        return str(name) if name else None
+
+    return "; ".join(describe_error(error, InventoryFile, label) for error in exc.errors())
 
 
 def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[NodeInventory]]:
@@ -229,9 +223,12 @@ def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[No
         try:
             vendor = host.owner(kind).name
         except KeyError:
+            served = [k.common_word for k in host.kinds]
+            near = nearest(kind, served)
             log.warning(
-                "%s lists %s devices on node %s, but no loaded vendor serves that kind (see `hami vendors`)",
-                path, kind, node,
+                "%s lists %s devices on node %s, but no loaded vendor serves that kind%s; served kinds: %s "
+                "(see `hami vendors`)",
+                path, kind, node, f" (did you mean {near!r}?)" if near else "", ", ".join(served) or "none",
             )  # fmt: skip
             continue
         found[vendor].append(inventory.model_copy(update={"annotations": extra}) if extra else inventory)

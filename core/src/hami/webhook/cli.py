@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from hami.errors import ConfigError
+from hami.validation import describe
 
 __all__ = ["add_webhook_parser"]
 
@@ -102,8 +103,7 @@ def webhook_settings(section: Any, args: argparse.Namespace) -> Any:
     try:
         return WebhookConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"webhook.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(problems) from None
+        raise ConfigError(describe(exc, WebhookConfig, "configuration", prefix=("webhook",))) from None
 
 
 def validate_webhook_section(section: Any) -> Any:

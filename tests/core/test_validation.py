@@ -1,0 +1,95 @@
+"""One error format for configuration problems: the key path as the file spells it, what is legal, the nearest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from hami.config import HamiConfig, load_config
+from hami.configcheck import check_config
+from hami.errors import ConfigError
+from hami.validation import describe
+
+
+def problems(raw: dict[str, object]) -> str:
+    with pytest.raises(ValidationError) as caught:
+        HamiConfig.model_validate(raw)
+    return describe(caught.value, HamiConfig, "hami.yaml")
+
+
+def test_an_unknown_key_lists_the_legal_keys_of_its_section_and_the_nearest() -> None:
+    text = problems({"scheduler": {"leaderElection": {"enabld": True}}})
+    assert text == (
+        "hami.yaml: scheduler.leaderElection.enabld: unknown key; legal keys here: enabled, namespace, name, "
+        "leaseDurationSeconds (did you mean 'enabled'?)"
+    )
+
+
+def test_a_misspelt_section_is_named_with_the_sections() -> None:
+    assert "schedular: unknown key; legal keys here: logLevel, kubeconfig, scheduler" in problems({"schedular": {}})
+    assert "(did you mean 'scheduler'?)" in problems({"schedular": {}})
+
+
+def test_a_value_out_of_a_choice_lists_the_choices_and_the_nearest() -> None:
+    text = problems({"scheduler": {"nodePolicy": "binpak"}})
+    assert text == (
+        "hami.yaml: scheduler.nodePolicy: 'binpak' is not legal; legal: binpack, spread, best-fit, "
+        "fragmentation-aware (did you mean 'binpack'?)"
+    )
+
+
+def test_nothing_is_suggested_when_nothing_is_close() -> None:
+    assert "did you mean" not in problems({"scheduler": {"qqqqqq": 1}})
+
+
+def test_the_file_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "hami.yaml"
+    path.write_text("scheduler:\n  metricsListn: 127.0.0.1:1\n")
+    with pytest.raises(ConfigError, match=r"hami.yaml: scheduler.metricsListn: unknown key.*'metricsListen'"):
+        load_config(path)
+
+
+@given(st.dictionaries(st.text(max_size=12), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=4))
+def test_any_scheduler_section_is_valid_or_described_without_raising(section: dict[str, object]) -> None:
+    try:
+        HamiConfig.model_validate({"scheduler": section})
+    except ValidationError as exc:
+        text = describe(exc, HamiConfig, "f.yaml")
+        assert text.startswith("f.yaml: ")
+        assert "errors.pydantic.dev" not in text
+
+
+def test_config_check_lists_every_section_problem(tmp_path: Path) -> None:
+    path = tmp_path / "hami.yaml"
+    path.write_text(
+        "webhook: {lisen: x}\nnode: {metricsListen: nope}\nvendors:\n  nvida: {}\n  nvidia: {deviceSplitCount: x}\n"
+    )
+    found = check_config(str(path))
+    assert found == [
+        f"{path}: webhook.lisen: unknown key; legal keys here: enabled, listen, tls, schedulerName, "
+        "overwriteDefaultScheduler (did you mean 'listen'?)",
+        f"{path}: node.metricsListen: 'nope' is not <host>:<port>, e.g. 0.0.0.0:8888 or 127.0.0.1:0",
+        f"{path}: vendors.nvida: no installed vendor is called 'nvida'; installed: ascend, cambricon, exampleaccel, "
+        "hygon, iluvatar, metax, mthreads, nvidia (did you mean 'nvidia'?)",
+        f"{path}: vendors.nvidia.deviceSplitCount: Input should be a valid integer, unable to parse string as an "
+        "integer",
+    ]
+
+
+def test_config_check_command_exits_2_on_problems_and_0_when_valid(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler: {nodePolicy: tight}\n")
+    good = tmp_path / "good.yaml"
+    good.write_text("scheduler: {nodePolicy: spread}\nnode: {hookDir: /usr/local/hami}\nvendors: {nvidia: {}}\n")
+    command = [sys.executable, "-m", "hami.cli", "config", "check"]
+    done = subprocess.run([*command, str(bad)], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "scheduler.nodePolicy: 'tight' is not legal" in done.stdout
+    done = subprocess.run([*command, str(good)], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (0, f"{good}: valid\n")

@@ -93,3 +93,32 @@ def test_config_check_command_exits_2_on_problems_and_0_when_valid(tmp_path: Pat
     assert "scheduler.nodePolicy: 'tight' is not legal" in done.stdout
     done = subprocess.run([*command, str(good)], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout) == (0, f"{good}: valid\n")
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "9" * 80, "10E", "x", "1..2", "Infinity", "NaN"])
+def test_quantities_beyond_kubernetes_or_not_quantities_are_refused(text: str) -> None:
+    from hami.quantity import parse_quantity
+
+    with pytest.raises(ValueError, match=repr(text)[:20].rstrip("'")):
+        parse_quantity(text)
+
+
+def test_quantities_parse_as_kubernetes_does() -> None:
+    from decimal import Decimal
+
+    from hami.quantity import cpu_millis, memory_mib, parse_quantity
+
+    assert parse_quantity("16Gi") == Decimal(16 * 2**30)
+    assert (cpu_millis("500m"), cpu_millis("1.5"), memory_mib("1G"), memory_mib("3000Mi")) == (500, 1500, 954, 3000)
+
+
+def test_a_log_line_with_newlines_and_quotes_stays_one_parsable_line() -> None:
+    import json
+    import logging
+
+    from hami.cli import LogfmtFormatter
+
+    record = logging.LogRecord("hami.x", logging.WARNING, __file__, 1, 'bad "value"\nsecond line', None, None)
+    line = LogfmtFormatter().format(record)
+    assert "\n" not in line
+    assert json.loads(line.split(" msg=", 1)[1]) == 'bad "value"\nsecond line'

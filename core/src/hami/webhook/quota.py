@@ -33,17 +33,17 @@ Integration with the scheduler's filter (`hami.scheduler.extender.Extender._filt
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING
 
 from hami.cluster.port import Cluster, KubeObject, Subscription, WatchEvent, meta
 from hami.codec import AnnotationError, decode_pod_devices
 from hami.errors import HamiError
 from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod
 from hami.plugins import VendorHost
+from hami.quantity import parse_quantity as quantity_value
 from hami.scheduler.state import TERMINAL_PHASES, effective_grants
 
 __all__ = [
@@ -61,44 +61,17 @@ log = logging.getLogger(__name__)
 
 QUOTA_PREFIX = "limits."
 
-_QUANTITY = re.compile(
-    r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
-)
-_SUFFIX = {
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
-
 
 def parse_quantity(text: str) -> int:
     """A Kubernetes quantity as a whole number, rounded up (`resource.Quantity.Value()`): `10k` → 10000, `1Gi`
     → 1073741824, `500m` → 1. Raises ValueError for what is not a non-negative quantity."""
-    m = _QUANTITY.match(str(text).strip())
-    if not m or len(text) > 64:
-        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 10000, 10k or 8Gi")
-    number, exponent, suffix = m.groups()
     try:
-        value = Decimal(number)
-        if exponent:
-            value = value.scaleb(int(exponent[1:]))
-        elif suffix:
-            value *= _SUFFIX[suffix]
-        return int(value.to_integral_value(rounding=ROUND_CEILING))
-    except (InvalidOperation, OverflowError, ValueError):
-        raise ValueError(f"{text!r} is out of range for a quantity") from None
+        value = quantity_value(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity such as 10000, 10k or 8Gi") from None
+    if value < 0:
+        raise ValueError(f"{text!r} is negative; a quota is a non-negative quantity such as 10000, 10k or 8Gi")
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
 
 
 # --------------------------------------------------------------------------------------------------------

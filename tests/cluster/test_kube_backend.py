@@ -418,3 +418,33 @@ def test_the_scheduler_places_and_binds_a_pod_through_the_api(kube: KubeCluster,
         assert api.calls("POST", "/api/v1/namespaces/default/pods/p1/binding")
     finally:
         harness.stop()
+
+
+def test_one_attempt_is_one_connection_the_pool_does_not_retry_underneath(api: FakeApiServer, tmp_path: Path) -> None:
+    """urllib3's own 3 retries used to run under each of ours: 2 attempts cost 8 connections and 8 log lines."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = 0
+
+    def accept_and_drop() -> None:
+        nonlocal accepted
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted += 1
+            conn.close()  # the server dies mid-request: a read error, which an idempotent GET may retry
+
+    threading.Thread(target=accept_and_drop, daemon=True).start()
+    config = json.loads(api.write_kubeconfig(tmp_path / "kubeconfig").read_text())
+    config["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    cluster = KubeCluster.from_kubeconfig(str(tmp_path / "kubeconfig"), attempts=2, backoff_seconds=0.01)
+    with pytest.raises(ClusterError):
+        cluster.list("nodes")
+    cluster.close()
+    listener.close()
+    assert accepted == 2

@@ -177,6 +177,14 @@ _WATCH_ERRORS: tuple[type[Exception], ...] = (ClusterError, ValueError, *_CONNEC
 # ------------------------------------------------------------------------------------------ transport
 
 
+def _api_client(configuration: Any) -> Any:
+    """An `ApiClient` whose connection pool does not retry on its own: `KubeCluster._call` owns retries (bounded,
+    with backoff and one log line each). urllib3's default of 3 retries under each of those attempts made one
+    unreachable API server cost 4 × `attempts` connections."""
+    configuration.retries = False
+    return k8s_client.ApiClient(configuration)
+
+
 class _Transport:
     """Raw JSON requests through the client's configured `ApiClient` (auth, TLS, pool), nothing deserialized.
 
@@ -308,7 +316,7 @@ class KubeCluster:
             raise ClusterError(
                 f"cannot load {where}" + (f" context {context!r}" if context else "") + f": {exc}"
             ) from exc
-        return cls(k8s_client.ApiClient(configuration), **options)
+        return cls(_api_client(configuration), **options)
 
     @classmethod
     def in_cluster(cls, **options: Any) -> KubeCluster:
@@ -320,7 +328,7 @@ class KubeCluster:
             raise ClusterError(
                 f"not running in a Kubernetes pod with a service account ({exc}); pass a kubeconfig instead"
             ) from exc
-        return cls(k8s_client.ApiClient(configuration), **options)
+        return cls(_api_client(configuration), **options)
 
     def close(self) -> None:
         """Stop every watch and close the connection pool."""

@@ -29,6 +29,7 @@ lint: install
 	$(VENV)/bin/ruff check core vendors tests benchmarks examples
 	$(VENV)/bin/ruff format --check core vendors tests benchmarks examples
 	$(VENV)/bin/mypy core/src $(foreach v,$(VENDORS),vendors/$(v)/src) examples/third-party-vendor/src
+	$(VENV)/bin/lint-imports --no-cache
 
 independence: install
 	$(PY) tests/independence.py $(VENDORS)

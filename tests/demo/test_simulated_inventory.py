@@ -77,7 +77,7 @@ def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp
     [
         ([{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "numa": [0]}], "numa lists 1 nodes for 2"),
         ([{"kind": "Scripted", "id": "SIM", "devmem": 1, "colour": "red"}], "nodes[node-a].devices[0].colour"),
-        ([{"kind": "Scripted", "id": "SIM"}], "nodes[node-a].devices[0].devmem: Field required"),
+        ([{"kind": "Scripted", "id": "SIM"}], "nodes[node-a].devices[0].devmem: required, and missing"),
         ([{"kind": "Scripted", "id": "A,B", "devmem": 1}], "separators"),
         (
             [{"kind": "Scripted", "id": "SIM", "devmem": 1}, {"kind": "Scripted", "id": "SIM", "devmem": 2}],

@@ -51,6 +51,29 @@ def test_the_chart_lints_clean(binaries: Binaries, chart_dir: Path, values: dict
     assert "0 chart(s) failed" in done.stdout
 
 
+def test_the_chart_renders_offline_without_a_kube_version_with_the_projects_image(
+    binaries: Binaries, chart_dir: Path
+) -> None:
+    """A new operator's first command: `helm template` with no flags (helm's offline default is Kubernetes 1.20,
+    which a `kubeVersion` constraint in Chart.yaml would refuse); the images are the chart's own version."""
+    done = subprocess.run(
+        [str(binaries.helm), "template", RELEASE, str(chart_dir)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+    chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
+    images = {
+        c["image"]
+        for o in objects
+        if o["kind"] in {"Deployment", "DaemonSet"}
+        for c in o["spec"]["template"]["spec"]["containers"]
+        if c["name"] != "kube-scheduler"
+    }
+    assert images == {f"hami-python:{chart['appVersion']}"}
+    assert "kubeVersion" not in chart
+    assert chart["annotations"]["hami.io/kube-version"] == ">=1.30.0-0"
+
+
 def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) -> None:
     objects = render(binaries, chart_dir, **EVERYTHING)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}

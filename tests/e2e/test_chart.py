@@ -56,9 +56,8 @@ def test_the_chart_renders_offline_without_a_kube_version_with_the_projects_imag
 ) -> None:
     """A new operator's first command: `helm template` with no flags (helm's offline default is Kubernetes 1.20,
     which a `kubeVersion` constraint in Chart.yaml would refuse); the images are the chart's own version."""
-    done = subprocess.run(
-        [str(binaries.helm), "template", RELEASE, str(chart_dir)], capture_output=True, text=True, timeout=120, check=False
-    )
+    argv = [str(binaries.helm), "template", RELEASE, str(chart_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     objects = [o for o in yaml.safe_load_all(done.stdout) if o]
     chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())

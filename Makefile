@@ -5,7 +5,7 @@ UV ?= $(shell command -v uv 2>/dev/null || echo "$(VENV)/bin/uv")
 VENDORS := nvidia ascend cambricon hygon iluvatar mthreads metax
 EDITABLES := -e ./core $(foreach v,$(VENDORS),-e ./vendors/$(v))
 
-.PHONY: install demo test e2e lint independence ci clean
+.PHONY: install demo test e2e lint independence ci clean image image-ci
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -35,6 +35,14 @@ independence: install
 	$(PY) tests/independence.py $(VENDORS)
 
 ci: test lint independence
+
+# The image both components run (Containerfile), built with buildah and smoke-run inside (images/build.sh).
+# `image` starts FROM python:3.12-slim (needs a registry); `image-ci` makes its bases from Debian packages.
+image:
+	bash images/build.sh
+
+image-ci:
+	bash images/build.sh --debian-base
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache

@@ -61,7 +61,7 @@ KIND = DeviceKind(
     register_format=RegisterFormat.LEGACY,
 )
 
-INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,))
+INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)
 
 
 @hookimpl

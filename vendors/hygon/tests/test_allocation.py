@@ -57,9 +57,9 @@ def test_partial_share_gets_hamis_vdev_file_and_a_driver_vdcu(hygon_node: MakeNo
         ("/dev/dri/renderD128", "rw"),
     ]
     assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
-        ("/etc/vdev/docker/", str(directory), False),
-        ("/opt/hygondriver", "/opt/hygondriver-host", False),
-        ("/opt/hyhal", "/opt/hyhal", False),
+        ("/etc/vdev/docker/", str(directory), True),
+        ("/opt/hygondriver", "/opt/hygondriver-host", True),
+        ("/opt/hyhal", "/opt/hyhal", True),
     ]
     assert edits.env == {}
     assert host.container_edits("DCU", POD, 0, placement) == edits
@@ -187,3 +187,29 @@ def test_soft_mode_gets_the_isolation_library(hygon_node: MakeNode, fakes: F) ->
     assert edits.accounting_file == str(shmem / "vdcu.cache")
     host.release("DCU", POD, [])
     assert not shmem.exists()
+
+
+def test_hamis_writable_mounts_are_a_setting(hygon_node: MakeNode, fakes: F) -> None:
+    _, host = setup(hygon_node, fakes, writableMounts=True)
+    placement = grant("DCU-PD23010000", 16384, 50)
+    host.allocate("DCU", POD, 0, placement)
+    assert [m.read_only for m in host.container_edits("DCU", POD, 0, placement).mounts] == [False, False, False]
+
+
+def test_a_tenant_rewriting_its_vdev_file_changes_nothing_the_node_decides(hygon_node: MakeNode, fakes: F) -> None:
+    """The tenant (with HAMi's writable mount) rewrites its vDCU's file to claim every CU and another vDCU's id:
+    the node's bookkeeping is the directory names and the driver's vDCUs, so the next share still gets CUs of its
+    own, and release destroys exactly the tenant's vDCU."""
+    node, host = setup(hygon_node, fakes, writableMounts=True)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    (directory,) = (node.directory / "vgpu" / "dcu").iterdir()
+    conf = directory / "vdev0.conf"
+    conf.write_text(
+        conf.read_text().replace("0x000000003fffffff", "0xffffffffffffffff").replace("vdev_id: 0", "vdev_id: 1")
+    )
+    host.allocate("DCU", OTHER, 0, grant("DCU-PD23010000", 8192, 25))
+    assert node.vdevs() == [(0, 0, 30, 16384), (1, 0, 15, 8192)]
+    names = sorted(p.name for p in (node.directory / "vgpu" / "dcu").iterdir())
+    assert names[1] == "uid-2_main_0_1_1_00001fffc0000000_0000000000000000"
+    host.release("DCU", POD, [])
+    assert node.vdevs() == [(1, 0, 15, 8192)]

@@ -8,7 +8,8 @@ Owns the container side:
   were probed in). HAMi sets no environment for DCUs: the container sees only its DRM nodes;
 * ``vdcu`` mode, a container with a vDCU (`hami_vendor_hygon.allocation.gets_vdcu`): its vdev directory mounted
   at ``/etc/vdev/docker/``, ``hygonDriverPath`` (``$HYGONPATH``) at ``/opt/hygondriver`` and ``hyhalPath`` at
-  ``/opt/hyhal``, read-write as HAMi mounts them;
+  ``/opt/hyhal``: read-only (HAMi mounts them read-write, which lets a tenant rewrite its vDCU's file, pointing it
+  at another container's vDCU, or the host's driver files; ``writableMounts: true`` restores HAMi's mounts);
 * ``hami-core`` mode: the isolation library ``libvdcu.so`` and the ``/etc/ld.so.preload`` naming it (the library
   the node daemon installed, else ``libraryDir`` or ``<hookPath>``), ``hyhalPath`` read-only, the accounting
   directory at ``/hami-vdcu-shmem`` and the library's environment: ``HIP_DEVICE_MEMORY_LIMIT_<i>=<MiB>m``,
@@ -115,9 +116,10 @@ def container_edits(
             f"pod {pod.namespace}/{pod.name} container {index}: no vDCU was allocated for its share of "
             f"{devices[0].uuid} (Allocate must run first)"
         )
+    read_only = not settings.writable_mounts
     vdev_mounts = (
-        Mount(container_path=CONTAINER_DIR, host_path=str(state_of(settings).directory(entry)), read_only=False),
-        Mount(container_path="/opt/hygondriver", host_path=settings.hygon_driver_path, read_only=False),
-        Mount(container_path="/opt/hyhal", host_path=settings.hyhal_path, read_only=False),
+        Mount(container_path=CONTAINER_DIR, host_path=str(state_of(settings).directory(entry)), read_only=read_only),
+        Mount(container_path="/opt/hygondriver", host_path=settings.hygon_driver_path, read_only=read_only),
+        Mount(container_path="/opt/hyhal", host_path=settings.hyhal_path, read_only=read_only),
     )
     return ContainerEdits(mounts=vdev_mounts, devices=tuple(nodes))

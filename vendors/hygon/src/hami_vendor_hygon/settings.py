@@ -8,7 +8,8 @@ Owns the names, defaults and validation of every Hygon option:
   (this project's isolation library ``libvdcu.so`` over the HIP runtime); ``splitCount`` (containers per DCU,
   HAMi's plugin registers 4); the libraries and tool to discover with (``rocmSmiLibrary``, ``dmiLibrary``,
   ``hySmi``); the host paths HAMi's DCU plugin uses (``vdevDir`` ``/usr/local/vgpu/dcu``, ``exporterDir``
-  ``/etc/vdev``, ``hygonDriverPath`` (``$HYGONPATH``), ``hyhalPath`` ``/opt/hyhal``), the sysfs root where a DCU's
+  ``/etc/vdev``, ``hygonDriverPath`` (``$HYGONPATH``), ``hyhalPath`` ``/opt/hyhal``; ``writableMounts``, HAMi's
+  read-write mounts of them, off by default), the sysfs root where a DCU's
   DRM nodes are found by its PCI address, and the soft mode's (``hookPath``, ``libraryDir``, ``libvdcuLogLevel``).
 
 A misspelled key is refused with its name. The node side's state (the sessions and the devices last read) is kept
@@ -51,6 +52,9 @@ class HygonSettings(ShareDefaults):
         validation_alias=_alias("hygonDriverPath", "hygon_driver_path"),
     )
     hyhal_path: str = Field(default="/opt/hyhal", validation_alias=_alias("hyhalPath", "hyhal_path"))
+    writable_mounts: bool = Field(default=False, validation_alias=_alias("writableMounts", "writable_mounts"))
+    """Mount the vdev directory, $HYGONPATH and /opt/hyhal read-write, as HAMi's plugin does (default: read-only:
+    a tenant could otherwise rewrite its vDCU's file or the host's driver files)."""
     sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
     hook_path: Path = Field(
         default=Path("/usr/local/vgpu/dcu-hami-core"), validation_alias=_alias("hookPath", "hook_path")

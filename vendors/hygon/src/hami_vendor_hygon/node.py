@@ -40,6 +40,7 @@ class NodeRuntime:
     """What the last read could not use (malformed tool lines, devices left out)."""
     _said: str = ""
     _dmi_tried: bool = False
+    _dmi_said: str = ""
     _reconciled: bool = False
 
     def reconcile_once(self) -> None:
@@ -64,7 +65,10 @@ class NodeRuntime:
                     self.dmi_session = Dmi.open(self.settings.dmi_library)
                     log.info("Hygon DMI opened from %s", self.dmi_session.where)
                 except DtkUnavailable as exc:
-                    log.info("no Hygon DMI (%s): compute units come from the model table", exc)
+                    message = f"no Hygon DMI ({exc}): compute units come from the model table, no vDCU is created"
+                    if message != self._dmi_said:  # said once, and again when it changes
+                        log.info("%s", message)
+                        self._dmi_said = message
             return self.dmi_session
 
     def read_devices(self) -> list[Dcu]:

@@ -199,6 +199,17 @@ def ascend_whole_cards(devices: list[dict[str, Any]]) -> None:
     assert all(d["memory"] == 65536 for d in devices)
 
 
+def hygon_vdcu(pod: dict[str, Any]) -> None:
+    assert pod["node"] == "dcu-node", pod
+    (device,) = _devices(pod, "DCU")
+    assert (device["memory"], device["cores"]) == (16384, 50)
+    if pod["outcome"] == "failed":  # the vDCU needs the driver (ROCm SMI / DMI), which simulated devices lack
+        assert pod["step"] == "allocate", pod
+        assert "is not on this node" in pod["reason"], pod
+    else:
+        _running(pod)
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -226,6 +237,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/ascend-whole-cards": ascend_whole_cards,
     "default/too-big": too_big,
     "default/privileged": privileged,
+    "default/hygon-vdcu": hygon_vdcu,
 }
 
 
@@ -247,7 +259,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"].startswith("15 pods: ")
+    assert demo.report["summary"].startswith("16 pods: ")
 
 
 def test_every_placed_pod_is_in_the_final_device_table_and_no_lock_is_left(demo: Demo) -> None:

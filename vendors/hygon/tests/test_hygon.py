@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hami.errors import ConfigError, RequestError
-from hami.model import Container, ContainerRequest, Pod, RegisterFormat
+from hami.model import (
+    Container,
+    ContainerDevice,
+    ContainerRequest,
+    Device,
+    DeviceUsage,
+    NodeView,
+    Pod,
+    RegisterFormat,
+    SchedulingPolicy,
+)
 from hami.plugins import VendorHost
-from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
+from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_hygon import plugin
 
 COUNT, MEMORY, CORES = "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"
@@ -33,8 +47,72 @@ REQUESTS = [
 ]
 
 
+def dcu(node: str, i: int, used: int = 0, usedmem: int = 0, usedcores: int = 0, model: str = "Z100L") -> DeviceUsage:
+    device = Device(id=f"DCU-{node}{i}", index=i, count=4, devmem=65536, devcore=100, type=model)
+    return DeviceUsage(device=device, used=used, usedmem=usedmem, usedcores=usedcores)
+
+
+def dcu_nodes() -> list[NodeView]:
+    """An idle four-DCU node, a busy one, and a K100 node."""
+    return [
+        NodeView(name="idle", devices=[dcu("idle", i) for i in range(4)]),
+        NodeView(name="busy", devices=[dcu("busy", 0, 3, 49152, 90), dcu("busy", 1, 1, 65536, 100)]),
+        NodeView(name="k100", devices=[dcu("k", i, model="K100") for i in range(2)]),
+    ]
+
+
+_FAKE_NODE: list[Path] = []
+
+
+def conformance_node() -> Path:
+    """A fake hy-smi and sysfs describing DCUs PD0..PD3 for the container-edit checks (written once)."""
+    if not _FAKE_NODE:
+        directory = Path(tempfile.mkdtemp(prefix="hami-hygon-conformance-"))
+        atexit.register(shutil.rmtree, directory, True)
+        lines = []
+        for i in range(4):
+            bdf = f"0000:{0x10 + i:02x}:00.0"
+            lines += [f"DCU[{i}]\t\t: PCI Bus: {bdf}", f"DCU[{i}]\t\t: Serial Number: PD{i}",
+                      f"DCU[{i}]\t\t: Device ID: 0x55b7", f"DCU[{i}]\t\t: VRAM Total Memory (B): {64 << 30}",
+                      f"DCU[{i}]\t\t: VRAM Total Used Memory (B): 0"]  # fmt: skip
+            drm = directory / "sys" / "bus" / "pci" / "devices" / bdf / "drm"
+            (drm / f"card{i + 1}").mkdir(parents=True)
+            (drm / f"renderD{128 + i}").mkdir()
+        (directory / "out.txt").write_text("\n".join(lines) + "\n")
+        script = directory / "hy-smi"
+        script.write_text(f'#!/bin/sh\ncat "{directory / "out.txt"}"\n')
+        script.chmod(0o755)
+        _FAKE_NODE.append(directory)
+    return _FAKE_NODE[0]
+
+
+def placed(*devices: tuple[str, int, int]) -> tuple[ContainerDevice, ...]:
+    return tuple(ContainerDevice(uuid=u, type="DCU", usedmem=m, usedcores=c) for u, m, c in devices)
+
+
+EDIT_POD = Pod(name="edit", uid="uid-edit", containers=(Container(name="a"), Container(name="b")))
+
+
 def make_fixture() -> VendorFixture:
-    return VendorFixture(name="hygon", plugin=plugin, requests=REQUESTS)
+    node = conformance_node()
+    return VendorFixture(
+        name="hygon",
+        plugin=plugin,
+        config={
+            "rocmSmiLibrary": "/nonexistent/librocm_smi64.so",
+            "dmiLibrary": "/nonexistent/libhydmi.so",
+            "hySmi": str(node / "hy-smi"),
+            "sysfsRoot": str(node / "sys"),
+            "vdevDir": str(node / "vdev"),
+        },
+        requests=REQUESTS,
+        nodes={"DCU": dcu_nodes},
+        fit_requests={"DCU": [req(memory=8000, cores=25), req(), req(2), req(memory=30000), req(4)]},
+        edits=[
+            EditCase("DCU", placed(("DCU-PD0", 65536, 100)), pod=EDIT_POD),
+            EditCase("DCU", placed(("DCU-PD1", 65536, 100), ("DCU-PD2", 65536, 100)), 1, pod=EDIT_POD),
+        ],
+    )
 
 
 test_conformance = pytest_suite(make_fixture)
@@ -82,3 +160,17 @@ def test_refusal_names_resource() -> None:
 def test_bad_settings_refused() -> None:
     with pytest.raises(ConfigError, match="hygon"):
         host({"defaultCores": 200})
+
+
+def test_type_selectors_are_hamis_substring_rule() -> None:
+    h = host()
+    policy = SchedulingPolicy()
+    for selectors, fitting in (
+        ({"hygon.com/use-dcutype": "k100"}, ["k100"]),
+        ({"hygon.com/nouse-dcutype": "Z100"}, ["k100"]),
+        ({"hygon.com/use-gpuuuid": "DCU-idle2"}, ["idle"]),
+        ({"hygon.com/nouse-gpuuuid": "DCU-k0,DCU-k1"}, ["idle", "busy"]),
+    ):
+        pod = Pod(name="p", annotations=selectors, containers=(Container(name="c"),))
+        fits = h.fit_nodes("DCU", pod, [req(memory=1000, cores=10)], dcu_nodes(), policy)
+        assert [f.node for f in fits if f.placement] == fitting, selectors

@@ -1,31 +1,49 @@
 """The Hygon vendor plugin: HAMi v2.10's `hygon.com/dcu*` resources and `hami.io/dcu-*` annotations.
 
-Owns the DCU device kind's metadata (its devices are registered in HAMi's legacy string format under
-`hami.io/node-dcu-register`), its settings, and reading container requests under HAMi's shared rules:
-memory in MiB, cores in percent of one DCU.
+Every hook of the vendor, each a thin call into the module that owns the rule:
 
-Discovery (DTK's rocm-smi library), fitting (compute-unit masks), the per-container vDCU configuration file
-and container edits are not built yet; sharing is enforced by Hygon's driver-level vDCU, so there is no
-isolation library.
+* metadata here (the DCU kind, registered in HAMi's legacy string format under ``hami.io/node-dcu-register``)
+  and settings (`hami_vendor_hygon.settings`);
+* discovery through ROCm SMI and DMI, or ``hy-smi`` without them (`hami_vendor_hygon.discovery`, the binding in
+  `hami_vendor_hygon.dtk`);
+* requests: HAMi's shared rules (memory in MiB, cores in percent of one DCU), `hami.requests`;
+* fitting: core's share fitter with HAMi's selectors (``hygon.com/use-dcutype`` … matched as HAMi does, by
+  case-insensitive substring of the model);
+* allocation and release: the vDCU (`hami_vendor_hygon.vdcu`) or the soft mode's accounting directory
+  (`hami_vendor_hygon.allocation`);
+* container edits: HAMi's device nodes and vdev mounts, or the isolation library ``libvdcu.so``
+  (`hami_vendor_hygon.edits`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.fitting import ShareFitter
 from hami.model import (
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
+    NodeFit,
+    NodeInventory,
+    NodeView,
     Pod,
     RegisterFormat,
     ResourceNames,
+    SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import ShareDefaults, read_share_request
+from hami.requests import read_share_request
+from hami_vendor_hygon import allocation, discovery, edits
+from hami_vendor_hygon.settings import HygonSettings
+
+__all__ = ["INFO", "KIND", "HygonSettings"]
 
 KIND = DeviceKind(
     common_word="DCU",
@@ -43,11 +61,7 @@ KIND = DeviceKind(
     register_format=RegisterFormat.LEGACY,
 )
 
-INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,))
-
-
-class HygonSettings(ShareDefaults):
-    """The `hygon` section of the configuration."""
+INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)
 
 
 @hookimpl
@@ -61,7 +75,45 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> HygonSettings:
 
 
 @hookimpl
+def hami_discover_devices(settings: HygonSettings) -> list[NodeInventory]:
+    return discovery.discover(settings)
+
+
+@hookimpl
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: HygonSettings
 ) -> ContainerRequest | None:
     return read_share_request(kind, container, defaults=settings)
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+    settings: HygonSettings,
+) -> list[NodeFit]:
+    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+
+
+@hookimpl
+def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, settings: HygonSettings) -> None:
+    allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: HygonSettings) -> None:
+    allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_container_edits(
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: HygonSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return edits.container_edits(settings, pod, container_index, devices, library)

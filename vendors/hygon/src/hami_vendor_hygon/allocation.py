@@ -1,0 +1,100 @@
+"""Allocation on the node: what a DCU container needs on the host before it starts, and its removal.
+
+Owns, per node mode:
+
+* ``vdcu`` (HAMi's): a container granted one DCU and less than its whole memory gets its vDCU
+  (`hami_vendor_hygon.vdcu`: CUs from the device's free ones, memory in MiB, created through DMI where present,
+  described by its ``vdev*.conf``). Allocate retried for the same container finds the vDCU it made. Whole DCUs
+  need nothing;
+* ``hami-core`` (the isolation library): the container's accounting directory
+  ``<hookPath>/containers/<pod uid>_<container>``, emptied and made world-writable so that whatever user the
+  container runs as can create its accounting file there.
+
+`release` undoes both for a finished pod (tolerating a pod never allocated or already released). After a crash,
+the first use of the node runtime reconciles the driver's virtual devices with the directories on disk
+(`VdcuState.reconcile`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from hami.errors import HamiError
+from hami.model import ContainerPlacement, Pod
+from hami_vendor_hygon.node import runtime_for
+from hami_vendor_hygon.settings import SOFT, HygonSettings
+from hami_vendor_hygon.vdcu import VdcuState, VdevEntry
+
+__all__ = ["accounting_dir", "allocate", "container_name", "gets_vdcu", "release", "state_of"]
+
+log = logging.getLogger("hami_vendor_hygon")
+
+
+def container_name(pod: Pod, index: int) -> str:
+    containers = pod.all_containers
+    return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
+
+
+def accounting_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
+    return settings.containers_dir / f"{pod.uid or pod.name}_{container_name(pod, index)}"
+
+
+def state_of(settings: HygonSettings) -> VdcuState:
+    return VdcuState(settings.vdev_dir, settings.exporter_dir)
+
+
+def gets_vdcu(settings: HygonSettings, devices: ContainerPlacement) -> bool:
+    """HAMi's rule: one DCU, less than its whole memory (and the node in vDCU mode)."""
+    if settings.dcu_mode == SOFT or len(devices) != 1:
+        return False
+    (device,) = runtime_for(settings).by_uuid([devices[0].uuid])
+    return devices[0].usedmem < device.memory_total // (1024 * 1024)
+
+
+def allocate(settings: HygonSettings, pod: Pod, container_index: int, devices: ContainerPlacement) -> None:
+    if not devices:
+        return
+    runtime = runtime_for(settings)
+    if settings.dcu_mode == SOFT:
+        runtime.by_uuid([d.uuid for d in devices])
+        path = accounting_dir(settings, pod, container_index)
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o777)
+        except OSError as exc:
+            raise HamiError(f"cannot prepare the DCU accounting directory {path}: {exc}") from None
+        return
+    if not gets_vdcu(settings, devices):
+        return
+    uid = pod.uid or pod.name
+    if not uid or "_" in uid:
+        raise HamiError(f"pod {pod.namespace}/{pod.name} has no usable UID for its vDCU directory")
+    (device,) = runtime.by_uuid([devices[0].uuid])
+    with runtime.lock:
+        runtime.reconcile_once()
+        state_of(settings).create(uid, container_name(pod, container_index), device, devices[0].usedcores,
+                                  devices[0].usedmem, runtime.dmi())  # fmt: skip
+
+
+def vdev_of(settings: HygonSettings, pod: Pod, container_index: int) -> VdevEntry | None:
+    return state_of(settings).find(pod.uid or pod.name, container_name(pod, container_index))
+
+
+def release(settings: HygonSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
+    key = pod.uid or pod.name
+    if not key or "_" in key:
+        return
+    runtime = runtime_for(settings)
+    with runtime.lock:
+        state_of(settings).release(key, runtime.dmi())
+    try:
+        found = sorted(settings.containers_dir.glob(f"{key}_*"))
+    except OSError:
+        return
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,147 @@
+"""The node side's Hygon state: where DCUs are read from, and the DCUs last read.
+
+Owns the choice of source (ROCm SMI through `hami_vendor_hygon.dtk` when ``librocm_smi64.so`` loads, else
+``hy-smi`` through `hami_vendor_hygon.hysmi`), DMI's session (opened when ``libhydmi.so`` loads; it gives the
+compute units and makes virtual devices), the sessions' lifecycle (opened on first use, dropped and reopened after
+a failure), messages about a missing driver (each said once), and the devices of the last read, which allocation
+and container edits use to turn a placement's UUIDs into devices.
+
+One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from hami.errors import HamiError
+from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
+from hami_vendor_hygon.hysmi import HySmiError, read_devices
+from hami_vendor_hygon.models import compute_units_of, model_of
+from hami_vendor_hygon.settings import VDCU, HygonSettings
+from hami_vendor_hygon.vdcu import VdcuState
+
+__all__ = ["NodeRuntime", "runtime_for"]
+
+log = logging.getLogger("hami_vendor_hygon")
+
+
+@dataclass
+class NodeRuntime:
+    settings: HygonSettings
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    rsmi: Rsmi | None = None
+    dmi_session: Dmi | None = None
+    devices: list[Dcu] = field(default_factory=list)
+    source: str = ""
+    problems: list[str] = field(default_factory=list)
+    """What the last read could not use (malformed tool lines, devices left out)."""
+    _said: str = ""
+    _dmi_tried: bool = False
+    _dmi_said: str = ""
+    _reconciled: bool = False
+
+    def reconcile_once(self) -> None:
+        """Once per daemon: destroy the driver's virtual devices that no vdev directory names (a crash)."""
+        with self.lock:
+            if self._reconciled:
+                return
+            self._reconciled = True
+            VdcuState(self.settings.vdev_dir, self.settings.exporter_dir).reconcile(self.dmi())
+
+    def _say(self, level: int, message: str) -> None:
+        if message != self._said:
+            log.log(level, message)
+            self._said = message
+
+    def dmi(self) -> Dmi | None:
+        """DMI's session, None where libhydmi.so is absent (tried again at every read of the devices)."""
+        with self.lock:
+            if self.dmi_session is None and not self._dmi_tried:
+                self._dmi_tried = True
+                try:
+                    self.dmi_session = Dmi.open(self.settings.dmi_library)
+                    log.info("Hygon DMI opened from %s", self.dmi_session.where)
+                except DtkUnavailable as exc:
+                    message = f"no Hygon DMI ({exc}): compute units come from the model table, no vDCU is created"
+                    if message != self._dmi_said:  # said once, and again when it changes
+                        log.info("%s", message)
+                        self._dmi_said = message
+            return self.dmi_session
+
+    def read_devices(self) -> list[Dcu]:
+        """This node's DCUs now, from ROCm SMI, else hy-smi; none (said once) when neither works."""
+        with self.lock:
+            self._dmi_tried = False
+            problem = ""
+            devices: list[Dcu] | None = None
+            self.problems = []
+            if self.rsmi is None:
+                try:
+                    self.rsmi = Rsmi.open(self.settings.rocm_smi_library)
+                except DtkUnavailable as exc:
+                    problem = f"no ROCm SMI ({exc})"
+            if self.rsmi is not None:
+                try:
+                    devices = self.rsmi.devices()
+                    self.source = "rocm-smi"
+                except DtkError as exc:
+                    problem = f"reading the DCUs through ROCm SMI failed ({exc})"
+                    self.rsmi = None
+            if devices is None:
+                try:
+                    report = read_devices(self.settings.hy_smi)
+                    devices, self.problems = report.devices, report.problems
+                    self.source = "hy-smi"
+                    self._say(logging.WARNING, f"{problem}: Hygon DCUs are read from hy-smi instead")
+                    for p in report.problems:
+                        log.error("%s", p)
+                except HySmiError as exc:
+                    self.source = ""
+                    devices = []
+                    self._say(logging.WARNING, f"{problem}, and {exc}: this node reports no Hygon DCU")
+            dmi = self.dmi() if devices else None
+            self.devices = [self._with_compute_units(d, dmi) for d in devices]
+            if dmi is not None and self.settings.dcu_mode == VDCU:
+                self.reconcile_once()
+            return self.devices
+
+    def _with_compute_units(self, device: Dcu, dmi: Dmi | None) -> Dcu:
+        if dmi is not None:
+            try:
+                return replace(device, compute_units=dmi.compute_units(device.index))
+            except DtkError as exc:
+                log.warning("DMI cannot tell the compute units of DCU %d (%s)", device.index, exc)
+        model = model_of(device.device_id)
+        return replace(device, compute_units=compute_units_of(model) if model else None)
+
+    def by_uuid(self, uuids: Sequence[str]) -> list[Dcu]:
+        """The devices with these UUIDs (read again when one is not known).
+
+        :raises HamiError: a UUID is not a DCU of this node.
+        """
+        with self.lock:
+            known = {d.uuid: d for d in self.devices}
+            if any(u not in known for u in uuids):
+                known = {d.uuid: d for d in self.read_devices()}
+            missing = [u for u in uuids if u not in known]
+            if missing:
+                raise HamiError(
+                    f"Hygon DCU {', '.join(missing)} is not on this node (it has "
+                    f"{', '.join(sorted(known)) or 'no DCU'}): the pod was placed from an outdated view"
+                )
+            return [known[u] for u in uuids]
+
+
+_attaching = threading.Lock()
+
+
+def runtime_for(settings: HygonSettings) -> NodeRuntime:
+    with _attaching:
+        runtime = settings.runtime
+        if not isinstance(runtime, NodeRuntime):
+            runtime = NodeRuntime(settings)
+            settings.attach_runtime(runtime)
+        return runtime

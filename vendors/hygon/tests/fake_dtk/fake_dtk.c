@@ -1,0 +1,281 @@
+/*
+ * fake_dtk.c: a fake of DTK's management libraries for the Hygon tests, written from their documented API:
+ * librocm_smi64.so (ROCm SMI, rocm_smi.h: rsmi_init, rsmi_num_monitor_devices, rsmi_dev_pci_id_get,
+ * rsmi_dev_serial_number_get, rsmi_dev_id_get, rsmi_dev_memory_total_get / _usage_get,
+ * rsmi_topo_numa_affinity_get, rsmi_shut_down) built with -DFAKE_RSMI, and libhydmi.so (Hygon DMI,
+ * dmi_virtual.h: dmiGetDeviceCount, dmiGetDeviceInfo, dmiGetDeviceRemainingInfo, dmiGetVDeviceCount,
+ * dmiGetVDeviceInfo, dmiCreateVDevices, dmiDestroySingleVDevice) built with -DFAKE_DMI.
+ *
+ * The machine is read from $FAKE_DTK_CONFIG at every call, one device per line:
+ *   <domain> <bus> <dev> <fn> <serial> <device id hex> <vram total bytes> <vram used bytes> <cus> <numa>
+ * The virtual devices live in $FAKE_DTK_STATE (one "<vdev id> <device> <cus> <mem MiB>" line each), so that
+ * they outlive the process that created them, as the driver's do. FAKE_DTK_FAIL=<function> makes that function
+ * fail (RSMI_STATUS_NOT_SUPPORTED / DMI_STATUS_ERROR).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_DEV 16
+#define MAX_VDEV 64
+
+struct dev {
+    unsigned long long domain, bus, device, function;
+    char serial[64];
+    unsigned id;
+    unsigned long long total, used;
+    int cus, numa;
+};
+
+static int load(struct dev *out) {
+    const char *path = getenv("FAKE_DTK_CONFIG");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return -1;
+    int n = 0;
+    while (n < MAX_DEV) {
+        struct dev d;
+        int got = fscanf(f, "%llu %llu %llu %llu %63s %x %llu %llu %d %d", &d.domain, &d.bus, &d.device, &d.function,
+                         d.serial, &d.id, &d.total, &d.used, &d.cus, &d.numa);
+        if (got != 10) break;
+        out[n++] = d;
+    }
+    fclose(f);
+    return n;
+}
+
+static int failing(const char *name) {
+    const char *fail = getenv("FAKE_DTK_FAIL");
+    return fail && strcmp(fail, name) == 0;
+}
+
+#ifdef FAKE_RSMI
+typedef enum { RSMI_STATUS_SUCCESS = 0, RSMI_STATUS_INVALID_ARGS = 1, RSMI_STATUS_NOT_SUPPORTED = 2,
+               RSMI_STATUS_INIT_ERROR = 8, RSMI_STATUS_INSUFFICIENT_SIZE = 11 } rsmi_status_t;
+typedef enum { RSMI_MEM_TYPE_VRAM = 0, RSMI_MEM_TYPE_VIS_VRAM = 1, RSMI_MEM_TYPE_GTT = 2 } rsmi_memory_type_t;
+
+static int g_init;
+
+#define DEVICE_OR_FAIL(name, index)                                                                        \
+    struct dev devs[MAX_DEV];                                                                              \
+    int n = load(devs);                                                                                    \
+    if (!g_init) return RSMI_STATUS_INIT_ERROR;                                                            \
+    if (failing(name)) return RSMI_STATUS_NOT_SUPPORTED;                                                   \
+    if ((int)(index) >= n) return RSMI_STATUS_INVALID_ARGS;                                                \
+    struct dev *d = &devs[index];
+
+EXPORT rsmi_status_t rsmi_init(uint64_t flags) {
+    (void)flags;
+    if (failing("rsmi_init") || !getenv("FAKE_DTK_CONFIG")) return RSMI_STATUS_INIT_ERROR;
+    g_init = 1;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_shut_down(void) {
+    g_init = 0;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_num_monitor_devices(uint32_t *num_devices) {
+    if (!g_init) return RSMI_STATUS_INIT_ERROR;
+    if (!num_devices) return RSMI_STATUS_INVALID_ARGS;
+    struct dev devs[MAX_DEV];
+    int n = load(devs);
+    *num_devices = n < 0 ? 0u : (uint32_t)n;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_pci_id_get(uint32_t dv_ind, uint64_t *bdfid) {
+    DEVICE_OR_FAIL("rsmi_dev_pci_id_get", dv_ind)
+    if (!bdfid) return RSMI_STATUS_INVALID_ARGS;
+    /* rocm_smi.h: BDFID = ((DOMAIN & 0xffffffff) << 32) | ((BUS & 0xff) << 8) | ((DEVICE & 0x1f) << 3) | (FUNCTION & 0x7) */
+    *bdfid = ((d->domain & 0xffffffffull) << 32) | ((d->bus & 0xffull) << 8) | ((d->device & 0x1full) << 3) |
+             (d->function & 0x7ull);
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_serial_number_get(uint32_t dv_ind, char *serial_num, uint32_t len) {
+    DEVICE_OR_FAIL("rsmi_dev_serial_number_get", dv_ind)
+    if (!serial_num) return RSMI_STATUS_INVALID_ARGS;
+    if (strlen(d->serial) + 1 > len) return RSMI_STATUS_INSUFFICIENT_SIZE;
+    strcpy(serial_num, d->serial);
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_id_get(uint32_t dv_ind, uint16_t *id) {
+    DEVICE_OR_FAIL("rsmi_dev_id_get", dv_ind)
+    if (!id) return RSMI_STATUS_INVALID_ARGS;
+    *id = (uint16_t)d->id;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type_t mem_type, uint64_t *total) {
+    DEVICE_OR_FAIL("rsmi_dev_memory_total_get", dv_ind)
+    if (!total || mem_type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_INVALID_ARGS;
+    *total = d->total;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type, uint64_t *used) {
+    DEVICE_OR_FAIL("rsmi_dev_memory_usage_get", dv_ind)
+    if (!used || mem_type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_INVALID_ARGS;
+    *used = d->used;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_topo_numa_affinity_get(uint32_t dv_ind, int32_t *numa_node) {
+    DEVICE_OR_FAIL("rsmi_topo_numa_affinity_get", dv_ind)
+    if (!numa_node) return RSMI_STATUS_INVALID_ARGS;
+    *numa_node = d->numa;
+    return RSMI_STATUS_SUCCESS;
+}
+#endif
+
+#ifdef FAKE_DMI
+typedef enum { DMI_STATUS_SUCCESS = 0, DMI_STATUS_ERROR = 1, DMI_STATUS_OPEN_MKFD_FAILED = 3,
+               DMI_STATUS_NOT_SUPPORTED = 6, DMI_STATUS_CREATE_VDEV_FAILED = 8, DMI_STATUS_INVALID_ARGUMENTS = 10,
+               DMI_STATUS_OUT_OF_RESOURCES = 11, DMI_STATUS_VDEV_NOT_EXIST = 15 } dmiStatus;
+#define DMI_NAME_SIZE (256)
+typedef struct {
+    char name[DMI_NAME_SIZE];
+    int compute_unit_count;
+    size_t global_mem_size;
+    size_t usage_mem_size;
+    uint64_t container_id;
+    int device_id;
+} dmiDeviceInfo;
+
+struct vdev { int id, device, cus, mem; };
+
+static int load_vdevs(struct vdev *out) {
+    const char *path = getenv("FAKE_DTK_STATE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    int n = 0;
+    while (n < MAX_VDEV && fscanf(f, "%d %d %d %d", &out[n].id, &out[n].device, &out[n].cus, &out[n].mem) == 4) n++;
+    fclose(f);
+    return n;
+}
+
+static int save_vdevs(const struct vdev *v, int n) {
+    const char *path = getenv("FAKE_DTK_STATE");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return -1;
+    for (int i = 0; i < n; i++) fprintf(f, "%d %d %d %d\n", v[i].id, v[i].device, v[i].cus, v[i].mem);
+    fclose(f);
+    return 0;
+}
+
+#define DMI_OPEN(name)                                                                                     \
+    struct dev devs[MAX_DEV];                                                                              \
+    int n = load(devs);                                                                                    \
+    if (n < 0) return DMI_STATUS_OPEN_MKFD_FAILED;                                                         \
+    if (failing(name)) return DMI_STATUS_ERROR;
+
+EXPORT dmiStatus dmiGetDeviceCount(int *count) {
+    DMI_OPEN("dmiGetDeviceCount")
+    if (!count) return DMI_STATUS_INVALID_ARGUMENTS;
+    *count = n;
+    return DMI_STATUS_SUCCESS;
+}
+
+EXPORT dmiStatus dmiGetDeviceInfo(int device_id, dmiDeviceInfo *info) {
+    DMI_OPEN("dmiGetDeviceInfo")
+    if (!info || device_id < 0 || device_id >= n) return DMI_STATUS_INVALID_ARGUMENTS;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "DCU %04x", devs[device_id].id);
+    info->compute_unit_count = devs[device_id].cus;
+    info->global_mem_size = (size_t)devs[device_id].total;
+    info->usage_mem_size = (size_t)devs[device_id].used;
+    info->device_id = device_id;
+    return DMI_STATUS_SUCCESS;
+}
+
+EXPORT dmiStatus dmiGetDeviceRemainingInfo(int device_id, size_t *cus, size_t *memories) {
+    DMI_OPEN("dmiGetDeviceRemainingInfo")
+    if (!cus || !memories || device_id < 0 || device_id >= n) return DMI_STATUS_INVALID_ARGUMENTS;
+    struct vdev v[MAX_VDEV];
+    int m = load_vdevs(v);
+    long long c = devs[device_id].cus, mem = (long long)devs[device_id].total;
+    for (int i = 0; i < m; i++)
+        if (v[i].device == device_id) {
+            c -= v[i].cus;
+            mem -= (long long)v[i].mem * 1024 * 1024;
+        }
+    *cus = c < 0 ? 0 : (size_t)c;
+    *memories = mem < 0 ? 0 : (size_t)mem;
+    return DMI_STATUS_SUCCESS;
+}
+
+EXPORT dmiStatus dmiGetVDeviceCount(int *count) {
+    DMI_OPEN("dmiGetVDeviceCount")
+    if (!count) return DMI_STATUS_INVALID_ARGUMENTS;
+    struct vdev v[MAX_VDEV];
+    *count = load_vdevs(v);
+    return DMI_STATUS_SUCCESS;
+}
+
+EXPORT dmiStatus dmiGetVDeviceInfo(int vdevice_id, dmiDeviceInfo *info) {
+    DMI_OPEN("dmiGetVDeviceInfo")
+    if (!info) return DMI_STATUS_INVALID_ARGUMENTS;
+    struct vdev v[MAX_VDEV];
+    int m = load_vdevs(v);
+    for (int i = 0; i < m; i++)
+        if (v[i].id == vdevice_id) {
+            memset(info, 0, sizeof *info);
+            snprintf(info->name, sizeof info->name, "vDCU %d", v[i].id);
+            info->compute_unit_count = v[i].cus;
+            info->global_mem_size = (size_t)v[i].mem * 1024 * 1024;
+            info->device_id = v[i].device;
+            return DMI_STATUS_SUCCESS;
+        }
+    return DMI_STATUS_VDEV_NOT_EXIST;
+}
+
+EXPORT dmiStatus dmiCreateVDevices(int device_id, int vdev_count, int *vdev_cus, int *vdev_mem_size) {
+    DMI_OPEN("dmiCreateVDevices")
+    if (device_id < 0 || device_id >= n || vdev_count < 1 || !vdev_cus || !vdev_mem_size)
+        return DMI_STATUS_INVALID_ARGUMENTS;
+    struct vdev v[MAX_VDEV];
+    int m = load_vdevs(v);
+    long long c = devs[device_id].cus, mem = (long long)(devs[device_id].total / (1024 * 1024));
+    for (int i = 0; i < m; i++)
+        if (v[i].device == device_id) {
+            c -= v[i].cus;
+            mem -= v[i].mem;
+        }
+    for (int k = 0; k < vdev_count; k++) {
+        if (vdev_cus[k] < 1 || vdev_mem_size[k] < 1) return DMI_STATUS_INVALID_ARGUMENTS;
+        c -= vdev_cus[k];
+        mem -= vdev_mem_size[k];
+    }
+    if (c < 0 || mem < 0 || m + vdev_count > MAX_VDEV) return DMI_STATUS_OUT_OF_RESOURCES;
+    for (int k = 0; k < vdev_count; k++) {
+        int id = 0; /* the lowest free id */
+        for (int again = 1; again;) {
+            again = 0;
+            for (int i = 0; i < m; i++)
+                if (v[i].id == id) {
+                    id++;
+                    again = 1;
+                }
+        }
+        v[m++] = (struct vdev){id, device_id, vdev_cus[k], vdev_mem_size[k]};
+    }
+    return save_vdevs(v, m) == 0 ? DMI_STATUS_SUCCESS : DMI_STATUS_CREATE_VDEV_FAILED;
+}
+
+EXPORT dmiStatus dmiDestroySingleVDevice(int vdevice_id) {
+    DMI_OPEN("dmiDestroySingleVDevice")
+    struct vdev v[MAX_VDEV];
+    int m = load_vdevs(v), kept = 0, found = 0;
+    for (int i = 0; i < m; i++) {
+        if (v[i].id == vdevice_id) found = 1;
+        else v[kept++] = v[i];
+    }
+    if (!found) return DMI_STATUS_VDEV_NOT_EXIST;
+    return save_vdevs(v, kept) == 0 ? DMI_STATUS_SUCCESS : DMI_STATUS_ERROR;
+}
+#endif

@@ -1,0 +1,215 @@
+"""Allocation and container edits on a fake Hygon node: HAMi's vDCU (the vdev file, CU masks, the driver's virtual
+device through the fake DMI), its release and the clean-up after a crash, and the soft mode's edits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hami.errors import HamiError
+from hami.model import Container, ContainerDevice, Pod
+
+MakeNode = Callable[[list[Any]], Any]
+F = Any
+
+POD = Pod(name="train", namespace="ml", uid="uid-1", containers=(Container(name="main"), Container(name="side")))
+OTHER = Pod(name="infer", namespace="ml", uid="uid-2", containers=(Container(name="main"),))
+
+
+def grant(uuid: str, memory: int, cores: int) -> tuple[ContainerDevice, ...]:
+    return (ContainerDevice(uuid=uuid, type="DCU", usedmem=memory, usedcores=cores),)
+
+
+def setup(hygon_node: MakeNode, fakes: F, source: str = "rsmi", **extra: Any) -> tuple[Any, Any]:
+    node = hygon_node(fakes.z100l_server(2))
+    host = node.host(source, **extra)
+    host.discover()
+    return node, host
+
+
+def test_partial_share_gets_hamis_vdev_file_and_a_driver_vdcu(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    placement = grant("DCU-PD23010000", 16384, 50)
+    host.allocate("DCU", POD, 0, placement)
+    assert node.vdevs() == [(0, 0, 30, 16384)]  # 50% of 60 CUs, 16 GiB, on device 0
+    (directory,) = (node.directory / "vgpu" / "dcu").iterdir()
+    assert directory.name == "uid-1_main_0_0_0_000000003fffffff_0000000000000000"
+    body = (directory / "vdev0.conf").read_text()
+    assert body == (
+        "PciBusId: 0000:10:00.0\n"
+        "cu_mask: 0x000000003fffffff\n"
+        "cu_mask: 0x0000000000000000\n"
+        "cu_count: 30\n"
+        "mem: 16384 MiB\n"
+        "device_id: 0\n"
+        "vdev_id: 0\n"
+        "pipe_id: 0\n"
+        "enable: 1\n"
+    )
+    assert (node.directory / "etc-vdev" / "vdev0.conf").read_text() == body  # the exporter's copy
+    edits = host.container_edits("DCU", POD, 0, placement)
+    assert [(d.container_path, d.permissions) for d in edits.devices] == [
+        ("/dev/kfd", "rwm"),
+        ("/dev/mkfd", "rwm"),
+        ("/dev/dri/card1", "rw"),
+        ("/dev/dri/renderD128", "rw"),
+    ]
+    assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
+        ("/etc/vdev/docker/", str(directory), True),
+        ("/opt/hygondriver", "/opt/hygondriver-host", True),
+        ("/opt/hyhal", "/opt/hyhal", True),
+    ]
+    assert edits.env == {}
+    assert host.container_edits("DCU", POD, 0, placement) == edits
+
+
+def test_second_share_takes_other_cus_and_the_next_pipe(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    host.allocate("DCU", POD, 1, grant("DCU-PD23010000", 8192, 25))
+    names = sorted(p.name for p in (node.directory / "vgpu" / "dcu").iterdir())
+    assert names == [
+        "uid-1_main_0_0_0_000000003fffffff_0000000000000000",
+        "uid-1_side_0_1_1_00001fffc0000000_0000000000000000",  # 15 CUs from CU 30 on: no overlap
+    ]
+    assert node.vdevs() == [(0, 0, 30, 16384), (1, 0, 15, 8192)]
+
+
+def test_allocate_retried_reuses_the_vdcu(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    placement = grant("DCU-PD23010001", 4096, 10)
+    host.allocate("DCU", POD, 0, placement)
+    host.allocate("DCU", POD, 0, placement)
+    assert node.vdevs() == [(0, 1, 6, 4096)]
+
+
+def test_too_few_free_cus_is_refused_with_a_reason(hygon_node: MakeNode, fakes: F) -> None:
+    _, host = setup(hygon_node, fakes)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 4096, 80))
+    with pytest.raises(HamiError, match="12 free compute units, the share needs 30"):
+        host.allocate("DCU", OTHER, 0, grant("DCU-PD23010000", 4096, 50))
+
+
+def test_whole_and_multi_dcu_grants_get_no_vdcu(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    whole = grant("DCU-PD23010000", 65536, 100)
+    two = grant("DCU-PD23010000", 4096, 10) + grant("DCU-PD23010001", 4096, 10)
+    host.allocate("DCU", POD, 0, whole)
+    host.allocate("DCU", POD, 1, two)
+    assert node.vdevs() == []
+    assert not (node.directory / "vgpu" / "dcu").exists()
+    edits = host.container_edits("DCU", POD, 1, two)
+    assert edits.mounts == ()
+    assert [d.host_path for d in edits.devices][2:] == [
+        "/dev/dri/card1",
+        "/dev/dri/renderD128",
+        "/dev/dri/card2",
+        "/dev/dri/renderD129",
+    ]
+
+
+def test_release_destroys_the_vdcu_and_its_files(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    host.allocate("DCU", OTHER, 0, grant("DCU-PD23010001", 16384, 50))
+    host.release("DCU", POD, [])
+    assert node.vdevs() == [(1, 1, 30, 16384)]
+    assert [p.name.split("_")[0] for p in (node.directory / "vgpu" / "dcu").iterdir()] == ["uid-2"]
+    assert not (node.directory / "etc-vdev" / "vdev0.conf").exists()
+    host.release("DCU", POD, [])  # again: nothing left, no error
+
+
+def test_after_a_crash_masks_are_read_back_and_orphans_destroyed(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    # a daemon that died between creating a vDCU and writing its file left this one behind
+    (node.state_file).write_text(node.state_file.read_text() + "5 0 10 1024\n")
+    restarted = node.host()
+    restarted.discover()
+    assert node.vdevs() == [(0, 0, 30, 16384)]
+    restarted.allocate("DCU", OTHER, 0, grant("DCU-PD23010000", 8192, 50))
+    names = sorted(p.name for p in (node.directory / "vgpu" / "dcu").iterdir())
+    assert names[1] == "uid-2_main_0_1_1_0fffffffc0000000_0000000000000000"
+
+
+def test_without_dmi_the_file_alone_describes_the_vdcu(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes, "hy-smi")
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    assert node.vdevs() == []
+    (directory,) = (node.directory / "vgpu" / "dcu").iterdir()
+    assert "cu_count: 30\n" in (directory / "vdev0.conf").read_text()
+
+
+def test_driver_refusal_is_a_clear_error(hygon_node: MakeNode, fakes: F, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, host = setup(hygon_node, fakes)
+    monkeypatch.setenv("FAKE_DTK_FAIL", "dmiCreateVDevices")
+    with pytest.raises(HamiError, match="creating the vDCU on DCU DCU-PD23010000 failed: dmiCreateVDevices"):
+        host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    assert not (node.directory / "vgpu" / "dcu").exists()
+
+
+def test_edits_before_allocate_are_refused(hygon_node: MakeNode, fakes: F) -> None:
+    _, host = setup(hygon_node, fakes)
+    with pytest.raises(HamiError, match="no vDCU was allocated"):
+        host.container_edits("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+
+
+def test_unknown_device_is_refused(hygon_node: MakeNode, fakes: F) -> None:
+    _, host = setup(hygon_node, fakes)
+    with pytest.raises(HamiError, match="not on this node"):
+        host.allocate("DCU", POD, 0, grant("DCU-ELSEWHERE", 16384, 50))
+
+
+def test_soft_mode_gets_the_isolation_library(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes, dcuMode="hami-core", libvdcuLogLevel="2")
+    placement = grant("DCU-PD23010000", 16384, 50)
+    host.allocate("DCU", POD, 1, placement)
+    shmem = node.directory / "hami-core" / "containers" / "uid-1_side"
+    assert shmem.is_dir()
+    assert node.vdevs() == []
+    edits = host.container_edits("DCU", POD, 1, placement)
+    assert edits.env == {
+        "HIP_DEVICE_MEMORY_LIMIT_0": "16384m",
+        "HIP_DEVICE_CORE_LIMIT_0": "50",
+        "HIP_DEVICE_MEMORY_SHARED_CACHE": "/hami-vdcu-shmem/vdcu.cache",
+        "HIP_DEVICE_UUIDS": "DCU-PD23010000",
+        "LIBVDCU_LOG_LEVEL": "2",
+    }
+    hook = node.directory / "hami-core"
+    assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
+        ("/opt/hyhal", "/opt/hyhal", True),
+        (f"{hook}/libvdcu.so", f"{hook}/libvdcu.so", True),
+        ("/etc/ld.so.preload", f"{hook}/ld.so.preload", True),
+        ("/hami-vdcu-shmem", str(shmem), False),
+    ]
+    assert edits.accounting_file == str(shmem / "vdcu.cache")
+    host.release("DCU", POD, [])
+    assert not shmem.exists()
+
+
+def test_hamis_writable_mounts_are_a_setting(hygon_node: MakeNode, fakes: F) -> None:
+    _, host = setup(hygon_node, fakes, writableMounts=True)
+    placement = grant("DCU-PD23010000", 16384, 50)
+    host.allocate("DCU", POD, 0, placement)
+    assert [m.read_only for m in host.container_edits("DCU", POD, 0, placement).mounts] == [False, False, False]
+
+
+def test_a_tenant_rewriting_its_vdev_file_changes_nothing_the_node_decides(hygon_node: MakeNode, fakes: F) -> None:
+    """The tenant (with HAMi's writable mount) rewrites its vDCU's file to claim every CU and another vDCU's id:
+    the node's bookkeeping is the directory names and the driver's vDCUs, so the next share still gets CUs of its
+    own, and release destroys exactly the tenant's vDCU."""
+    node, host = setup(hygon_node, fakes, writableMounts=True)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    (directory,) = (node.directory / "vgpu" / "dcu").iterdir()
+    conf = directory / "vdev0.conf"
+    conf.write_text(
+        conf.read_text().replace("0x000000003fffffff", "0xffffffffffffffff").replace("vdev_id: 0", "vdev_id: 1")
+    )
+    host.allocate("DCU", OTHER, 0, grant("DCU-PD23010000", 8192, 25))
+    assert node.vdevs() == [(0, 0, 30, 16384), (1, 0, 15, 8192)]
+    names = sorted(p.name for p in (node.directory / "vgpu" / "dcu").iterdir())
+    assert names[1] == "uid-2_main_0_1_1_00001fffc0000000_0000000000000000"
+    host.release("DCU", POD, [])
+    assert node.vdevs() == [(1, 0, 15, 8192)]

@@ -133,6 +133,11 @@ class DeviceKind(_Model):
     resources: ResourceNames
     annotations: AnnotationKeys
     register_format: RegisterFormat = RegisterFormat.JSON
+    capacity_by_cores: str | None = Field(
+        default=None,
+        description="a capacity kind HAMi counts from its cores capacity (100 per device) and names "
+        "`<node>-<this>-<i>` (Cambricon: `cambricon-mlu`); its node daemon serves that capacity too",
+    )
 
 
 class VendorInfo(_Model):

@@ -1,4 +1,5 @@
-"""The Cambricon plugin: the conformance kit, 256 MiB memory units and HAMi's default of whole compute."""
+"""The Cambricon plugin: the conformance kit, 256 MiB memory units, HAMi's default of whole compute, and a
+count required for any MLU request (HAMi v2.10's GenerateResourceRequests)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ REQUESTS = [
     RequestCase("MLU", {COUNT: "2"}, req(2, percent=100, cores=100)),
     RequestCase("MLU", {COUNT: "1", MEMORY: "4"}, req(memory=1024, cores=100)),  # 4 × 256 MiB, whole compute
     RequestCase("MLU", {COUNT: "1", MEMORY: "4", CORES: "25"}, req(memory=1024, cores=25)),
-    RequestCase("MLU", {MEMORY: "8"}, req(memory=2048, cores=100)),
-    RequestCase("MLU", {CORES: "50"}, req(percent=100, cores=50)),
+    RequestCase("MLU", {MEMORY: "8"}, None),  # HAMi v2.10 reads memory and cores only with a count
+    RequestCase("MLU", {CORES: "50"}, None),
+    RequestCase("MLU", {COUNT: "1", CORES: "50"}, req(percent=100, cores=50)),
     RequestCase("MLU", {COUNT: "0", MEMORY: "8"}, None),
     RequestCase("MLU", {COUNT: "1", CORES: "150"}, "more than 100"),
     RequestCase("MLU", {COUNT: "1", MEMORY: "1024Mi"}, "counts 256 MiB"),
@@ -51,7 +53,8 @@ def test_metadata_is_hami_wiring() -> None:
     (kind,) = plugin.INFO.kinds
     assert kind.common_word == "MLU"
     assert kind.register_format is RegisterFormat.CAPACITY
-    assert kind.annotations.node_register is None
+    assert kind.annotations.node_register == "hami.io/node-cambricon-mlu-register"  # this project's, see discovery
+    assert kind.capacity_by_cores == "cambricon-mlu"
     assert kind.annotations.node_handshake is None
     assert kind.resources.memory_unit_mib == 256
     assert (kind.annotations.to_allocate, kind.annotations.allocated) == (

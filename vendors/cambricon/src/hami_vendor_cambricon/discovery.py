@@ -36,6 +36,7 @@ REGISTER_ANNOTATION = "hami.io/node-cambricon-mlu-register"
 CAPACITY_NAME = "cambricon-mlu"
 """HAMi's capacity-derived card names: ``<node>-cambricon-mlu-<i>``."""
 _CAPACITY_ID = re.compile(r"^.+-cambricon-mlu-([0-9]+)$")
+_TRAILING_INDEX = re.compile(r"^.+-([0-9]+)$")
 
 
 @dataclass
@@ -73,6 +74,10 @@ class NodeRuntime:
     def card_of(self, uuid: str) -> MluCard:
         """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-cambricon-mlu-<index>``.
 
+        On a node without CNDev at all (no driver: simulated devices, `hami demo`), a name ending in
+        ``-<index>`` (HAMi's capacity names, the simulated inventory's ``<id>-<index>``) stands for that card,
+        of unknown memory; with CNDev, only its cards are served.
+
         :raises HamiError: no card of this node has that name.
         """
         with self.lock:
@@ -81,6 +86,10 @@ class NodeRuntime:
                 for card in attempt:
                     if card.uuid == uuid or (match and card.index == int(match.group(1))):
                         return card
+            index = _TRAILING_INDEX.match(uuid)
+            if self.cndev is None and index:
+                self._say(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
+                return MluCard(int(index.group(1)), uuid, "", 0, 0, True)
             known = ", ".join(c.uuid for c in self.cards) or "no MLU"
             raise HamiError(
                 f"MLU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"

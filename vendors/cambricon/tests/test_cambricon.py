@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 
 from hami.errors import ConfigError, RequestError
-from hami.model import Container, ContainerRequest, Pod, RegisterFormat
+from hami.model import (
+    Container,
+    ContainerDevice,
+    ContainerRequest,
+    Device,
+    DeviceUsage,
+    NodeView,
+    Pod,
+    RegisterFormat,
+)
 from hami.plugins import VendorHost
-from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
+from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_cambricon import plugin
 
 COUNT, MEMORY, CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"
@@ -36,8 +45,40 @@ REQUESTS = [
 ]
 
 
+def mlu_nodes() -> list[NodeView]:
+    """Two nodes of four MLU370-X8 cards, some already shared."""
+
+    def card(i: int, used: int = 0, mem: int = 0, cores: int = 0) -> DeviceUsage:
+        device = Device(id=f"MLU-n-{i}", index=i, count=100, devmem=24576, devcore=100, type="MLU370-X8")
+        return DeviceUsage(device=device, used=used, usedmem=mem, usedcores=cores)
+
+    return [
+        NodeView(name="idle", devices=[card(i) for i in range(4)]),
+        NodeView(name="busy", devices=[card(0, 1, 20480, 50), card(1, 2, 8192, 90), card(2), card(3, 1, 0, 100)]),
+    ]
+
+
 def make_fixture() -> VendorFixture:
-    return VendorFixture(name="cambricon", plugin=plugin, requests=REQUESTS)
+    return VendorFixture(
+        name="cambricon",
+        plugin=plugin,
+        config={"cndevLibrary": "/nonexistent/libcndev.so"},  # no driver: cards are known by their names
+        requests=REQUESTS,
+        nodes={"MLU": mlu_nodes},
+        fit_requests={
+            "MLU": [
+                req(memory=1024, cores=25),
+                req(percent=100, cores=100),
+                req(2, percent=100, cores=100),
+                req(memory=8192, cores=50),
+                req(4, percent=100, cores=100),
+            ]
+        },
+        edits=[
+            EditCase("MLU", (ContainerDevice(uuid="MLU-n-2", type="MLU", usedmem=1024, usedcores=25),)),
+            EditCase("MLU", tuple(ContainerDevice(uuid=f"MLU-n-{i}", type="MLU") for i in (0, 3))),
+        ],
+    )
 
 
 test_conformance = pytest_suite(make_fixture)

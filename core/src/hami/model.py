@@ -517,6 +517,12 @@ class Allocation(_Model):
         description="annotations the node daemon writes on the pod with the container's allocation (the "
         "vendor's own keys, e.g. the identity of a partition it created)",
     )
+    node_annotations: Mapping[str, str | None] = Field(
+        default_factory=dict,
+        description="annotations the node daemon writes on its node once the container is served, None removing "
+        "one (the vendor's own keys, e.g. a vendor's node lock its runtime contract releases at Allocate); keys "
+        "the daemon owns (its lock, registers, handshakes) are not the vendor's to write and are ignored",
+    )
 
 
 class IsolationLibrary(_Model):

@@ -185,6 +185,7 @@ def test_allocation_resolves_hami_capacity_names_and_marks_the_pod_assigned(mlu_
     assert [d.uuid for d in allocation.devices] == ["MLU-a1b2c3d4-0000-0000-0000-000000000002"]
     assert allocation.devices[0].usedmem == 1024
     assert allocation.pod_annotations == {"CAMBRICON_DSMLU_ASSIGNED": "true", "CAMBRICON_DSMLU_ASSIGHED": "true"}
+    assert allocation.node_annotations == {"cambricon.com/dsmlu.lock": None}  # HAMi's MLU node lock, released
     real = (ContainerDevice(uuid=UUID0, type="MLU"),)
     assert host.allocate("MLU", pod(), 0, real).devices == real
 

@@ -96,17 +96,9 @@ class NodeRuntime:
             )
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: CambriconSettings) -> NodeRuntime:
     """The node runtime attached to `settings`, created on first use."""
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))
 
 
 def inventory(cards: Sequence[MluCard]) -> NodeInventory:

@@ -1,21 +1,20 @@
 """The `cambricon` section of the configuration: HAMi's request defaults and where CNDev is.
 
-Owns the settings model, and keeps the node runtime (`hami_vendor_cambricon.discovery.NodeRuntime`: the CNDev
-session and the cards last read) attached to the settings object the host loaded, so it lives as long as that host.
+Owns the settings model; the node runtime (`hami_vendor_cambricon.discovery.NodeRuntime`: the CNDev session and the
+cards last read) is kept with it through core's `hami.vendorstate.RuntimeSettings`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from hami.requests import ShareDefaults
+from hami.vendorstate import RuntimeSettings
 
 __all__ = ["CambriconSettings"]
 
 
-class CambriconSettings(ShareDefaults):
+class CambriconSettings(ShareDefaults, RuntimeSettings):
     """The `cambricon` section of the configuration."""
 
     default_cores: int = Field(
@@ -31,12 +30,3 @@ class CambriconSettings(ShareDefaults):
         alias="cnmonPath",
         description="host path of cnmon to mount read-only at the same path in MLU containers (empty: none)",
     )
-    _runtime: Any = PrivateAttr(default=None)
-
-    @property
-    def runtime(self) -> Any:
-        """The node runtime attached by discovery, or None."""
-        return self._runtime
-
-    def attach_runtime(self, runtime: Any) -> None:
-        self._runtime = runtime

@@ -4,9 +4,12 @@ capacity form, the dynamic-sMLU profile rules, allocation of HAMi-named and real
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami.errors import HamiError
 from hami.model import (
@@ -23,9 +26,10 @@ from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.plugins import VendorHost
 from hami.scheduler.state import _devices_from_capacity
 from hami_vendor_cambricon import plugin
-from hami_vendor_cambricon.cndev import MluCard
-from hami_vendor_cambricon.discovery import inventory
+from hami_vendor_cambricon.cndev import Cndev, MluCard
+from hami_vendor_cambricon.discovery import NodeRuntime, inventory
 from hami_vendor_cambricon.fit import fit_nodes
+from hami_vendor_cambricon.settings import CambriconSettings
 
 KIND: DeviceKind = plugin.KIND
 MachineHost = Callable[..., VendorHost]
@@ -211,3 +215,55 @@ def test_container_edits_are_cambricons_device_plugin_answer(mlu_node: MachineHo
     )
     assert [(m.container_path, m.read_only) for m in edits.mounts] == [("/usr/bin/cnmon", True)]
     assert mlu_node().container_edits("MLU", pod(), 0, placed, None).mounts == ()
+
+
+def test_a_tenants_own_profile_annotation_changes_nothing_the_container_gets(mlu_node: MachineHost) -> None:
+    # The tenant patches its pod's profile to claim a whole other card; the node serves the placement only.
+    host = mlu_node()
+    tenant = pod(annotations={"CAMBRICON_DSMLU_PROFILE": "3_100_96", "CAMBRICON_DSMLU_ASSIGNED": "true"})
+    placed = (ContainerDevice(uuid="MLU-a1b2c3d4-0000-0000-0000-000000000001", type="MLU", usedmem=256, usedcores=10),)
+    edits = host.container_edits("MLU", tenant, 0, placed, None)
+    assert edits.env == {"CAMBRICON_VISIBLE_DEVICES": "1"}
+    assert "/dev/cambricon_dev3" not in {d.host_path for d in edits.devices}
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.text(max_size=60) | st.from_regex(r".{0,8}-cambricon-mlu-[0-9]{1,3}\n?", fullmatch=True))
+def test_any_placed_name_is_a_card_or_a_clear_refusal(name: str) -> None:
+    runtime = NodeRuntime(CambriconSettings.model_validate({"cndevLibrary": "/nonexistent/libcndev.so"}))
+    runtime.cndev = Cndev.__new__(Cndev)  # a driver is present: only its cards are served
+    runtime.read_cards = lambda: runtime.cards  # type: ignore[method-assign]
+    runtime.cards = [MluCard(0, "MLU-u-0", "MLU370-X8", 24576, 8, True)]
+    if name == "MLU-u-0" or re.fullmatch(r".+-cambricon-mlu-0+", name, flags=re.DOTALL):
+        assert runtime.card_of(name).uuid == "MLU-u-0"
+    else:
+        with pytest.raises(HamiError, match="is not on this node"):
+            runtime.card_of(name)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    requests=st.lists(
+        st.one_of(
+            st.none(),
+            st.builds(
+                req,
+                count=st.integers(1, 6),
+                memory=st.integers(0, 40000),
+                cores=st.integers(0, 100),
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_fitting_answers_every_request_with_a_placement_or_a_reason(requests: list[ContainerRequest | None]) -> None:
+    reason, placement, annotations = fit(requests, node_view({1: (8192, 30)}))
+    if placement is None:
+        assert reason
+        assert annotations == {}
+    elif any(placement):  # type: ignore[arg-type]
+        index, cores, units = annotations["CAMBRICON_DSMLU_PROFILE"].split("_")
+        assert 0 <= int(index) < 4
+        assert 0 <= int(cores) <= 100
+        assert 0 <= int(units) <= 96

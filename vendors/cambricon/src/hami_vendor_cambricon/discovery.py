@@ -35,8 +35,8 @@ REGISTER_ANNOTATION = "hami.io/node-cambricon-mlu-register"
 """This project's per-card register (JSON, HAMi's device form); HAMi's own scheduler ignores it."""
 CAPACITY_NAME = "cambricon-mlu"
 """HAMi's capacity-derived card names: ``<node>-cambricon-mlu-<i>``."""
-_CAPACITY_ID = re.compile(r"^.+-cambricon-mlu-([0-9]+)$")
-_TRAILING_INDEX = re.compile(r"^.+-([0-9]+)$")
+_CAPACITY_ID = re.compile(r".+-cambricon-mlu-([0-9]+)", re.DOTALL)
+_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass
@@ -82,11 +82,11 @@ class NodeRuntime:
         """
         with self.lock:
             for attempt in (self.cards, self.read_cards()):
-                match = _CAPACITY_ID.match(uuid)
+                match = _CAPACITY_ID.fullmatch(uuid)
                 for card in attempt:
                     if card.uuid == uuid or (match and card.index == int(match.group(1))):
                         return card
-            index = _TRAILING_INDEX.match(uuid)
+            index = _TRAILING_INDEX.fullmatch(uuid)
             if self.cndev is None and index:
                 self._say(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
                 return MluCard(int(index.group(1)), uuid, "", 0, 0, True)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, which_cc
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
@@ -83,16 +82,7 @@ def test_a_dsmlu_share_runs_with_its_profile_and_cambricons_env(
         }
     )
 
-    def running() -> dict[str, Any] | None:
-        got = api.get("Pod", "mlu", ns)
-        return got if got["status"].get("phase") == "Running" else None
-
-    def describe() -> str:
-        got = api.get("Pod", "mlu", ns)
-        events = [f"{e['reason']}: {e['message']}" for e in api.events_about(ns, "mlu")]
-        return f"pod: {got['metadata']}\nstatus: {got['status']}\nevents: {events}\n{stack.diagnose()}"
-
-    got = wait_until(running, 60, "the Cambricon pod Running", describe)
+    got = stack.wait_running(ns, "mlu")
     assert got["spec"]["schedulerName"] == "hami-scheduler"
     assert got["spec"]["nodeName"] == mlu_node.name
     annotations = got["metadata"]["annotations"]

@@ -39,7 +39,7 @@ def test_a_capacity_in_canonical_form_counts_its_devices() -> None:
     kind = next(k for v in host.vendors for k in v.info.kinds if k.common_word == "MLU")
     node = {
         "metadata": {"name": "n"},
-        "status": {"capacity": {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vmemory": "2k"}},
+        "status": {"capacity": {"cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "2k"}},
     }
     devices = _devices_from_capacity(node, kind)
     assert len(devices) == 2

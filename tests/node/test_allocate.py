@@ -278,6 +278,21 @@ def test_annotations_from_allocate_reach_the_pod_one_allocate_call_at_a_time(
     assert pod_annotations(cluster, "p")["scripted.example/made"] == "1"
 
 
+def test_node_annotations_from_allocate_are_written_and_removed_but_not_the_daemons_own(
+    ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster, script: Path
+) -> None:
+    cluster.patch_metadata("nodes", NODE, annotations={"vendor.example/lock": "2026-12-01T00:00:00Z"})
+    on_node = {"vendor.example/lock": None, "vendor.example/served": "yes", "hami.io/node-scripted-register": "x"}
+    write_script(script, {"Scripted": scripted_devices(2)}, allocate_node_annotations=on_node)
+    register = node_annotations(cluster, NODE)["hami.io/node-scripted-register"]
+    place_pod(cluster, NODE, "p", {"Scripted": [[dev("SCR-0")]]})
+    kubelet.start_container(RESOURCE, 1)
+    got = node_annotations(cluster, NODE)
+    assert "vendor.example/lock" not in got
+    assert got["vendor.example/served"] == "yes"
+    assert got["hami.io/node-scripted-register"] == register  # the daemon's key is not the vendor's to write
+
+
 def test_a_vendor_annotation_cannot_overwrite_what_the_daemon_writes(
     ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster, script: Path
 ) -> None:

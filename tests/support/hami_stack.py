@@ -225,6 +225,27 @@ class HamiStack:
     def diagnose(self) -> str:
         return self.plane.diagnose()
 
+    def describe_pod(self, namespace: str, name: str) -> str:
+        """A pod's metadata, status and events, and the components' logs: what a failed wait shows."""
+        try:
+            got = self.admin.get("Pod", name, namespace)
+            events = [f"{e['reason']}: {e['message']}" for e in self.admin.events_about(namespace, name)]
+        except ApiError as exc:
+            return f"pod {namespace}/{name}: {exc}"
+        return f"pod: {got.get('metadata')}\nstatus: {got.get('status')}\nevents: {events}\n{self.diagnose()}"
+
+    def wait_running(self, namespace: str, name: str, timeout: float = 60) -> dict[str, Any]:
+        """The pod once it is Running; a timeout shows `describe_pod`."""
+
+        def running() -> dict[str, Any] | None:
+            got: dict[str, Any] = self.admin.get("Pod", name, namespace)
+            return got if got.get("status", {}).get("phase") == "Running" else None
+
+        found: dict[str, Any] = wait_until(
+            running, timeout, f"pod {namespace}/{name} Running", lambda: self.describe_pod(namespace, name)
+        )
+        return found
+
     # ---------------------------------------------------------------------------------- nodes
 
     def add_gpu_node(self, name: str, box: Mapping[str, Any], library: Path, **nvidia: Any) -> GpuNode:

@@ -173,9 +173,10 @@ def hami_allocate(
         if d.uuid in refused:
             raise HamiError(f"device {d.uuid} cannot be partitioned (refused by the script)")
     annotations = script.get("allocate_annotations") or {}
-    if annotations:
+    on_node = script.get("allocate_node_annotations") or {}
+    if annotations or on_node:
         written = {str(k): str(v).replace("{container}", str(container_index)) for k, v in annotations.items()}
-        return Allocation(devices=devices, pod_annotations=written)
+        return Allocation(devices=devices, pod_annotations=written, node_annotations=on_node)
     return None
 
 

@@ -133,6 +133,11 @@ class DeviceKind(_Model):
     resources: ResourceNames
     annotations: AnnotationKeys
     register_format: RegisterFormat = RegisterFormat.JSON
+    capacity_by_cores: str | None = Field(
+        default=None,
+        description="a capacity kind HAMi counts from its cores capacity (100 per device) and names "
+        "`<node>-<this>-<i>` (Cambricon: `cambricon-mlu`); its node daemon serves that capacity too",
+    )
 
 
 class VendorInfo(_Model):
@@ -511,6 +516,12 @@ class Allocation(_Model):
         default_factory=dict,
         description="annotations the node daemon writes on the pod with the container's allocation (the "
         "vendor's own keys, e.g. the identity of a partition it created)",
+    )
+    node_annotations: Mapping[str, str | None] = Field(
+        default_factory=dict,
+        description="annotations the node daemon writes on its node once the container is served, None removing "
+        "one (the vendor's own keys, e.g. a vendor's node lock its runtime contract releases at Allocate); keys "
+        "the daemon owns (its lock, registers, handshakes) are not the vendor's to write and are ignored",
     )
 
 

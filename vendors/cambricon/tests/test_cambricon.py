@@ -1,4 +1,5 @@
-"""The Cambricon plugin: the conformance kit, 256 MiB memory units and HAMi's default of whole compute."""
+"""The Cambricon plugin: the conformance kit, 256 MiB memory units, HAMi's default of whole compute, and a
+count required for any MLU request (HAMi v2.10's GenerateResourceRequests)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from typing import Any
 import pytest
 
 from hami.errors import ConfigError, RequestError
-from hami.model import Container, ContainerRequest, Pod, RegisterFormat
+from hami.model import (
+    Container,
+    ContainerDevice,
+    ContainerRequest,
+    Device,
+    DeviceUsage,
+    NodeView,
+    Pod,
+    RegisterFormat,
+)
 from hami.plugins import VendorHost
-from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
+from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_cambricon import plugin
 
 COUNT, MEMORY, CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"
@@ -25,8 +35,9 @@ REQUESTS = [
     RequestCase("MLU", {COUNT: "2"}, req(2, percent=100, cores=100)),
     RequestCase("MLU", {COUNT: "1", MEMORY: "4"}, req(memory=1024, cores=100)),  # 4 × 256 MiB, whole compute
     RequestCase("MLU", {COUNT: "1", MEMORY: "4", CORES: "25"}, req(memory=1024, cores=25)),
-    RequestCase("MLU", {MEMORY: "8"}, req(memory=2048, cores=100)),
-    RequestCase("MLU", {CORES: "50"}, req(percent=100, cores=50)),
+    RequestCase("MLU", {MEMORY: "8"}, None),  # HAMi v2.10 reads memory and cores only with a count
+    RequestCase("MLU", {CORES: "50"}, None),
+    RequestCase("MLU", {COUNT: "1", CORES: "50"}, req(percent=100, cores=50)),
     RequestCase("MLU", {COUNT: "0", MEMORY: "8"}, None),
     RequestCase("MLU", {COUNT: "1", CORES: "150"}, "more than 100"),
     RequestCase("MLU", {COUNT: "1", MEMORY: "1024Mi"}, "counts 256 MiB"),
@@ -34,8 +45,40 @@ REQUESTS = [
 ]
 
 
+def mlu_nodes() -> list[NodeView]:
+    """Two nodes of four MLU370-X8 cards, some already shared."""
+
+    def card(i: int, used: int = 0, mem: int = 0, cores: int = 0) -> DeviceUsage:
+        device = Device(id=f"MLU-n-{i}", index=i, count=100, devmem=24576, devcore=100, type="MLU370-X8")
+        return DeviceUsage(device=device, used=used, usedmem=mem, usedcores=cores)
+
+    return [
+        NodeView(name="idle", devices=[card(i) for i in range(4)]),
+        NodeView(name="busy", devices=[card(0, 1, 20480, 50), card(1, 2, 8192, 90), card(2), card(3, 1, 0, 100)]),
+    ]
+
+
 def make_fixture() -> VendorFixture:
-    return VendorFixture(name="cambricon", plugin=plugin, requests=REQUESTS)
+    return VendorFixture(
+        name="cambricon",
+        plugin=plugin,
+        config={"cndevLibrary": "/nonexistent/libcndev.so"},  # no driver: cards are known by their names
+        requests=REQUESTS,
+        nodes={"MLU": mlu_nodes},
+        fit_requests={
+            "MLU": [
+                req(memory=1024, cores=25),
+                req(percent=100, cores=100),
+                req(2, percent=100, cores=100),
+                req(memory=8192, cores=50),
+                req(4, percent=100, cores=100),
+            ]
+        },
+        edits=[
+            EditCase("MLU", (ContainerDevice(uuid="MLU-n-2", type="MLU", usedmem=1024, usedcores=25),)),
+            EditCase("MLU", tuple(ContainerDevice(uuid=f"MLU-n-{i}", type="MLU") for i in (0, 3))),
+        ],
+    )
 
 
 test_conformance = pytest_suite(make_fixture)
@@ -51,7 +94,8 @@ def test_metadata_is_hami_wiring() -> None:
     (kind,) = plugin.INFO.kinds
     assert kind.common_word == "MLU"
     assert kind.register_format is RegisterFormat.CAPACITY
-    assert kind.annotations.node_register is None
+    assert kind.annotations.node_register == "hami.io/node-cambricon-mlu-register"  # this project's, see discovery
+    assert kind.capacity_by_cores == "cambricon-mlu"
     assert kind.annotations.node_handshake is None
     assert kind.resources.memory_unit_mib == 256
     assert (kind.annotations.to_allocate, kind.annotations.allocated) == (

@@ -218,6 +218,7 @@ class Allocator:
         served: list[ServedContainer] = []
         answers: list[ContainerEdits] = []
         written: dict[str, str] = {}
+        node_written: dict[str, str | None] = {}
         library = self.library_of(self.host.owner(kind).name)
         for request in requests:
             index = next((i for i, e in enumerate(entries) if e), None)
@@ -238,6 +239,7 @@ class Allocator:
             if allocation.pod_annotations:
                 written.update(allocation.pod_annotations)
                 pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
+            node_written.update(allocation.node_annotations)
             edits = self.host.container_edits(kind, pod, index, placement, library)
             answers.append(edits)
             record = ServedContainer(
@@ -249,6 +251,7 @@ class Allocator:
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )
+        self._write_node_annotations(node_written)
         if not self._needs_any(meta(patched).get("annotations") or {}):
             self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
             try:
@@ -257,6 +260,19 @@ class Allocator:
                 log.warning("pod %s/%s allocated, but releasing node %s failed: %s", pod.namespace, pod.name,
                             self.node, exc)  # fmt: skip
         return answers
+
+    def _write_node_annotations(self, annotations: Mapping[str, str | None]) -> None:
+        """The vendors' node annotations of this Allocate (`Allocation.node_annotations`), less the daemon's own."""
+        owned = {LOCK_ANNOTATION}
+        for k in self.host.kinds:
+            owned.update(key for key in (k.annotations.node_register, k.annotations.node_handshake) if key)
+        wanted = {k: v for k, v in annotations.items() if k not in owned}
+        if not wanted:
+            return
+        try:
+            self.cluster.patch_metadata("nodes", self.node, annotations=wanted)
+        except ClusterError as exc:  # the pod is served; the vendor's annotation is what is late
+            log.warning("writing %s on node %s failed: %s", ", ".join(sorted(wanted)), self.node, exc)
 
     def _fail(self, target: _Target, message: str) -> None:
         """Mark the pod's binding failed, say why in an event, release the node lock if the pod holds it.

@@ -8,7 +8,9 @@ view: which extended resources the daemon serves for a kind, and the device IDs 
   card and the scheduler decides which card each gets.
 * A kind that publishes no register annotation (`RegisterFormat.CAPACITY`) is read by the scheduler from the
   node's `status.capacity`, which is what the kubelet sums from these lists: its count resource advertises
-  one ID per physical device, and its memory resource (when it has one) one ID per memory unit.
+  one ID per physical device, and its memory resource (when it has one) one ID per memory unit. A capacity
+  kind that HAMi counts from its cores (`DeviceKind.capacity_by_cores`) also serves its cores resource, 100
+  IDs per device.
 
 Pure functions over the model: no gRPC, no Kubernetes.
 """
@@ -29,6 +31,8 @@ class ResourceRole(StrEnum):
     """The device count resource: Allocate for it serves the container's placement."""
     MEMORY = "memory"
     """A capacity kind's memory resource: advertised so the node's capacity carries it; Allocate is a no-op."""
+    CORES = "cores"
+    """A capacity kind's cores resource (`DeviceKind.capacity_by_cores`), 100 per device; Allocate is a no-op."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ def resources_of(kind: DeviceKind) -> list[ServedResource]:
     served = [ServedResource(kind.resources.count, kind.common_word, ResourceRole.COUNT)]
     if kind.register_format == RegisterFormat.CAPACITY and kind.resources.memory:
         served.append(ServedResource(kind.resources.memory, kind.common_word, ResourceRole.MEMORY))
+    if kind.register_format == RegisterFormat.CAPACITY and kind.capacity_by_cores and kind.resources.cores:
+        served.append(ServedResource(kind.resources.cores, kind.common_word, ResourceRole.CORES))
     return served
 
 
@@ -72,6 +78,8 @@ def advertised_devices(kind: DeviceKind, role: ResourceRole, devices: Iterable[D
         if role == ResourceRole.MEMORY:
             units = d.devmem // kind.resources.memory_unit_mib
             out.extend(AdvertisedDevice(f"{d.id}-mem-{j}", d.id, d.health, d.numa) for j in range(units))
+        elif role == ResourceRole.CORES:
+            out.extend(AdvertisedDevice(f"{d.id}-core-{j}", d.id, d.health, d.numa) for j in range(100))
         elif kind.register_format == RegisterFormat.CAPACITY:
             out.append(AdvertisedDevice(d.id, d.id, d.health, d.numa))
         else:

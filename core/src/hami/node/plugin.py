@@ -180,7 +180,7 @@ class ResourcePlugin:
         self, request: pb.AllocateRequest, context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse]
     ) -> pb.AllocateResponse:
         requests = [list(r.devices_ids) for r in request.container_requests]
-        if self.resource.role == ResourceRole.MEMORY:  # the count resource's Allocate serves the container
+        if self.resource.role != ResourceRole.COUNT:  # the count resource's Allocate serves the container
             return pb.AllocateResponse(container_responses=[pb.ContainerAllocateResponse() for _ in requests])
         try:
             edits = await asyncio.to_thread(self.allocate_function, self.resource.kind, requests)

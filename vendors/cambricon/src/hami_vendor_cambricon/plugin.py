@@ -1,34 +1,61 @@
 """The Cambricon vendor plugin: HAMi v2.10's `cambricon.com/*` resources and `hami.io/cambricon-mlu-*` annotations.
 
-Owns the MLU device kind's metadata, its settings, and reading container requests. Memory is asked in units
-of 256 MiB (`cambricon.com/mlu.smlu.vmemory: 4` is 1024 MiB). As in HAMi, a container that names memory but
-not `cambricon.com/mlu.smlu.vcore` gets the whole compute of its MLU (`defaultCores`, 100), since Cambricon's
-dynamic sMLU needs a compute share for every slice.
+Every hook implementation of the vendor, in the order a pod meets them; each is a thin call into the module that
+owns the rule:
 
-HAMi publishes no register annotation for MLUs: the scheduler derives the devices from the node's capacity.
-Discovery, fitting, the `CAMBRICON_DSMLU_*` pod annotations and container edits are not built yet; sharing
-is enforced by Cambricon's own device plugin (dynamic sMLU), so there is no isolation library.
+* metadata here (`INFO`), settings (`hami_vendor_cambricon.settings`);
+* discovery through CNDev (`hami_vendor_cambricon.discovery`, the binding in `hami_vendor_cambricon.cndev`);
+* requests: memory in units of 256 MiB (`cambricon.com/mlu.smlu.vmemory: 4` is 1024 MiB); as in HAMi, a
+  container that names memory but not `cambricon.com/mlu.smlu.vcore` gets the whole compute of its MLU
+  (`defaultCores`, 100), since Cambricon's dynamic sMLU needs a compute share for every slice;
+* fitting on core's share fitter with the dynamic-sMLU profile rules (`hami_vendor_cambricon.fit`);
+* allocation and container edits as Cambricon's device plugin gives them (`hami_vendor_cambricon.allocation`).
+
+HAMi publishes no register annotation for MLUs: its scheduler derives them from the node's cores and memory
+capacity (`DeviceKind.capacity_by_cores`); this daemon serves that capacity and also publishes a per-card register
+(`hami_vendor_cambricon.discovery`). It must stay free of rules of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-from pydantic import Field
 
 from hami import hookimpl
 from hami.model import (
+    Allocation,
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
+    NodeFit,
+    NodeInventory,
+    NodeView,
     Pod,
     RegisterFormat,
     ResourceNames,
+    SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import ShareDefaults, read_share_request
+from hami.requests import read_share_request
+from hami_vendor_cambricon import allocation, discovery, fit
+from hami_vendor_cambricon.settings import CambriconSettings
+
+__all__ = [
+    "INFO",
+    "KIND",
+    "CambriconSettings",
+    "hami_allocate",
+    "hami_container_edits",
+    "hami_container_request",
+    "hami_discover_devices",
+    "hami_fit_nodes",
+    "hami_vendor_info",
+    "hami_vendor_settings",
+]
 
 KIND = DeviceKind(
     common_word="MLU",
@@ -39,6 +66,7 @@ KIND = DeviceKind(
         memory_unit_mib=256,
     ),
     annotations=AnnotationKeys(
+        node_register=discovery.REGISTER_ANNOTATION,
         to_allocate="hami.io/cambricon-mlu-devices-to-allocate",
         allocated="hami.io/cambricon-mlu-devices-allocated",
         use_uuid="cambricon.com/use-gpuuuid",
@@ -47,17 +75,10 @@ KIND = DeviceKind(
         nouse_type="cambricon.com/nouse-mlutype",
     ),
     register_format=RegisterFormat.CAPACITY,
+    capacity_by_cores=discovery.CAPACITY_NAME,
 )
 
 INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,))
-
-
-class CambriconSettings(ShareDefaults):
-    """The `cambricon` section of the configuration."""
-
-    default_cores: int = Field(
-        default=100, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
-    )
 
 
 @hookimpl
@@ -74,4 +95,42 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> CambriconSettings:
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: CambriconSettings
 ) -> ContainerRequest | None:
+    if container.resource(kind.resources.count) is None:
+        return None  # as HAMi v2.10: without cambricon.com/vmlu a container asks for no MLU
     return read_share_request(kind, container, defaults=settings)
+
+
+@hookimpl
+def hami_discover_devices(settings: CambriconSettings) -> list[NodeInventory]:
+    return discovery.discover(settings)
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+    settings: CambriconSettings,
+) -> list[NodeFit]:
+    return fit.fit_nodes(kind, pod, requests, nodes, policy)
+
+
+@hookimpl
+def hami_allocate(
+    kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: CambriconSettings
+) -> Allocation:
+    return allocation.allocate(settings, pod, devices)
+
+
+@hookimpl
+def hami_container_edits(
+    kind: DeviceKind,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: CambriconSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return allocation.container_edits(settings, devices)

@@ -22,6 +22,14 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
    `bind-phase: success` is written and the lock released. On any failure once the pod is known,
    `bind-phase: failed` is written, the lock released, and the kubelet gets an error saying what was wrong.
 
+**Signed placements.** With placement keys (`hami.signing`), a pod is served only when its
+`hami.io/placement-signature` verifies for its UID and this node: each container's pending entry must equal
+the one the scheduler signed in the kind's allocated annotation, and the vendor sees the signed values of the
+annotations the signature covers, whatever the pod's owner wrote over them. A pod that reached the node
+without the HAMi scheduler (webhook ignored, `nodeName` preset, another scheduler) has no signature and is
+refused with an error saying so. The annotations this daemon writes back are signed again in the same write.
+Without keys, pods are served as HAMi serves them (and the daemon says so in its log at start).
+
 Every Allocate of the node runs under one lock (the node lock protocol assumes one pod at a time), in the
 caller's thread: the gRPC layer calls it from a worker thread. Errors never escape as anything but
 `AllocationError`.
@@ -44,6 +52,7 @@ from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks
+from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, SignedPlacement
 
 __all__ = ["AllocationError", "Allocator"]
 
@@ -85,6 +94,7 @@ class Allocator:
         *,
         on_served: Callable[[ServedContainer], None] | None = None,
         library_of: Callable[[str], IsolationLibrary | None] | None = None,
+        placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -92,6 +102,8 @@ class Allocator:
         self.on_served = on_served or (lambda container: None)
         self.library_of = library_of or (lambda vendor: None)
         """Vendor name → its isolation library as installed on this host, or None."""
+        self.placement_keys = placement_keys
+        """Serve only placements whose signature verifies; None: serve the annotations as they are (HAMi)."""
         self.locks = NodeLocks(cluster)
         self._serial = threading.Lock()
 
@@ -151,6 +163,8 @@ class Allocator:
                 and _has_work(annotations, key)
             ):
                 candidates.append(obj)
+        if len(candidates) > 1 and self.placement_keys is not None:  # a forged pod cannot make the real one wait
+            candidates = [o for o in candidates if self._verified(o)] or candidates
         if len(candidates) == 1:
             obj = candidates[0]
             log.info("node %s has no usable lock; serving %s, the only pod allocating here", self.node, _name(obj))
@@ -201,6 +215,46 @@ class Allocator:
             return None  # the owner still allocates other kinds: it is not the pod asking for this one
         return _Target(obj, Pod.from_api(obj))
 
+    def _verified(self, obj: KubeObject) -> bool:
+        assert self.placement_keys is not None
+        m = meta(obj)
+        try:
+            self.placement_keys.verify(m.get("annotations") or {}, str(m.get("uid") or ""), self.node)
+        except SignatureError:
+            return False
+        return True
+
+    def _signed(self, pod: Pod, kind: str, allocated: str) -> tuple[SignedPlacement, list[ContainerPlacement]]:
+        """The pod's verified placement and the kind's signed entries.
+
+        :raises AllocationError: the signature is absent, does not verify, or names no devices of the kind."""
+        assert self.placement_keys is not None
+        name = f"{pod.namespace}/{pod.name}"
+        try:
+            placement = self.placement_keys.verify(pod.annotations, pod.uid, self.node)
+        except SignatureError as exc:
+            how = (
+                "it was not placed by the HAMi scheduler (is its schedulerName the HAMi scheduler's? a pod with "
+                "hami.io/webhook: ignore or a preset nodeName skips it)"
+                if SIGNATURE_ANNOTATION not in pod.annotations
+                else "its placement was edited after the scheduler signed it, or signed with a retired key"
+            )
+            raise AllocationError(
+                f"pod {name} has no valid placement signature on node {self.node} ({exc}): {how}; this node "
+                "serves shared devices only to placements the HAMi scheduler signed. Delete the pod and let the "
+                "HAMi scheduler place it"
+            ) from None
+        try:
+            signed = _entries(placement.annotations, allocated)
+        except AnnotationError as exc:
+            raise AllocationError(f"pod {name}: its signed placement is unreadable: {exc}") from None
+        if not any(signed):
+            raise AllocationError(
+                f"pod {name}: the scheduler's signed placement has no {kind} devices for it; "
+                "its annotations were edited to ask for devices it was not given"
+            )
+        return placement, signed
+
     def _needs_any(self, annotations: Mapping[str, str]) -> bool:
         return any(_has_work(annotations, k.annotations.to_allocate) for k in self.host.kinds)
 
@@ -208,8 +262,15 @@ class Allocator:
 
     def _serve(self, kind: str, target: _Target, requests: Sequence[Sequence[str]]) -> list[ContainerEdits]:
         pod = target.pod
-        key = self.host.kind(kind).annotations.to_allocate
+        keys = self.host.kind(kind).annotations
+        key = keys.to_allocate
         entries = _entries(pod.annotations, key)
+        signed: list[ContainerPlacement] | None = None
+        placement_signed: SignedPlacement | None = None
+        signer = self.placement_keys
+        if signer is not None:
+            placement_signed, signed = self._signed(pod, kind, keys.allocated)
+            pod = pod.model_copy(update={"annotations": {**pod.annotations, **placement_signed.annotations}})
         containers = pod.all_containers
         if len(entries) > len(containers):
             raise AllocationError(
@@ -228,6 +289,11 @@ class Allocator:
                 )
             container = containers[index].name
             placement = entries[index]
+            if signed is not None and (index >= len(signed) or signed[index] != placement):
+                raise AllocationError(
+                    f"container {container}: entry {index} of {key} is not the placement the scheduler signed "
+                    f"for it ({keys.allocated}); its annotations were edited after scheduling"
+                )
             if len(request) != len(placement):
                 raise AllocationError(
                     f"container {container} was given {len(request)} {kind} device ID(s) by the kubelet, but the "
@@ -246,6 +312,9 @@ class Allocator:
             self.on_served(record)  # before anything else can fail: what hami_allocate made is released later
             served.append(record)
             entries[index] = ()
+        if signer is not None and placement_signed is not None and written:
+            resigned = SignedPlacement(pod.uid, self.node, {**placement_signed.annotations, **written})
+            written[SIGNATURE_ANNOTATION] = signer.sign(resigned)
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )

@@ -30,6 +30,14 @@ without the HAMi scheduler (webhook ignored, `nodeName` preset, another schedule
 refused with an error saying so. The annotations this daemon writes back are signed again in the same write.
 Without keys, pods are served as HAMi serves them (and the daemon says so in its log at start).
 
+**Retries.** Before its first write to the API, each call records its answer in the Allocate journal
+(`hami.node.journal`, on the host). A call is a retry of the journaled one for the pod and kind when the
+same containers are still pending (the daemon died before its write landed), or nothing is left to
+allocate for the kind (it died after, before the kubelet had the answer: the pod is then found through the
+journal, the only pending pod of this node with an entry). A retry
+gets the journaled answer, byte for byte, and finishes what the first call left undone (the annotations,
+`bind-phase: success`, the lock), without asking the vendor again.
+
 Every Allocate of the node runs under one lock (the node lock protocol assumes one pod at a time), in the
 caller's thread: the gRPC layer calls it from a worker thread. Errors never escape as anything but
 `AllocationError`.
@@ -48,6 +56,7 @@ from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, 
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
+from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
@@ -57,6 +66,10 @@ from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, Si
 __all__ = ["AllocationError", "Allocator"]
 
 log = logging.getLogger(__name__)
+
+
+RETRY_WINDOW = 120.0
+"""Seconds after an answer during which an Allocate finding nothing pending may be its retry."""
 
 
 class AllocationError(HamiError):
@@ -95,6 +108,7 @@ class Allocator:
         on_served: Callable[[ServedContainer], None] | None = None,
         library_of: Callable[[str], IsolationLibrary | None] | None = None,
         placement_keys: PlacementKeys | None = None,
+        journal: AllocationJournal | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -104,6 +118,8 @@ class Allocator:
         """Vendor name → its isolation library as installed on this host, or None."""
         self.placement_keys = placement_keys
         """Serve only placements whose signature verifies; None: serve the annotations as they are (HAMi)."""
+        self.journal = journal
+        """Where answers are kept for the kubelet's retries; None: a retry after a lost answer is refused."""
         self.locks = NodeLocks(cluster)
         self._serial = threading.Lock()
 
@@ -115,7 +131,7 @@ class Allocator:
         with self._serial:
             started = time.monotonic()
             try:
-                target = self._find_pod(kind)
+                target = self._find_pod(kind, requests)
             except AllocationError:
                 raise
             except (HamiError, ClusterError) as exc:
@@ -140,7 +156,7 @@ class Allocator:
 
     # ---------------------------------------------------------------------------------- which pod
 
-    def _find_pod(self, kind: str) -> _Target:
+    def _find_pod(self, kind: str, requests: Sequence[Sequence[str]] = ()) -> _Target:
         key = self.host.kind(kind).annotations.to_allocate
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
@@ -169,6 +185,8 @@ class Allocator:
             obj = candidates[0]
             log.info("node %s has no usable lock; serving %s, the only pod allocating here", self.node, _name(obj))
             return _Target(obj, Pod.from_api(obj))
+        if not candidates and (retried := self._retried(kind, requests)) is not None:
+            return retried
         if not candidates:
             held = f"the lock names pod {owner}, which has no {kind} devices left to allocate" if owner else "no lock"
             raise AllocationError(
@@ -255,6 +273,33 @@ class Allocator:
             )
         return placement, signed
 
+    def _retried(self, kind: str, requests: Sequence[Sequence[str]]) -> _Target | None:
+        """The pod whose journaled call this Allocate retries, when nothing else is pending: the only pod of this
+        node still Pending, with the journal entry's UID, whose entry for the kind is recent (`RETRY_WINDOW`)
+        and was given the same device IDs by the kubelet. (Another pod that reaches Allocate without
+        anything to allocate is not answered with this pod's devices.)"""
+        if self.journal is None:
+            return None
+        found: list[KubeObject] = []
+        given = tuple(tuple(r) for r in requests)
+        for entry in self.journal.entries(kind):
+            if entry.requests != given or time.time() - entry.time > RETRY_WINDOW:
+                continue
+            try:
+                obj = self.cluster.get("pods", entry.name, entry.namespace)
+            except NotFoundError:
+                continue
+            if (
+                meta(obj).get("uid") == entry.uid
+                and node_of(obj) == self.node
+                and (obj.get("status") or {}).get("phase") in (None, "", "Pending")
+            ):
+                found.append(obj)
+        if len(found) != 1:
+            return None
+        log.info("node %s: nothing pending for %s; taking it as a retry of pod %s", self.node, kind, _name(found[0]))
+        return _Target(found[0], Pod.from_api(found[0]))
+
     def _needs_any(self, annotations: Mapping[str, str]) -> bool:
         return any(_has_work(annotations, k.annotations.to_allocate) for k in self.host.kinds)
 
@@ -276,6 +321,17 @@ class Allocator:
             raise AllocationError(
                 f"{key} has {len(entries)} container entries but the pod has {len(containers)} containers"
             )
+        journaled = self.journal.get(pod.uid, kind) if self.journal is not None else None
+        if journaled is not None and _retries(journaled, requests, entries):
+            log.info("pod %s/%s: answering a retried Allocate of %s from the journal", pod.namespace, pod.name, kind)
+            for at, devices, done in zip(journaled.containers, journaled.placements, journaled.edits, strict=True):
+                name = containers[at].name
+                self.on_served(
+                    ServedContainer(pod.namespace, pod.name, pod.uid, name, at, kind, devices, done.accounting_file)
+                )
+                entries[at] = ()
+            self._commit(pod, key, entries, dict(journaled.annotations))
+            return list(journaled.edits)
         served: list[ServedContainer] = []
         answers: list[ContainerEdits] = []
         written: dict[str, str] = {}
@@ -315,6 +371,21 @@ class Allocator:
         if signer is not None and placement_signed is not None and written:
             resigned = SignedPlacement(pod.uid, self.node, {**placement_signed.annotations, **written})
             written[SIGNATURE_ANNOTATION] = signer.sign(resigned)
+        if self.journal is not None:
+            entry = JournalEntry(
+                pod.uid, pod.namespace, pod.name, kind, tuple(s.index for s in served),
+                tuple(s.devices for s in served), tuple(answers), time.time(),
+                tuple(tuple(r) for r in requests), written,
+            )  # fmt: skip
+            try:
+                self.journal.record(entry)
+            except OSError as exc:  # serving matters more; only a retry after a crash would miss it
+                log.error("pod %s/%s: cannot journal its Allocate answer: %s", pod.namespace, pod.name, exc)
+        self._commit(pod, key, entries, written)
+        return answers
+
+    def _commit(self, pod: Pod, key: str, entries: Sequence[ContainerPlacement], written: Mapping[str, str]) -> None:
+        """Write the served entries and the call's annotations; when nothing is left, success and the lock."""
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )
@@ -325,7 +396,6 @@ class Allocator:
             except ClusterError as exc:  # the pod is allocated; the scheduler frees locks of finished owners
                 log.warning("pod %s/%s allocated, but releasing node %s failed: %s", pod.namespace, pod.name,
                             self.node, exc)  # fmt: skip
-        return answers
 
     def _fail(self, target: _Target, message: str) -> None:
         """Mark the pod's binding failed, say why in an event, release the node lock if the pod holds it.
@@ -341,6 +411,19 @@ class Allocator:
             self.locks.release(self.node, pod.namespace, pod.name)
         except Exception:
             log.exception("could not release the lock of node %s held by %s/%s", self.node, pod.namespace, pod.name)
+
+
+def _retries(entry: JournalEntry, requests: Sequence[Sequence[str]], entries: Sequence[ContainerPlacement]) -> bool:
+    """Whether a call with `requests`, finding `entries` pending, retries the journaled call `entry`: the same
+    containers are still pending (the first call's write never landed), or nothing is (it landed).
+
+    The kubelet's device IDs do not tell a retry from the next container's call: it hands init containers'
+    devices on to app containers. So a lost answer for a pod's earlier call, retried after its later calls
+    were made, is not recognised (the kubelet fails the pod's admission on the first error anyway)."""
+    if not entry.answers(requests):
+        return False
+    pending = tuple(i for i, e in enumerate(entries) if e)
+    return not pending or pending[: len(entry.containers)] == entry.containers
 
 
 def _name(obj: KubeObject) -> str:

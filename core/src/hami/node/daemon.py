@@ -48,6 +48,7 @@ from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
+from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
 from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
 from hami.node.plugin import ResourcePlugin
@@ -115,6 +116,7 @@ class NodeDaemon:
             on_served=self.served.record,
             library_of=self.libraries.for_vendor,
             placement_keys=self.placement_keys,
+            journal=AllocationJournal(settings.hook_dir / "allocate-journal"),
         )
         if self.placement_keys is None:
             log.warning(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import socket
 import threading
 from dataclasses import dataclass, field
 
@@ -24,7 +22,7 @@ from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
-from hami.scheduler.leader import LeaderElector
+from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
@@ -48,7 +46,7 @@ class SchedulerService:
     """None: this replica always leads (a single scheduler)."""
     placement_keys: PlacementKeys | None = field(default_factory=PlacementKeys.from_environment)
     """Signs each placement and verifies the pods' (`hami.signing`); None: HAMi's unsigned annotations."""
-    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
+    identity: str = field(default_factory=process_identity)
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.host)

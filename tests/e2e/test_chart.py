@@ -214,3 +214,19 @@ def test_the_placement_key_reaches_the_scheduler_and_the_daemon_only(binaries: B
     assert find(off, "Secret", "hami-placement-key") == []
     daemon = find(off, "DaemonSet", "hami-node")[0]["spec"]["template"]["spec"]["containers"][0]
     assert "HAMI_PLACEMENT_KEYS" not in {e["name"] for e in daemon["env"]}
+
+
+def test_the_ca_key_stays_out_of_the_secret_the_scheduler_mounts(binaries: Binaries, chart_dir: Path) -> None:
+    objects = render(binaries, chart_dir)
+    (job,) = find(objects, "Job", "hami-webhook-certs-secret")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-1] == "hami-webhook-ca"
+    script = command[2]
+    assert '("tls.crt", "tls.key", "ca.crt")' in script  # what the serving Secret gets
+    assert '"--ca-dir"' in script
+    (role,) = find(objects, "Role", "hami-webhook-certs")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert sorted(named[0]["resourceNames"]) == ["hami-webhook-ca", "hami-webhook-tls"]
+    deployment = find(objects, "Deployment", "hami-scheduler")[0]
+    secrets = [v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    assert "hami-webhook-ca" not in secrets

@@ -21,6 +21,7 @@
 {{- define "hami.node" -}}{{ include "hami.fullname" . }}-node{{- end -}}
 {{- define "hami.webhook" -}}{{ include "hami.fullname" . }}-webhook{{- end -}}
 {{- define "hami.webhookSecret" -}}{{ include "hami.fullname" . }}-webhook-tls{{- end -}}
+{{- define "hami.webhookCASecret" -}}{{ include "hami.fullname" . }}-webhook-ca{{- end -}}
 {{- define "hami.certsJob" -}}{{ include "hami.fullname" . }}-webhook-certs{{- end -}}
 {{- define "hami.placementKeySecret" -}}
 {{- .Values.placementSigning.existingSecret | default (printf "%s-placement-key" (include "hami.fullname" .)) -}}

@@ -212,3 +212,43 @@ def test_the_applied_rbac_grants_the_services_what_they_use_and_nothing_more(sta
     assert _can(node, "list", "pods")
     for verb, resource, sub in [("create", "pods", "binding"), ("get", "secrets", ""), ("watch", "nodes", "")]:
         assert not _can(node, verb, resource, sub), f"the node daemon may {verb} {resource}"
+
+
+def test_the_placement_key_reaches_the_scheduler_and_the_daemon_only(binaries: Binaries, chart_dir: Path) -> None:
+    objects = render(binaries, chart_dir)
+    (secret,) = find(objects, "Secret", "hami-placement-key")
+    assert set(secret["data"]) == {"current"}
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    for kind, name, container in [
+        ("Deployment", "hami-scheduler", "hami-scheduler"),
+        ("DaemonSet", "hami-node", "hami-node"),
+    ]:
+        spec = find(objects, kind, name)[0]["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["placement-keys"]["secret"]["secretName"] == "hami-placement-key"
+        (main,) = [c for c in spec["containers"] if c["name"] == container]
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["HAMI_PLACEMENT_KEYS"] == "/var/run/hami/placement-keys"
+        assert {"name": "placement-keys", "mountPath": "/var/run/hami/placement-keys", "readOnly": True} in main[
+            "volumeMounts"
+        ]
+    off = render(binaries, chart_dir, **{"placementSigning.enabled": "false"})
+    assert find(off, "Secret", "hami-placement-key") == []
+    daemon = find(off, "DaemonSet", "hami-node")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "HAMI_PLACEMENT_KEYS" not in {e["name"] for e in daemon["env"]}
+
+
+def test_the_ca_key_stays_out_of_the_secret_the_scheduler_mounts(binaries: Binaries, chart_dir: Path) -> None:
+    objects = render(binaries, chart_dir)
+    (job,) = find(objects, "Job", "hami-webhook-certs-secret")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[-1] == "hami-webhook-ca"
+    script = command[2]
+    assert '("tls.crt", "tls.key", "ca.crt")' in script  # what the serving Secret gets
+    assert '"--ca-dir"' in script
+    (role,) = find(objects, "Role", "hami-webhook-certs")
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert sorted(named[0]["resourceNames"]) == ["hami-webhook-ca", "hami-webhook-tls"]
+    deployment = find(objects, "Deployment", "hami-scheduler")[0]
+    secrets = [v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    assert "hami-webhook-ca" not in secrets

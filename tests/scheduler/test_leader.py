@@ -323,3 +323,29 @@ def test_background_threads_elect_and_hand_over_on_stop() -> None:
         a.stop()
         b.stop()
     assert lease(cluster)["holderIdentity"] == ""
+
+
+def test_two_replicas_with_the_same_hostname_and_no_pod_name_never_both_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two scheduler replicas start where POD_NAME is not set and the hostname is the same (host networking, a
+    copied manifest): each must still be a different lease holder, so that exactly one leads."""
+    from hami.config import LeaderElectionConfig
+    from hami.plugins import VendorHost
+    from hami.scheduler.service import SchedulerService
+
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.setattr("socket.gethostname", lambda: "same-host")
+    cluster = MemoryCluster()
+    host = VendorHost.load(disabled=())
+    config = LeaderElectionConfig(enabled=True)
+    replicas = [SchedulerService(cluster, host, leader_election=config) for _ in range(2)]
+    identities = [r.identity for r in replicas]
+    assert identities[0] != identities[1]
+    assert all(i.startswith("same-host_") for i in identities)
+    for _ in range(3):
+        for replica in replicas:
+            assert replica.elector is not None
+            replica.elector.try_acquire_or_renew()
+        assert [r.elector.is_leader for r in replicas if r.elector is not None].count(True) == 1
+    assert lease(cluster)["holderIdentity"] in identities

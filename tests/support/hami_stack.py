@@ -39,7 +39,8 @@ NAMESPACE = "hami-system"
 FAKE_NVML = ROOT / "vendors" / "nvidia" / "tests" / "fake_nvml" / "fake_nvml.c"
 SERVED_KINDS = {
     "Namespace", "ConfigMap", "Secret", "Service", "ServiceAccount", "Deployment", "DaemonSet", "Job", "ClusterRole",
-    "ClusterRoleBinding", "Role", "RoleBinding", "MutatingWebhookConfiguration",
+    "ClusterRoleBinding", "Role", "RoleBinding", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }  # fmt: skip
 """What the API server serves without extra CRDs (ServiceMonitor and cert-manager's kinds need their operators)."""
 

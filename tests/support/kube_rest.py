@@ -48,6 +48,16 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
         "mutatingwebhookconfigurations",
         False,
     ),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicies",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
 }
 
 

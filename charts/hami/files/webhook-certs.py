@@ -1,10 +1,12 @@
 """The webhook certificates hook of the hami chart, run by its Jobs inside the hami image.
 
-`secret` (pre-install, pre-upgrade): make or renew the webhook's TLS Secret with `hami webhook certs`, reusing
-the CA already in the Secret so that the caBundle registered with the API server stays valid.
+`secret` (pre-install, pre-upgrade): make or renew the webhook's TLS Secret with `hami webhook certs`, keeping
+the CA in its own Secret (CASECRET) that only this Job reads, so that the caBundle registered with the API server
+stays valid and the serving Secret, which the scheduler mounts, never holds the CA's private key. A CA key left
+in the serving Secret by an earlier chart version is moved to the CA Secret and dropped from the serving one.
 `patch` (post-install, post-upgrade): copy the Secret's CA into the MutatingWebhookConfiguration's caBundle.
 
-Arguments: MODE NAMESPACE SECRET SERVICE WEBHOOKCONFIG DAYS.
+Arguments: MODE NAMESPACE SECRET SERVICE WEBHOOKCONFIG DAYS CASECRET.
 """
 
 import base64
@@ -15,39 +17,47 @@ import tempfile
 
 from kubernetes import client, config
 
-mode, namespace, secret_name, service, webhook_name, days = sys.argv[1:7]
+mode, namespace, secret_name, service, webhook_name, days, ca_secret_name = sys.argv[1:8]
 config.load_incluster_config()
 core = client.CoreV1Api()
 
 
-def read_secret():
+def read_secret(name=None):
     try:
-        return core.read_namespaced_secret(secret_name, namespace)
+        return core.read_namespaced_secret(name or secret_name, namespace)
     except client.ApiException as exc:
         if exc.status == 404:
             return None
         raise
 
 
-if mode == "secret":
-    out = pathlib.Path(tempfile.mkdtemp())
-    existing = read_secret()
-    if existing is not None and existing.data and "ca.key" in existing.data:
-        for key in ("ca.crt", "ca.key"):
-            (out / key).write_bytes(base64.b64decode(existing.data[key]))
-    subprocess.run(
-        ["hami", "webhook", "certs", "--service", service, "--namespace", namespace, "--out", str(out), "--days", days],
-        check=True,
-    )
-    data = {k: base64.b64encode((out / k).read_bytes()).decode() for k in ("tls.crt", "tls.key", "ca.crt", "ca.key")}
-    body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=secret_name, namespace=namespace), type="kubernetes.io/tls", data=data
-    )
+def write_secret(name, existing, data, kind):
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name, namespace=namespace), type=kind, data=data)
     if existing is None:
         core.create_namespaced_secret(namespace, body)
     else:
-        core.replace_namespaced_secret(secret_name, namespace, body)
-    print(f"secret {namespace}/{secret_name} written")
+        core.replace_namespaced_secret(name, namespace, body)
+
+
+if mode == "secret":
+    out, ca_dir = pathlib.Path(tempfile.mkdtemp()), pathlib.Path(tempfile.mkdtemp())
+    existing = read_secret()
+    existing_ca = read_secret(ca_secret_name)
+    for source in (existing_ca, existing):  # the CA Secret first; an older chart's serving Secret held the key
+        if source is not None and source.data and "ca.key" in source.data and "ca.crt" in source.data:
+            for key in ("ca.crt", "ca.key"):
+                (ca_dir / key).write_bytes(base64.b64decode(source.data[key]))
+            break
+    subprocess.run(
+        ["hami", "webhook", "certs", "--service", service, "--namespace", namespace, "--out", str(out),
+         "--ca-dir", str(ca_dir), "--days", days],
+        check=True,
+    )
+    ca = {k: base64.b64encode((ca_dir / k).read_bytes()).decode() for k in ("ca.crt", "ca.key")}
+    write_secret(ca_secret_name, existing_ca, ca, "Opaque")
+    serving = {k: base64.b64encode((out / k).read_bytes()).decode() for k in ("tls.crt", "tls.key", "ca.crt")}
+    write_secret(secret_name, existing, serving, "kubernetes.io/tls")
+    print(f"secret {namespace}/{secret_name} written (its CA kept in {namespace}/{ca_secret_name})")
 elif mode == "patch":
     secret = read_secret()
     if secret is None:

@@ -21,7 +21,34 @@
 {{- define "hami.node" -}}{{ include "hami.fullname" . }}-node{{- end -}}
 {{- define "hami.webhook" -}}{{ include "hami.fullname" . }}-webhook{{- end -}}
 {{- define "hami.webhookSecret" -}}{{ include "hami.fullname" . }}-webhook-tls{{- end -}}
+{{- define "hami.webhookCASecret" -}}{{ include "hami.fullname" . }}-webhook-ca{{- end -}}
 {{- define "hami.certsJob" -}}{{ include "hami.fullname" . }}-webhook-certs{{- end -}}
+{{- define "hami.placementKeySecret" -}}
+{{- .Values.placementSigning.existingSecret | default (printf "%s-placement-key" (include "hami.fullname" .)) -}}
+{{- end -}}
+
+{{/* Signed placements: the env var and the Secret's volume, the same in the scheduler and the node daemon. */}}
+{{- define "hami.placementKeyEnv" -}}
+{{- if .Values.placementSigning.enabled }}
+- name: HAMI_PLACEMENT_KEYS
+  value: /var/run/hami/placement-keys
+{{- end }}
+{{- end -}}
+{{- define "hami.placementKeyMount" -}}
+{{- if .Values.placementSigning.enabled }}
+- name: placement-keys
+  mountPath: /var/run/hami/placement-keys
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "hami.placementKeyVolume" -}}
+{{- if .Values.placementSigning.enabled }}
+- name: placement-keys
+  secret:
+    secretName: {{ include "hami.placementKeySecret" . }}
+    defaultMode: 0400
+{{- end }}
+{{- end -}}
 
 {{- define "hami.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}

@@ -22,6 +22,22 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
    `bind-phase: success` is written and the lock released. On any failure once the pod is known,
    `bind-phase: failed` is written, the lock released, and the kubelet gets an error saying what was wrong.
 
+**Signed placements.** With placement keys (`hami.signing`), a pod is served only when its
+`hami.io/placement-signature` verifies for its UID and this node: each container's pending entry must equal
+the one the scheduler signed in the kind's allocated annotation, and the vendor sees the signed values of the
+annotations the signature covers, whatever the pod's owner wrote over them. A pod that reached the node
+without the HAMi scheduler (webhook ignored, `nodeName` preset, another scheduler) has no signature and is
+refused with an error saying so. The annotations this daemon writes back are signed again in the same write.
+Without keys, pods are served as HAMi serves them (and the daemon says so in its log at start).
+
+**Retries.** Before its first write to the API, each call records its answer in the Allocate journal
+(`hami.node.journal`, on the host). A call is a retry of the journaled one for the pod and kind when the
+same containers are still pending (the daemon died before its write landed), or nothing is left to
+allocate for the kind (it died after, before the kubelet had the answer: the pod is then found through the
+journal, the only pending pod of this node with an entry). A retry
+gets the journaled answer, byte for byte, and finishes what the first call left undone (the annotations,
+`bind-phase: success`, the lock), without asking the vendor again.
+
 Every Allocate of the node runs under one lock (the node lock protocol assumes one pod at a time), in the
 caller's thread: the gRPC layer calls it from a worker thread. Errors never escape as anything but
 `AllocationError`.
@@ -40,14 +56,20 @@ from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, 
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
+from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks
+from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, SignedPlacement
 
 __all__ = ["AllocationError", "Allocator"]
 
 log = logging.getLogger(__name__)
+
+
+RETRY_WINDOW = 120.0
+"""Seconds after an answer during which an Allocate finding nothing pending may be its retry."""
 
 
 class AllocationError(HamiError):
@@ -85,6 +107,8 @@ class Allocator:
         *,
         on_served: Callable[[ServedContainer], None] | None = None,
         library_of: Callable[[str], IsolationLibrary | None] | None = None,
+        placement_keys: PlacementKeys | None = None,
+        journal: AllocationJournal | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -92,6 +116,10 @@ class Allocator:
         self.on_served = on_served or (lambda container: None)
         self.library_of = library_of or (lambda vendor: None)
         """Vendor name → its isolation library as installed on this host, or None."""
+        self.placement_keys = placement_keys
+        """Serve only placements whose signature verifies; None: serve the annotations as they are (HAMi)."""
+        self.journal = journal
+        """Where answers are kept for the kubelet's retries; None: a retry after a lost answer is refused."""
         self.locks = NodeLocks(cluster)
         self._serial = threading.Lock()
 
@@ -103,7 +131,7 @@ class Allocator:
         with self._serial:
             started = time.monotonic()
             try:
-                target = self._find_pod(kind)
+                target = self._find_pod(kind, requests)
             except AllocationError:
                 raise
             except (HamiError, ClusterError) as exc:
@@ -128,7 +156,7 @@ class Allocator:
 
     # ---------------------------------------------------------------------------------- which pod
 
-    def _find_pod(self, kind: str) -> _Target:
+    def _find_pod(self, kind: str, requests: Sequence[Sequence[str]] = ()) -> _Target:
         key = self.host.kind(kind).annotations.to_allocate
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
@@ -151,10 +179,14 @@ class Allocator:
                 and _has_work(annotations, key)
             ):
                 candidates.append(obj)
+        if len(candidates) > 1 and self.placement_keys is not None:  # a forged pod cannot make the real one wait
+            candidates = [o for o in candidates if self._verified(o)] or candidates
         if len(candidates) == 1:
             obj = candidates[0]
             log.info("node %s has no usable lock; serving %s, the only pod allocating here", self.node, _name(obj))
             return _Target(obj, Pod.from_api(obj))
+        if not candidates and (retried := self._retried(kind, requests)) is not None:
+            return retried
         if not candidates:
             held = f"the lock names pod {owner}, which has no {kind} devices left to allocate" if owner else "no lock"
             raise AllocationError(
@@ -201,6 +233,73 @@ class Allocator:
             return None  # the owner still allocates other kinds: it is not the pod asking for this one
         return _Target(obj, Pod.from_api(obj))
 
+    def _verified(self, obj: KubeObject) -> bool:
+        assert self.placement_keys is not None
+        m = meta(obj)
+        try:
+            self.placement_keys.verify(m.get("annotations") or {}, str(m.get("uid") or ""), self.node)
+        except SignatureError:
+            return False
+        return True
+
+    def _signed(self, pod: Pod, kind: str, allocated: str) -> tuple[SignedPlacement, list[ContainerPlacement]]:
+        """The pod's verified placement and the kind's signed entries.
+
+        :raises AllocationError: the signature is absent, does not verify, or names no devices of the kind."""
+        assert self.placement_keys is not None
+        name = f"{pod.namespace}/{pod.name}"
+        try:
+            placement = self.placement_keys.verify(pod.annotations, pod.uid, self.node)
+        except SignatureError as exc:
+            how = (
+                "it was not placed by the HAMi scheduler (is its schedulerName the HAMi scheduler's? a pod with "
+                "hami.io/webhook: ignore or a preset nodeName skips it)"
+                if SIGNATURE_ANNOTATION not in pod.annotations
+                else "its placement was edited after the scheduler signed it, or signed with a retired key"
+            )
+            raise AllocationError(
+                f"pod {name} has no valid placement signature on node {self.node} ({exc}): {how}; this node "
+                "serves shared devices only to placements the HAMi scheduler signed. Delete the pod and let the "
+                "HAMi scheduler place it"
+            ) from None
+        try:
+            signed = _entries(placement.annotations, allocated)
+        except AnnotationError as exc:
+            raise AllocationError(f"pod {name}: its signed placement is unreadable: {exc}") from None
+        if not any(signed):
+            raise AllocationError(
+                f"pod {name}: the scheduler's signed placement has no {kind} devices for it; "
+                "its annotations were edited to ask for devices it was not given"
+            )
+        return placement, signed
+
+    def _retried(self, kind: str, requests: Sequence[Sequence[str]]) -> _Target | None:
+        """The pod whose journaled call this Allocate retries, when nothing else is pending: the only pod of this
+        node still Pending, with the journal entry's UID, whose entry for the kind is recent (`RETRY_WINDOW`)
+        and was given the same device IDs by the kubelet. (Another pod that reaches Allocate without
+        anything to allocate is not answered with this pod's devices.)"""
+        if self.journal is None:
+            return None
+        found: list[KubeObject] = []
+        given = tuple(tuple(r) for r in requests)
+        for entry in self.journal.entries(kind):
+            if entry.requests != given or time.time() - entry.time > RETRY_WINDOW:
+                continue
+            try:
+                obj = self.cluster.get("pods", entry.name, entry.namespace)
+            except NotFoundError:
+                continue
+            if (
+                meta(obj).get("uid") == entry.uid
+                and node_of(obj) == self.node
+                and (obj.get("status") or {}).get("phase") in (None, "", "Pending")
+            ):
+                found.append(obj)
+        if len(found) != 1:
+            return None
+        log.info("node %s: nothing pending for %s; taking it as a retry of pod %s", self.node, kind, _name(found[0]))
+        return _Target(found[0], Pod.from_api(found[0]))
+
     def _needs_any(self, annotations: Mapping[str, str]) -> bool:
         return any(_has_work(annotations, k.annotations.to_allocate) for k in self.host.kinds)
 
@@ -208,13 +307,31 @@ class Allocator:
 
     def _serve(self, kind: str, target: _Target, requests: Sequence[Sequence[str]]) -> list[ContainerEdits]:
         pod = target.pod
-        key = self.host.kind(kind).annotations.to_allocate
+        keys = self.host.kind(kind).annotations
+        key = keys.to_allocate
         entries = _entries(pod.annotations, key)
+        signed: list[ContainerPlacement] | None = None
+        placement_signed: SignedPlacement | None = None
+        signer = self.placement_keys
+        if signer is not None:
+            placement_signed, signed = self._signed(pod, kind, keys.allocated)
+            pod = pod.model_copy(update={"annotations": {**pod.annotations, **placement_signed.annotations}})
         containers = pod.all_containers
         if len(entries) > len(containers):
             raise AllocationError(
                 f"{key} has {len(entries)} container entries but the pod has {len(containers)} containers"
             )
+        journaled = self.journal.get(pod.uid, kind) if self.journal is not None else None
+        if journaled is not None and _retries(journaled, requests, entries):
+            log.info("pod %s/%s: answering a retried Allocate of %s from the journal", pod.namespace, pod.name, kind)
+            for at, devices, done in zip(journaled.containers, journaled.placements, journaled.edits, strict=True):
+                name = containers[at].name
+                self.on_served(
+                    ServedContainer(pod.namespace, pod.name, pod.uid, name, at, kind, devices, done.accounting_file)
+                )
+                entries[at] = ()
+            self._commit(pod, key, entries, dict(journaled.annotations))
+            return list(journaled.edits)
         served: list[ServedContainer] = []
         answers: list[ContainerEdits] = []
         written: dict[str, str] = {}
@@ -229,6 +346,11 @@ class Allocator:
                 )
             container = containers[index].name
             placement = entries[index]
+            if signed is not None and (index >= len(signed) or signed[index] != placement):
+                raise AllocationError(
+                    f"container {container}: entry {index} of {key} is not the placement the scheduler signed "
+                    f"for it ({keys.allocated}); its annotations were edited after scheduling"
+                )
             if len(request) != len(placement):
                 raise AllocationError(
                     f"container {container} was given {len(request)} {kind} device ID(s) by the kubelet, but the "
@@ -248,6 +370,24 @@ class Allocator:
             self.on_served(record)  # before anything else can fail: what hami_allocate made is released later
             served.append(record)
             entries[index] = ()
+        if signer is not None and placement_signed is not None and written:
+            resigned = SignedPlacement(pod.uid, self.node, {**placement_signed.annotations, **written})
+            written[SIGNATURE_ANNOTATION] = signer.sign(resigned)
+        if self.journal is not None:
+            entry = JournalEntry(
+                pod.uid, pod.namespace, pod.name, kind, tuple(s.index for s in served),
+                tuple(s.devices for s in served), tuple(answers), time.time(),
+                tuple(tuple(r) for r in requests), written,
+            )  # fmt: skip
+            try:
+                self.journal.record(entry)
+            except OSError as exc:  # serving matters more; only a retry after a crash would miss it
+                log.error("pod %s/%s: cannot journal its Allocate answer: %s", pod.namespace, pod.name, exc)
+        self._commit(pod, key, entries, written)
+        return answers
+
+    def _commit(self, pod: Pod, key: str, entries: Sequence[ContainerPlacement], written: Mapping[str, str]) -> None:
+        """Write the served entries and the call's annotations; when nothing is left, success and the lock."""
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )
@@ -259,7 +399,6 @@ class Allocator:
             except ClusterError as exc:  # the pod is allocated; the scheduler frees locks of finished owners
                 log.warning("pod %s/%s allocated, but releasing node %s failed: %s", pod.namespace, pod.name,
                             self.node, exc)  # fmt: skip
-        return answers
 
     def _write_node_annotations(self, annotations: Mapping[str, str | None]) -> None:
         """The vendors' node annotations of this Allocate (`Allocation.node_annotations`), less the daemon's own."""
@@ -288,6 +427,19 @@ class Allocator:
             self.locks.release(self.node, pod.namespace, pod.name)
         except Exception:
             log.exception("could not release the lock of node %s held by %s/%s", self.node, pod.namespace, pod.name)
+
+
+def _retries(entry: JournalEntry, requests: Sequence[Sequence[str]], entries: Sequence[ContainerPlacement]) -> bool:
+    """Whether a call with `requests`, finding `entries` pending, retries the journaled call `entry`: the same
+    containers are still pending (the first call's write never landed), or nothing is (it landed).
+
+    The kubelet's device IDs do not tell a retry from the next container's call: it hands init containers'
+    devices on to app containers. So a lost answer for a pod's earlier call, retried after its later calls
+    were made, is not recognised (the kubelet fails the pod's admission on the first error anyway)."""
+    if not entry.answers(requests):
+        return False
+    pending = tuple(i for i, e in enumerate(entries) if e)
+    return not pending or pending[: len(entry.containers)] == entry.containers
 
 
 def _name(obj: KubeObject) -> str:

@@ -48,6 +48,7 @@ from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
+from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
 from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
 from hami.node.plugin import ResourcePlugin
@@ -55,6 +56,7 @@ from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
 from hami.node.usage import AccountingReader
 from hami.plugins import VendorHost
+from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = ["NodeDaemon", "NodeSettings", "connect", "run_node"]
 
@@ -97,6 +99,7 @@ class NodeDaemon:
         cluster: Cluster,
         *,
         container_usage: ContainerUsageReader | None = None,
+        placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -105,9 +108,28 @@ class NodeDaemon:
         self.kubelet = KubeletSocket(settings.device_plugin_dir)
         self.libraries = IsolationLibraries(settings.hook_dir)
         self.served = ServedPods(host)
+        self.placement_keys = placement_keys if placement_keys is not None else PlacementKeys.from_environment()
         self.allocator = Allocator(
-            cluster, host, self.node, on_served=self.served.record, library_of=self.libraries.for_vendor
+            cluster,
+            host,
+            self.node,
+            on_served=self.served.record,
+            library_of=self.libraries.for_vendor,
+            placement_keys=self.placement_keys,
+            journal=AllocationJournal(settings.hook_dir / "allocate-journal"),
         )
+        if self.placement_keys is None:
+            log.warning(
+                "placement verification is OFF (%s unset): Allocate serves whatever devices a pod's annotations "
+                "name, as HAMi does; anyone allowed to patch pods on node %s can ask for any of its devices",
+                KEYS_ENVIRONMENT,
+                self.node,
+            )
+        else:
+            log.info(
+                "placement verification on: serving only placements signed with the keys in %s",
+                self.placement_keys.source,
+            )
         self.registrar = NodeRegistrar(cluster, host, self.node)
         self.monitor = NodeMonitor(
             self.node,

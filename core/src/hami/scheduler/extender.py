@@ -46,6 +46,7 @@ from hami.scheduler.state import (
     handshake_dropped,
     pod_key,
 )
+from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
 from hami.webhook.quota import QuotaLedger
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
@@ -576,21 +577,27 @@ class Extender:
         pod_annotations: Mapping[str, str] | None = None,
     ) -> None:
         """Write the placement and the vendors' pod annotations (`NodeFit.pod_annotations`); on a clash of
-        keys, the placement's own annotations win."""
+        keys, the placement's own annotations win. With placement keys, the same write signs the placement
+        (`hami.signing`): the allocated annotations and the vendors' ones, for this pod's UID on `node`."""
         annotations: dict[str, str | None] = dict(pod_annotations or {})
         annotations.update({VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))})
+        signed: dict[str, str] = {k: v for k, v in (pod_annotations or {}).items() if v is not None}
         for kind, placements in allocation.items():
             keys = self.host.kind(kind).annotations
             value = encode_pod_devices(placements)
             annotations[keys.to_allocate] = value
             annotations[keys.allocated] = value
+            signed[keys.allocated] = value
+        signer = self.state.signer
+        if signer is not None:
+            annotations[SIGNATURE_ANNOTATION] = signer.sign(SignedPlacement(pod.uid, node, signed))
         self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
         )
 
     def _withdraw_decision(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""
-        annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: None, VGPU_TIME: None}
+        annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: None, VGPU_TIME: None, SIGNATURE_ANNOTATION: None}
         for kind in self.host.kinds:
             annotations[kind.annotations.to_allocate] = None
             annotations[kind.annotations.allocated] = None

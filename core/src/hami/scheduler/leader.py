@@ -25,6 +25,11 @@ turns false as soon as the deadline passes, even before the step that notices it
 lost it: there are never two leaders. `stop()` releases the lease (empty holder, 1 s duration) so a
 successor takes over at its next step instead of waiting out the lease.
 
+Each replica's identity is unique per process (`process_identity`: the pod name, or the hostname, plus a
+random suffix, as client-go's `hostname_<uuid>`): two replicas that share a name (no `POD_NAME`, the same
+hostname, a restarted process reusing its predecessor's name while that one's lease still stands) would
+otherwise both read the lease as their own and both lead.
+
 `try_acquire_or_renew()` is one step, driven deterministically by tests with an injected `clock`
 (monotonic seconds, for every decision) and `now` (wall time, only for the timestamps written);
 `start()` runs steps every `retry_period` on a background thread.
@@ -34,16 +39,19 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
+import socket
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from hami.cluster.port import Cluster, ClusterError, ConflictError, KubeObject, NotFoundError
 
-__all__ = ["LEASE_API_VERSION", "LeaderElector", "format_micro_time"]
+__all__ = ["LEASE_API_VERSION", "LeaderElector", "format_micro_time", "process_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +76,12 @@ def _record(lease: KubeObject) -> tuple[Any, ...]:
     return tuple(
         spec.get(k) for k in ("holderIdentity", "leaseDurationSeconds", "acquireTime", "renewTime", "leaseTransitions")
     )
+
+
+def process_identity(environ: Mapping[str, str] | None = None) -> str:
+    """This process's lease identity: `$POD_NAME` (or the hostname) and a random suffix, unique per process."""
+    base = (environ if environ is not None else os.environ).get("POD_NAME") or socket.gethostname() or "hami"
+    return f"{base}_{uuid.uuid4()}"
 
 
 class LeaderElector:

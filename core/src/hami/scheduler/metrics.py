@@ -46,7 +46,9 @@ The extender's own, without the zone label:
 - `hami_scheduler_node_lock_wait_seconds`: histogram of the time bind waited for a node lock;
 - `hami_scheduler_filter_outcomes_total{result}`: filter answers by `placed`, `unschedulable`, `error`,
   `passthrough`, all four present from the start;
-- `hami_scheduler_leader`: 1 while this replica leads (see `hami.scheduler.leader`), else 0.
+- `hami_scheduler_leader`: 1 while this replica leads (see `hami.scheduler.leader`), else 0;
+- `hami_scheduler_placement_mismatches_total`: pod annotations found to differ from the placement the
+  scheduler signed, or a signature that no longer verifies (`hami.signing`; each change counted once).
 
 `render()` gives the Prometheus text format; `serve_metrics(address)` serves `GET /metrics` on a thread.
 """
@@ -276,6 +278,11 @@ class SchedulerMetrics:
         for outcome in FILTER_OUTCOMES:
             self.filter_outcomes.labels(result=outcome)
         self.leader = Gauge("hami_scheduler_leader", "1 while this scheduler replica is the leader", registry=r)
+        self.placement_mismatches = Counter(
+            "hami_scheduler_placement_mismatches",
+            "Pod annotations that differ from the placement the scheduler signed (each change once)",
+            registry=r,
+        )
 
     # ---------------------------------------------------------------------------------- recording
 

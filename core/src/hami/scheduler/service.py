@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import socket
 import threading
 from dataclasses import dataclass, field
 
-from hami.cluster.port import Cluster, ClusterError, Subscription, WatchEvent, meta
+from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
-from hami.scheduler.leader import LeaderElector
+from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
+from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 from hami.webhook.quota import QuotaLedger
 
 __all__ = ["SchedulerService"]
@@ -45,10 +44,14 @@ class SchedulerService:
     settings: ExtenderSettings = field(default_factory=ExtenderSettings)
     leader_election: LeaderElectionConfig | None = None
     """None: this replica always leads (a single scheduler)."""
-    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
+    placement_keys: PlacementKeys | None = field(default_factory=PlacementKeys.from_environment)
+    """Signs each placement and verifies the pods' (`hami.signing`); None: HAMi's unsigned annotations."""
+    identity: str = field(default_factory=process_identity)
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.host)
+        self.state.signer = self.placement_keys
+        self.state.on_mismatch = self._placement_mismatch
         self.extender = Extender(self.cluster, self.host, self.state, self.settings)
         self.metrics = SchedulerMetrics(self.state, self.host)
         self.extender.on_filter_result = self.metrics.record_filter
@@ -74,11 +77,26 @@ class SchedulerService:
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
 
+    def _placement_mismatch(self, pod: KubeObject, message: str) -> None:
+        """A pod's annotations no longer match its signed placement: log line, metric, event on the pod."""
+        m = meta(pod)
+        log.warning("pod %s/%s: placement signature mismatch: %s", m.get("namespace"), m.get("name"), message)
+        self.metrics.placement_mismatches.inc()
+        self.cluster.record_event(pod, "PlacementSignatureMismatch", message, warning=True)
+
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
 
     def start(self) -> SchedulerService:
+        if self.placement_keys is None:
+            log.warning(
+                "placement signing is OFF (%s unset): placements are written unsigned and usage is read from pod "
+                "annotations as they stand, which a tenant allowed to patch its pods can rewrite",
+                KEYS_ENVIRONMENT,
+            )
+        else:
+            log.info("placement signing on: keys from %s", self.placement_keys.source)
         nodes, node_rv = self.cluster.list("nodes")
         pods, pod_rv = self.cluster.list("pods")
         self.state.replay(nodes, pods)

@@ -15,6 +15,12 @@ there that use the kind (`NodeView.pods`, with their annotations, for fitters th
 written on pods). An assumed pod carries the annotations the filter wrote for it (`NodeFit.pod_annotations`)
 until its own update arrives with all of them; after a restart the same annotations come from the pod.
 
+With placement keys (`signer`, `hami.signing`), a pod's usage is read from what the scheduler signed, not
+from annotations its owner may have rewritten: a signature that verifies gives the signed values; one that no
+longer verifies (or is gone) keeps the usage already counted for the same pod UID, if it was the scheduler's
+own decision; only a pod never seen signed is counted from its annotations as they stand. Each such change is
+reported once to `on_mismatch` (the service makes it an event on the pod, a log line and a metric).
+
 Thread-safety: one re-entrant lock (`lock`) guards everything; the filter holds it while it fits and
 commits, the watch handlers while they apply an event.
 """
@@ -23,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami.cluster.port import KubeObject, meta
@@ -42,6 +48,7 @@ from hami.model import (
 )
 from hami.plugins import VendorHost
 from hami.quantity import cpu_millis, memory_mib, parse_quantity
+from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, changed
 
 __all__ = [
     "TERMINAL_PHASES",
@@ -87,6 +94,8 @@ class PodRecord:
     """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
     assumed: bool = False
+    decided: bool = False
+    """The usage is the scheduler's own decision: assumed by its filter, or read from a verified signature."""
     _placed: PlacedPod | None = field(default=None, repr=False, compare=False)
 
     def placed(self) -> PlacedPod:
@@ -213,6 +222,11 @@ class ClusterState:
         self.free_by_model: dict[str, dict[str, int]] = {}
         """kind → device model → free share (thousandths) summed over the cluster's healthy devices, kept
         current with every change: how scarce each model is, for the fragmentation-aware policy."""
+        self.signer: PlacementKeys | None = None
+        """The placement keys: None reads usage from the annotations as they stand (HAMi's behaviour)."""
+        self.on_mismatch: Callable[[KubeObject, str], None] = lambda pod, message: None
+        """Called once per change of a pod's annotations that its signature does not cover, with why."""
+        self._mismatches: dict[str, str] = {}
 
     # ---------------------------------------------------------------------------------- nodes
 
@@ -292,6 +306,12 @@ class ClusterState:
         node = str(spec.get("nodeName") or annotations.get(VGPU_NODE_ANNOTATION) or "")
         if not node:
             return None
+        decided = False
+        if self.signer is not None:
+            authentic = self._authentic(pod, node, annotations)
+            if isinstance(authentic, PodRecord):
+                return authentic
+            annotations, decided = authentic
         total = len(spec.get("initContainers") or ()) + len(spec.get("containers") or ())
         allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
         for kind in self._kinds:
@@ -323,7 +343,48 @@ class ClusterState:
             grants=effective_grants(allocation, init),
             annotations=annotations,
             phase=phase,
+            decided=decided,
         )
+
+    def _authentic(
+        self, pod: KubeObject, node: str, annotations: Mapping[str, str]
+    ) -> tuple[Mapping[str, str], bool] | PodRecord:
+        """The annotations to count a pod by under signed placements and whether they are the scheduler's
+        decision, or the record already counted for it (kept when the signature no longer verifies)."""
+        assert self.signer is not None
+        m = meta(pod)
+        key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
+        uid = str(m.get("uid") or "")
+        with self.lock:
+            previous = self.pods.get(key)
+        if previous is not None and (previous.uid != uid or not previous.decided):
+            previous = None
+        try:
+            placement = self.signer.verify(annotations, uid, node)
+        except SignatureError as exc:
+            if previous is not None:
+                self._mismatch(pod, key, f"{exc}; keeping the usage the scheduler decided for it")
+                return replace(previous, phase=str((pod.get("status") or {}).get("phase") or ""), _placed=None)
+            if SIGNATURE_ANNOTATION in annotations:
+                self._mismatch(pod, key, f"{exc}; counting its annotations as they stand")
+            return annotations, False
+        edited = changed(annotations, placement)
+        if edited:
+            self._mismatch(
+                pod, key, f"{', '.join(edited)} changed since the scheduler signed them; counting the signed values"
+            )
+        else:
+            self._mismatches.pop(key, None)
+        return {**annotations, **placement.annotations}, True
+
+    def _mismatch(self, pod: KubeObject, key: str, message: str) -> None:
+        if self._mismatches.get(key) == message:
+            return
+        self._mismatches[key] = message
+        try:
+            self.on_mismatch(pod, message)
+        except Exception:  # reporting must never stop the state from being kept
+            log.exception("reporting the placement mismatch of pod %s failed", key)
 
     def set_pod(self, pod: KubeObject) -> None:
         m = meta(pod)
@@ -345,6 +406,7 @@ class ClusterState:
         with self.lock:
             key = pod_key(namespace, name)
             self._forget(key)
+            self._mismatches.pop(key, None)
             self.set_host_usage(key, "", 0, 0)
 
     def set_host_usage(self, key: str, node: str, cpu: int, memory: int) -> None:
@@ -386,6 +448,7 @@ class ClusterState:
             grants=effective_grants(allocation, init_containers),
             annotations=dict(annotations or {}),
             assumed=True,
+            decided=True,
         )
         with self.lock:
             self._forget(record.key)

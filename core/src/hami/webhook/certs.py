@@ -4,9 +4,13 @@ Owns making an ECDSA P-256 certificate authority, issuing a serving certificate 
 (SANs `<svc>`, `<svc>.<ns>`, `<svc>.<ns>.svc`, `<svc>.<ns>.svc.cluster.local`, plus any extra DNS names or IP
 addresses), and writing them as the files a Kubernetes TLS Secret holds (`tls.crt`, `tls.key`, `ca.crt`) plus
 `ca.key`, so that the serving certificate can be re-issued later under the same CA and the
-`caBundle` of the MutatingWebhookConfiguration stays valid. Every file is written atomically (a temporary
-file renamed into place) and keys are readable by the owner only, so a server reloading the files never reads
-half of one.
+`caBundle` of the MutatingWebhookConfiguration stays valid. With a separate CA directory (`ca_directory`,
+`hami webhook certs --ca-dir`), `ca.key` is written only there and the serving directory holds what the
+webhook needs and nothing more (`tls.crt`, `tls.key`, `ca.crt`): the chart keeps the CA in a Secret that
+only its certificate Job reads, so the scheduler, which mounts the serving Secret, never holds the CA's key
+(whoever has it can mint a certificate the API server trusts for the webhook). Every file is written
+atomically (a temporary file renamed into place) and keys are readable by the owner only, so a server
+reloading the files never reads half of one.
 
 It does not install anything into the cluster: `hami webhook certs` prints the base64 `caBundle` to paste.
 """
@@ -242,16 +246,27 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
         raise
 
 
-def write_bundle(bundle: CertBundle, directory: str | Path) -> dict[str, Path]:
+def write_bundle(
+    bundle: CertBundle, directory: str | Path, *, ca_directory: str | Path | None = None
+) -> dict[str, Path]:
     """Write `tls.key`, `tls.crt`, `ca.key` and `ca.crt` into `directory` (created if needed); returns the paths.
+
+    With `ca_directory`, `ca.key` (and a copy of `ca.crt`) go there instead, and `directory` holds no CA key
+    (one left there by an earlier run is removed); the returned `ca.key` path is then under `ca_directory`.
 
     The serving key is written before its certificate: a server that reloads in between fails to load the
     mismatched pair, keeps serving the old one and loads the new pair on its next connection."""
     folder = Path(directory)
+    ca_folder = Path(ca_directory) if ca_directory is not None else folder
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        paths = {name: folder / name for name in (TLS_KEY_FILE, TLS_CERT_FILE, CA_KEY_FILE, CA_CERT_FILE)}
+        ca_folder.mkdir(parents=True, exist_ok=True)
+        paths = {name: folder / name for name in (TLS_KEY_FILE, TLS_CERT_FILE, CA_CERT_FILE)}
+        paths[CA_KEY_FILE] = ca_folder / CA_KEY_FILE
         _write_atomically(paths[CA_KEY_FILE], bundle.ca_key, 0o600)
+        if ca_folder != folder:
+            _write_atomically(ca_folder / CA_CERT_FILE, bundle.ca_cert, 0o644)
+            (folder / CA_KEY_FILE).unlink(missing_ok=True)
         _write_atomically(paths[CA_CERT_FILE], bundle.ca_cert, 0o644)
         _write_atomically(paths[TLS_KEY_FILE], bundle.key, 0o600)
         _write_atomically(paths[TLS_CERT_FILE], bundle.cert, 0o644)

@@ -71,6 +71,12 @@ def add_webhook_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         help="a further DNS name or IP address for the certificate (repeatable), e.g. 127.0.0.1",
     )
     certs.add_argument("--new-ca", action="store_true", help="make a new CA even when the folder has one")
+    certs.add_argument(
+        "--ca-dir",
+        metavar="DIR",
+        help="keep the CA (ca.crt, ca.key) in this folder instead of --out, which then holds no CA key: make the "
+        "webhook's serving Secret from --out and keep this folder private",
+    )
     certs.set_defaults(func=_cmd_certs)
     return webhook
 
@@ -114,9 +120,9 @@ def validate_webhook_section(section: Any) -> Any:
 def _cmd_certs(args: argparse.Namespace) -> int:
     from hami.webhook.certs import generate, load_ca, write_bundle
 
-    ca = None if args.new_ca else load_ca(args.out)
+    ca = None if args.new_ca else load_ca(args.ca_dir or args.out)
     bundle = generate(args.service, args.namespace, extra_names=args.extra_san, days=args.days, ca=ca)
-    paths = write_bundle(bundle, args.out)
+    paths = write_bundle(bundle, args.out, ca_directory=args.ca_dir)
     print(f"serving certificate for {', '.join(bundle.dns_names + list(_ips(args.extra_san)))}, {args.days} days:")
     print(f"  {paths['tls.crt']}\n  {paths['tls.key']}")
     print(f"CA ({'reused' if ca else 'new'}):\n  {paths['ca.crt']}\n  {paths['ca.key']} (keep it private)")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hami.errors import HamiError, RequestError
+from hami.hostpaths import HostPathError, path_component
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_ascend.admission import vnpu_mode
 from hami_vendor_ascend.edits import accounting_dir
@@ -51,7 +52,11 @@ def release(settings: AscendSettings, pod: Pod, placements: Sequence[ContainerPl
     is gone is known by its UID only, not by its containers' names; neither a UID nor a Kubernetes name has
     ``_``, so the prefix names exactly this pod's directories)."""
     key = pod.uid or pod.name
-    if not key or "_" in key:
+    try:
+        path_component(key, "pod UID")
+    except HostPathError:
+        return  # no directory of ours can be named by it
+    if "_" in key:
         return
     try:
         found = sorted(Path(settings.containers_dir).glob(f"{key}_*"))

@@ -29,6 +29,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from hami.errors import HamiError, RequestError
+from hami.hostpaths import pod_path
 from hami.model import ContainerEdits, ContainerPlacement, DeviceKind, IsolationLibrary, Mount, Pod
 from hami_vendor_ascend.admission import vnpu_mode
 from hami_vendor_ascend.fit import runtime_templates
@@ -51,7 +52,8 @@ def _container_name(pod: Pod, index: int) -> str:
 
 def accounting_dir(settings: AscendSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding container `index`'s accounting file."""
-    return PurePosixPath(settings.containers_dir) / f"{pod.uid or pod.name}_{_container_name(pod, index)}"
+    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+    return pod_path(settings.containers_dir, key, (_container_name(pod, index), "container name"))
 
 
 def library_mounts(settings: AscendSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:

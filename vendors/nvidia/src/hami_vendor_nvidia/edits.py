@@ -30,6 +30,7 @@ from __future__ import annotations
 import uuid
 from pathlib import PurePosixPath
 
+from hami.hostpaths import pod_path
 from hami.model import Container, ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_nvidia.settings import NvidiaSettings
 
@@ -70,7 +71,9 @@ def _container_name(pod: Pod, index: int) -> str:
 
 def cache_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding the container's accounting file."""
-    return PurePosixPath(settings.vgpu_dir) / "containers" / f"{pod.uid or pod.name}_{_container_name(pod, index)}"
+    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+    containers = PurePosixPath(settings.vgpu_dir) / "containers"
+    return pod_path(containers, key, (_container_name(pod, index), "container name"))
 
 
 def library_mounts(settings: NvidiaSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:

@@ -383,15 +383,24 @@ class Allocator:
                 self.journal.record(entry)
             except OSError as exc:  # serving matters more; only a retry after a crash would miss it
                 log.error("pod %s/%s: cannot journal its Allocate answer: %s", pod.namespace, pod.name, exc)
-        self._commit(pod, key, entries, written)
+        self._commit(pod, key, entries, written, node_written)
         return answers
 
-    def _commit(self, pod: Pod, key: str, entries: Sequence[ContainerPlacement], written: Mapping[str, str]) -> None:
-        """Write the served entries and the call's annotations; when nothing is left, success and the lock."""
+    def _commit(
+        self,
+        pod: Pod,
+        key: str,
+        entries: Sequence[ContainerPlacement],
+        written: Mapping[str, str],
+        node_written: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Write the served entries and the call's annotations (the pod's, then the vendors' node annotations);
+        when nothing is left, success and the lock. A retry answered from the journal writes no node annotations:
+        the journal keeps the pod's side, which is what decides the answer."""
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
         )
-        self._write_node_annotations(node_written)
+        self._write_node_annotations(node_written or {})
         if not self._needs_any(meta(patched).get("annotations") or {}):
             self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
             try:

@@ -151,6 +151,8 @@ struct hami_process {
     int policy;
     int oversubscribe;
     _Atomic int exiting;
+    int granted;                   /* the limits come from the node's grant (the environment only lowered them) */
+    int fail_closed;               /* a grant was expected and could not be read: every allocation is refused */
     uint32_t test_lock_hold_us;    /* HAMI_ISOLATION_TEST_LOCK_HOLD_US: tests kill processes inside the lock */
     _Atomic uint64_t last_cheap_reclaim_ns;
     _Atomic uint64_t last_full_reclaim_ns;
@@ -158,6 +160,26 @@ struct hami_process {
 };
 
 extern struct hami_process hami_proc;
+
+/* grant.c: the limits the node daemon granted (GRANT.md) */
+#ifndef HAMI_ISO_GRANT_DIR
+#define HAMI_ISO_GRANT_DIR "/etc/hami/grant"
+#endif
+
+struct hami_grant {
+    int devices; /* devices listed (0 .. devices-1) */
+    int policy;
+    int priority;
+    int oversubscribe;
+    uint64_t memory_limit[HAMI_ISO_MAX_DEVICES]; /* bytes, 0 = the whole device */
+    int core_limit[HAMI_ISO_MAX_DEVICES];        /* percent, 0 or 100 = the whole device */
+    char uuid[HAMI_ISO_MAX_DEVICES][64];
+};
+
+/* 1 and `grant` filled when a grant was read; 0 when none is expected; -1 (`why` filled) when one is expected
+ * and missing or malformed: the caller fails closed. */
+int hami_grant_load(const hami_iso_vendor *vendor, struct hami_grant *grant, char *why, size_t size);
+int hami_grant_parse(char *text, struct hami_grant *grant, char *why, size_t size);
 
 /* config.c */
 void hami_config_read(const hami_iso_vendor *vendor, struct hami_process *proc);

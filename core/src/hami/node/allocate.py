@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
+from hami.isolation.grant import write_files
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
@@ -239,6 +240,10 @@ class Allocator:
                 written.update(allocation.pod_annotations)
                 pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
             edits = self.host.container_edits(kind, pod, index, placement, library)
+            try:
+                write_files(edits.files)  # the grant, before the container can start
+            except OSError as exc:
+                raise AllocationError(f"cannot write {exc.filename} for {container}: {exc.strerror}") from None
             answers.append(edits)
             record = ServedContainer(
                 pod.namespace, pod.name, pod.uid, container, index, kind, placement, edits.accounting_file

@@ -121,6 +121,11 @@ class IsolationSetup:
         return f"{self.fake_prefix}STATE"
 
     @property
+    def vendor(self) -> str:
+        """The vendor's short name (the library's ``hami_iso_vendor.name``, its grant's file name)."""
+        return self.package.removeprefix("hami_vendor_")
+
+    @property
     def distribution(self) -> str:
         return self.package.replace("_", "-")
 
@@ -337,6 +342,22 @@ class Sandbox:
             env[self.setup.core_limit_variable] = str(cores)
         env.update(extra or {})
         return env
+
+    def grant_dir(self, container: str = "a") -> Path:
+        """Where `container`'s grant directory is (in a pod: the read-only mount at /etc/hami/grant)."""
+        return self.root / f"grant-{container}"
+
+    def grant(self, text: str | None, container: str = "a") -> dict[str, str]:
+        """Give `container` a grant directory holding `text` as the vendor's grant (None: the directory without
+        the file, a grant expected but missing); the variables that point the library at it, for `env`'s extra."""
+        directory = self.grant_dir(container)
+        directory.mkdir(exist_ok=True)
+        path = directory / f"{self.setup.vendor}.grant"
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+        return {"HAMI_ISOLATION_GRANT_DIR": str(directory)}
 
     def client(self, *args: str | int, env: Mapping[str, str], timeout: float = 60) -> str:
         """Run the client to completion; its stdout. Fails the test with its output when it fails."""

@@ -10,7 +10,9 @@
  *   - compute: hami_iso_launch_admit() before a launch (it charges the launch's estimated device time and
  *              waits while the container is over its share), hami_iso_launch_timed() with a measured device
  *              time when the core asked for one.
- * The core owns the configuration (read from the environment at every process start), the accounting file
+ * The core owns the configuration (read at every process start from the node's grant, GRANT.md, which the
+ * environment may only lower; a grant expected but unreadable makes hami_iso_memory_reserve() refuse
+ * everything, so a vendor library fails closed by calling it before every allocation), the accounting file
  * shared by all processes of a container (LAYOUT.md documents it), the compute limiter and logging.
  *
  * Everything here is thread-safe. Nothing here calls the vendor's API: the core never loads a driver.

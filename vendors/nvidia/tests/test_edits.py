@@ -72,10 +72,20 @@ def test_the_same_placement_gives_the_same_edits() -> None:
 
 
 @pytest.mark.parametrize("value", ["true", "1", "TRUE"])
-def test_a_container_that_disables_control_gets_neither_library_nor_preload(value: str) -> None:
-    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL=value), 2, (device(GPU_B, 2500, 25),))
+def test_a_container_on_whole_gpus_that_disables_control_gets_neither_library_nor_preload(value: str) -> None:
+    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL=value), 2, (device(GPU_B, 2500, 100),))
     assert [m.container_path for m in edits.mounts] == ["/usr/local/vgpu"]
     assert edits.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2500m"
+    assert edits.files == {}
+
+
+def test_a_shared_gpu_cannot_be_opted_out_of_the_library() -> None:
+    """The tenant sets CUDA_DISABLE_CONTROL on a 25 % share (past admission, e.g. a pod admitted before): the
+    node gives it the library and its grant all the same."""
+    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 25),))
+    paths = [m.container_path for m in edits.mounts]
+    assert "/etc/ld.so.preload" in paths
+    assert "/etc/hami/grant" in paths
 
 
 def test_disable_control_false_keeps_the_library() -> None:
@@ -159,7 +169,7 @@ def test_the_library_the_daemon_installed_is_mounted_at_its_own_path_with_its_pr
 
 
 def test_an_installed_library_is_still_left_out_for_containers_that_disable_control_and_for_mig() -> None:
-    opted_out = installed_edits(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 25),))
+    opted_out = installed_edits(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 100),))
     assert [m.container_path for m in opted_out.mounts] == ["/usr/local/vgpu"]
     mig = installed_edits(two_container_pod(), 1, (device("MIG-5e4f3a2b-0001-0000-0002-000000002222", 9856, 28),))
     assert mig.mounts == ()

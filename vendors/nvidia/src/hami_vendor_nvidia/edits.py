@@ -11,7 +11,8 @@ Owns the container side of the contract with the isolation library (``libvgpu.so
   (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at ``<hookPath>/vgpu``) and ``/etc/ld.so.preload`` naming
   the library (not HAMi's ``/tmp/vgpulock``: a host directory every container could write, which nothing here
   uses). A container that sets ``CUDA_DISABLE_CONTROL=true`` gets neither
-  the library nor the preload file;
+  the library nor the preload file, when it was placed on whole GPUs (100 % cores on each: admission refuses
+  the opt-out for anything less, and a container placed with less gets the library all the same);
 * CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``);
 * the container's grant (`hami.isolation.grant`): the same limits, the core policy (``disable`` when
   ``disableCoreLimit``, else ``gpuCorePolicy``), the priority its spec asked (``CUDA_TASK_PRIORITY``, default 1) and
@@ -139,7 +140,8 @@ def container_edits(
         env["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
     if settings.disable_core_limit:
         env["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    controlled = not control_disabled(_container(pod, index))
+    whole = all(d.usedcores >= 100 for d in devices)
+    controlled = not (whole and control_disabled(_container(pod, index)))
     lib, preload = library_mounts(settings, library)
     mounts = []
     if controlled:

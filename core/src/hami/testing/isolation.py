@@ -32,7 +32,7 @@ import pytest
 
 from hami.testing.sandbox import Sandbox
 
-__all__ = ["SHARE_MEASUREMENT", "CrashTests", "GrantTests", "StartupTests", "device_shares", "finish"]
+__all__ = ["SHARE_MEASUREMENT", "CrashTests", "GrantTests", "LookupTests", "StartupTests", "device_shares", "finish"]
 
 SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
 MIB = 1 << 20
@@ -194,6 +194,32 @@ class GrantTests:
         lines = [line for line in proc.stderr.splitlines() if "no readable grant" in line]
         assert len(lines) == 1, proc.stderr
         assert sandbox.device().peak == 0
+
+
+_DLMOPEN = r"""
+libc = ctypes.CDLL(None)
+libc.dlmopen.restype = c_void_p
+libc.dlmopen.argtypes = [ctypes.c_long, c_char_p, c_int]
+libc.dlerror.restype = c_char_p
+library = os.environ["DRIVER_LIBRARY"].encode()
+RESULT = {"new": libc.dlmopen(-1, library, 2), "error": libc.dlerror().decode(),
+          "base": bool(libc.dlmopen(0, library, 2))}
+"""
+
+
+class LookupTests:
+    """The dynamic linker's doors the core closes for every vendor library (lookup.c)."""
+
+    driver_library: ClassVar[str]  # the vendor's API library, as an application loads it (libcuda.so.1)
+
+    def test_dlmopen_into_a_new_namespace_is_refused(self, sandbox: Sandbox) -> None:
+        """A new link-map namespace would load the driver without the library's hooks: refused, and dlerror()
+        says why; the main namespace (LM_ID_BASE) is plain dlopen, where the hooks are."""
+        env = sandbox.env(memory=str(8 * MIB), extra={"DRIVER_LIBRARY": self.driver_library})
+        result = sandbox.python(_DLMOPEN, env)
+        assert result["new"] is None
+        assert "dlmopen into a new namespace is refused" in str(result["error"])
+        assert result["base"] is True
 
 
 class StartupTests:

@@ -144,6 +144,21 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
 void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns);
 
 /* ------------------------------------------------------------------------------------------------------ */
+/* Lookups (lookup.c): the core defines dlvsym, dlopen and dlmopen; a vendor exports them (its version script)  */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* Provided by the vendor library (optional, a weak reference here): its hook for `name`, or NULL. The core's
+ * dlvsym answers it for any version string. A vendor that overrides dlsym answers hami_iso_lookup_hook(). */
+void *hami_iso_hook_for_symbol(const char *name);
+
+/* The hook for `name`: the core's own for dlvsym, dlopen and dlmopen, else hami_iso_hook_for_symbol's. */
+void *hami_iso_lookup_hook(const char *name);
+
+/* `name` (a function) from libc's own symbol table, at its default version: the real dlsym, whatever
+ * interposes it (never ask dlsym or dlvsym for it: in this library they are ours). */
+void *hami_iso_libc_symbol(const char *name);
+
+/* ------------------------------------------------------------------------------------------------------ */
 /* Logging                                                                                                  */
 /* ------------------------------------------------------------------------------------------------------ */
 

@@ -4,13 +4,24 @@ with a reason, and the node daemon writes the file whole and read-only to others
 from __future__ import annotations
 
 import stat
+import struct
 from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hami.isolation.grant import GRANT_DIR, DeviceGrant, Grant, GrantError, grant_edits, parse, write_files
+from hami.isolation.grant import (
+    CONTROL_SIZE,
+    GRANT_DIR,
+    DeviceGrant,
+    Grant,
+    GrantError,
+    grant_edits,
+    parse,
+    set_grant_control,
+    write_files,
+)
 
 devices = st.builds(
     DeviceGrant,
@@ -73,4 +84,9 @@ def test_the_node_daemon_writes_the_grant_whole_and_read_only_to_others(tmp_path
     path = tmp_path / "grants" / "uid_c" / "nvidia.grant"
     assert parse(path.read_text()) == grant
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert [p.name for p in path.parent.iterdir()] == ["nvidia.grant"]  # no temporary left behind
+    assert sorted(p.name for p in path.parent.iterdir()) == ["nvidia.control", "nvidia.grant"]  # no temporary left
+    assert (path.parent / "nvidia.control").read_bytes() == bytes(CONTROL_SIZE)
+    set_grant_control(path.parent, "nvidia", 3, 1, 12345)
+    data = (path.parent / "nvidia.control").read_bytes()
+    assert struct.unpack_from("<IIQ", data, 48) == (1, 0, 12345)
+    assert data[:48] == bytes(48)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -125,12 +126,34 @@ int hami_grant_parse(char *text, struct hami_grant *grant, char *why, size_t siz
     return 0;
 }
 
+static char g_grant_dir[400];
+
+struct hami_control *hami_grant_control(const hami_iso_vendor *vendor) {
+    if (!g_grant_dir[0]) return NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.control", g_grant_dir, vendor->name ? vendor->name : "isolation");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return NULL;
+    size_t size = HAMI_ISO_MAX_DEVICES * sizeof(struct hami_control);
+    struct stat st;
+    void *map = fstat(fd, &st) == 0 && (size_t)st.st_size >= size
+                    ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+    close(fd);
+    if (map == MAP_FAILED) {
+        HAMI_LOG(HAMI_LOG_WARN, "%s is not a control file: the node daemon cannot lift or pause this container", path);
+        return NULL;
+    }
+    return map;
+}
+
 int hami_grant_load(const hami_iso_vendor *vendor, struct hami_grant *grant, char *why, size_t size) {
     const char *dir = HAMI_ISO_GRANT_DIR;
     if (!is_directory(dir)) {
         dir = getenv("HAMI_ISOLATION_GRANT_DIR");
         if (!is_directory(dir)) return 0; /* no grant is expected */
     }
+    snprintf(g_grant_dir, sizeof g_grant_dir, "%s", dir);
     char path[512];
     snprintf(path, sizeof path, "%s/%s.grant", dir, vendor->name ? vendor->name : "isolation");
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from hami.model import Mount
 
 __all__ = [
+    "CONTROL_SIZE",
     "GRANT_DIR",
     "POLICIES",
     "DeviceGrant",
@@ -28,6 +30,7 @@ __all__ = [
     "from_limits",
     "grant_edits",
     "parse",
+    "set_grant_control",
     "write_files",
 ]
 
@@ -35,6 +38,9 @@ GRANT_DIR = "/etc/hami/grant"
 """Where every container with an isolation library sees its grant directory (``HAMI_ISO_GRANT_DIR`` in C)."""
 POLICIES = ("default", "force", "disable")
 MAX_DEVICES = 16
+CONTROL_SIZE = MAX_DEVICES * 16
+"""``<vendor>.control``: per device a u32 mode (0 none, 1 lift, 2 yield), 4 bytes padding, a u64 CLOCK_REALTIME
+deadline (little-endian), the node daemon's control words for a container with a grant (GRANT.md)."""
 _UUID = re.compile(r"[!-~]{1,63}")
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,15}")
 
@@ -125,12 +131,16 @@ def _number(text: str, high: int) -> int | None:
 
 
 def grant_edits(host_dir: PurePosixPath, vendor: str, grant: Grant) -> tuple[Mount, dict[str, str]]:
-    """The read-only mount of `host_dir` at `GRANT_DIR` and the file to write there (``<vendor>.grant``), for
-    ``ContainerEdits.mounts`` and ``.files``. `host_dir` must be the container's own and outside any directory
-    mounted writable into it."""
+    """The read-only mount of `host_dir` at `GRANT_DIR` and the files to write there (``<vendor>.grant`` and its
+    control words, ``<vendor>.control``, none set), for ``ContainerEdits.mounts`` and ``.files``. `host_dir` must
+    be the container's own and outside any directory mounted writable into it."""
     if not _NAME.fullmatch(vendor):
         raise GrantError(f"vendor name {vendor!r} is not a short lower-case name")
-    return Mount(container_path=GRANT_DIR, host_path=str(host_dir)), {str(host_dir / f"{vendor}.grant"): grant.render()}
+    files = {
+        str(host_dir / f"{vendor}.grant"): grant.render(),
+        str(host_dir / f"{vendor}.control"): "\0" * CONTROL_SIZE,
+    }
+    return Mount(container_path=GRANT_DIR, host_path=str(host_dir)), files
 
 
 def from_limits(
@@ -153,3 +163,17 @@ def write_files(files: Mapping[str, str]) -> None:
             temporary = Path(out.name)
         temporary.chmod(0o644)
         os.replace(temporary, path)
+
+
+def set_grant_control(host_dir: str | os.PathLike[str], vendor: str, device: int, mode: int, until_ns: int) -> None:
+    """Ask a granted container's processes, on `device`, to lift their compute limit (mode 1) or yield (2) until
+    `until_ns` (``time.time_ns()``; it lapses by itself), or withdraw a request (0): the control words the library
+    reads from the read-only grant directory (the accounting file's are ignored once a grant exists, since the
+    container can write those). Written in place, the deadline first (the processes have the file mapped)."""
+    if not 0 <= device < MAX_DEVICES:
+        raise GrantError(f"device {device} is not within 0-{MAX_DEVICES - 1}")
+    with open(Path(host_dir) / f"{vendor}.control", "r+b") as handle:
+        if mode == 0:
+            os.pwrite(handle.fileno(), struct.pack("<I", 0), device * 16)
+        os.pwrite(handle.fileno(), struct.pack("<Q", until_ns), device * 16 + 8)
+        os.pwrite(handle.fileno(), struct.pack("<I", mode), device * 16)

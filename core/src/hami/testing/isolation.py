@@ -32,7 +32,16 @@ import pytest
 
 from hami.testing.sandbox import Sandbox
 
-__all__ = ["SHARE_MEASUREMENT", "CrashTests", "GrantTests", "LookupTests", "StartupTests", "device_shares", "finish"]
+__all__ = [
+    "SHARE_MEASUREMENT",
+    "CrashTests",
+    "GrantTests",
+    "LookupTests",
+    "StartupTests",
+    "device_shares",
+    "finish",
+    "grant_text",
+]
 
 SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
 MIB = 1 << 20

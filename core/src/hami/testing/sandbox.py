@@ -41,6 +41,7 @@ import pytest
 
 from hami.isolation import accounting
 from hami.isolation import sources as core_sources
+from hami.isolation.grant import CONTROL_SIZE
 
 __all__ = [
     "CFLAGS",
@@ -348,8 +349,9 @@ class Sandbox:
         return self.root / f"grant-{container}"
 
     def grant(self, text: str | None, container: str = "a") -> dict[str, str]:
-        """Give `container` a grant directory holding `text` as the vendor's grant (None: the directory without
-        the file, a grant expected but missing); the variables that point the library at it, for `env`'s extra."""
+        """Give `container` a grant directory holding `text` as the vendor's grant, and its control words, none set
+        (`text` None: the directory without the grant, one expected but missing); the variables that point the
+        library at it, for `env`'s extra."""
         directory = self.grant_dir(container)
         directory.mkdir(exist_ok=True)
         path = directory / f"{self.setup.vendor}.grant"
@@ -357,6 +359,7 @@ class Sandbox:
             path.unlink(missing_ok=True)
         else:
             path.write_text(text)
+            (directory / f"{self.setup.vendor}.control").write_bytes(bytes(CONTROL_SIZE))
         return {"HAMI_ISOLATION_GRANT_DIR": str(directory)}
 
     def client(self, *args: str | int, env: Mapping[str, str], timeout: float = 60) -> str:

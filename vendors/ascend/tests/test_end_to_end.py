@@ -170,3 +170,4 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     world.cluster.delete("pods", "soft", "default")
     assert world.served.sweep(world.cluster) == ["default/soft"]
     assert not directory.exists()
+    assert not grant_file.parent.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import hami_vendor_nvidia.plugin as plugin
-from hami.isolation.grant import DeviceGrant, Grant, parse
+from hami.isolation.grant import DeviceGrant, Grant, parse, write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, IsolationLibrary, Mount, Pod
 from hami.node.hooklib import IsolationLibraries
 from hami.plugins import VendorHost
@@ -199,3 +199,14 @@ def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_
     assert mounts[named] == named  # the preload names the library's path inside the container, mounted from there
     assert Path(named).resolve().read_bytes() == build.read_bytes()  # and it is the build the daemon installed
     assert Path(named).resolve().name.startswith("libvgpu-")
+
+
+def test_the_node_daemon_writes_the_grant_and_removes_it_with_the_pod(tmp_path: Path) -> None:
+    pod = two_container_pod()
+    edits = edits_for(pod, 1, (device(GPU_A, 3000, 30),), hookPath=str(tmp_path))
+    write_files(edits.files)
+    grants = tmp_path / "vgpu" / "grants" / f"{UID}_trainer"
+    assert parse((grants / "nvidia.grant").read_text()).devices == (DeviceGrant(3000 << 20, 30, GPU_A),)
+    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
+    host.release("NVIDIA", pod, [(), (device(GPU_A, 3000, 30),), ()])
+    assert not grants.exists()

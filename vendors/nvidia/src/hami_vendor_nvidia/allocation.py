@@ -37,7 +37,7 @@ from hami.codec import AnnotationError, MigReservation, decode_mig_allocations, 
 from hami.errors import HamiError
 from hami.model import Allocation, ContainerDevice, ContainerPlacement, Pod
 from hami_vendor_nvidia.discovery import register_profiles
-from hami_vendor_nvidia.edits import cache_host_dir
+from hami_vendor_nvidia.edits import cache_host_dir, grant_host_dir
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MigProfile, Placement, select_profile
 from hami_vendor_nvidia.node import NodeRuntime, Realized, runtime_for
 from hami_vendor_nvidia.nvml import ERROR_IN_USE, MigInstance, Nvml, NvmlError
@@ -200,7 +200,7 @@ def _destroy(runtime: NodeRuntime, nvml: Nvml, instance: MigInstance) -> bool:
 
 
 def release(settings: NvidiaSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
-    """Destroy what `allocate` made for a finished pod and remove its accounting directories."""
+    """Destroy what `allocate` made for a finished pod and remove its accounting and grant directories."""
     runtime = runtime_for(settings)
     key = pod.uid or pod.name
     with runtime.lock:
@@ -233,6 +233,7 @@ def release(settings: NvidiaSettings, pod: Pod, placements: Sequence[ContainerPl
             runtime.created.pop(key, None)
     for index in range(len(pod.all_containers)):
         shutil.rmtree(Path(cache_host_dir(settings, pod, index)), ignore_errors=True)
+        shutil.rmtree(Path(grant_host_dir(settings, pod, index)), ignore_errors=True)
 
 
 def reservations_after(settings: NvidiaSettings, pod: Pod) -> str | None:

@@ -58,6 +58,7 @@ def test_any_text_is_a_grant_or_refused_with_a_reason(text: str) -> None:
         ("hami-grant 1\ndevice 1 1 0\nend\n", "device 1 where device 0 was due"),
         ("hami-grant 1\ndevice 0 1 101\nend\n", "'device' is not a grant line"),
         ("hami-grant 1\ndevice 0 1 0\nend\npolicy force\n", "text after 'end'"),
+        ("hami-grant 1\r\ndevice 0 1 0\r\nend\r\n", "not 'hami-grant 1'"),  # grant.c splits words on space and tab
     ],
 )
 def test_what_is_not_a_grant_says_why(text: str, reason: str) -> None:

@@ -88,7 +88,8 @@ class Grant:
 
 def parse(text: str) -> Grant:
     """Read a grant as the library does (the same rules as ``grant.c``). :raises GrantError: why it is not one."""
-    lines = [(n, line.split()) for n, line in enumerate(text.split("\n"), 1)]
+    lines = [(n, line.replace("\t", " ").split(" ")) for n, line in enumerate(text.split("\n"), 1)]
+    lines = [(n, [w for w in words if w]) for n, words in lines]  # words as grant.c reads them: only " " and tab
     words = [(n, w) for n, w in lines if w and not w[0].startswith("#")]
     if not words or words[0][1] != ["hami-grant", "1"]:
         raise GrantError("not 'hami-grant 1' (a grant of another version or no grant)")

@@ -190,8 +190,8 @@ class GrantTests:
     @pytest.mark.parametrize(
         "text",
         [None, "", "hami-grant 2\ndevice 0 8388608 0\nend\n", "hami-grant 1\ndevice 0 8m 0\nend\n",
-         "hami-grant 1\ndevice 0 8388608 0\n"],
-        ids=["missing", "empty", "other-version", "unparsable-size", "truncated"],
+         "hami-grant 1\ndevice 0 8388608 0\n", "hami-grant 1\r\ndevice 0 8388608 0\r\nend\r\n"],
+        ids=["missing", "empty", "other-version", "unparsable-size", "truncated", "crlf"],
     )  # fmt: skip
     def test_an_expected_grant_that_cannot_be_read_refuses_every_allocation(
         self, sandbox: Sandbox, text: str | None

@@ -133,6 +133,7 @@ struct hami_process_device {
     int core_limit;        /* percent, 0 = none */
     int limited;           /* core limit in force (set, and the policy does not disable it) */
     int64_t burst_ns;      /* most device time the bucket holds */
+    struct hami_control *control; /* the node daemon's control words for this device (hami_control_of) */
     _Atomic int64_t fallback_ns; /* average device time of a launch, for kernels without an estimate */
     _Atomic int measured;        /* a launch was timed on this device */
     _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];

@@ -141,7 +141,7 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
     if (HAMI_UNLIKELY((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header)) return HAMI_ISO_LAUNCH_GO;
     struct hami_process_device *pd = &p->devices[device];
     struct hami_region_device *rd = &p->header->devices[device];
-    struct hami_control *control = hami_control_of(p, device);
+    struct hami_control *control = pd->control;
     if (HAMI_UNLIKELY(atomic_load_explicit(&control->mode, memory_order_relaxed) != HAMI_CONTROL_NONE) &&
         controlled(p, control)) {
         count_launch(device, 0);

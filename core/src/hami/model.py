@@ -571,3 +571,8 @@ class ContainerEdits(_Model):
         description="host path of the container's shared accounting file (hami.isolation's layout), which the "
         "node daemon's monitor reads for per-container usage; None when the container has none",
     )
+    files: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="host path -> text: files the node daemon writes (root-owned, mode 0644) before it answers the "
+        "kubelet, such as the container's grant (hami.isolation.grant); never sent to the kubelet",
+    )

@@ -73,6 +73,7 @@ def test_a_soft_split_container_gets_the_library_its_limits_and_its_accounting_d
     devices = placed((b3.npus[1].uuid, 28672, 40), (b3.npus[2].uuid, 28672, 40))
     edits = host.container_edits(B3, pod(SOFT), 2, devices, library)
     directory = tmp_path / "hook" / "containers" / "uid-1234_eval"
+    grants = tmp_path / "hook" / "grants" / "uid-1234_eval"
     assert dict(edits.env) == {
         "ASCEND_VISIBLE_DEVICES": "11,12",
         "ASCEND_DEVICE_MEMORY_LIMIT_0": "28672m",
@@ -88,8 +89,14 @@ def test_a_soft_split_container_gets_the_library_its_limits_and_its_accounting_d
         Mount(container_path=library.path, host_path=library.path),
         Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
         Mount(container_path="/hami-vnpu-shmem", host_path=str(directory), read_only=False),
+        Mount(container_path="/etc/hami/grant", host_path=str(grants)),
     )
     assert edits.accounting_file == str(directory / "vnpu.cache")
+    assert edits.files[str(grants / "ascend.control")] == "\0" * 256
+    assert {k: v for k, v in edits.files.items() if k.endswith(".grant")} == {
+        str(grants / "ascend.grant"): "hami-grant 1\npolicy default\npriority 1\noversubscribe 0\n"
+        f"device 0 {28672 << 20} 40 {b3.npus[1].uuid}\ndevice 1 {28672 << 20} 40 {b3.npus[2].uuid}\nend\n"
+    }
 
 
 def test_an_operator_managed_library_directory_wins_and_without_any_the_hook_path_is_used(b3: Any) -> None:

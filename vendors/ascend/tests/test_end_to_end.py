@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from hami.cluster import MemoryCluster, meta
+from hami.isolation.grant import DeviceGrant, parse
 from hami.model import Mount
 from hami.node.allocate import Allocator
 from hami.node.hooklib import IsolationLibraries
@@ -160,7 +161,13 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     assert Mount(container_path="/hami-vnpu-shmem", host_path=str(directory), read_only=False) in edits.mounts
     assert directory.is_dir()
     assert edits.accounting_file == str(directory / "vnpu.cache")
+    # the node daemon wrote the grant before answering, read-only to the container, outside its writable mounts
+    grant_file = tmp_path / "hook" / "grants" / f"{uid}_c0" / "ascend.grant"
+    assert Mount(container_path="/etc/hami/grant", host_path=str(grant_file.parent)) in edits.mounts
+    assert parse(grant_file.read_text()).devices == (DeviceGrant(16384 << 20, 30, u[0]),)
+    assert grant_file.stat().st_mode & 0o777 == 0o644
 
     world.cluster.delete("pods", "soft", "default")
     assert world.served.sweep(world.cluster) == ["default/soft"]
     assert not directory.exists()
+    assert not grant_file.parent.exists()

@@ -2,8 +2,9 @@
  * driver.c: how calls reach libvgpu.so, and how libvgpu.so reaches the real driver.
  *
  * Three ways in, all covered: the exported wrappers (a program linked against libcuda.so.1 binds to ours
- * first, since we are preloaded), dlsym (overridden: a lookup of a hooked name in any library that has it
- * answers our hook; everything else, RTLD_NEXT included, is passed to the real dlsym by a tail call so that
+ * first, since we are preloaded), dlsym (overridden: a lookup of a hooked name, or of dlsym, dlvsym, dlopen or
+ * dlmopen, in any library that has it answers our hook; the core's lookup.c covers dlvsym, RTLD_DEEPBIND and
+ * dlmopen; everything else, RTLD_NEXT included, is passed to the real dlsym by a tail call so that
  * the caller's identity is preserved), and cuGetProcAddress / cuGetProcAddress_v2 (the real driver answers for
  * the requested version and stream flags; its answer is swapped for the hook of the same function, matched by
  * address, or by name and version when the driver hands out internal addresses).
@@ -49,10 +50,7 @@ typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn g_real_dlsym;
 
 static dlsym_fn find_real_dlsym(void) {
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
-    dlsym_fn found = NULL;
-    for (size_t i = 0; !found && i < sizeof versions / sizeof *versions; i++)
-        found = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    dlsym_fn found = (dlsym_fn)hami_iso_libc_symbol("dlsym"); /* not dlvsym: the core's answers our dlsym */
     if (found) __atomic_store_n(&g_real_dlsym, found, __ATOMIC_RELEASE);
     return found;
 }
@@ -83,6 +81,12 @@ static void *hook_by_name(const char *name) {
     for (size_t i = 0; i < HOOK_COUNT; i++)
         if (!strcmp(g_hooks[i].name, name)) return g_hooks[i].hook;
     return NULL;
+}
+
+/* The core's dlvsym (lookup.c) answers these hooks too, and so does our dlsym for dlsym itself. */
+void *hami_iso_hook_for_symbol(const char *name) {
+    if (name && !strcmp(name, "dlsym")) return (void *)&dlsym;
+    return hook_by_name(name);
 }
 
 /* The driver's address of each hooked function, paired with our hook (filled when the driver is loaded). */
@@ -224,7 +228,7 @@ int hami_nv_load_nvml(void) {
 HAMI_EXPORT void *dlsym(void *handle, const char *symbol) {
     dlsym_fn lookup = real_dlsym();
     if (HAMI_UNLIKELY(!lookup)) return NULL;
-    void *hook = hook_by_name(symbol);
+    void *hook = hami_iso_lookup_hook(symbol);
     if (hook) return lookup(handle, symbol) ? hook : NULL;
     return lookup(handle, symbol); /* a tail call: RTLD_NEXT still means "after the caller" */
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import hami_vendor_nvidia.plugin as plugin
+from hami.isolation.grant import DeviceGrant, Grant, parse, write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, IsolationLibrary, Mount, Pod
 from hami.node.hooklib import IsolationLibraries
 from hami.plugins import VendorHost
@@ -56,9 +57,10 @@ def test_two_container_pod_gets_hamis_env_and_mounts() -> None:
             Mount(container_path="/usr/local/vgpu/libvgpu.so", host_path="/usr/local/vgpu/libvgpu.so", read_only=True),
             Mount(container_path="/usr/local/vgpu", host_path=f"/usr/local/vgpu/containers/{UID}_{name}",
                   read_only=False),
-            Mount(container_path="/tmp/vgpulock", host_path="/tmp/vgpulock", read_only=False),
             Mount(container_path="/etc/ld.so.preload", host_path="/usr/local/vgpu/ld.so.preload", read_only=True),
+            Mount(container_path="/etc/hami/grant", host_path=f"/usr/local/vgpu/grants/{UID}_{name}"),
         )  # fmt: skip
+        assert "/tmp/vgpulock" not in [m.container_path for m in edits.mounts]  # world-writable, shared, unused
     assert trainer.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != sidecar.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
     assert trainer.cdi_devices == (f"nvidia.com/gpu={GPU_A}",)
     assert sidecar.cdi_devices == (f"nvidia.com/gpu={GPU_B}", f"nvidia.com/gpu={GPU_C}")
@@ -70,10 +72,20 @@ def test_the_same_placement_gives_the_same_edits() -> None:
 
 
 @pytest.mark.parametrize("value", ["true", "1", "TRUE"])
-def test_a_container_that_disables_control_gets_neither_library_nor_preload(value: str) -> None:
-    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL=value), 2, (device(GPU_B, 2500, 25),))
-    assert [m.container_path for m in edits.mounts] == ["/usr/local/vgpu", "/tmp/vgpulock"]
+def test_a_container_on_whole_gpus_that_disables_control_gets_neither_library_nor_preload(value: str) -> None:
+    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL=value), 2, (device(GPU_B, 2500, 100),))
+    assert [m.container_path for m in edits.mounts] == ["/usr/local/vgpu"]
     assert edits.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2500m"
+    assert edits.files == {}
+
+
+def test_a_shared_gpu_cannot_be_opted_out_of_the_library() -> None:
+    """The tenant sets CUDA_DISABLE_CONTROL on a 25 % share (past admission, e.g. a pod admitted before): the
+    node gives it the library and its grant all the same."""
+    edits = edits_for(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 25),))
+    paths = [m.container_path for m in edits.mounts]
+    assert "/etc/ld.so.preload" in paths
+    assert "/etc/hami/grant" in paths
 
 
 def test_disable_control_false_keeps_the_library() -> None:
@@ -89,6 +101,9 @@ def test_switches_from_settings_reach_the_environment() -> None:
     assert edits.env["CUDA_OVERSUBSCRIBE"] == "true"
     assert edits.env["LIBCUDA_LOG_LEVEL"] == "4"
     assert edits.env["GPU_CORE_UTILIZATION_POLICY"] == "disable"
+    assert parse(next(iter(edits.files.values()))) == Grant(
+        (DeviceGrant(3000 << 20, 30, GPU_A),), policy="disable", priority=1, oversubscribe=True
+    )
     plain = edits_for(pod, 1, (device(GPU_A, 3000, 30),), deviceMemoryScaling=1)
     assert not {"CUDA_OVERSUBSCRIBE", "LIBCUDA_LOG_LEVEL", "GPU_CORE_UTILIZATION_POLICY"} & set(plain.env)
 
@@ -101,8 +116,8 @@ def test_paths_follow_the_hook_path_and_library_directory() -> None:
     assert [(m.container_path, m.host_path) for m in edits.mounts] == [
         ("/opt/hami/vgpu/libvgpu.so", "/var/lib/hami/nvidia/libvgpu.so"),
         ("/opt/hami/vgpu", f"/opt/hami/vgpu/containers/{UID}_trainer"),
-        ("/tmp/vgpulock", "/tmp/vgpulock"),
         ("/etc/ld.so.preload", "/var/lib/hami/nvidia/ld.so.preload"),
+        ("/etc/hami/grant", f"/opt/hami/vgpu/grants/{UID}_trainer"),
     ]
 
 
@@ -147,15 +162,15 @@ def test_the_library_the_daemon_installed_is_mounted_at_its_own_path_with_its_pr
     assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
         (INSTALLED.path, INSTALLED.path, True),  # where the installed preload file says the library is
         ("/usr/local/vgpu", f"/usr/local/vgpu/containers/{UID}_trainer", False),
-        ("/tmp/vgpulock", "/tmp/vgpulock", False),
         ("/etc/ld.so.preload", INSTALLED.preload_path, True),
+        ("/etc/hami/grant", f"/usr/local/vgpu/grants/{UID}_trainer", True),
     ]
     assert edits.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith("/usr/local/vgpu/")
 
 
 def test_an_installed_library_is_still_left_out_for_containers_that_disable_control_and_for_mig() -> None:
-    opted_out = installed_edits(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 25),))
-    assert [m.container_path for m in opted_out.mounts] == ["/usr/local/vgpu", "/tmp/vgpulock"]
+    opted_out = installed_edits(two_container_pod(CUDA_DISABLE_CONTROL="true"), 2, (device(GPU_B, 2500, 100),))
+    assert [m.container_path for m in opted_out.mounts] == ["/usr/local/vgpu"]
     mig = installed_edits(two_container_pod(), 1, (device("MIG-5e4f3a2b-0001-0000-0002-000000002222", 9856, 28),))
     assert mig.mounts == ()
 
@@ -165,6 +180,7 @@ def test_a_configured_library_directory_wins_over_the_installed_library() -> Non
     assert [(m.container_path, m.host_path) for m in edits.mounts if m.read_only] == [
         ("/usr/local/vgpu/libvgpu.so", "/opt/hami-core/libvgpu.so"),
         ("/etc/ld.so.preload", "/opt/hami-core/ld.so.preload"),
+        ("/etc/hami/grant", f"/usr/local/vgpu/grants/{UID}_trainer"),
     ]
 
 
@@ -183,3 +199,14 @@ def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_
     assert mounts[named] == named  # the preload names the library's path inside the container, mounted from there
     assert Path(named).resolve().read_bytes() == build.read_bytes()  # and it is the build the daemon installed
     assert Path(named).resolve().name.startswith("libvgpu-")
+
+
+def test_the_node_daemon_writes_the_grant_and_removes_it_with_the_pod(tmp_path: Path) -> None:
+    pod = two_container_pod()
+    edits = edits_for(pod, 1, (device(GPU_A, 3000, 30),), hookPath=str(tmp_path))
+    write_files(edits.files)
+    grants = tmp_path / "vgpu" / "grants" / f"{UID}_trainer"
+    assert parse((grants / "nvidia.grant").read_text()).devices == (DeviceGrant(3000 << 20, 30, GPU_A),)
+    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
+    host.release("NVIDIA", pod, [(), (device(GPU_A, 3000, 30),), ()])
+    assert not grants.exists()

@@ -244,6 +244,24 @@ def test_an_unknown_vgpu_mode_is_refused() -> None:
     assert admit({GPU: "1", MEM: "1000"}, {"nvidia.com/vgpu-mode": "mig"}) is None
 
 
+@pytest.mark.parametrize(
+    "resources",
+    [{GPU: "1", MEM: "3000"}, {GPU: "1", PCT: "50"}, {GPU: "1", CORES: "20"}, {GPU: "1", CORES: "100", MEM: "3000"}],
+)
+def test_a_share_that_turns_the_library_off_is_refused(resources: dict[str, str]) -> None:
+    edit = admit(resources, env={"CUDA_DISABLE_CONTROL": "true"})
+    assert edit is not None
+    assert edit.deny is not None
+    assert "CUDA_DISABLE_CONTROL=true runs it without the isolation library" in edit.deny
+    assert f"{CORES}: 100 and the whole memory" in edit.deny
+
+
+@pytest.mark.parametrize("resources", [{GPU: "1"}, {GPU: "2", PCT: "100"}, {GPU: "1", CORES: "100"}])
+def test_whole_gpus_may_turn_the_library_off(resources: dict[str, str]) -> None:
+    edit = admit(resources, env={"CUDA_DISABLE_CONTROL": "true"})
+    assert edit is None or edit.deny is None
+
+
 def test_admission_applied_twice_gives_the_same_pod() -> None:
     resources = {GPU: "1", PRIORITY: "0"}
     first = admit(resources, gpuCorePolicy="disable")

@@ -9,7 +9,20 @@ that are each read whole but may be a few operations apart from one another.
 The one thing written from outside is a device's *control word* (:func:`set_device_control`): the node daemon may
 lift a container's compute limit for a while (when the device is otherwise idle; policy ``default`` only), or make
 a low-priority container (``CUDA_TASK_PRIORITY`` >= 1) yield for a while (when a high-priority one is busy on the
-same device). Both expire by themselves at the given wall-clock time.
+same device). Both expire by themselves at the given wall-clock time. For a container with a grant
+(`hami.isolation.grant`) the library ignores these words and reads them from the read-only grant directory
+instead (`hami.isolation.grant.set_grant_control`); they remain for containers without one.
+
+**Trust boundary.** Every process of a container can write this file (it must: each updates its own slot and the
+shared totals under the file's lock), so nothing in it is evidence against the container. What the container gets
+from the node is not in it: its limits come from the grant and its compute-limit lift from the grant's control
+words, both read-only to it; the limits written here are a copy for the monitor, never read back as
+configuration. What a process can still do by writing here is lower the container's own counted usage, which lets
+it allocate past its grant through the library, or raise it, which only refuses its own allocations. An in-process
+library cannot stop that, nor a process that patches its own memory or bypasses the library (a static binary):
+the counters here are the container's own account of itself. Numbers that decide anything for other tenants
+(scheduling, kills) must come from the vendor's management library on the node, per process (the backstop the
+node daemon's monitor is meant to run; not built yet), with this file as a report at most.
 
 Process ids are those of the container's pid namespace; liveness cannot be judged from here.
 """

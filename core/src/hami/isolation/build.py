@@ -50,7 +50,7 @@ __all__ = [
 
 SDIST_CORE = "isolation/_core"
 """Where an sdist carries the C core, relative to the vendor package's root."""
-CORE_FILES = ("*.c", "*.h", "include/*.h", "LAYOUT.md", "build.py")
+CORE_FILES = ("*.c", "*.h", "include/*.h", "LAYOUT.md", "GRANT.md", "build.py")
 """The files of the C core an sdist needs (globs relative to the core's directory)."""
 CORE_DIR_ENV = "HAMI_ISOLATION_CORE_DIR"
 """Environment variable naming the C core's directory, tried before anything else."""

@@ -4,6 +4,12 @@
  * <core>[_<i>] in percent, the priority, the utilization policy, oversubscription and the log level.
  * A per-device variable (suffix _<i>, i the visible device index) wins over the variable without suffix.
  * A value that cannot be read is reported and ignored (no limit), never fatal.
+ *
+ * When the node daemon wrote a grant (grant.c) it is the configuration, and the environment may only lower it:
+ * a smaller memory or compute limit (a limit where the grant has none: the whole device), a larger priority
+ * number (lower priority), the policy "force". Oversubscription, "disable" and a higher priority come from the
+ * grant alone; an unset, zero or unreadable variable leaves the grant's limit. A grant that is expected but
+ * cannot be read fails closed (hami_process.fail_closed).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -63,6 +69,42 @@ static int parse_int(const char *text, long low, long high, long *out) {
 static int truthy(const char *text) {
     return text && (!strcasecmp(text, "true") || !strcmp(text, "1") || !strcasecmp(text, "yes") ||
                     !strcasecmp(text, "on"));
+}
+
+/* The smaller of two limits where 0 means none. */
+static uint64_t lower(uint64_t granted, uint64_t asked) {
+    if (!granted) return asked;
+    return asked && asked < granted ? asked : granted;
+}
+
+static void apply_grant(const hami_iso_vendor *vendor, struct hami_process *proc) {
+    struct hami_grant grant;
+    char why[700];
+    int found = hami_grant_load(vendor, &grant, why, sizeof why);
+    if (found == 0) return;
+    if (found < 0) {
+        proc->fail_closed = 1;
+        hami_log(HAMI_LOG_ERROR, "no readable grant where the node daemon puts one (%s): every device memory "
+                 "allocation is refused; recreate the pod, or ask the node's administrator", why);
+        return;
+    }
+    proc->granted = 1;
+    proc->oversubscribe = grant.oversubscribe;
+    int asked_policy = proc->policy;
+    proc->policy = grant.policy;
+    if (asked_policy == HAMI_POLICY_FORCE && grant.policy == HAMI_POLICY_DEFAULT) proc->policy = HAMI_POLICY_FORCE;
+    if (proc->priority < grant.priority) proc->priority = grant.priority;
+    for (int i = 0; i < HAMI_ISO_MAX_DEVICES; i++) {
+        struct hami_process_device *device = &proc->devices[i];
+        if (i >= grant.devices) { /* not granted: the runtime shows the container none */
+            device->memory_limit = 0;
+            device->core_limit = 0;
+            continue;
+        }
+        int granted_core = grant.core_limit[i] >= 100 ? 0 : grant.core_limit[i];
+        device->memory_limit = lower(grant.memory_limit[i], device->memory_limit);
+        device->core_limit = (int)lower((uint64_t)granted_core, (uint64_t)device->core_limit);
+    }
 }
 
 void hami_config_read(const hami_iso_vendor *vendor, struct hami_process *proc) {
@@ -125,6 +167,10 @@ void hami_config_read(const hami_iso_vendor *vendor, struct hami_process *proc) 
             else
                 HAMI_LOG(HAMI_LOG_ERROR, "compute limit '%s' of device %d is not a percentage: no limit", core, i);
         }
+    }
+    apply_grant(vendor, proc);
+    for (int i = 0; i < HAMI_ISO_MAX_DEVICES; i++) {
+        struct hami_process_device *device = &proc->devices[i];
         device->limited = device->core_limit > 0 && proc->policy != HAMI_POLICY_DISABLE;
         /* The bucket holds at most 50 ms of wall time at the limit's rate: enough to absorb sampling jitter,
          * too little to matter for a share measured over seconds. */

@@ -41,8 +41,19 @@ int hami_iso_init(const hami_iso_vendor *vendor) {
     p->start_time = hami_process_start_time(p->pid);
     const char *path = vendor->shared_cache_env ? getenv(vendor->shared_cache_env) : NULL;
     if (!path || !*path) path = vendor->default_cache_path;
+    static struct hami_control no_control[HAMI_ISO_MAX_DEVICES];
+    for (int d = 0; d < HAMI_ISO_MAX_DEVICES; d++) p->devices[d].control = &no_control[d]; /* until known */
     int rc = hami_region_open(p, path);
     if (rc == 0) hami_region_take_slot(p);
+    struct hami_control *granted = p->granted ? hami_grant_control(vendor) : NULL;
+    if (granted || p->granted || !p->header) { /* with a grant, never the tenant-writable accounting file's */
+        p->control = (char *)(granted ? granted : no_control);
+        p->control_stride = sizeof(struct hami_control);
+    } else {
+        p->control = (char *)&p->header->devices[0].control_mode;
+        p->control_stride = sizeof(struct hami_region_device);
+    }
+    for (int d = 0; d < HAMI_ISO_MAX_DEVICES; d++) p->devices[d].control = hami_control_of(p, d);
     pthread_atfork(NULL, NULL, after_fork_in_child);
     if (hami_log_level >= HAMI_LOG_INFO) {
         for (int d = 0; d < HAMI_ISO_MAX_DEVICES; d++)

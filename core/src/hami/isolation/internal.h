@@ -133,6 +133,7 @@ struct hami_process_device {
     int core_limit;        /* percent, 0 = none */
     int limited;           /* core limit in force (set, and the policy does not disable it) */
     int64_t burst_ns;      /* most device time the bucket holds */
+    struct hami_control *control; /* the node daemon's control words for this device (hami_control_of) */
     _Atomic int64_t fallback_ns; /* average device time of a launch, for kernels without an estimate */
     _Atomic int measured;        /* a launch was timed on this device */
     _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];
@@ -151,6 +152,10 @@ struct hami_process {
     int policy;
     int oversubscribe;
     _Atomic int exiting;
+    int granted;                   /* the limits come from the node's grant (the environment only lowered them) */
+    int fail_closed;               /* a grant was expected and could not be read: every allocation is refused */
+    char *control;                 /* the first device's control words (struct hami_control) */
+    size_t control_stride;         /* bytes from one device's control words to the next */
     uint32_t test_lock_hold_us;    /* HAMI_ISOLATION_TEST_LOCK_HOLD_US: tests kill processes inside the lock */
     _Atomic uint64_t last_cheap_reclaim_ns;
     _Atomic uint64_t last_full_reclaim_ns;
@@ -158,6 +163,44 @@ struct hami_process {
 };
 
 extern struct hami_process hami_proc;
+
+static inline struct hami_control *hami_control_of(struct hami_process *p, int device) {
+    return (struct hami_control *)(p->control + (size_t)device * p->control_stride);
+}
+
+/* The node daemon's control words for one device: in the accounting file's device record (offset 128) for a
+ * process without a grant, else in <grant dir>/<vendor>.control, 16 bytes per device, which the container can
+ * only read (GRANT.md): a process cannot lift its own compute limit by writing them. */
+struct hami_control {
+    _Atomic uint32_t mode;     /* HAMI_CONTROL_* */
+    uint32_t pad;
+    _Atomic uint64_t until_ns; /* CLOCK_REALTIME until which mode holds */
+};
+_Static_assert(sizeof(struct hami_control) == 16, "a control record is 16 bytes");
+_Static_assert(offsetof(struct hami_region_device, control_until_ns) ==
+                   offsetof(struct hami_region_device, control_mode) + 8, "the accounting file's control words");
+
+/* grant.c: the limits the node daemon granted (GRANT.md) */
+#ifndef HAMI_ISO_GRANT_DIR
+#define HAMI_ISO_GRANT_DIR "/etc/hami/grant"
+#endif
+
+struct hami_grant {
+    int devices; /* devices listed (0 .. devices-1) */
+    int policy;
+    int priority;
+    int oversubscribe;
+    uint64_t memory_limit[HAMI_ISO_MAX_DEVICES]; /* bytes, 0 = the whole device */
+    int core_limit[HAMI_ISO_MAX_DEVICES];        /* percent, 0 or 100 = the whole device */
+    char uuid[HAMI_ISO_MAX_DEVICES][64];
+};
+
+/* 1 and `grant` filled when a grant was read; 0 when none is expected; -1 (`why` filled) when one is expected
+ * and missing or malformed: the caller fails closed. */
+int hami_grant_load(const hami_iso_vendor *vendor, struct hami_grant *grant, char *why, size_t size);
+int hami_grant_parse(char *text, struct hami_grant *grant, char *why, size_t size);
+/* The read-only mapping of <grant dir>/<vendor>.control (HAMI_ISO_MAX_DEVICES records), NULL when absent. */
+struct hami_control *hami_grant_control(const hami_iso_vendor *vendor);
 
 /* config.c */
 void hami_config_read(const hami_iso_vendor *vendor, struct hami_process *proc);

@@ -73,11 +73,11 @@ static void sleep_ns(uint64_t ns) {
 }
 
 /* Whether the node daemon's control word lifts the limit now; waits while it asks this container to yield. */
-static int controlled(struct hami_process *p, struct hami_region_device *rd) {
+static int controlled(struct hami_process *p, struct hami_control *c) {
     if (p->policy == HAMI_POLICY_DISABLE) return 0;
     for (;;) {
-        uint32_t mode = atomic_load_explicit(&rd->control_mode, memory_order_acquire);
-        uint64_t until = atomic_load_explicit(&rd->control_until_ns, memory_order_acquire);
+        uint32_t mode = atomic_load_explicit(&c->mode, memory_order_acquire);
+        uint64_t until = atomic_load_explicit(&c->until_ns, memory_order_acquire);
         if (mode == HAMI_CONTROL_NONE || hami_wall_ns() >= until) return 0;
         if (mode == HAMI_CONTROL_LIFT) return p->policy == HAMI_POLICY_DEFAULT;
         if (mode != HAMI_CONTROL_YIELD || p->priority < 1) return 0;
@@ -103,7 +103,7 @@ static void refill(struct hami_process_device *pd, struct hami_region_device *rd
 }
 
 static void throttle(struct hami_process *p, struct hami_process_device *pd, struct hami_region_device *rd,
-                     void *stream, int64_t charged) {
+                     struct hami_control *control, void *stream, int64_t charged) {
     int capture_checked = 0;
     for (;;) {
         refill(pd, rd);
@@ -117,7 +117,7 @@ static void throttle(struct hami_process *p, struct hami_process_device *pd, str
                 return;
             }
         }
-        if (atomic_load_explicit(&rd->control_mode, memory_order_relaxed) != HAMI_CONTROL_NONE && controlled(p, rd))
+        if (atomic_load_explicit(&control->mode, memory_order_relaxed) != HAMI_CONTROL_NONE && controlled(p, control))
             return;
         uint64_t wait = (uint64_t)(-tokens) * 100u / (uint64_t)pd->core_limit;
         if (wait < 20000) wait = 20000;
@@ -141,8 +141,9 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
     if (HAMI_UNLIKELY((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header)) return HAMI_ISO_LAUNCH_GO;
     struct hami_process_device *pd = &p->devices[device];
     struct hami_region_device *rd = &p->header->devices[device];
-    if (HAMI_UNLIKELY(atomic_load_explicit(&rd->control_mode, memory_order_relaxed) != HAMI_CONTROL_NONE) &&
-        controlled(p, rd)) {
+    struct hami_control *control = pd->control;
+    if (HAMI_UNLIKELY(atomic_load_explicit(&control->mode, memory_order_relaxed) != HAMI_CONTROL_NONE) &&
+        controlled(p, control)) {
         count_launch(device, 0);
         return HAMI_ISO_LAUNCH_GO;
     }
@@ -177,7 +178,7 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
 
     int64_t left = estimate ? atomic_fetch_sub_explicit(&rd->tokens_ns, estimate, memory_order_relaxed) - estimate
                             : atomic_load_explicit(&rd->tokens_ns, memory_order_relaxed);
-    if (HAMI_UNLIKELY(left < 0)) throttle(p, pd, rd, stream, estimate);
+    if (HAMI_UNLIKELY(left < 0)) throttle(p, pd, rd, control, stream, estimate);
     return decision;
 }
 

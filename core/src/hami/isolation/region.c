@@ -515,6 +515,7 @@ static inline int valid_device(int device) { return device >= 0 && device < HAMI
 
 int hami_iso_memory_reserve(int device, uint64_t bytes) {
     struct hami_process *p = &hami_proc;
+    if (HAMI_UNLIKELY(p->fail_closed)) return -1;
     if (!valid_device(device) || !p->header) return 0;
     if (HAMI_UNLIKELY(atomic_load_explicit(&p->exiting, memory_order_relaxed))) return -1;
     if (HAMI_UNLIKELY(!p->slot)) hami_region_take_slot(p);

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
+from hami.isolation.grant import write_files
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
@@ -363,6 +364,10 @@ class Allocator:
                 pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
             node_written.update(allocation.node_annotations)
             edits = self.host.container_edits(kind, pod, index, placement, library)
+            try:
+                write_files(edits.files)  # the grant, before the container can start
+            except OSError as exc:
+                raise AllocationError(f"cannot write {exc.filename} for {container}: {exc.strerror}") from None
             answers.append(edits)
             record = ServedContainer(
                 pod.namespace, pod.name, pod.uid, container, index, kind, placement, edits.accounting_file

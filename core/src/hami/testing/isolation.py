@@ -32,7 +32,16 @@ import pytest
 
 from hami.testing.sandbox import Sandbox
 
-__all__ = ["SHARE_MEASUREMENT", "CrashTests", "StartupTests", "device_shares", "finish"]
+__all__ = [
+    "SHARE_MEASUREMENT",
+    "CrashTests",
+    "GrantTests",
+    "LookupTests",
+    "StartupTests",
+    "device_shares",
+    "finish",
+    "grant_text",
+]
 
 SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
 MIB = 1 << 20
@@ -133,6 +142,93 @@ class CrashTests:
         assert account.device(0).memory_used == 0
         assert account.processes == ()
         assert sandbox.lock_word() == 0, "the lock is free"
+
+
+def grant_text(memory: int, cores: int = 0, policy: str = "default", priority: int = 1) -> str:
+    """A grant of one device, as the node daemon writes it (hami.isolation.grant)."""
+    from hami.isolation.grant import DeviceGrant, Grant
+
+    return Grant((DeviceGrant(memory, cores),), policy, priority).render()
+
+
+class GrantTests:
+    """Limits from the node: with a grant, an unprivileged process of the container that starts a child with its
+    limit variable unset, 0, unreadable or raised still gets the granted limit; the environment can only lower
+    it; a grant that is expected (its directory exists) but missing or malformed refuses every allocation with
+    the API's out-of-memory code and one line on stderr. The client's ``init <limit> whole`` allocates exactly
+    `limit` and then checks that one more byte is refused (exit 4 otherwise)."""
+
+    policy_variable: ClassVar[str]  # the vendor's compute policy variable (GPU_CORE_UTILIZATION_POLICY)
+    out_of_memory: ClassVar[int]  # the API's out-of-memory code, as the client prints it
+
+    def _run(self, sandbox: Sandbox, env: dict[str, str], limit: int) -> subprocess.CompletedProcess[str]:
+        argv = [str(sandbox.build.client), "init", str(limit), "whole"]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    @pytest.mark.parametrize("asked", [None, "0", "8 MiB", str(64 * MIB)])
+    def test_a_child_cannot_lift_the_granted_limit_through_its_environment(
+        self, sandbox: Sandbox, asked: str | None
+    ) -> None:
+        extra = sandbox.grant(grant_text(8 * MIB))
+        proc = self._run(sandbox, sandbox.env(memory=asked, extra=extra), 8 * MIB)
+        assert proc.returncode == 0, f"the granted 8 MiB did not hold with the variable at {asked!r}:\n{proc.stderr}"
+        assert sandbox.device().peak == 8 * MIB
+
+    def test_the_environment_may_lower_the_granted_limit(self, sandbox: Sandbox) -> None:
+        extra = sandbox.grant(grant_text(16 * MIB))
+        proc = self._run(sandbox, sandbox.env(memory=str(4 * MIB), extra=extra), 4 * MIB)
+        assert proc.returncode == 0, proc.stderr
+        assert sandbox.account().device(0).memory_limit == 4 * MIB
+
+    def test_the_compute_policy_and_limit_come_from_the_grant(self, sandbox: Sandbox) -> None:
+        extra = {**sandbox.grant(grant_text(8 * MIB, cores=30)), self.policy_variable: "disable"}
+        env = sandbox.env(cores=100, extra={**extra, sandbox.setup.core_limit_variable + "_0": "100"})
+        assert self._run(sandbox, env, 8 * MIB).returncode == 0
+        device = sandbox.account().device(0)
+        assert (device.core_limit, device.policy) == (30, "default")
+
+    @pytest.mark.parametrize(
+        "text",
+        [None, "", "hami-grant 2\ndevice 0 8388608 0\nend\n", "hami-grant 1\ndevice 0 8m 0\nend\n",
+         "hami-grant 1\ndevice 0 8388608 0\n", "hami-grant 1\r\ndevice 0 8388608 0\r\nend\r\n"],
+        ids=["missing", "empty", "other-version", "unparsable-size", "truncated", "crlf"],
+    )  # fmt: skip
+    def test_an_expected_grant_that_cannot_be_read_refuses_every_allocation(
+        self, sandbox: Sandbox, text: str | None
+    ) -> None:
+        extra = sandbox.grant(text)
+        proc = self._run(sandbox, sandbox.env(memory=str(64 * MIB), extra=extra), 1)
+        assert proc.returncode == 4, f"an allocation passed without a readable grant:\n{proc.stderr}"
+        assert f"the whole limit (1 bytes) was refused: {self.out_of_memory}" in proc.stderr
+        lines = [line for line in proc.stderr.splitlines() if "no readable grant" in line]
+        assert len(lines) == 1, proc.stderr
+        assert sandbox.device().peak == 0
+
+
+_DLMOPEN = r"""
+libc = ctypes.CDLL(None)
+libc.dlmopen.restype = c_void_p
+libc.dlmopen.argtypes = [ctypes.c_long, c_char_p, c_int]
+libc.dlerror.restype = c_char_p
+library = os.environ["DRIVER_LIBRARY"].encode()
+RESULT = {"new": libc.dlmopen(-1, library, 2), "error": libc.dlerror().decode(),
+          "base": bool(libc.dlmopen(0, library, 2))}
+"""
+
+
+class LookupTests:
+    """The dynamic linker's doors the core closes for every vendor library (lookup.c)."""
+
+    driver_library: ClassVar[str]  # the vendor's API library, as an application loads it (libcuda.so.1)
+
+    def test_dlmopen_into_a_new_namespace_is_refused(self, sandbox: Sandbox) -> None:
+        """A new link-map namespace would load the driver without the library's hooks: refused, and dlerror()
+        says why; the main namespace (LM_ID_BASE) is plain dlopen, where the hooks are."""
+        env = sandbox.env(memory=str(8 * MIB), extra={"DRIVER_LIBRARY": self.driver_library})
+        result = sandbox.python(_DLMOPEN, env)
+        assert result["new"] is None
+        assert "dlmopen into a new namespace is refused" in str(result["error"])
+        assert result["base"] is True
 
 
 class StartupTests:

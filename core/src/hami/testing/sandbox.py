@@ -41,6 +41,7 @@ import pytest
 
 from hami.isolation import accounting
 from hami.isolation import sources as core_sources
+from hami.isolation.grant import CONTROL_SIZE
 
 __all__ = [
     "CFLAGS",
@@ -119,6 +120,11 @@ class IsolationSetup:
     @property
     def fake_state_variable(self) -> str:
         return f"{self.fake_prefix}STATE"
+
+    @property
+    def vendor(self) -> str:
+        """The vendor's short name (the library's ``hami_iso_vendor.name``, its grant's file name)."""
+        return self.package.removeprefix("hami_vendor_")
 
     @property
     def distribution(self) -> str:
@@ -337,6 +343,24 @@ class Sandbox:
             env[self.setup.core_limit_variable] = str(cores)
         env.update(extra or {})
         return env
+
+    def grant_dir(self, container: str = "a") -> Path:
+        """Where `container`'s grant directory is (in a pod: the read-only mount at /etc/hami/grant)."""
+        return self.root / f"grant-{container}"
+
+    def grant(self, text: str | None, container: str = "a") -> dict[str, str]:
+        """Give `container` a grant directory holding `text` as the vendor's grant, and its control words, none set
+        (`text` None: the directory without the grant, one expected but missing); the variables that point the
+        library at it, for `env`'s extra."""
+        directory = self.grant_dir(container)
+        directory.mkdir(exist_ok=True)
+        path = directory / f"{self.setup.vendor}.grant"
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+            (directory / f"{self.setup.vendor}.control").write_bytes(bytes(CONTROL_SIZE))
+        return {"HAMI_ISOLATION_GRANT_DIR": str(directory)}
 
     def client(self, *args: str | int, env: Mapping[str, str], timeout: float = 60) -> str:
         """Run the client to completion; its stdout. Fails the test with its output when it fails."""

@@ -48,9 +48,9 @@ def allocate(settings: AscendSettings, pod: Pod, container_index: int, devices: 
 
 
 def release(settings: AscendSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
-    """Remove the accounting directories of a finished pod: every ``<pod uid>_<container>`` directory (a pod that
-    is gone is known by its UID only, not by its containers' names; neither a UID nor a Kubernetes name has
-    ``_``, so the prefix names exactly this pod's directories)."""
+    """Remove the accounting and grant directories of a finished pod: every ``<pod uid>_<container>`` directory
+    (a pod that is gone is known by its UID only, not by its containers' names; neither a UID nor a Kubernetes
+    name has ``_``, so the prefix names exactly this pod's directories)."""
     key = pod.uid or pod.name
     try:
         path_component(key, "pod UID")
@@ -60,6 +60,7 @@ def release(settings: AscendSettings, pod: Pod, placements: Sequence[ContainerPl
         return
     try:
         found = sorted(Path(settings.containers_dir).glob(f"{key}_*"))
+        found += sorted((Path(settings.hook_path) / "grants").glob(f"{key}_*"))  # grant_host_dir's
     except OSError:
         return
     for path in found:

@@ -14,7 +14,10 @@ Owns the container side of the contract with Ascend's container runtime and with
   directory ``<hookPath>/containers/<pod uid>_<container>``), ``ASCEND_DEVICE_UUIDS`` (recorded in the accounting
   file for the node daemon's monitor), ``LIBVNPU_LOG_LEVEL`` and ``ASCEND_CORE_UTILIZATION_POLICY=disable`` when
   configured; mounts, in HAMi's order: the driver files HAMi mounts read-only (``driverMounts``), the library,
-  ``/etc/ld.so.preload`` naming it, and the accounting directory.
+  ``/etc/ld.so.preload`` naming it, and the accounting directory; and the container's grant
+  (`hami.isolation.grant`: the same limits, the policy ``disable`` when configured, else ``default``) in
+  ``<hookPath>/grants/<pod uid>_<container>/ascend.grant`` (``files``), that directory mounted read-only at
+  ``/etc/hami/grant``, which the library reads first and the environment may only lower.
 
 Which library: the one the node daemon installed from this package (``library``: mounted at its own host path,
 and the preload file beside it at ``/etc/ld.so.preload``), unless ``libraryDir`` names an operator-managed copy;
@@ -30,13 +33,22 @@ from pathlib import PurePosixPath
 
 from hami.errors import HamiError, RequestError
 from hami.hostpaths import pod_path
+from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceKind, IsolationLibrary, Mount, Pod
 from hami_vendor_ascend.admission import vnpu_mode
 from hami_vendor_ascend.fit import runtime_templates
 from hami_vendor_ascend.node import runtime_for
 from hami_vendor_ascend.settings import SOFT_SPLIT, AscendSettings
 
-__all__ = ["ACCOUNTING_FILE", "LIBRARY_FILE", "SHMEM_DIR", "accounting_dir", "container_edits", "library_mounts"]
+__all__ = [
+    "ACCOUNTING_FILE",
+    "LIBRARY_FILE",
+    "SHMEM_DIR",
+    "accounting_dir",
+    "container_edits",
+    "grant_host_dir",
+    "library_mounts",
+]
 
 LIBRARY_FILE = "libvnpu.so"
 PRELOAD_FILE = "ld.so.preload"
@@ -54,6 +66,12 @@ def accounting_dir(settings: AscendSettings, pod: Pod, index: int) -> PurePosixP
     """The host directory holding container `index`'s accounting file."""
     key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
     return pod_path(settings.containers_dir, key, (_container_name(pod, index), "container name"))
+
+
+def grant_host_dir(settings: AscendSettings, pod: Pod, index: int) -> PurePosixPath:
+    """The host directory holding container `index`'s grant (mounted read-only, outside its accounting directory)."""
+    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+    return pod_path(PurePosixPath(settings.hook_path) / "grants", key, (_container_name(pod, index), "container name"))
 
 
 def library_mounts(settings: AscendSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:
@@ -109,7 +127,11 @@ def container_edits(
     mounts = [Mount(container_path=path, host_path=path) for path in settings.driver_mounts]
     mounts.extend(library_mounts(settings, library))
     mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
-    return ContainerEdits(env=env, mounts=tuple(mounts), accounting_file=str(host_dir / ACCOUNTING_FILE))
+    policy = "disable" if settings.disable_core_limit else "default"
+    grant = from_limits([(d.usedmem, d.usedcores, d.uuid) for d in devices], policy)
+    grant_mount, files = grant_edits(grant_host_dir(settings, pod, index), "ascend", grant)
+    mounts.append(grant_mount)
+    return ContainerEdits(env=env, mounts=tuple(mounts), accounting_file=str(host_dir / ACCOUNTING_FILE), files=files)
 
 
 def _template(settings: AscendSettings, kind: DeviceKind, pod: Pod, devices: ContainerPlacement) -> str:

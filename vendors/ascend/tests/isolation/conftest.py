@@ -107,7 +107,7 @@ SETUP = IsolationSetup(
         (HERE / "client.c", ISOLATION_CLIENT),
         link=("-L{build}", "-lascendcl", "-lruntime", "-Wl,-rpath-link,{build}"),
     ),
-    exports=frozenset({*RT_HOOKS, *ACL_HOOKS}),
+    exports=frozenset({"dlvsym", "dlopen", "dlmopen", *RT_HOOKS, *ACL_HOOKS}),
     hooks={"runtime": RT_HOOKS, "acl": ACL_HOOKS},
     fake_prefix="FAKE_NPU_",
     memory_limit_variable="ASCEND_DEVICE_MEMORY_LIMIT",

@@ -10,7 +10,9 @@ at admission, for each container asking for NVIDIA GPUs:
 * ``CUDA_TASK_PRIORITY`` from ``nvidia.com/priority``, ``GPU_CORE_UTILIZATION_POLICY`` from ``gpuCorePolicy``
   (unless ``default``);
 * ``runtimeClassName`` when configured (the webhook sets it only on pods that have none);
-* a ``nvidia.com/vgpu-mode`` that names no known mode is refused with the modes that exist.
+* a ``nvidia.com/vgpu-mode`` that names no known mode is refused with the modes that exist;
+* ``CUDA_DISABLE_CONTROL=true`` (no isolation library) is refused unless the container asks for whole GPUs:
+  100 % cores and the whole memory; a share without the library would take what others were granted.
 
 Applying the answer twice gives the same pod: every limit is set only when absent, every env value is fixed.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from hami.model import AdmissionEdit, Container, ContainerRequest, DeviceKind, Pod
 from hami.requests import read_count, read_share_request
+from hami_vendor_nvidia.edits import DISABLE_CONTROL_ENV, control_disabled
 from hami_vendor_nvidia.fit import MODE_ANNOTATION, MODES, requested_modes
 from hami_vendor_nvidia.settings import NvidiaSettings
 
@@ -62,6 +65,12 @@ def admission_defaults(
         limits[names.count] = str(request.count)
     if names.cores and container.resource(names.cores) is None and _exclusive(container, kind, settings):
         limits[names.cores] = "100"
+    if control_disabled(container) and not _whole(request, limits.get(names.cores or "")):
+        return AdmissionEdit(
+            deny=f"container {container.name}: {DISABLE_CONTROL_ENV}=true runs it without the isolation library, "
+            f"which only a container with whole GPUs may do: ask for {names.cores}: 100 and the whole memory "
+            f"(no {names.memory}, or {names.memory_percentage}: 100), or remove {DISABLE_CONTROL_ENV}"
+        )
     priority = read_count(container, names.priority, unit="priority level") if names.priority else None
     if priority is not None:
         env[TASK_PRIORITY_ENV] = str(priority)
@@ -72,6 +81,13 @@ def admission_defaults(
     if not limits and not env and runtime_class is None:
         return None
     return AdmissionEdit(limits=limits, env=env, runtime_class_name=runtime_class)
+
+
+def _whole(request: ContainerRequest, defaulted_cores: str | None) -> bool:
+    """The request is whole GPUs: all of their compute and all of their memory."""
+    cores = 100 if defaulted_cores == "100" else request.cores
+    memory = request.memory_percentage == 100 or (request.memory == 0 and request.memory_percentage is None)
+    return cores == 100 and memory
 
 
 def _exclusive(container: Container, kind: DeviceKind, settings: NvidiaSettings) -> bool:

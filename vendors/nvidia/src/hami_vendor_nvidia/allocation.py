@@ -37,7 +37,7 @@ from hami.codec import AnnotationError, MigReservation, decode_mig_allocations, 
 from hami.errors import HamiError
 from hami.model import Allocation, ContainerDevice, ContainerPlacement, Pod
 from hami_vendor_nvidia.discovery import register_profiles
-from hami_vendor_nvidia.edits import LOCK_DIR, cache_host_dir
+from hami_vendor_nvidia.edits import cache_host_dir, grant_host_dir
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MigProfile, Placement, select_profile
 from hami_vendor_nvidia.node import NodeRuntime, Realized, runtime_for
 from hami_vendor_nvidia.nvml import ERROR_IN_USE, MigInstance, Nvml, NvmlError
@@ -108,8 +108,6 @@ def _prepare_cache_dir(settings: NvidiaSettings, pod: Pod, container_index: int)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o777)  # the container's user, whoever it is, writes its accounting file here
-        Path(LOCK_DIR).mkdir(parents=True, exist_ok=True)
-        os.chmod(LOCK_DIR, 0o777)
     except OSError as exc:
         raise HamiError(f"cannot prepare the GPU accounting directory {path}: {exc}") from None
 
@@ -202,7 +200,7 @@ def _destroy(runtime: NodeRuntime, nvml: Nvml, instance: MigInstance) -> bool:
 
 
 def release(settings: NvidiaSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
-    """Destroy what `allocate` made for a finished pod and remove its accounting directories."""
+    """Destroy what `allocate` made for a finished pod and remove its accounting and grant directories."""
     runtime = runtime_for(settings)
     key = pod.uid or pod.name
     with runtime.lock:
@@ -235,6 +233,7 @@ def release(settings: NvidiaSettings, pod: Pod, placements: Sequence[ContainerPl
             runtime.created.pop(key, None)
     for index in range(len(pod.all_containers)):
         shutil.rmtree(Path(cache_host_dir(settings, pod, index)), ignore_errors=True)
+        shutil.rmtree(Path(grant_host_dir(settings, pod, index)), ignore_errors=True)
 
 
 def reservations_after(settings: NvidiaSettings, pod: Pod) -> str | None:

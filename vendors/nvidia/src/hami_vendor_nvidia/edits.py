@@ -8,10 +8,17 @@ Owns the container side of the contract with the isolation library (``libvgpu.so
   file, ``<hookPath>/vgpu/<id>.cache``), ``CUDA_OVERSUBSCRIBE=true`` when ``deviceMemoryScaling`` is over 1,
   ``LIBCUDA_LOG_LEVEL`` when configured, ``GPU_CORE_UTILIZATION_POLICY=disable`` when ``disableCoreLimit``;
 * mounts, in HAMi's order: the library, the container's own accounting directory
-  (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at ``<hookPath>/vgpu``), ``/tmp/vgpulock``, and
-  ``/etc/ld.so.preload`` naming the library. A container that sets ``CUDA_DISABLE_CONTROL=true`` gets neither
-  the library nor the preload file;
-* CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``).
+  (``<hookPath>/vgpu/containers/<pod uid>_<container>`` at ``<hookPath>/vgpu``) and ``/etc/ld.so.preload`` naming
+  the library (not HAMi's ``/tmp/vgpulock``: a host directory every container could write, which nothing here
+  uses). A container that sets ``CUDA_DISABLE_CONTROL=true`` gets neither
+  the library nor the preload file, when it was placed on whole GPUs (100 % cores on each: admission refuses
+  the opt-out for anything less, and a container placed with less gets the library all the same);
+* CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``);
+* the container's grant (`hami.isolation.grant`): the same limits, the core policy (``disable`` when
+  ``disableCoreLimit``, else ``gpuCorePolicy``), the priority its spec asked (``CUDA_TASK_PRIORITY``, default 1) and
+  oversubscription, in ``<hookPath>/vgpu/grants/<pod uid>_<container>/nvidia.grant`` (``files``), that directory
+  mounted read-only at ``/etc/hami/grant``. The library reads it first; the environment above only lowers it, so
+  a process of the container cannot lift its limits by changing its children's variables.
 
 Which library: the one the node daemon installed from this package (``library``:
 ``<hook-dir>/nvidia/libvgpu.so``, mounted at that same path, and the preload file beside it, which names that
@@ -31,6 +38,7 @@ import uuid
 from pathlib import PurePosixPath
 
 from hami.hostpaths import pod_path
+from hami.isolation.grant import Grant, from_limits, grant_edits
 from hami.model import Container, ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_nvidia.settings import NvidiaSettings
 
@@ -42,6 +50,7 @@ __all__ = [
     "cache_host_dir",
     "container_edits",
     "control_disabled",
+    "grant_host_dir",
     "library_mounts",
 ]
 
@@ -49,7 +58,6 @@ LIBRARY_FILE = "libvgpu.so"
 PRELOAD_FILE = "ld.so.preload"
 CDI_KIND = "nvidia.com/gpu"
 DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
-LOCK_DIR = "/tmp/vgpulock"
 _CACHE_NAMESPACE = uuid.UUID("6f0c3f4e-8f1e-4d6c-9a51-4a6d1e0b7c21")
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 
@@ -74,6 +82,20 @@ def cache_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixP
     key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
     containers = PurePosixPath(settings.vgpu_dir) / "containers"
     return pod_path(containers, key, (_container_name(pod, index), "container name"))
+
+
+def grant_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixPath:
+    """The host directory holding the container's grant (mounted read-only, outside its accounting directory)."""
+    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+    return pod_path(PurePosixPath(settings.vgpu_dir) / "grants", key, (_container_name(pod, index), "container name"))
+
+
+def _grant(settings: NvidiaSettings, container: Container | None, devices: ContainerPlacement) -> Grant:
+    asked = container.env.get("CUDA_TASK_PRIORITY", "").strip() if container is not None else ""
+    priority = int(asked) if asked.isdigit() and int(asked) <= 1000 else 1
+    policy = "disable" if settings.disable_core_limit else settings.gpu_core_policy
+    limits = [(d.usedmem, d.usedcores, d.uuid) for d in devices]
+    return from_limits(limits, policy, priority, settings.device_memory_scaling > 1)
 
 
 def library_mounts(settings: NvidiaSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:
@@ -122,14 +144,18 @@ def container_edits(
         env["LIBCUDA_LOG_LEVEL"] = settings.lib_cuda_log_level
     if settings.disable_core_limit:
         env["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    controlled = not control_disabled(_container(pod, index))
+    whole = all(d.usedcores >= 100 for d in devices)
+    controlled = not (whole and control_disabled(_container(pod, index)))
     lib, preload = library_mounts(settings, library)
     mounts = []
     if controlled:
         mounts.append(lib)
     mounts.append(Mount(container_path=str(vgpu), host_path=str(cache_host_dir(settings, pod, index)), read_only=False))
-    mounts.append(Mount(container_path=LOCK_DIR, host_path=LOCK_DIR, read_only=False))
+    files: dict[str, str] = {}
     if controlled:
         mounts.append(preload)
+        grant_mount, files = grant_edits(grant_host_dir(settings, pod, index), "nvidia",
+                                         _grant(settings, _container(pod, index), devices))  # fmt: skip
+        mounts.append(grant_mount)
     accounting = str(cache_host_dir(settings, pod, index) / f"{cache_id}.cache") if controlled else None
-    return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi, accounting_file=accounting)
+    return ContainerEdits(env=env, mounts=tuple(mounts), cdi_devices=cdi, accounting_file=accounting, files=files)

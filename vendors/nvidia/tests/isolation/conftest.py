@@ -139,8 +139,9 @@ SETUP = IsolationSetup(
     helpers=(
         CTarget("libinterposed.so", (HERE / "interposed.c",), ("-fPIC", "-shared")),
         CTarget("libinterposer.so", (HERE / "interposer.c",), ("-fPIC", "-shared"), ("-ldl",)),
+        CTarget("libdeep.so", (HERE / "deep.c",), ("-fPIC", "-shared"), ("-ldl",)),
     ),
-    exports=frozenset({"dlsym", *CUDA_HOOKS, *NVML_HOOKS}),
+    exports=frozenset({"dlsym", "dlvsym", "dlopen", "dlmopen", *CUDA_HOOKS, *NVML_HOOKS}),
     hooks={"cuda": CUDA_HOOKS, "nvml": NVML_HOOKS},
     fake_prefix="FAKE_CUDA_",
     memory_limit_variable="CUDA_DEVICE_MEMORY_LIMIT",

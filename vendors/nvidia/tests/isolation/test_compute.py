@@ -12,7 +12,8 @@ import time
 import pytest
 
 from hami.isolation.accounting import ControlMode, set_device_control
-from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish
+from hami.isolation.grant import set_grant_control
+from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish, grant_text
 
 shares = device_shares
 
@@ -105,3 +106,19 @@ def test_low_priority_yields_while_the_node_daemon_asks_and_resumes_when_it_laps
     finish(proc)
     assert yielding < 0.05
     assert resumed == pytest.approx(0.5, abs=0.07)
+
+
+@SHARE_MEASUREMENT
+def test_with_a_grant_only_the_node_daemon_can_lift_the_limit(sandbox):
+    """The tenant writes "lift" into its accounting file's control words: the 20 % limit of its grant holds. The
+    node daemon's words, in the read-only grant directory, still lift it."""
+    extra = {**sandbox.grant(grant_text(0, cores=20)), "FAKE_CUDA_KERNEL_NS": "1000000"}
+    proc = sandbox.start("launch", 3.0, "kernel", 132, env=sandbox.env(extra=extra))
+    sandbox.wait_for(sandbox.running, 10, "the client to start")
+    set_device_control(sandbox.cache(), 0, ControlMode.LIFT, time.time_ns() + 10**10)
+    (forged,) = shares(sandbox, [0], warmup=0.3, window=0.8)
+    set_grant_control(sandbox.grant_dir(), "nvidia", 0, int(ControlMode.LIFT), time.time_ns() + 10**10)
+    (lifted,) = shares(sandbox, [0], warmup=0.3, window=0.8)
+    finish(proc)
+    assert forged == pytest.approx(0.2, abs=0.05), f"the tenant's own control words made it {forged:.1%} busy"
+    assert lifted > 0.9

@@ -10,7 +10,9 @@
  *   - compute: hami_iso_launch_admit() before a launch (it charges the launch's estimated device time and
  *              waits while the container is over its share), hami_iso_launch_timed() with a measured device
  *              time when the core asked for one.
- * The core owns the configuration (read from the environment at every process start), the accounting file
+ * The core owns the configuration (read at every process start from the node's grant, GRANT.md, which the
+ * environment may only lower; a grant expected but unreadable makes hami_iso_memory_reserve() refuse
+ * everything, so a vendor library fails closed by calling it before every allocation), the accounting file
  * shared by all processes of a container (LAYOUT.md documents it), the compute limiter and logging.
  *
  * Everything here is thread-safe. Nothing here calls the vendor's API: the core never loads a driver.
@@ -140,6 +142,21 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
 
 /* Report the measured device time of a launch admitted with TIME or TIME_NOW. */
 void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Lookups (lookup.c): the core defines dlvsym, dlopen and dlmopen; a vendor exports them (its version script)  */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* Provided by the vendor library (optional, a weak reference here): its hook for `name`, or NULL. The core's
+ * dlvsym answers it for any version string. A vendor that overrides dlsym answers hami_iso_lookup_hook(). */
+void *hami_iso_hook_for_symbol(const char *name);
+
+/* The hook for `name`: the core's own for dlvsym, dlopen and dlmopen, else hami_iso_hook_for_symbol's. */
+void *hami_iso_lookup_hook(const char *name);
+
+/* `name` (a function) from libc's own symbol table, at its default version: the real dlsym, whatever
+ * interposes it (never ask dlsym or dlvsym for it: in this library they are ours). */
+void *hami_iso_libc_symbol(const char *name);
 
 /* ------------------------------------------------------------------------------------------------------ */
 /* Logging                                                                                                  */

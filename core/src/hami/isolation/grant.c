@@ -1,0 +1,185 @@
+/*
+ * grant.c: the container's grant, the limits the node daemon decided at Allocate (hami.isolation.grant writes
+ * it; GRANT.md documents the format). It is read before the environment at every process start, and the
+ * environment may only lower what it grants: a process cannot lift its limits by starting a child with other
+ * variables.
+ *
+ * Where: <dir>/<vendor>.grant, <dir> being HAMI_ISO_GRANT_DIR (/etc/hami/grant), a directory the node daemon
+ * mounts read-only into every container it gives a library to. While that directory exists a grant is
+ * expected: a missing, unreadable or malformed file fails closed (every device memory allocation is refused,
+ * one line on stderr says why), never "no limit". The tenant cannot make the directory disappear: it is a
+ * read-only mount point (rmdir fails, and unmounting needs privileges the container lacks). Only where it does
+ * not exist (outside Kubernetes, or a node daemon older than the grant) is HAMI_ISOLATION_GRANT_DIR consulted
+ * (tests use it), and without any grant the environment alone configures the library, as in HAMi.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define GRANT_MAX_BYTES 8192
+
+static int is_directory(const char *path) {
+    struct stat st;
+    return path && *path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The next whitespace-separated word of *cursor (NUL-terminated in place), NULL at the end of the line. */
+static char *word(char **cursor) {
+    char *s = *cursor;
+    while (*s == ' ' || *s == '\t') s++;
+    if (!*s) return NULL;
+    char *start = s;
+    while (*s && *s != ' ' && *s != '\t') s++;
+    if (*s) *s++ = 0;
+    *cursor = s;
+    return start;
+}
+
+static int number(const char *text, uint64_t high, uint64_t *out) {
+    if (!text || !isdigit((unsigned char)*text)) return -1;
+    uint64_t value = 0;
+    for (; isdigit((unsigned char)*text); text++) {
+        unsigned digit = (unsigned)(*text - '0');
+        if (value > (UINT64_MAX - digit) / 10) return -1;
+        value = value * 10 + digit;
+    }
+    if (*text || value > high) return -1;
+    *out = value;
+    return 0;
+}
+
+/* Parse `text` (NUL-terminated, modified in place) into `grant`. 0, or -1 with `why` filled. */
+int hami_grant_parse(char *text, struct hami_grant *grant, char *why, size_t size) {
+    memset(grant, 0, sizeof *grant);
+    grant->priority = 1;
+    int line_number = 0, seen_header = 0, seen_end = 0;
+    char *line = text;
+    while (line && *line) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        line_number++;
+        char *cursor = line, *key = word(&cursor);
+        if (!key || *key == '#') {
+            line = next;
+            continue;
+        }
+        if (seen_end) {
+            snprintf(why, size, "line %d: text after 'end'", line_number);
+            return -1;
+        }
+        uint64_t a, b, c;
+        char *v1 = word(&cursor), *v2 = word(&cursor), *v3 = word(&cursor), *v4 = word(&cursor);
+        char *extra = word(&cursor);
+        if (!seen_header) {
+            if (strcmp(key, "hami-grant") || !v1 || strcmp(v1, "1") || v2) {
+                snprintf(why, size, "line %d: not 'hami-grant 1' (a grant of another version or no grant)",
+                         line_number);
+                return -1;
+            }
+            seen_header = 1;
+        } else if (!strcmp(key, "policy") && v1 && !v2) {
+            if (!strcmp(v1, "default")) grant->policy = HAMI_POLICY_DEFAULT;
+            else if (!strcmp(v1, "force")) grant->policy = HAMI_POLICY_FORCE;
+            else if (!strcmp(v1, "disable")) grant->policy = HAMI_POLICY_DISABLE;
+            else goto bad;
+        } else if (!strcmp(key, "priority") && v1 && !v2 && number(v1, 1000, &a) == 0) {
+            grant->priority = (int)a;
+        } else if (!strcmp(key, "oversubscribe") && v1 && !v2 && number(v1, 1, &a) == 0) {
+            grant->oversubscribe = (int)a;
+        } else if (!strcmp(key, "device") && v3 && !extra && number(v1, HAMI_ISO_MAX_DEVICES - 1, &a) == 0 &&
+                   number(v2, UINT64_MAX, &b) == 0 && number(v3, 100, &c) == 0) {
+            if ((int)a != grant->devices) {
+                snprintf(why, size, "line %d: device %llu where device %d was due (devices are listed in order)",
+                         line_number, (unsigned long long)a, grant->devices);
+                return -1;
+            }
+            grant->memory_limit[a] = b;
+            grant->core_limit[a] = (int)c;
+            if (v4 && strlen(v4) < sizeof grant->uuid[a]) memcpy(grant->uuid[a], v4, strlen(v4) + 1);
+            else if (v4) goto bad;
+            grant->devices++;
+        } else if (!strcmp(key, "end") && !v1) {
+            seen_end = 1;
+        } else {
+            goto bad;
+        }
+        line = next;
+        continue;
+    bad:
+        snprintf(why, size, "line %d: '%s' is not a grant line (GRANT.md)", line_number, key);
+        return -1;
+    }
+    if (!seen_header || !seen_end || !grant->devices) {
+        snprintf(why, size, "%s", !seen_header ? "empty" : !grant->devices ? "no device" : "incomplete (no 'end' line)");
+        return -1;
+    }
+    return 0;
+}
+
+static char g_grant_dir[400];
+
+struct hami_control *hami_grant_control(const hami_iso_vendor *vendor) {
+    if (!g_grant_dir[0]) return NULL;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.control", g_grant_dir, vendor->name ? vendor->name : "isolation");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return NULL;
+    size_t size = HAMI_ISO_MAX_DEVICES * sizeof(struct hami_control);
+    struct stat st;
+    void *map = fstat(fd, &st) == 0 && (size_t)st.st_size >= size
+                    ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+    close(fd);
+    if (map == MAP_FAILED) {
+        HAMI_LOG(HAMI_LOG_WARN, "%s is not a control file: the node daemon cannot lift or pause this container", path);
+        return NULL;
+    }
+    return map;
+}
+
+int hami_grant_load(const hami_iso_vendor *vendor, struct hami_grant *grant, char *why, size_t size) {
+    const char *dir = HAMI_ISO_GRANT_DIR;
+    if (!is_directory(dir)) {
+        dir = getenv("HAMI_ISOLATION_GRANT_DIR");
+        if (!is_directory(dir)) return 0; /* no grant is expected */
+    }
+    snprintf(g_grant_dir, sizeof g_grant_dir, "%s", dir);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.grant", dir, vendor->name ? vendor->name : "isolation");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        snprintf(why, size, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char text[GRANT_MAX_BYTES + 1];
+    size_t length = 0;
+    for (;;) {
+        ssize_t n = read(fd, text + length, sizeof text - 1 - length);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        length += (size_t)n;
+        if (length == sizeof text - 1) break;
+    }
+    close(fd);
+    text[length] = 0;
+    if (length >= GRANT_MAX_BYTES || memchr(text, 0, length)) {
+        snprintf(why, size, "%s: not a grant (too long, or binary)", path);
+        return -1;
+    }
+    char reason[200];
+    if (hami_grant_parse(text, grant, reason, sizeof reason) != 0) {
+        snprintf(why, size, "%s: %s", path, reason);
+        return -1;
+    }
+    return 1;
+}

@@ -328,3 +328,18 @@ def test_use_and_no_use_uuid_selectors() -> None:
     assert grants(nouse["n1"]) == [[(uuid("n1", 2), 65536, 0)]]
     none = fit(nodes, whole(2), annotations={"hami.io/no-use-Ascend910B3-uuid": avoid})
     assert "in no-use-uuid list" in none["n1"].reason
+
+
+def test_an_init_container_and_an_app_container_share_a_chip_one_after_the_other() -> None:
+    """40000 MiB for the init container, then 40000 MiB for the app container: the 64 GiB chip holds the larger
+    phase, not the sum (HAMi fits each init container alone and the app containers together)."""
+    chip = [npu("n1", 0, devcore=100)]
+    result = one([node("n1", chip, soft=True)], req(memory=40000, cores=30), req(memory=40000, cores=30),
+                 annotations=SOFT, init=1)  # fmt: skip
+    u = uuid("n1", 0)
+    assert grants(result) == [[(u, 40000, 30)], [(u, 40000, 30)]]
+    # two app containers of the same size run at once, so they do not fit
+    refused = one([node("n1", chip, soft=True)], req(memory=40000, cores=30), req(memory=40000, cores=30),
+                  annotations=SOFT)  # fmt: skip
+    assert refused.placement is None
+    assert "insufficient memory" in refused.reason

@@ -29,6 +29,7 @@ from typing import Any
 
 from hami.cluster.port import KubeObject, meta
 from hami.codec import AnnotationError, decode_legacy_register, decode_node_register, decode_pod_devices
+from hami.fitting import pod_peaks
 from hami.fragmentation import free_share
 from hami.model import (
     ContainerPlacement,
@@ -177,26 +178,10 @@ def effective_grants(
     allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
 ) -> dict[str, dict[str, Grant]]:
     """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
-    out: dict[str, dict[str, Grant]] = {}
-    for kind, placements in allocation.items():
-        peak: dict[str, list[int]] = {}
-        total: dict[str, list[int]] = {}
-        for index, devices in enumerate(placements):
-            for d in devices:
-                if index < init_containers:
-                    p = peak.setdefault(d.uuid, [0, 0, 0])
-                    p[0], p[1], p[2] = 1, max(p[1], d.usedmem), max(p[2], d.usedcores)
-                else:
-                    t = total.setdefault(d.uuid, [0, 0, 0])
-                    t[0] += 1
-                    t[1] += d.usedmem
-                    t[2] += d.usedcores
-        grants = {}
-        for uuid in peak.keys() | total.keys():
-            p, t = peak.get(uuid, [0, 0, 0]), total.get(uuid, [0, 0, 0])
-            grants[uuid] = Grant(max(p[0], t[0]), max(p[1], t[1]), max(p[2], t[2]))
-        out[kind] = grants
-    return out
+    return {
+        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
+        for kind, placements in allocation.items()
+    }
 
 
 class ClusterState:

@@ -108,21 +108,22 @@ def test_golden_template_share_rounded_up_to_the_smallest_template() -> None:
     result = one([node("n1", [npu("n1", 0)])], req(memory=8000))
     u = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend910B3,16384,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","temp":"vir05_1c_16g"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","temp":"vir05_1c_16g","memory":16384}}]'}
 
 
-def test_golden_whole_cards_carry_no_template() -> None:
+def test_golden_whole_cards_carry_no_template_but_their_memory() -> None:
     result = one([node("n1", [npu("n1", 0), npu("n1", 1)])], whole(2))
     a, b = uuid("n1", 0), uuid("n1", 1)
     assert encode_pod_devices(result.placement or ()) == f"{a},Ascend910B3,65536,0:{b},Ascend910B3,65536,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{a}"}},{{"UUID":"{b}"}}]'}
+    runtime_list = f'[{{"UUID":"{a}","memory":65536}},{{"UUID":"{b}","memory":65536}}]'
+    assert runtime(result) == {"huawei.com/Ascend910B3": runtime_list}
 
 
 def test_golden_memory_no_template_holds_is_the_whole_card() -> None:
     result = one([node("n1", [npu("n1", 0)])], req(memory=40000))
     u = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend910B3,65536,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","memory":65536}}]'}
 
 
 def test_golden_soft_split_share_records_memory_and_cores() -> None:
@@ -144,7 +145,8 @@ def test_golden_positional_entries_with_an_init_container_and_two_apps() -> None
     a = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f";{a},Ascend910B3,16384,0:;{a},Ascend910B3,32768,0:;"
     assert runtime(result) == {
-        "huawei.com/Ascend910B3": f'[{{"UUID":"{a}","temp":"vir05_1c_16g"}},{{"UUID":"{a}","temp":"vir10_3c_32g"}}]'
+        "huawei.com/Ascend910B3": f'[{{"UUID":"{a}","temp":"vir05_1c_16g","memory":16384}},'
+        f'{{"UUID":"{a}","temp":"vir10_3c_32g","memory":32768}}]'
     }
 
 
@@ -153,7 +155,7 @@ def test_golden_310p_templates() -> None:
     result = one([node("p1", [device])], req(memory=5000, kind=P), kind=P)
     u = uuid("p1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend310P,6144,0:;"
-    assert runtime(result) == {"huawei.com/Ascend310P": f'[{{"UUID":"{u}","temp":"vir02"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend310P": f'[{{"UUID":"{u}","temp":"vir02","memory":6144}}]'}
 
 
 # --------------------------------------------------------------------------------------------------------

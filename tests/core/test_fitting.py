@@ -217,3 +217,70 @@ def test_a_choice_of_the_wrong_number_of_devices_is_refused_with_the_class_named
     node = NodeView(name="n", devices=[usage(0), usage(1)])
     with pytest.raises(ValueError, match=r"Greedy\.choose_devices returned 2 device\(s\) for a request of 1"):
         Greedy(KIND).fit_nodes(pod(), [req(1, 1000)], [node], SchedulingPolicy())
+
+
+# ---------------------------------------------------------------------------------------------- init containers
+
+
+def phased(inits: Sequence[str], apps: Sequence[str]) -> Pod:
+    return Pod(
+        name="p",
+        init_containers=tuple(Container(name=c) for c in inits),
+        containers=tuple(Container(name=c) for c in apps),
+    )
+
+
+def test_a_device_holds_the_larger_phase_not_the_sum_of_init_and_app_containers() -> None:
+    # 10000 MiB for the init container, then 10000 MiB for the app container: one 16000 MiB device serves both,
+    # one phase after the other (HAMi places it; summing the phases would need 20000 MiB)
+    node = NodeView(name="n", devices=(usage(0),))
+    (fit,) = FITTER.fit_nodes(phased(["setup"], ["main"]), [req(1, 10000), req(1, 10000)], [node], SchedulingPolicy())
+    assert fit.placement is not None, fit.reason
+    assert [[d.uuid for d in c] for c in fit.placement] == [["ACC-0"], ["ACC-0"]]
+    # the score counts the pod at its peak: one slot, 10000 MiB
+    assert fit.score == pytest.approx(10 * (1 / 4 + 0 + 10000 / 16000))
+
+
+def test_init_containers_do_not_see_each_other_but_app_containers_add_up() -> None:
+    node = NodeView(name="n", devices=(usage(0, used=1, mem=4000),))
+    inits = phased(["a", "b", "c"], ["main"])
+    (fit,) = FITTER.fit_nodes(inits, [req(1, 12000)] * 3 + [req(1, 12000)], [node], SchedulingPolicy())
+    assert fit.placement is not None, fit.reason
+    # two app containers of 7000 MiB each do not fit beside the 4000 MiB already used: they run at once
+    apps = phased(["setup"], ["one", "two"])
+    (fit,) = FITTER.fit_nodes(apps, [req(1, 1000), req(1, 7000), req(1, 7000)], [node], SchedulingPolicy())
+    assert fit.reason == "container two: needs 1 ACC device, 0/1 usable (1 insufficient memory)"
+
+
+def test_an_init_container_larger_than_what_is_free_is_refused_by_name() -> None:
+    node = NodeView(name="n", devices=(usage(0, used=1, mem=10000),))
+    (fit,) = FITTER.fit_nodes(phased(["setup"], ["main"]), [req(1, 8000), req(1, 1000)], [node], SchedulingPolicy())
+    assert fit.reason == "container setup: needs 1 ACC device, 0/1 usable (1 insufficient memory)"
+
+
+def test_pod_peaks_is_the_larger_phase_per_device() -> None:
+    from hami.fitting import pod_peaks
+    from hami.model import ContainerDevice
+
+    def on(uuid: str, mem: int, cores: int) -> ContainerDevice:
+        return ContainerDevice(uuid=uuid, type="ACC", usedmem=mem, usedcores=cores)
+
+    placement = [(on("A", 9000, 10),), (on("A", 3000, 50), on("B", 100, 0)), (on("A", 2000, 5),), (on("A", 2000, 5),)]
+    assert pod_peaks(placement, 2) == {"A": (2, 9000, 50), "B": (1, 100, 0)}
+    assert pod_peaks(placement, 0) == {"A": (4, 16000, 70), "B": (1, 100, 0)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 16000), min_size=0, max_size=3),
+    st.lists(st.integers(0, 16000), min_size=1, max_size=3),
+    st.integers(0, 16000),
+)
+def test_the_fitter_places_exactly_what_the_peak_rule_admits(inits: list[int], apps: list[int], busy: int) -> None:
+    # one device: the pod fits when every init container fits alone and the app containers fit together
+    node = NodeView(name="n", devices=(usage(0, used=1 if busy else 0, mem=busy, count=16),))
+    the_pod = phased([f"i{n}" for n in range(len(inits))], [f"a{n}" for n in range(len(apps))])
+    requests = [req(1, m) for m in inits + apps]
+    (fit,) = FITTER.fit_nodes(the_pod, requests, [node], SchedulingPolicy())
+    free = 16000 - busy
+    assert fit.fits == (all(m <= free for m in inits) and sum(apps) <= free), fit.reason

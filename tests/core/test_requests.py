@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hami.errors import RequestError
 from hami.model import AnnotationKeys, Container, ContainerRequest, DeviceKind, ResourceNames
-from hami.requests import read_count, read_share_request
+from hami.requests import read_count, read_share_request, share_normalisations
 
 COUNT = "example.com/acc"
 MEMORY = "example.com/acc-mem"
@@ -135,18 +135,34 @@ def test_negative_values_are_refused(field: str, resource: str) -> None:
     assert info.value.value == "-1"
 
 
-def test_percentage_and_memory_together_are_refused() -> None:
-    with pytest.raises(RequestError) as info:
-        read_share_request(KIND, _limits(count="1", memory="4096", percent="50"))
-    assert info.value.resource == PERCENT
-    assert f"cannot be combined with {MEMORY}" in str(info.value)
+def test_percentage_beside_memory_is_ignored_as_hami_ignores_it() -> None:
+    # HAMi: an absolute memory wins over a percentage (pkg/device/nvidia Fit reads the percentage only without it)
+    request = read_share_request(KIND, _limits(count="1", memory="4096", percent="50"))
+    assert request == _request(count=1, memory=4096)
+    assert share_normalisations(KIND, _limits(count="1", memory="4096", percent="50")) == [
+        f"{PERCENT}: 50 is ignored because {MEMORY} is given (4096)"
+    ]
 
 
-def test_cores_over_100_are_refused() -> None:
-    with pytest.raises(RequestError) as info:
-        read_share_request(KIND, _limits(count="1", cores="150"))
-    assert info.value.resource == CORES
-    assert "is more than 100 percent, the largest legal value" in str(info.value)
+def test_a_zero_percentage_counts_as_not_given() -> None:
+    assert read_share_request(KIND, _limits(count="1", percent="0")) == _request(
+        count=1, memory_percentage=100, cores=100
+    )
+    assert read_share_request(KIND, _limits(count="1", percent="0"), default_memory=1000) == _request(
+        count=1, memory=1000
+    )
+    assert share_normalisations(KIND, _limits(count="1", percent="0")) == [f"{PERCENT}: 0 is read as not given"]
+
+
+def test_cores_over_100_are_read_as_100() -> None:
+    # HAMi clamps every vendor's cores at 100 in Fit: an exclusive device
+    assert read_share_request(KIND, _limits(count="1", cores="150")) == _request(
+        count=1, memory_percentage=100, cores=100
+    )
+    assert share_normalisations(KIND, _limits(count="1", cores="150")) == [
+        f"{CORES}: 150 is more than 100 percent; read as 100 (the whole device's compute)"
+    ]
+    assert share_normalisations(KIND, _limits(count="1", cores="100", memory="10")) == []
 
 
 def test_percentage_over_100_is_refused() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,73 @@ def test_the_ca_key_stays_out_of_the_secret_the_scheduler_mounts(binaries: Binar
     deployment = find(objects, "Deployment", "hami-scheduler")[0]
     secrets = [v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v]
     assert "hami-webhook-ca" not in secrets
+
+
+# ------------------------------------------------------------------------------------------------ HAMi's values
+
+
+def render_file(binaries: Binaries, chart: Path, values: Path, *sets: str) -> subprocess.CompletedProcess[str]:
+    argv = [str(binaries.helm), "template", RELEASE, str(chart), "--namespace", NAMESPACE]
+    argv += ["--kube-version", binaries.kubernetes_version, "-f", str(values)]
+    for s in sets:
+        argv += ["--set", s]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_hami_values_file_is_honoured(binaries: Binaries, chart_dir: Path) -> None:
+    """HAMi v2.10's keys with this chart's meaning: each lands where this chart's own key would."""
+    done = render_file(binaries, chart_dir, Path(__file__).parent / "hami-values.yaml")
+    assert done.returncode == 0, done.stderr
+    objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+    config = yaml.safe_load(find(objects, "ConfigMap", "hami-config")[0]["data"]["hami.yaml"])
+    assert config["scheduler"]["nodePolicy"] == "spread"
+    assert config["scheduler"]["devicePolicy"] == "binpack"
+    assert config["scheduler"]["lockExpirySeconds"] == 120
+    assert config["webhook"]["overwriteDefaultScheduler"] is False
+    nvidia = config["vendors"]["nvidia"]
+    assert (nvidia["deviceSplitCount"], nvidia["deviceMemoryScaling"], nvidia["deviceCoreScaling"]) == (4, 1.5, 2)
+    assert nvidia["disableCoreLimit"] is True
+    assert (nvidia["gpuCorePolicy"], nvidia["libCudaLogLevel"]) == ("force", "3")
+    assert "ascend" not in config["vendors"]
+    assert "mthreads" in config["vendors"]
+    HamiConfig.model_validate(config)  # the services accept what the chart wrote
+    VendorHost.load(config=config["vendors"])
+    (deployment,) = find(objects, "Deployment", "hami-scheduler")
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    kube = containers["kube-scheduler"]
+    assert kube["image"] == "registry.example.com/google_containers/kube-scheduler:v1.31.2"
+    assert kube["imagePullPolicy"] == "Always"
+    disabled = {e["name"]: e.get("value", "") for e in containers["hami-scheduler"]["env"]}["HAMI_DISABLED_VENDORS"]
+    assert "ascend" in disabled.split(",")
+    assert "mthreads" not in disabled.split(",")
+    (kube_config,) = find(objects, "ConfigMap", "hami-scheduler-kube-scheduler")
+    scheduler_config = yaml.safe_load(kube_config["data"]["config.yaml"])
+    managed = {r["name"] for e in scheduler_config["extenders"] for r in e["managedResources"]}
+    assert "mthreads.com/vgpu" in managed
+    assert "mthreads.com/sgpu-memory" not in managed  # customresources replace the list
+    assert not any(r.startswith("huawei.com/") for r in managed)
+    (daemonset,) = find(objects, "DaemonSet", "hami-node")
+    assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia": "on"}
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("devicePlugin.monitor.ctrPath=/usr/local/vgpu/containers", "'monitor'"),  # HAMi's, another meaning here
+        ("global.imageTag=v2.10.0", "'global'"),
+        ("scheduler.kubeSchedulr.enabled=false", "'kubeSchedulr'"),  # a typo
+        ("devices.ascend.image=ascend-device-plugin", "'image'"),
+    ],
+)
+def test_a_key_this_chart_does_not_honour_is_refused_by_name(
+    binaries: Binaries, chart_dir: Path, setting: str, named: str
+) -> None:
+    done = render_file(binaries, chart_dir, Path(__file__).parent / "hami-values.yaml", setting)
+    assert done.returncode != 0
+    assert f"additional properties {named} not allowed" in done.stderr, done.stderr
+
+
+def test_the_values_schema_is_generated_from_the_values() -> None:
+    script = Path(__file__).resolve().parents[2] / "charts" / "values_schema.py"
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, "charts/hami/values.schema.json is stale: run python charts/values_schema.py"

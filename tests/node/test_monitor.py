@@ -58,7 +58,7 @@ def test_devices_and_served_containers_appear_at_zero_with_limits_from_the_place
     assert len(got["hami_container_device_utilization_ratio"]) == 2
 
 
-def test_readers_fill_usage_by_pod_uid_and_ratios_stay_within_one() -> None:
+def test_readers_fill_usage_by_pod_uid_and_ratios_are_percent_within_100() -> None:
     def containers() -> Iterable[ContainerUsage]:
         yield ContainerUsage("uid-train", "main", "SCR-0", memory_used_bytes=5, utilization_ratio=1.7,
                              last_kernel_elapsed_seconds=2.5, memory_limit_bytes=7)  # fmt: skip
@@ -86,7 +86,7 @@ def test_readers_fill_usage_by_pod_uid_and_ratios_stay_within_one() -> None:
     )
     assert got["hami_vgpu_memory_used_bytes"] == {first: 5, second: 0}  # another pod's usage is not this pod's
     assert got["hami_vgpu_memory_limit_bytes"][first] == 7
-    assert got["hami_container_device_utilization_ratio"][first] == 1.0
+    assert got["hami_container_device_utilization_ratio"][first] == 100  # HAMi's unit, clamped
     assert got["hami_container_last_kernel_elapsed_seconds"][first] == 2.5
     device = (("device_index", "1"), ("device_type", "Scripted"), ("device_uuid", "SCR-1"), ("node", "node-a"))
     assert got["hami_host_gpu_memory_used_bytes"][device] == 11

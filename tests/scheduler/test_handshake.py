@@ -1,51 +1,134 @@
-"""The node handshake: a node whose daemon stops answering loses its devices, and gets them back on an answer."""
+"""The node handshake by HAMi v2.10's rule (`device.CheckHealth`): a node loses a kind's devices only when its
+question has expired *and* the node's allocatable for the kind's count resource is 0, and takes them back
+when that changes. HAMi's own device plugins never answer, this project's daemons answer `Reported_`: both
+keep their nodes while the kubelet offers their devices."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from scheduler_harness import Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
+from hami.codec import HANDSHAKE_TIME_FORMAT
 from hami.scheduler.handshake import HandshakeKeeper
+from hami.scheduler.state import handshake_verdict
 
 KEY = "hami.io/node-handshake"
+GPU = "nvidia.com/gpu"
 
 
-def test_unanswered_node_is_dropped_until_its_daemon_answers(harness: Harness) -> None:
-    node = gpu_node("n1", gpus=1)
-    node["metadata"]["annotations"][KEY] = "Reported_2026-11-30 10:00:00"
-    harness.add_node(node)
+def stamp(when: datetime) -> str:
+    return when.strftime(HANDSHAKE_TIME_FORMAT)
+
+
+def node(name: str, handshake: str | None, allocatable: int) -> dict[str, Any]:
+    obj = gpu_node(name, gpus=1)
+    if handshake is not None:
+        obj["metadata"]["annotations"][KEY] = handshake
+    obj["status"]["allocatable"] = {GPU: str(allocatable)}
+    return obj
+
+
+def set_allocatable(h: Harness, name: str, allocatable: int) -> None:
+    obj = h.cluster.get("nodes", name)
+    obj["status"]["allocatable"] = {GPU: str(allocatable)}
+    h.cluster.replace("nodes", obj)
+    h.flush()
+
+
+def handshake_of(h: Harness, name: str) -> str:
+    return str(meta(h.cluster.get("nodes", name))["annotations"].get(KEY))
+
+
+def keeper_at(h: Harness, now: list[datetime]) -> HandshakeKeeper:
+    assert h.service is not None
+    return HandshakeKeeper(h.cluster, h.host, h.service.state, clock=lambda: now[0])
+
+
+def test_the_rule_is_hamis() -> None:
+    now = datetime(2026, 12, 1, 12, 0, 0)
+    old = f"Requesting_{stamp(now - timedelta(seconds=61))}"
+    assert handshake_verdict(old, 0, now) == "drop"
+    assert handshake_verdict(old, 8, now) == "wait"  # expired, but the kubelet still offers the devices
+    assert handshake_verdict(f"Requesting_{stamp(now - timedelta(seconds=59))}", 0, now) == "wait"
+    assert handshake_verdict("Requesting_yesterday", 0, now) == "wait"  # unreadable: left alone, as HAMi
+    assert handshake_verdict("Requesting", 0, now) == "wait"
+    for value in (f"Reported_{stamp(now)}", f"Deleted_{stamp(now)}", "anything", None):
+        assert handshake_verdict(value, 0, now) == "ask"
+
+
+def test_a_node_running_hamis_device_plugin_keeps_its_devices_though_it_never_answers(harness: Harness) -> None:
+    """(a) this scheduler replacing HAMi's: HAMi v2.10's plugins never write Reported_, the kubelet offers GPUs."""
+    harness.add_node(node("n1", None, allocatable=10))
     harness.add_pod(gpu_pod("p1", mem=1000))
-    harness.add_pod(gpu_pod("p2", mem=1000))
     harness.start()
-    assert harness.service is not None
-    now = [datetime(2026, 11, 30, 10, 0, 30)]
-    keeper = HandshakeKeeper(harness.cluster, harness.host, harness.service.state, clock=lambda: now[0])
-
-    def handshake() -> str:
-        return str(meta(harness.cluster.get("nodes", "n1"))["annotations"][KEY])
-
-    assert keeper.round() == {"n1": "Requesting"}
-    assert handshake() == "Requesting_2026-11-30 10:00:30"
+    now = [datetime.now().replace(microsecond=0)]
+    keeper = keeper_at(harness, now)
+    assert keeper.round() == {"n1": "Requesting"}  # a node that registers devices is asked, as HAMi asks
     harness.flush()
-    now[0] += timedelta(seconds=30)
-    assert keeper.round() == {}  # still within the timeout
-    now[0] += timedelta(seconds=31)
+    now[0] += timedelta(minutes=10)  # never answered
+    assert keeper.round() == {}
+    harness.flush()
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
+    assert handshake_of(harness, "n1").startswith("Requesting_")
+
+
+def test_a_node_whose_daemon_is_gone_is_dropped_and_taken_back_when_the_kubelet_offers_devices(
+    harness: Harness,
+) -> None:
+    harness.add_node(node("n1", None, allocatable=10))
+    for name in ("p1", "p2"):
+        harness.add_pod(gpu_pod(name, mem=1000))
+    harness.start()
+    now = [datetime.now().replace(microsecond=0)]
+    keeper = keeper_at(harness, now)
+    keeper.round()
+    harness.flush()
+    set_allocatable(harness, "n1", 0)  # the device plugin is gone: the kubelet offers no GPU any more
+    now[0] += timedelta(seconds=61)
     assert keeper.round() == {"n1": "Deleted"}
     harness.flush()
     answer = harness.filter("p1")
     assert answer["NodeNames"] == []
     assert answer["FailedNodes"] == {"n1": "NVIDIA devices dropped: the node daemon stopped answering the handshake"}
-    harness.cluster.patch_metadata("nodes", "n1", annotations={KEY: "Reported_2026-11-30 10:02:00"})
+    set_allocatable(harness, "n1", 10)  # the plugin is back
+    assert keeper.round() == {"n1": "Requesting"}  # HAMi asks again after a Deleted_ and counts the node
     harness.flush()
-    assert harness.filter("p2")["NodeNames"] == ["n1"]
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
 
 
-def test_nodes_without_a_handshake_are_left_alone(harness: Harness) -> None:
-    harness.add_node(gpu_node("n1", gpus=1))
+def test_this_projects_daemon_answer_is_asked_again(harness: Harness) -> None:
+    """(b)'s other half: a Reported_ answer is followed by a new question, so the question never expires."""
+    now = [datetime.now().replace(microsecond=0)]
+    harness.add_node(node("n1", f"Reported_{stamp(now[0])}", allocatable=0))
+    harness.add_pod(gpu_pod("p1", mem=1000))
+    harness.start()
+    keeper = keeper_at(harness, now)
+    assert keeper.round() == {"n1": "Requesting"}
+    assert handshake_of(harness, "n1") == f"Requesting_{stamp(now[0])}"
+    harness.flush()
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
+
+
+def test_a_restarted_scheduler_does_not_place_on_a_node_whose_daemon_is_long_gone(harness: Harness) -> None:
+    """Before any handshake round: an expired question on a node that offers no GPU drops it at once; the
+    same question on a node whose kubelet still offers GPUs does not."""
+    long_ago = f"Requesting_{stamp(datetime.now() - timedelta(hours=2))}"
+    harness.add_node(node("gone", long_ago, allocatable=0))
+    harness.add_node(node("offered", long_ago, allocatable=10))
+    harness.add_pod(gpu_pod("p1", mem=1000))
+    harness.start()
+    answer = harness.filter("p1")
+    assert answer["NodeNames"] == ["offered"]
+    assert answer["FailedNodes"] == {"gone": "NVIDIA devices dropped: the node daemon stopped answering the handshake"}
+
+
+def test_nodes_without_the_kind_are_left_alone(harness: Harness) -> None:
+    harness.add_node({"metadata": {"name": "cpu", "annotations": {}}, "status": {}})
     harness.start()
     assert harness.service is not None
     keeper = HandshakeKeeper(harness.cluster, harness.host, harness.service.state)
     assert keeper.round() == {}
-    assert KEY not in meta(harness.cluster.get("nodes", "n1"))["annotations"]
+    assert KEY not in (meta(harness.cluster.get("nodes", "cpu")).get("annotations") or {})

@@ -84,7 +84,7 @@ def test_devices_show_with_exact_limits_and_zero_usage_before_any_pod(harness: H
     for i in range(2):
         d = device_labels("node-a", i)
         assert s.value("hami_gpu_memory_limit_bytes", **d) == 17179869184
-        assert s.value("hami_gpu_core_limit_ratio", **d) == 1.0
+        assert s.value("hami_gpu_core_limit_ratio", **d) == 100  # HAMi's unit: percent
         assert s.value("hami_gpu_memory_allocated_bytes", device_cores="100", **d) == 0
         assert s.value("hami_gpu_core_allocated_ratio", **d) == 0
         assert s.value("hami_gpu_shared_count", **d) == 0
@@ -92,8 +92,7 @@ def test_devices_show_with_exact_limits_and_zero_usage_before_any_pod(harness: H
         assert [(o.labels["device_cores"], o.labels["device_memory_limit"], o.value) for o in overview] == [
             ("100", "16384", 0)
         ]
-        ratio = {k: v for k, v in d.items() if k != "device_type"}
-        assert s.value("hami_node_gpu_memory_allocated_ratio", **ratio) == 0
+        assert s.value("hami_node_gpu_memory_allocated_ratio", **d) == 0  # with device_type, as HAMi
     assert s.samples("hami_vgpu_memory_allocated_bytes") == []
     assert s.samples("hami_vgpu_core_allocated_ratio") == []
     assert s.value("hami_scheduler_leader") == 0
@@ -111,17 +110,15 @@ def test_a_placed_pod_shows_on_its_device_and_as_its_container(harness: Harness)
     s = Scrape(metrics)  # at once: the filter's own assumption already counts
     used, idle = device_labels("node-a", 0), device_labels("node-a", 1)
     assert s.value("hami_gpu_memory_allocated_bytes", **used) == 3000 * MIB
-    assert s.value("hami_gpu_core_allocated_ratio", **used) == pytest.approx(0.3)
+    assert s.value("hami_gpu_core_allocated_ratio", **used) == 30
     assert s.value("hami_gpu_shared_count", **used) == 1
     assert s.value("hami_node_gpu_overview", **used) == 3000 * MIB
-    assert s.value("hami_node_gpu_memory_allocated_ratio", node="node-a", device_index="0") == pytest.approx(
-        3000 / 16384
-    )
+    assert s.value("hami_node_gpu_memory_allocated_ratio", **used) == pytest.approx(3000 / 16384)  # 0-1, as HAMi
     assert s.value("hami_gpu_memory_limit_bytes", **used) == 16384 * MIB
     assert s.value("hami_gpu_memory_allocated_bytes", **idle) == 0
     container = {"zone": "vGPU", "namespace": "default", "node": "node-a", "pod": "p1", "container_index": "0"}
     assert s.value("hami_vgpu_memory_allocated_bytes", device_uuid="GPU-node-a-0", **container) == 3000 * MIB
-    assert s.value("hami_vgpu_core_allocated_ratio", device_uuid="GPU-node-a-0", **container) == pytest.approx(0.3)
+    assert s.value("hami_vgpu_core_allocated_ratio", device_uuid="GPU-node-a-0", **container) == 30
     assert len(s.samples("hami_vgpu_memory_allocated_bytes")) == 1
 
     harness.flush()  # the pod's own annotations come back through the watch: the same numbers
@@ -145,7 +142,7 @@ def test_container_index_is_the_position_in_the_annotation_init_containers_first
     multi = s.find("hami_vgpu_core_allocated_ratio", pod="multi", namespace="team", node="node-a")
     assert sorted(x.labels["container_index"] for x in multi) == ["0", "0"]
     assert len({x.labels["device_uuid"] for x in multi}) == 2
-    assert all(x.value == pytest.approx(0.3) for x in multi)
+    assert all(x.value == 30 for x in multi)
     # per device, the device's allocation is the sum of the containers on it
     for d in range(4):
         uuid = f"GPU-node-a-{d}"
@@ -192,7 +189,7 @@ def test_every_device_kind_is_exported_with_its_model(harness: Harness) -> None:
     dcu = device_labels("dcu-node", 1, "DCU-Z100", uuid="DCU-1")
     assert s.value("hami_gpu_memory_limit_bytes", **dcu) == 16368 * MIB
     assert s.value("hami_gpu_memory_allocated_bytes", **dcu) == 2048 * MIB
-    assert s.value("hami_gpu_core_allocated_ratio", **dcu) == pytest.approx(0.5)
+    assert s.value("hami_gpu_core_allocated_ratio", **dcu) == 50
     assert s.value("hami_gpu_memory_allocated_bytes", device_uuid="DCU-0") == 0
     assert s.value("hami_gpu_memory_limit_bytes", **device_labels("gpu-node", 0, "NVIDIA-Tesla-T4")) == 8192 * MIB
     container = {
@@ -203,20 +200,20 @@ def test_every_device_kind_is_exported_with_its_model(harness: Harness) -> None:
         "device_uuid": "DCU-1",
     }
     assert s.value("hami_vgpu_memory_allocated_bytes", **container) == 2048 * MIB
-    assert s.value("hami_vgpu_core_allocated_ratio", **container) == pytest.approx(0.5)
+    assert s.value("hami_vgpu_core_allocated_ratio", **container) == 50
     assert {x.labels["device_type"] for x in s.samples("hami_gpu_memory_limit_bytes")} == {
         "DCU-Z100",
         "NVIDIA-Tesla-T4",
     }
 
 
-def test_a_device_with_scaled_cores_shows_a_limit_above_one(harness: Harness) -> None:
+def test_a_device_with_scaled_cores_shows_a_limit_above_100_percent(harness: Harness) -> None:
     scaled = [Device(id="DCU-s", index=0, count=4, devmem=8192, devcore=200, type="DCU-Z100")]
     harness.add_node(
         {"metadata": {"name": "n", "annotations": {"hami.io/node-dcu-register": encode_legacy_register(scaled)}}}
     )
     s = Scrape(metrics_for(harness))
-    assert s.value("hami_gpu_core_limit_ratio", device_uuid="DCU-s") == 2.0
+    assert s.value("hami_gpu_core_limit_ratio", device_uuid="DCU-s") == 200
     assert s.find("hami_gpu_memory_allocated_bytes", device_uuid="DCU-s")[0].labels["device_cores"] == "200"
 
 

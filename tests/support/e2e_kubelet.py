@@ -14,6 +14,8 @@ Owns what a kubelet does that the product depends on, and nothing about containe
   kubelet does once the containers stopped.
 
 `pause()` stops starting pods (the bind has happened, Allocate has not), for tests of what a lock does meanwhile.
+`offer(resource, count)` adds devices listed by a plugin this suite does not run (HAMi's own device plugin, on a
+mixed fleet) to the node's capacity; pods asking for them start without an Allocate here (that plugin serves it).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class NodeKubelet:
         self._resumed = threading.Event()
         self._resumed.set()
         self._capacity: dict[str, int] = {}
+        self._offered: dict[str, int] = {}
         self._watch: PodWatch | None = None
         self._worker = threading.Thread(target=self._work, name=f"kubelet-{node}", daemon=True)
         self._status_stop = threading.Event()
@@ -98,6 +101,11 @@ class NodeKubelet:
 
     def resume(self) -> None:
         self._resumed.set()
+
+    def offer(self, resource: str, count: int) -> None:
+        """Report `count` devices of `resource` as a device plugin outside this suite would have them listed."""
+        with self._lock:
+            self._offered[resource] = count
 
     def _register_node(self) -> None:
         node = {
@@ -151,7 +159,8 @@ class NodeKubelet:
     def _sync_capacity(self) -> None:
         """Device-plugin resources in the node's status follow the plugins' healthy devices, as the kubelet's do."""
         while not self._status_stop.wait(0.2):
-            current = {}
+            with self._lock:
+                current = dict(self._offered)
             for registration in self.devices.registrations:
                 listed = self.devices.devices(registration.resource)
                 if listed is not None:

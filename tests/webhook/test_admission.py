@@ -103,18 +103,78 @@ def test_privileged_container_with_a_gpu_is_denied_naming_it(webhook: Webhook) -
     result = webhook.admit(pod(container("side", {}), container("trainer", gpu(), privileged=True)))
     assert not result.allowed
     assert result.code == 403
-    assert "container trainer is privileged and asks for NVIDIA devices" in result.message
+    assert "container trainer is privileged and the pod asks for NVIDIA devices" in result.message
 
 
 def test_privileged_init_container_with_a_device_is_denied(webhook: Webhook) -> None:
     result = webhook.admit(pod(container("c0", gpu()), init=[container("setup", {ASCEND: "1"}, privileged=True)]))
     assert not result.allowed
-    assert "container setup is privileged and asks for Ascend910B3 devices" in result.message
+    assert "container setup is privileged and the pod asks for Ascend910B3, NVIDIA devices" in result.message
 
 
-def test_privileged_container_without_devices_beside_a_gpu_container_is_admitted(webhook: Webhook) -> None:
+def test_a_privileged_container_without_devices_denies_the_whole_pod_that_asks_for_shared_devices(
+    webhook: Webhook,
+) -> None:
+    """HAMi denies the pod, not only a privileged container with devices: the tenant's privileged sidecar sees
+    every GPU of the node, the shared ones its neighbours use included."""
     result = webhook.admit(pod(container("c0", gpu()), container("netadmin", {}, privileged=True)))
+    assert not result.allowed
+    assert result.code == 403
+    assert "container netadmin is privileged and the pod asks for NVIDIA devices" in result.message
+    # a privileged init container beside app containers with GPUs: the same
+    result = webhook.admit(pod(container("c0", gpu()), init=[container("chown", {}, privileged=True)]))
+    assert not result.allowed
+    assert "container chown is privileged" in result.message
+
+
+def test_a_privileged_pod_without_shared_devices_is_left_alone(webhook: Webhook) -> None:
+    result = webhook.admit(pod(container("netadmin", {"cpu": "1"}, privileged=True)))
     assert result.allowed
+    assert "asks for no shared device" in result.message
+
+
+# ------------------------------------------------------------------------------------------------ warnings
+
+
+def test_cores_over_100_are_read_as_100_with_a_warning(webhook: Webhook) -> None:
+    result = webhook.admit(pod(container("c0", gpu(1, 3000, cores=150))))
+    assert result.allowed
+    assert result.answer["response"]["warnings"] == [
+        "container c0: nvidia.com/gpucores: 150 is more than 100 percent; read as 100 (the whole device's compute)"
+    ]
+    assert "c0 1 × (3000 MiB, 100% cores)" in result.message
+
+
+def test_memory_percentage_beside_absolute_memory_is_ignored_with_a_warning(webhook: Webhook) -> None:
+    limits = {**gpu(1, 3000), "nvidia.com/gpumem-percentage": "50"}
+    result = webhook.admit(pod(container("c0", limits)))
+    assert result.allowed
+    assert result.answer["response"]["warnings"] == [
+        "container c0: nvidia.com/gpumem-percentage: 50 is ignored because nvidia.com/gpumem is given (3000)"
+    ]
+    assert "c0 1 × (3000 MiB" in result.message
+
+
+def test_a_zero_memory_percentage_counts_as_not_given_with_a_warning(webhook: Webhook) -> None:
+    limits = {**gpu(1, mem=None), "nvidia.com/gpumem-percentage": "0"}
+    result = webhook.admit(pod(container("c0", limits)))
+    assert result.allowed
+    assert result.answer["response"]["warnings"] == [
+        "container c0: nvidia.com/gpumem-percentage: 0 is read as not given"
+    ]
+    assert "c0 1 × (100% memory, 100% cores)" in result.message
+
+
+def test_a_pod_taken_as_written_carries_no_warnings(webhook: Webhook) -> None:
+    result = webhook.admit(pod(container("c0", gpu(1, 3000, cores=30))))
+    assert "warnings" not in result.answer["response"]
+
+
+def test_a_memory_percentage_over_100_is_still_refused_as_hami_refuses_it(webhook: Webhook) -> None:
+    limits = {**gpu(1, mem=None), "nvidia.com/gpumem-percentage": "150"}
+    result = webhook.admit(pod(container("c0", limits)))
+    assert not result.allowed
+    assert "more than 100 percent" in result.message
 
 
 def test_preset_node_name_is_denied(webhook: Webhook) -> None:
@@ -130,7 +190,7 @@ def test_preset_node_name_is_denied(webhook: Webhook) -> None:
     [
         ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"}, "nvidia.com/gpumem: '3Gi' is not a plain number"),
         ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"}, "so write 3072"),
-        ({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}, "more than 100 percent"),
+        ({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}, "more than 100 percent"),
         ({"nvidia.com/gpu": "two"}, "nvidia.com/gpu: 'two' is not a plain non-negative integer"),
         ({MLU: "1", "cambricon.com/mlu.smlu.vmemory": "1.5"}, "counts 256 MiB"),
     ],

@@ -3,9 +3,11 @@
 Owns the accounting every share-based vendor has in common: a device serves a request when it is healthy,
 not cordoned, allowed by the pod's use/no-use selectors, and has a free slot, enough free memory and
 enough free cores; cores equal to the whole device need an idle device; a request without cores is not put
-on a device whose cores are all taken. Among the usable devices the device policy chooses (`binpack`,
-`spread`, `mutex`, `numa`), containers of one pod see each other's grants, and every refused node gets a
-reason a user can read. The node score is HAMi's.
+on a device whose cores are all taken. Init containers run one after another and before the app containers, so
+(as in HAMi) each init container is fitted alone against the node's usage and the app containers together
+against the same usage: a device must hold the larger of the two phases, not their sum (`pod_peaks`).
+Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`), app containers
+of one pod see each other's grants, and every refused node gets a reason a user can read. The node score is HAMi's.
 
 Vendor specifics (topology tables, partition profiles, templates) stay in the vendor. `ShareFitter` has two
 extension points: `extra_filter` refuses devices for the vendor's own reasons, and `ShareFitter.choose_devices`
@@ -41,6 +43,7 @@ __all__ = [
     "Selectors",
     "ShareFitter",
     "node_score",
+    "pod_peaks",
 ]
 
 CORDON_ANNOTATION = "hami.io/device-cordon"
@@ -128,18 +131,41 @@ def _device_score(free: DeviceState, memory: int, cores: int, weights: Mapping[s
     return weights.get("slot", 1) * slot + weights.get("core", 1) * core + weights.get("memory", 1) * mem
 
 
-def node_score(node: NodeView, placement: Sequence[ContainerPlacement]) -> float:
-    """HAMi's node score after the placement: 10 × (slots used + cores used + memory used, each as a share)."""
+def pod_peaks(placement: Sequence[ContainerPlacement], init_containers: int) -> dict[str, tuple[int, int, int]]:
+    """Per device UUID, what the pod holds of it at its peak: (slots, MiB, cores), each the larger of the init
+    phase (one init container at a time: the largest of them, one slot) and the app phase (the app containers'
+    sum). `placement` is positional, init containers first; the first `init_containers` entries are theirs."""
+    init: dict[str, tuple[int, int, int]] = {}
+    apps: dict[str, tuple[int, int, int]] = {}
+    for index, devices in enumerate(placement):
+        for d in devices:
+            if index < init_containers:
+                _, mem, cores = init.get(d.uuid, (0, 0, 0))
+                init[d.uuid] = (1, max(mem, d.usedmem), max(cores, d.usedcores))
+            else:
+                slots, mem, cores = apps.get(d.uuid, (0, 0, 0))
+                apps[d.uuid] = (slots + 1, mem + d.usedmem, cores + d.usedcores)
+    out = dict(apps)
+    for uuid, (slots, mem, cores) in init.items():
+        a = apps.get(uuid, (0, 0, 0))
+        out[uuid] = (max(slots, a[0]), max(mem, a[1]), max(cores, a[2]))
+    return out
+
+
+def node_score(node: NodeView, placement: Sequence[ContainerPlacement], init_containers: int = 0) -> float:
+    """HAMi's node score after the placement: 10 × (slots used + cores used + memory used, each as a share).
+    The placement counts at the pod's peak (`pod_peaks`): its first `init_containers` entries are init
+    containers'."""
     slots = sum(u.device.count for u in node.devices)
     cores = sum(u.device.devcore for u in node.devices)
     memory = sum(u.device.devmem for u in node.devices)
     used = sum(u.used for u in node.devices)
     usedcores = sum(u.usedcores for u in node.devices)
     usedmem = sum(u.usedmem for u in node.devices)
-    for devices in placement:
-        used += len(devices)
-        usedcores += sum(d.usedcores for d in devices)
-        usedmem += sum(d.usedmem for d in devices)
+    for taken, mem, core in pod_peaks(placement, init_containers).values():
+        used += taken
+        usedcores += core
+        usedmem += mem
     return 10 * (
         (used / slots if slots else 0) + (usedcores / cores if cores else 0) + (usedmem / memory if memory else 0)
     )
@@ -176,20 +202,26 @@ class ShareFitter:
         selectors: Selectors,
     ) -> NodeFit:
         cordoned = set(_split(node.annotations.get(CORDON_ANNOTATION)))
-        frees = [DeviceState(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
-        context = ChoiceContext(pod, node, policy, frees)
+
+        def fresh() -> list[DeviceState]:
+            return [DeviceState(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
+
+        inits = len(pod.init_containers)
+        apps = ChoiceContext(pod, node, policy, fresh())
         names = [c.name for c in pod.all_containers]
         placement: list[ContainerPlacement] = []
         for index, request in enumerate(requests):
             if request is None:
                 placement.append(())
                 continue
-            chosen, reason = self._fit_container(request, frees, cordoned, selectors, context)
+            # an init container runs alone: it sees the node's usage, not its siblings' grants
+            context = ChoiceContext(pod, node, policy, fresh()) if index < inits else apps
+            chosen, reason = self._fit_container(request, list(context.devices), cordoned, selectors, context)
             if chosen is None:
                 who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
                 return NodeFit(node=node.name, reason=f"{who}: {reason}")
             placement.append(chosen)
-        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement))
+        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement, inits))
 
     def _fit_container(
         self,

@@ -6,6 +6,11 @@ neither memory nor cores is a whole device (all its memory, exclusive cores) unl
 configured. Vendor quirks (legal memory steps, whole-card-only multi-device requests) stay in the vendor,
 applied to what this returns.
 
+Values HAMi v2.10 accepts and normalises are normalised the same way (`pkg/device/*`, `GenerateResourceRequests`
+and `Fit`): cores above 100 are 100 (the whole device's compute), a memory percentage beside an absolute memory
+is ignored (the absolute memory wins), and a memory percentage of 0 counts as not given. The admission webhook
+tells the user what changed (`share_normalisations`).
+
 Bad values raise `RequestError` naming the resource and the fix; `gpumem: 3Gi` is refused rather than read
 as three billion MiB. Decimal-suffixed integers are read as the integers they are (`3k` is 3000), because the
 API server stores extended resources in canonical form: a pod written with `gpumem: "3000"` arrives as `3k`.
@@ -21,7 +26,7 @@ from hami.errors import RequestError
 from hami.model import Container, ContainerRequest, DeviceKind
 from hami.quantity import parse_quantity
 
-__all__ = ["ShareDefaults", "read_count", "read_share_request"]
+__all__ = ["ShareDefaults", "read_count", "read_share_request", "share_normalisations"]
 
 
 class ShareDefaults(BaseModel):
@@ -104,19 +109,17 @@ def read_share_request(
     percentage = (
         read_count(container, names.memory_percentage, unit="percent", limit=100) if names.memory_percentage else None
     )
-    cores = read_count(container, names.cores, unit="percent", limit=100) if names.cores else None
+    cores = read_count(container, names.cores, unit="percent") if names.cores else None
+    if cores is not None and cores > 100:
+        cores = 100
+    if percentage == 0 or (percentage is not None and memory_units):
+        percentage = None
 
     if count == 0 or (count is None and not memory_units and not percentage and not cores):
         return None
     if count is None:
         count = 1
     memory = (memory_units or 0) * names.memory_unit_mib
-    if memory and percentage is not None:
-        raise RequestError(
-            names.memory_percentage or "",
-            str(percentage),
-            f"cannot be combined with {names.memory}: ask for one of them",
-        )
     if not memory and percentage is None:
         if default_memory:
             memory = default_memory
@@ -131,3 +134,24 @@ def read_share_request(
         memory_percentage=percentage,
         cores=default_cores if cores is None else cores,
     )
+
+
+def share_normalisations(kind: DeviceKind, container: Container) -> list[str]:
+    """What `read_share_request` changes in the container's values for `kind`, one sentence each (for the
+    admission response's warnings); empty when it takes them as written. Unreadable values are not described
+    here: reading them raises."""
+    names = kind.resources
+    out: list[str] = []
+    try:
+        cores = read_count(container, names.cores) if names.cores else None
+        memory = read_count(container, names.memory) if names.memory else None
+        percentage = read_count(container, names.memory_percentage) if names.memory_percentage else None
+    except RequestError:
+        return out
+    if cores is not None and cores > 100:
+        out.append(f"{names.cores}: {cores} is more than 100 percent; read as 100 (the whole device's compute)")
+    if percentage and memory:
+        out.append(f"{names.memory_percentage}: {percentage} is ignored because {names.memory} is given ({memory})")
+    elif percentage == 0:
+        out.append(f"{names.memory_percentage}: 0 is read as not given")
+    return out

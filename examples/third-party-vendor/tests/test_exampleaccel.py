@@ -92,7 +92,10 @@ REQUESTS = [
     RequestCase(KIND, {CORES: "50"}, ContainerRequest(kind=KIND, count=1, memory_percentage=100, cores=50)),
     RequestCase(KIND, {COUNT: "0"}, None),
     RequestCase(KIND, {COUNT: "1", MEMORY: "3Gi"}, "write 3072"),
-    RequestCase(KIND, {COUNT: "1", CORES: "150"}, "more than 100"),
+    # HAMi clamps cores at 100
+    RequestCase(
+        KIND, {COUNT: "1", CORES: "150"}, ContainerRequest(kind=KIND, count=1, memory_percentage=100, cores=100)
+    ),
     RequestCase(KIND, {COUNT: "two"}, "not a plain non-negative integer"),
 ]
 

@@ -103,7 +103,9 @@ def test_template_shares_and_whole_cards_from_filter_to_the_container(world_of: 
     # exactly what HAMi v2.10 writes for this placement
     assert got["hami.io/Ascend910B3-devices-to-allocate"] == f"{u[0]},Ascend910B3,16384,0:;{u[1]},Ascend910B3,65536,0:;"
     assert got["hami.io/Ascend910B3-devices-allocated"] == got["hami.io/Ascend910B3-devices-to-allocate"]
-    assert got["huawei.com/Ascend910B3"] == f'[{{"UUID":"{u[0]}","temp":"vir05_1c_16g"}},{{"UUID":"{u[1]}"}}]'
+    assert got["huawei.com/Ascend910B3"] == (
+        f'[{{"UUID":"{u[0]}","temp":"vir05_1c_16g","memory":16384}},{{"UUID":"{u[1]}","memory":65536}}]'
+    )
     assert got["hami.io/vgpu-node"] == NODE
     assert got["predicate-time"].isdigit()  # HAMi's Ascend fit writes the decision's unix seconds
 

@@ -108,21 +108,22 @@ def test_golden_template_share_rounded_up_to_the_smallest_template() -> None:
     result = one([node("n1", [npu("n1", 0)])], req(memory=8000))
     u = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend910B3,16384,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","temp":"vir05_1c_16g"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","temp":"vir05_1c_16g","memory":16384}}]'}
 
 
-def test_golden_whole_cards_carry_no_template() -> None:
+def test_golden_whole_cards_carry_no_template_but_their_memory() -> None:
     result = one([node("n1", [npu("n1", 0), npu("n1", 1)])], whole(2))
     a, b = uuid("n1", 0), uuid("n1", 1)
     assert encode_pod_devices(result.placement or ()) == f"{a},Ascend910B3,65536,0:{b},Ascend910B3,65536,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{a}"}},{{"UUID":"{b}"}}]'}
+    runtime_list = f'[{{"UUID":"{a}","memory":65536}},{{"UUID":"{b}","memory":65536}}]'
+    assert runtime(result) == {"huawei.com/Ascend910B3": runtime_list}
 
 
 def test_golden_memory_no_template_holds_is_the_whole_card() -> None:
     result = one([node("n1", [npu("n1", 0)])], req(memory=40000))
     u = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend910B3,65536,0:;"
-    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","memory":65536}}]'}
 
 
 def test_golden_soft_split_share_records_memory_and_cores() -> None:
@@ -144,7 +145,8 @@ def test_golden_positional_entries_with_an_init_container_and_two_apps() -> None
     a = uuid("n1", 0)
     assert encode_pod_devices(result.placement or ()) == f";{a},Ascend910B3,16384,0:;{a},Ascend910B3,32768,0:;"
     assert runtime(result) == {
-        "huawei.com/Ascend910B3": f'[{{"UUID":"{a}","temp":"vir05_1c_16g"}},{{"UUID":"{a}","temp":"vir10_3c_32g"}}]'
+        "huawei.com/Ascend910B3": f'[{{"UUID":"{a}","temp":"vir05_1c_16g","memory":16384}},'
+        f'{{"UUID":"{a}","temp":"vir10_3c_32g","memory":32768}}]'
     }
 
 
@@ -153,7 +155,7 @@ def test_golden_310p_templates() -> None:
     result = one([node("p1", [device])], req(memory=5000, kind=P), kind=P)
     u = uuid("p1", 0)
     assert encode_pod_devices(result.placement or ()) == f"{u},Ascend310P,6144,0:;"
-    assert runtime(result) == {"huawei.com/Ascend310P": f'[{{"UUID":"{u}","temp":"vir02"}}]'}
+    assert runtime(result) == {"huawei.com/Ascend310P": f'[{{"UUID":"{u}","temp":"vir02","memory":6144}}]'}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -328,3 +330,18 @@ def test_use_and_no_use_uuid_selectors() -> None:
     assert grants(nouse["n1"]) == [[(uuid("n1", 2), 65536, 0)]]
     none = fit(nodes, whole(2), annotations={"hami.io/no-use-Ascend910B3-uuid": avoid})
     assert "in no-use-uuid list" in none["n1"].reason
+
+
+def test_an_init_container_and_an_app_container_share_a_chip_one_after_the_other() -> None:
+    """40000 MiB for the init container, then 40000 MiB for the app container: the 64 GiB chip holds the larger
+    phase, not the sum (HAMi fits each init container alone and the app containers together)."""
+    chip = [npu("n1", 0, devcore=100)]
+    result = one([node("n1", chip, soft=True)], req(memory=40000, cores=30), req(memory=40000, cores=30),
+                 annotations=SOFT, init=1)  # fmt: skip
+    u = uuid("n1", 0)
+    assert grants(result) == [[(u, 40000, 30)], [(u, 40000, 30)]]
+    # two app containers of the same size run at once, so they do not fit
+    refused = one([node("n1", chip, soft=True)], req(memory=40000, cores=30), req(memory=40000, cores=30),
+                  annotations=SOFT)  # fmt: skip
+    assert refused.placement is None
+    assert "insufficient memory" in refused.reason

@@ -39,7 +39,7 @@ REQUESTS = [
     RequestCase("MLU", {CORES: "50"}, None),
     RequestCase("MLU", {COUNT: "1", CORES: "50"}, req(percent=100, cores=50)),
     RequestCase("MLU", {COUNT: "0", MEMORY: "8"}, None),
-    RequestCase("MLU", {COUNT: "1", CORES: "150"}, "more than 100"),
+    RequestCase("MLU", {COUNT: "1", CORES: "150"}, req(percent=100, cores=100)),  # HAMi clamps cores at 100
     RequestCase("MLU", {COUNT: "1", MEMORY: "1024Mi"}, "counts 256 MiB"),
     RequestCase("MLU", {COUNT: "1.5"}, "plain non-negative integer"),
 ]

@@ -42,7 +42,7 @@ REQUESTS = [
     RequestCase("DCU", {CORES: "40"}, req(percent=100, cores=40)),
     RequestCase("DCU", {COUNT: "0"}, None),
     RequestCase("DCU", {COUNT: "1", MEMORY: "4Gi"}, "write 4096"),
-    RequestCase("DCU", {COUNT: "1", CORES: "101"}, "more than 100"),
+    RequestCase("DCU", {COUNT: "1", CORES: "101"}, req(percent=100, cores=100)),  # HAMi clamps cores at 100
     RequestCase("DCU", {COUNT: "-1"}, "plain non-negative integer"),
 ]
 

@@ -39,7 +39,7 @@ REQUESTS = [
     RequestCase(V150, {COUNT: "3", CORES: "300"}, whole(3)),  # what HAMi's webhook writes
     RequestCase(V150, {COUNT: "2", MEMORY: "4Gi"}, "counts 256 MiB"),
     RequestCase(V150, {COUNT: "2", CORES: "all"}, "plain non-negative integer"),
-    RequestCase(V150, {COUNT: "1", CORES: "200"}, "more than 100"),
+    RequestCase(V150, {COUNT: "1", CORES: "200"}, req(percent=100, cores=100)),  # HAMi clamps cores at 100
     RequestCase(V150, {COUNT: "1", MEMORY: "4Gi"}, "counts 256 MiB"),
     RequestCase(
         "MR-V50", {"iluvatar.ai/MR-V50-vgpu": "1", "iluvatar.ai/MR-V50.vMem": "4"}, req(memory=1024, kind="MR-V50")

@@ -37,7 +37,7 @@ REQUESTS = [
     RequestCase(SGPU, {COUNT: "2", MEMORY: "8", CORES: "30"}, req(2, memory=8192, cores=30)),
     RequestCase(SGPU, {CORES: "50"}, req(percent=100, cores=50)),
     RequestCase(SGPU, {COUNT: "1", MEMORY: "8Gi"}, "counts 1024 MiB"),
-    RequestCase(SGPU, {COUNT: "1", CORES: "120"}, "more than 100"),
+    RequestCase(SGPU, {COUNT: "1", CORES: "120"}, req(percent=100, cores=100)),  # HAMi clamps cores at 100
     # QoS policy and app class
     RequestCase(SGPU, {COUNT: "1"}, req(percent=100, cores=100), {QOS: "fixed-share"}),
     RequestCase(SGPU, {COUNT: "1"}, req(percent=100, cores=100), {QOS: "burst-share"}),

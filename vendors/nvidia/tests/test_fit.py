@@ -411,3 +411,22 @@ def test_a_pod_placed_on_shared_gpus_has_an_earlier_mig_reservation_emptied(mixe
     assert moved.fits
     assert dict(moved.pod_annotations) == {MIG_ALLOCATIONS_ANNOTATION: ""}
     assert dict(fit(view(mixed), want(1, 1000)).pod_annotations) == {}  # nothing to empty, nothing written
+
+
+def test_an_init_container_is_fitted_apart_from_the_app_containers(gpu_node: NodeFactory, boxes: Any) -> None:
+    """Init containers run before the app containers: a GPU holds the larger phase, not the sum (HAMi)."""
+    inventory = discovered(gpu_node, boxes.h100())
+    size = inventory.devices[0].devmem
+    # only GPU 0 has room left: 5000 MiB of it are taken, the others are full
+    node = view(inventory, {i: (1, 5000 if i == 0 else size, 0) for i in range(len(inventory.devices))})
+    free = size - 5000
+    host = VendorHost.from_plugins({"nvidia": plugin})
+    pod = Pod(name="p", uid="uid-p", init_containers=(Container(name="setup"),), containers=(Container(name="main"),))
+    requests: list[ContainerRequest | None] = [want(1, free), want(1, free)]
+    (result,) = host.fit_nodes("NVIDIA", pod, requests, [node], SchedulingPolicy())
+    assert result.placement is not None, result.reason
+    assert [(d.uuid, d.usedmem) for c in result.placement for d in c] == [(inventory.devices[0].id, free)] * 2
+    # as two app containers they run at once, and the second does not fit
+    apps = Pod(name="q", uid="uid-q", containers=(Container(name="a"), Container(name="b")))
+    (crowded,) = host.fit_nodes("NVIDIA", apps, requests, [node], SchedulingPolicy())
+    assert crowded.reason.startswith("container b: "), crowded.reason

@@ -87,8 +87,10 @@ def make_fixture(config: dict[str, object] | None = None) -> VendorFixture:
             RequestCase("NVIDIA", {GPU: "1"}, want(1, percentage=100, cores=100)),
             RequestCase("NVIDIA", {GPU: "0"}, None),
             RequestCase("NVIDIA", {GPU: "1", MEM: "3Gi"}, "so write 3072"),
-            RequestCase("NVIDIA", {GPU: "1", CORES: "150"}, "largest legal value"),
-            RequestCase("NVIDIA", {GPU: "1", MEM: "1000", PCT: "20"}, "cannot be combined"),
+            # HAMi's normalisations: cores above 100 are 100, an absolute memory wins over a percentage
+            RequestCase("NVIDIA", {GPU: "1", CORES: "150"}, want(1, percentage=100, cores=100)),
+            RequestCase("NVIDIA", {GPU: "1", MEM: "1000", PCT: "20"}, want(1, 1000)),
+            RequestCase("NVIDIA", {GPU: "1", PCT: "101"}, "largest legal value"),
             RequestCase("NVIDIA", {GPU: "1", MEM: "8000"}, want(1, 8000), {"nvidia.com/vgpu-mode": "mig"}),
         ],
         nodes={"NVIDIA": gpu_nodes},

@@ -3,10 +3,10 @@
 | family | labels | value |
 |---|---|---|
 | `hami_host_gpu_memory_used_bytes` | node, device_index, device_uuid, device_type | device memory in use |
-| `hami_host_gpu_utilization_ratio` | same | device busy share, 0-1 |
+| `hami_host_gpu_utilization_ratio` | same | device busy share, percent (0-100, as HAMi) |
 | `hami_vgpu_memory_used_bytes` | namespace, pod, container, vdevice_index, device_uuid | container's memory in use |
 | `hami_vgpu_memory_limit_bytes` | same | container's memory limit on the device |
-| `hami_container_device_utilization_ratio` | same | container's share of the device, 0-1 |
+| `hami_container_device_utilization_ratio` | same | container's share of the device, percent (0-100) |
 | `hami_container_last_kernel_elapsed_seconds` | same | seconds since the container last launched work |
 
 Every family exists from the first scrape. Each discovered device has its series from the start, at zero
@@ -14,7 +14,12 @@ until a device-usage reader says otherwise; each container this node served (`ha
 series from the moment Allocate served it, its limit taken from the scheduler's placement and its usage
 zero until a container-usage reader says otherwise. Series are keyed by the pod's UID and the container's
 name, which is also how the container's accounting directory is named, so usage cannot be attributed to
-another pod. Ratios are clamped to 0-1 (HAMi's monitor reports over 100 %).
+another pod. The `_ratio` families are in percent, HAMi's unit (`cmd/vGPUmonitor/metrics.go` reports NVML's
+and the shared region's percentages), clamped to 0-100 (HAMi's monitor can report over 100 %); the readers
+give 0-1 shares. HAMi's node families this daemon lacks (no reader feeds them yet):
+`hami_host_gpu_memory_controller_utilization_ratio`, `hami_container_device_memory_bytes`,
+`hami_vgpu_memory_context_bytes`, `hami_vgpu_memory_module_bytes`, `hami_vgpu_memory_buffer_bytes` and
+`hami_mig_device_info`.
 
 The readers are plain callables (`ContainerUsageReader`, `DeviceUsageReader`). The daemon connects the
 container reader to the isolation libraries' accounting files (`hami.node.usage.AccountingReader`, through
@@ -59,12 +64,12 @@ DEVICE_LABELS = ("node", "device_index", "device_uuid", "device_type")
 CONTAINER_LABELS = ("namespace", "pod", "container", "vdevice_index", "device_uuid")
 DEVICE_FAMILIES = {
     "hami_host_gpu_memory_used_bytes": "Device memory in use, in bytes",
-    "hami_host_gpu_utilization_ratio": "Share of time the device was busy (0-1)",
+    "hami_host_gpu_utilization_ratio": "Share of time the device was busy, percent (0-100)",
 }
 CONTAINER_FAMILIES = {
     "hami_vgpu_memory_used_bytes": "Device memory a container uses, in bytes",
     "hami_vgpu_memory_limit_bytes": "Device memory a container may use, in bytes",
-    "hami_container_device_utilization_ratio": "Share of the device a container used (0-1)",
+    "hami_container_device_utilization_ratio": "Share of the device a container used, percent (0-100)",
     "hami_container_last_kernel_elapsed_seconds": "Seconds since the container last launched work on the device",
 }
 
@@ -96,8 +101,9 @@ ContainerUsageReader = Callable[[], Iterable[ContainerUsage]]
 DeviceUsageReader = Callable[[], Iterable[DeviceUsage]]
 
 
-def _ratio(value: float) -> float:
-    return min(max(value, 0.0), 1.0)
+def _percent(share: float) -> float:
+    """A 0-1 share as HAMi's percent, clamped to 0-100."""
+    return min(max(share, 0.0), 1.0) * 100
 
 
 def _read(reader: Callable[[], Iterable[object]] | None, what: str) -> list[object]:
@@ -138,7 +144,7 @@ class NodeMonitor(Collector):
                 labels = [self.node, str(d.index), d.id, d.type or inventory.kind]
                 sample = used.get(d.id, DeviceUsage(d.id))
                 device["hami_host_gpu_memory_used_bytes"].add_metric(labels, max(sample.memory_used_bytes, 0))
-                device["hami_host_gpu_utilization_ratio"].add_metric(labels, _ratio(sample.utilization_ratio))
+                device["hami_host_gpu_utilization_ratio"].add_metric(labels, _percent(sample.utilization_ratio))
         container = {
             name: GaugeMetricFamily(name, text, labels=CONTAINER_LABELS) for name, text in CONTAINER_FAMILIES.items()
         }
@@ -155,7 +161,7 @@ class NodeMonitor(Collector):
                 limit = u.memory_limit_bytes if u.memory_limit_bytes is not None else granted.usedmem * MiB
                 container["hami_vgpu_memory_used_bytes"].add_metric(labels, max(u.memory_used_bytes, 0))
                 container["hami_vgpu_memory_limit_bytes"].add_metric(labels, max(limit, 0))
-                container["hami_container_device_utilization_ratio"].add_metric(labels, _ratio(u.utilization_ratio))
+                container["hami_container_device_utilization_ratio"].add_metric(labels, _percent(u.utilization_ratio))
                 container["hami_container_last_kernel_elapsed_seconds"].add_metric(
                     labels, max(u.last_kernel_elapsed_seconds, 0.0)
                 )

@@ -43,7 +43,6 @@ from hami.scheduler.state import (
     VGPU_NODE_ANNOTATION,
     ClusterState,
     NodeRecord,
-    handshake_dropped,
     pod_key,
 )
 from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
@@ -420,9 +419,7 @@ class Extender:
     def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:
         """Why a node has none of the pod's device kinds to offer."""
         missing = [k for k in kinds if record is None or k not in record.views]
-        dropped = [
-            k for k in missing if record is not None and handshake_dropped(record.annotations, self.host.kind(k))
-        ]
+        dropped = [k for k in missing if record is not None and k in record.dropped]
         if dropped:
             return f"{', '.join(dropped)} devices dropped: the node daemon stopped answering the handshake"
         return f"no {', '.join(missing)} devices registered"

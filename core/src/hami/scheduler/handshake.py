@@ -1,10 +1,14 @@
-"""The scheduler's half of HAMi's node handshake: nodes whose daemon stops answering lose their devices.
+"""The scheduler's half of HAMi's node handshake, by HAMi v2.10's rule (`pkg/device/devices.go`, `CheckHealth`).
 
-Owns the periodic round (only on the leader): for every node and device kind with a handshake annotation, a
-`Reported_<time>` answer is turned into a new `Requesting_<time>` question; a question left unanswered longer
-than the timeout becomes `Deleted_<time>`, and `ClusterState` then counts none of that kind's devices on the
-node (so no pod is placed on a node whose daemon is gone) until the daemon answers with `Reported_<time>`
-again. The node side's half is `hami.node.register`. Times are local wall-clock seconds, as HAMi writes them.
+Owns the periodic round (only on the leader). For every node and device kind that registers devices or carries
+the kind's handshake annotation, `hami.scheduler.state.handshake_verdict` decides: a question
+(`Requesting_<time>`) that is fresh, unreadable, or whose node still offers the kind's count resource in
+`status.allocatable` is left alone and the devices stay; an expired question on a node that offers none becomes
+`Deleted_<time>` and `ClusterState` counts none of that kind's devices there; anything else (this project's
+daemons' `Reported_<time>` answer, a `Deleted_<time>`, no annotation) gets a new question and the devices
+count again. So HAMi's own device plugins, which never answer, keep their nodes while the kubelet offers their
+devices, and a node whose daemon is gone loses them only once the kubelet offers none. The node side's half is
+`hami.node.register`. Times are local wall-clock seconds, as HAMi writes them.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from hami.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
-from hami.codec import AnnotationError, Handshake, decode_handshake, encode_handshake
+from hami.codec import Handshake, encode_handshake
 from hami.plugins import VendorHost
-from hami.scheduler.state import ClusterState
+from hami.scheduler.state import HANDSHAKE_TIMEOUT, ClusterState, handshake_verdict
 
 __all__ = ["HandshakeKeeper"]
 
@@ -34,12 +38,18 @@ class HandshakeKeeper:
         state: ClusterState,
         *,
         interval: float = 30.0,
-        timeout: timedelta = timedelta(seconds=60),
+        timeout: timedelta = HANDSHAKE_TIMEOUT,
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self.cluster = cluster
         self.keys = sorted({k.annotations.node_handshake for k in host.kinds if k.annotations.node_handshake})
+        self.kinds_of: dict[str, list[tuple[str, str]]] = {}
+        """handshake key → (kind, register annotation key) of the kinds that share it."""
+        for kind in host.kinds:
+            if kind.annotations.node_handshake:
+                entry = (kind.common_word, kind.annotations.node_register or "")
+                self.kinds_of.setdefault(kind.annotations.node_handshake, []).append(entry)
         self.state = state
         self.interval = interval
         self.timeout = timeout
@@ -68,24 +78,25 @@ class HandshakeKeeper:
         """One pass over the nodes; returns node → what was written (for logs and tests)."""
         now = self.clock().replace(microsecond=0)
         with self.state.lock:
-            nodes = [(name, dict(record.annotations)) for name, record in self.state.nodes.items()]
+            nodes = [
+                (name, dict(record.annotations), set(record.views), dict(record.device_allocatable))
+                for name, record in self.state.nodes.items()
+            ]
         written: dict[str, str] = {}
-        for name, current in nodes:
+        for name, current, registered, offered in nodes:
             changes: dict[str, str | None] = {}
             for key in self.keys:
+                kinds = self.kinds_of[key]
                 value = current.get(key)
-                if not value:
+                serves = any(word in registered or (reg and reg in current) for word, reg in kinds)
+                if value is None and not serves:
                     continue
-                try:
-                    handshake = decode_handshake(value, key)
-                except AnnotationError as exc:
-                    log.warning("node %s: %s; asking again", name, exc)
-                    handshake = Handshake("Reported", now)
-                if handshake.state == "Reported":
+                verdict = handshake_verdict(value, sum(offered.get(word, 0) for word, _ in kinds), now, self.timeout)
+                if verdict == "ask":
                     changes[key] = encode_handshake(Handshake("Requesting", now))
-                elif handshake.state == "Requesting" and now - handshake.time > self.timeout:
-                    log.warning("node %s: its daemon has not answered since %s; its devices are dropped", name,
-                                handshake.time)  # fmt: skip
+                elif verdict == "drop":
+                    log.warning("node %s: its daemon has not answered %s and the node offers none of its devices; "
+                                "they are dropped", name, value)  # fmt: skip
                     changes[key] = encode_handshake(Handshake("Deleted", now))
             if not changes:
                 continue

@@ -5,7 +5,9 @@ lock on its node. This module owns taking, checking and releasing that lock thro
 resourceVersion preconditions so two schedulers (or two binds) never both believe they hold it.
 
 HAMi's locks get stuck for 5 minutes whenever a pod disappears between bind and allocation. Here the lock
-records its owner (namespace, name and UID), and a lock is free as soon as its owner no longer needs it:
+records its owner as HAMi writes it (`<RFC3339 time>,<namespace>,<name>`, so HAMi's device plugins on a mixed
+fleet can release it; a trailing `,<UID>` that earlier versions wrote is still read and honoured), and a lock
+is free as soon as its owner no longer needs it:
 the `holder_done` callback (the scheduler's state) says whether the owner is gone, bound elsewhere, failed
 or allocated, and the scheduler also releases such locks as watch events arrive. An expired lock is taken
 over. A lock held by a pod that still needs it is waited for briefly and then answered with `NodeBusy`,
@@ -87,7 +89,9 @@ class NodeLocks:
             m = meta(obj)
             lock = self.holder(m.get("annotations") or {})
             if self._free(lock, node, namespace, name):
-                value = encode_node_lock(NodeLock(self.clock(), namespace, name, uid))
+                # HAMi's value, `<RFC3339>,<namespace>,<name>`, without the UID: HAMi's device plugins release a
+                # lock only when it ends in `,<namespace>,<name>` (`nodelock.ReleaseNodeLock`)
+                value = encode_node_lock(NodeLock(self.clock(), namespace, name))
                 try:
                     self.cluster.patch_metadata(
                         "nodes", node, annotations={LOCK_ANNOTATION: value}, resource_version=m.get("resourceVersion")

@@ -15,14 +15,14 @@ C = namespace, node, pod, container_index, device_uuid.
 | family | labels | value |
 |---|---|---|
 | `hami_gpu_memory_limit_bytes` | D | registered memory, MiB × 2^20 |
-| `hami_gpu_core_limit_ratio` | D | registered cores / 100 (1 = one whole device) |
+| `hami_gpu_core_limit_ratio` | D | registered cores, percent (100 = one whole device) |
 | `hami_gpu_memory_allocated_bytes` | D + device_cores | memory granted, bytes |
-| `hami_gpu_core_allocated_ratio` | D | cores granted / 100 |
+| `hami_gpu_core_allocated_ratio` | D | cores granted, percent |
 | `hami_gpu_shared_count` | D | containers sharing the device |
 | `hami_node_gpu_overview` | D + device_cores, device_memory_limit | memory granted, bytes |
-| `hami_node_gpu_memory_allocated_ratio` | node, device_uuid, device_index | memory granted / registered (0-1) |
+| `hami_node_gpu_memory_allocated_ratio` | D | memory granted / registered (0-1, as HAMi) |
 | `hami_vgpu_memory_allocated_bytes` | C | one container's memory, bytes |
-| `hami_vgpu_core_allocated_ratio` | C | one container's cores / 100 |
+| `hami_vgpu_core_allocated_ratio` | C | one container's cores, percent |
 
 Label choices, as HAMi v2.10 has them: `device_cores` is the device's registered cores (`devcore`, 100 per
 unscaled device) and `device_memory_limit` its registered memory in MiB, both as decimal strings;
@@ -31,9 +31,11 @@ is left out for a device that registers no memory (HAMi does the same rather tha
 `container_index` is the container's position in the pod's `…-devices-allocated` annotation: init containers
 first, then app containers (protocol.md section 3). Pods count from the moment the filter records them.
 
-Ratios are 0-1, as their names say: HAMi reports the core families in percent (0-100) under the same
-names; divide HAMi's values by 100 to compare. The limit and the allocation of cores share one unit (a whole
-device is 1), so a device with core scaling shows a limit above 1 and `allocated / limit` is its share in use.
+Units are HAMi's (`cmd/scheduler/metrics.go` at v2.10.0), whatever the names say, so HAMi's Grafana
+dashboards read these series unchanged: the core families are in percent (a whole device is 100, a device with
+core scaling shows a limit above 100, and `allocated / limit` is its share in use), the memory ratio is 0-1.
+HAMi rescales the core values of devices whose type starts with `AMD` (compute units to percent); no vendor
+here registers such devices, and core holds no vendor names, so that rule is not carried.
 
 Absent until the features they describe exist: `hami_resource_quota_used` and `hami_resource_quota_limit`
 (namespace, quota_name, limit; need device quotas) and `hami_node_gpu_mig_instance_info` (node, device_uuid,
@@ -96,7 +98,6 @@ ABSENT_FAMILIES: Final = ("hami_resource_quota_used", "hami_resource_quota_limit
 _DEVICE = ("zone", "node", "device_uuid", "device_index", "device_type")
 _DEVICE_CORES = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_type")
 _OVERVIEW = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type")
-_NODE_RATIO = ("zone", "node", "device_uuid", "device_index")
 _CONTAINER = ("zone", "namespace", "node", "pod", "container_index", "device_uuid")
 
 
@@ -188,14 +189,14 @@ class _StateCollector(Collector):
                 "hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes", _DEVICE
             ),
             "core_limit": gauge(
-                "hami_gpu_core_limit_ratio", "Device cores registered for a device (1 = one whole device)", _DEVICE
+                "hami_gpu_core_limit_ratio", "Device cores registered for a device, percent (100 = one device)", _DEVICE
             ),
             "memory_allocated": gauge(
                 "hami_gpu_memory_allocated_bytes", "Device memory granted to pods on a device, in bytes", _DEVICE_CORES
             ),
             "core_allocated": gauge(
                 "hami_gpu_core_allocated_ratio",
-                "Device cores granted to pods on a device (1 = one whole device)",
+                "Device cores granted to pods on a device, percent (100 = one whole device)",
                 _DEVICE,
             ),
             "shared": gauge("hami_gpu_shared_count", "Number of containers sharing a device", _DEVICE),
@@ -205,14 +206,14 @@ class _StateCollector(Collector):
                 _OVERVIEW,
             ),
             "memory_ratio": gauge(
-                "hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)", _NODE_RATIO
+                "hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)", _DEVICE
             ),
             "vgpu_memory": gauge(
                 "hami_vgpu_memory_allocated_bytes", "Device memory granted to one container, in bytes", _CONTAINER
             ),
             "vgpu_cores": gauge(
                 "hami_vgpu_core_allocated_ratio",
-                "Device cores granted to one container (1 = one whole device)",
+                "Device cores granted to one container, percent (100 = one whole device)",
                 _CONTAINER,
             ),
         }
@@ -226,13 +227,13 @@ class _StateCollector(Collector):
         for d in devices:
             device = [ZONE, d.node, d.uuid, str(d.index), d.type]
             f["memory_limit"].add_metric(device, d.devmem * MIB)
-            f["core_limit"].add_metric(device, d.devcore / 100)
+            f["core_limit"].add_metric(device, d.devcore)
             f["memory_allocated"].add_metric([*device[:4], str(d.devcore), d.type], d.usedmem * MIB)
-            f["core_allocated"].add_metric(device, d.usedcores / 100)
+            f["core_allocated"].add_metric(device, d.usedcores)
             f["shared"].add_metric(device, d.used)
             f["overview"].add_metric([*device[:4], str(d.devcore), str(d.devmem), d.type], d.usedmem * MIB)
             if d.devmem > 0:
-                f["memory_ratio"].add_metric(device[:4], d.usedmem / d.devmem)
+                f["memory_ratio"].add_metric(device, d.usedmem / d.devmem)
         per_container: dict[tuple[str, ...], list[int]] = {}
         for c in containers:  # one device twice in one container (never written, but decodable): add up
             labels: tuple[str, ...] = (ZONE, c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
@@ -241,7 +242,7 @@ class _StateCollector(Collector):
             total[1] += c.usedcores
         for labels, (memory, cores) in per_container.items():
             f["vgpu_memory"].add_metric(labels, memory * MIB)
-            f["vgpu_cores"].add_metric(labels, cores / 100)
+            f["vgpu_cores"].add_metric(labels, cores)
         return list(f.values())
 
 

@@ -21,6 +21,11 @@ longer verifies (or is gone) keeps the usage already counted for the same pod UI
 own decision; only a pod never seen signed is counted from its annotations as they stand. Each such change is
 reported once to `on_mismatch` (the service makes it an event on the pod, a log line and a metric).
 
+A node's devices of a kind are not counted while HAMi's handshake rule drops them (`handshake_verdict`): the
+scheduler answered an expired question with `Deleted_<time>`, or the question `Requesting_<time>` is older
+than the timeout while the node's allocatable for the kind's count resource is 0 (so a scheduler that starts
+long after a node's daemon went away does not place pods there). This one rule reads the clock.
+
 Thread-safety: one re-entrant lock (`lock`) guards everything; the filter holds it while it fits and
 commits, the watch handlers while they apply an event.
 """
@@ -31,10 +36,18 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from hami.cluster.port import KubeObject, meta
-from hami.codec import AnnotationError, decode_legacy_register, decode_node_register, decode_pod_devices
+from hami.codec import (
+    HANDSHAKE_TIME_FORMAT,
+    AnnotationError,
+    decode_legacy_register,
+    decode_node_register,
+    decode_pod_devices,
+)
+from hami.fitting import pod_peaks
 from hami.fragmentation import free_share
 from hami.model import (
     ContainerPlacement,
@@ -126,6 +139,10 @@ class NodeRecord:
     """Every live pod on the node (with or without devices), for CPU and memory."""
     memo: dict[object, object] = field(default_factory=dict)
     """The filter's per-node evaluations, valid until the node's usage changes (then cleared)."""
+    device_allocatable: dict[str, int] = field(default_factory=dict)
+    """kind → the node's allocatable of the kind's count resource (status.allocatable; 0 when absent)."""
+    dropped: frozenset[str] = frozenset()
+    """Kinds whose devices the handshake rule drops on this node (`handshake_verdict`)."""
 
     @property
     def cpu_free(self) -> int | None:
@@ -186,26 +203,10 @@ def effective_grants(
     allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
 ) -> dict[str, dict[str, Grant]]:
     """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
-    out: dict[str, dict[str, Grant]] = {}
-    for kind, placements in allocation.items():
-        peak: dict[str, list[int]] = {}
-        total: dict[str, list[int]] = {}
-        for index, devices in enumerate(placements):
-            for d in devices:
-                if index < init_containers:
-                    p = peak.setdefault(d.uuid, [0, 0, 0])
-                    p[0], p[1], p[2] = 1, max(p[1], d.usedmem), max(p[2], d.usedcores)
-                else:
-                    t = total.setdefault(d.uuid, [0, 0, 0])
-                    t[0] += 1
-                    t[1] += d.usedmem
-                    t[2] += d.usedcores
-        grants = {}
-        for uuid in peak.keys() | total.keys():
-            p, t = peak.get(uuid, [0, 0, 0]), total.get(uuid, [0, 0, 0])
-            grants[uuid] = Grant(max(p[0], t[0]), max(p[1], t[1]), max(p[2], t[2]))
-        out[kind] = grants
-    return out
+    return {
+        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
+        for kind, placements in allocation.items()
+    }
 
 
 class ClusterState:
@@ -235,7 +236,7 @@ class ClusterState:
         annotations: Mapping[str, str] = meta(node).get("annotations") or {}
         key = kind.annotations.node_register
         name = meta(node).get("name", "?")
-        if handshake_dropped(annotations, kind):
+        if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
         if key and key in annotations:
             try:
@@ -263,10 +264,16 @@ class ClusterState:
                     labels=m.get("labels") or {},
                 )
         cpu, memory = _allocatable(node)
+        offered = {kind.common_word: device_allocatable(node, kind) for kind in self._kinds}
+        annotations = m.get("annotations") or {}
+        dropped = frozenset(
+            k.common_word for k in self._kinds if handshake_dropped(annotations, k, offered[k.common_word])
+        )
         with self.lock:
             old = self.nodes.get(name)
-            record = NodeRecord(name, m.get("annotations") or {}, m.get("labels") or {}, views)
+            record = NodeRecord(name, annotations, m.get("labels") or {}, views)
             record.cpu_allocatable, record.memory_allocatable = cpu, memory
+            record.device_allocatable, record.dropped = offered, dropped
             if old is not None:
                 self._count_free(old, -1)
                 record.pods = old.pods
@@ -537,12 +544,59 @@ class ClusterState:
                 self.set_pod(pod)
 
 
-def handshake_dropped(annotations: Mapping[str, str], kind: DeviceKind) -> bool:
-    """True when the scheduler has dropped the node's devices of `kind` because its node daemon stopped
-    answering the handshake (`Deleted_<time>`), until the daemon answers again (`Reported_<time>`)."""
+HANDSHAKE_TIMEOUT = timedelta(seconds=60)
+"""How long a `Requesting_<time>` question stays fresh: HAMi's fixed 60 s (`pkg/device/devices.go`)."""
+
+
+def handshake_verdict(
+    value: str | None, allocatable: int, now: datetime, timeout: timedelta = HANDSHAKE_TIMEOUT
+) -> str:
+    """HAMi v2.10's handshake rule (`device.CheckHealth`) for one node and device kind: ``"wait"`` when the
+    value holds a question (``Requesting``) that is fresh, unreadable, or whose node still offers the kind's
+    count resource (`allocatable` > 0): the devices stay and nothing is written; ``"drop"`` when the question
+    has expired and the node offers none: the devices go (the scheduler writes `Deleted_<time>`); ``"ask"``
+    for anything else (an answer, `Deleted_`, nothing): a new question is written and the devices count.
+    Times are local wall-clock seconds, as HAMi writes them."""
+    if value is None or "Requesting" not in value:
+        return "ask"
+    _, found, when = value.partition("_")
+    if not found:
+        return "wait"
+    try:
+        asked = datetime.strptime(when, HANDSHAKE_TIME_FORMAT)
+    except ValueError:
+        return "wait"
+    if now < asked + timeout or allocatable > 0:
+        return "wait"
+    return "drop"
+
+
+def handshake_dropped(
+    annotations: Mapping[str, str], kind: DeviceKind, allocatable: int = 0, now: datetime | None = None
+) -> bool:
+    """True when the node's devices of `kind` are not counted: the scheduler dropped them (`Deleted_<time>`,
+    until it asks again), or HAMi's rule drops them now (`handshake_verdict`: an expired question, and the
+    node's allocatable for the kind's count resource is 0)."""
     key = kind.annotations.node_handshake
     value = annotations.get(key) if key else None
-    return bool(value) and str(value).startswith("Deleted_")
+    if not value:
+        return False
+    if str(value).startswith("Deleted_"):
+        return True
+    return handshake_verdict(str(value), allocatable, now or datetime.now()) == "drop"
+
+
+def device_allocatable(node: KubeObject, kind: DeviceKind) -> int:
+    """The node's status.allocatable of the kind's count resource (HAMi's second condition), 0 when absent or
+    unreadable."""
+    offered = (node.get("status") or {}).get("allocatable") or {}
+    raw = offered.get(kind.resources.count)
+    if raw is None:
+        return 0
+    try:
+        return int(parse_quantity(str(raw)))
+    except (ValueError, ArithmeticError):
+        return 0
 
 
 def _allocatable(node: KubeObject) -> tuple[int | None, int | None]:

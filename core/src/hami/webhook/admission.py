@@ -14,12 +14,17 @@ host, a quota view and the namespaces' labels:
    (mirrored into requests where the container sets them, as Kubernetes wants equal values), env, pod
    annotations, `runtimeClassName` (only on a pod that names none: a runtime class the user chose is kept), or
    a denial;
-6. a privileged container that asks for a shared device is denied (it sees every device of its node, so its
-   share cannot be enforced);
+6. a pod with a privileged container (init or app) that asks for a shared device is denied as a whole, as
+   HAMi denies it (a privileged container sees every device of its node, so no share on that node can be
+   enforced against it);
 7. `spec.schedulerName` is set to this scheduler;
 8. a pod that already has `spec.nodeName` is denied (it would bypass the scheduler, and its devices would be
    neither placed nor counted);
 9. the namespace's device quotas are checked (`hami.webhook.quota`).
+
+Values HAMi accepts and normalises (cores above 100, a memory percentage beside an absolute memory or of 0:
+`hami.requests`) are accepted and read the same way, and the response's `warnings` (printed by kubectl) say
+what was read differently from what was written.
 
 Every answer says what was done and why in `response.status.message`; the patch holds only the operations
 that change something, so applying it twice gives the same pod. What cannot be answered as an
@@ -42,6 +47,7 @@ from typing import Any, Protocol
 from hami.errors import RequestError
 from hami.model import ContainerRequest, Pod
 from hami.plugins import VendorHost
+from hami.requests import share_normalisations
 from hami.webhook.quota import QuotaVerdict
 
 __all__ = [
@@ -100,6 +106,8 @@ class Decision:
     code: int = 200
     """For denials: 400 (the pod cannot be read), 403 (refused by policy), 500 (a vendor plugin failed)."""
     patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """For allowed pods: what was read differently from what the pod says (AdmissionResponse.warnings)."""
 
 
 class _Denied(Exception):
@@ -146,6 +154,8 @@ def admit_review(
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if decision.allowed:
         response["status"] = {"message": decision.message}
+        if decision.warnings:
+            response["warnings"] = list(decision.warnings)
         if decision.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(decision.patch, separators=(",", ":")).encode()).decode()
@@ -251,14 +261,21 @@ def _admit(
     if any(op["path"].startswith("/spec/") for op in patch.ops):
         pod = _view(patch.doc, namespace)
         requests = _read_requests(host, pod, " after the vendors' defaults")
-    for index, container in enumerate(pod.all_containers):
-        asked = [kind for kind, per in sorted(requests.items()) if per[index] is not None]
-        if container.privileged and asked:
-            raise _Denied(
-                f"container {container.name} is privileged and asks for {', '.join(asked)} devices: a privileged "
-                "container sees every device of its node, so its share cannot be enforced; remove "
-                "securityContext.privileged or the device request"
-            )
+    privileged = next((c for c in pod.all_containers if c.privileged), None)
+    if privileged is not None:
+        asked = ", ".join(sorted(requests))
+        raise _Denied(
+            f"container {privileged.name} is privileged and the pod asks for {asked} devices: a privileged "
+            "container sees every device of its node, so no share there can be enforced against it; remove "
+            "securityContext.privileged or the device requests"
+        )
+    warnings = [
+        f"container {container.name}: {note}"
+        for index, container in enumerate(pod.all_containers)
+        for kind, per in sorted(requests.items())
+        if per[index] is not None
+        for note in share_normalisations(host.kind(kind), container)
+    ]
     spec = patch.doc["spec"]
     before = spec.get("schedulerName")
     if patch.set(["spec", "schedulerName"], settings.scheduler_name):
@@ -278,7 +295,7 @@ def _admit(
     done = f"set {', '.join(changes)}" if changes else "nothing to change"
     message = f"hami: {who} asks for {summary}; {'; '.join([done, *notes])}"
     log.debug("admitted %s: %s", who, message)
-    return Decision(True, message, patch=patch.ops)
+    return Decision(True, message, patch=patch.ops, warnings=warnings)
 
 
 def _view(pod_obj: Mapping[str, Any], namespace: str) -> Pod:

@@ -18,8 +18,10 @@ selectors, the device cordon and refusal reasons):
   share of each container's devices on its most used network, in the direction of the node policy (added for
   binpack, subtracted for spread, so cohesive placements win under both);
 * **the runtime annotation** ``huawei.com/<CW>`` the fit carries for the node side (HAMi's ``RuntimeInfo`` list):
-  per device ``{"UUID", "temp"}`` in template mode (the template name, none for a whole card), ``{"UUID", "memory",
-  "core"}`` in soft-split mode, JSON as Go writes it; and HAMi's ``predicate-time`` (unix seconds of the decision).
+  per device ``{"UUID", "temp", "memory", "core"}`` in template mode (the smallest template holding the memory,
+  none for a whole card; the memory granted and the cores, as HAMi writes them since v2.9), ``{"UUID", "memory",
+  "core"}`` in soft-split mode, zero values left out, JSON as Go writes it; and HAMi's ``predicate-time`` (unix
+  seconds of the decision).
 
 Nothing here modifies the node views it is given.
 """
@@ -70,16 +72,16 @@ def runtime_info(placement: Sequence[ContainerPlacement], chip: AscendChip, mode
     entries: list[dict[str, object]] = []
     for devices in placement:
         for device in devices:
+            # HAMi v2.10's RuntimeInfo (`pkg/device/ascend`): UUID, temp, memory, core, each omitted when empty
             entry: dict[str, object] = {"UUID": device.uuid}
-            if mode == SOFT_SPLIT:
-                if device.usedmem:
-                    entry["memory"] = device.usedmem
-                if device.usedcores:
-                    entry["core"] = device.usedcores
-            else:
-                template = chip.template_for(device.usedmem) if device.usedmem < chip.memory_allocatable else None
-                if template is not None and template.memory == device.usedmem:
+            if mode != SOFT_SPLIT:
+                template = chip.template_for(device.usedmem)
+                if template is not None:
                     entry["temp"] = template.name
+            if device.usedmem:
+                entry["memory"] = device.usedmem
+            if device.usedcores:
+                entry["core"] = device.usedcores
             entries.append(entry)
     return json.dumps(entries, separators=(",", ":"))
 
@@ -285,7 +287,7 @@ class AscendFitter:
         return None
 
     def _score(self, node: NodeView, placement: Sequence[ContainerPlacement]) -> float:
-        score = node_score(node, placement)
+        score = node_score(node, placement, len(self.pod.init_containers))
         if not self.topology:
             return score
         bonus = network_bonus(node, placement)

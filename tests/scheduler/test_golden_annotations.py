@@ -1,0 +1,131 @@
+"""Golden files: the annotations this project writes for a decision, byte for byte what HAMi v2.10 writes for
+the same decision (`golden/*.json`; times, which differ per run, are checked for their form and masked).
+
+Each case is a pod through the real extender (filter, then bind) on the in-memory cluster; the golden file
+holds, per case, the pod's annotations and the node's lock after bind. HAMi's forms, from its source at
+v2.10.0: `…-devices-to-allocate` and `…-devices-allocated` are `EncodePodSingleDevice` (one `;`-terminated
+entry per container, init containers first, an empty entry for a container without devices, each device
+`uuid,type,mem,cores:`); `hami.io/vgpu-node` and `hami.io/vgpu-time` (unix seconds) at filter;
+`hami.io/bind-phase: allocating` and `hami.io/bind-time` at bind; the node lock `<RFC3339>,<ns>,<name>`
+(`nodelock.GenerateNodeLockKeyByPod`); Ascend's `huawei.com/<chip>` runtime list (`RuntimeInfo`: UUID, temp,
+memory, core, zero values left out) and `predicate-time`.
+
+Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_harness import Harness, gpu_node
+
+from hami.cluster import meta
+from hami.codec import decode_node_lock, decode_pod_devices, encode_node_register, encode_pod_devices
+from hami.model import Device
+
+GOLDEN = Path(__file__).parent / "golden"
+UNIX_KEYS = ("hami.io/vgpu-time", "hami.io/bind-time", "predicate-time")
+LOCK = "hami.io/mutex.lock"
+
+
+def container(name: str, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"name": name, "resources": {"limits": limits}} if limits else {"name": name}
+
+
+def pod(
+    name: str, apps: list[dict[str, Any]], init: list[dict[str, Any]] | None = None, **annotations: str
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": "hami-scheduler", "containers": apps}
+    if init:
+        spec["initContainers"] = init
+    return {
+        "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations)},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def ascend_node(name: str, count: int = 2) -> dict[str, Any]:
+    devices = [
+        Device(id=f"{name}-npu-{i}", index=i, count=4, devmem=65536, devcore=20, type="Ascend910B3", numa=0)
+        for i in range(count)
+    ]
+    return {
+        "metadata": {"name": name, "annotations": {"hami.io/node-register-Ascend910B3": encode_node_register(devices)}},
+        "status": {"capacity": {"huawei.com/Ascend910B3": str(count)}},
+    }
+
+
+GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
+CASES: dict[str, tuple[dict[str, Any], Any]] = {
+    "nvidia-one-container": (pod("p", [container("cuda", GPU)]), gpu_node("node-a", gpus=2)),
+    "nvidia-init-and-sidecar-without-devices": (
+        pod("p", [container("cuda", GPU), container("sidecar")], init=[container("setup")]),
+        gpu_node("node-a", gpus=2),
+    ),
+    "nvidia-two-gpus-in-one-container": (
+        pod("p", [container("cuda", {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000"})]),
+        gpu_node("node-a", gpus=2),
+    ),
+    "ascend-template-and-whole-card": (
+        pod(
+            "p",
+            [
+                container("share", {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "8000"}),
+                container("whole", {"huawei.com/Ascend910B3": "1"}),
+            ],
+        ),
+        ascend_node("npu-a"),
+    ),
+}
+
+
+def masked(annotations: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for key, value in sorted(annotations.items()):
+        if key in UNIX_KEYS:
+            assert re.fullmatch(r"[0-9]+", value), (key, value)
+            assert abs(int(value) - time.time()) < 300, (key, value)
+            value = "<unix seconds>"
+        out[key] = value
+    return out
+
+
+def decided(harness: Harness, name: str) -> dict[str, Any]:
+    """Filter and bind the case's pod; its annotations and the node's lock, times masked."""
+    (node,) = harness.filter("p")["NodeNames"]
+    lock_before_bind = meta(harness.cluster.get("nodes", node)).get("annotations", {}).get(LOCK)
+    assert lock_before_bind is None
+    assert harness.bind("p", node) == {"Error": ""}
+    annotations = dict(meta(harness.cluster.get("pods", "p", "default")).get("annotations") or {})
+    lock = str(meta(harness.cluster.get("nodes", node))["annotations"][LOCK])
+    when, _, owner = lock.partition(",")
+    parsed = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    assert parsed.tzinfo is not None
+    assert abs(parsed.timestamp() - time.time()) < 300
+    decode_node_lock(lock)
+    return {"node": node, "pod annotations": masked(annotations), "node lock": f"<RFC3339>,{owner}"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_annotations_match_the_golden_file(harness: Harness, case: str) -> None:
+    the_pod, the_node = CASES[case]
+    harness.add_node(the_node)
+    harness.add_pod(the_pod)
+    harness.start()
+    got = decided(harness, case)
+    path = GOLDEN / f"{case}.json"
+    if os.environ.get("HAMI_UPDATE_GOLDEN") == "1":
+        path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    assert got == json.loads(path.read_text()), f"{path.name} differs; HAMI_UPDATE_GOLDEN=1 rewrites it"
+    # what the node side reads back is exactly what was written
+    for key, value in got["pod annotations"].items():
+        if key.endswith("-devices-allocated") or key.endswith("-devices-to-allocate"):
+            assert encode_pod_devices(decode_pod_devices(value)) == value

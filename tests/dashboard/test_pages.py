@@ -1,0 +1,227 @@
+"""The dashboard's pages as the server renders them, for a known cluster: the figures of each page, the pages
+for names the cluster lacks, an API server that stops answering, and no request at all answered with a 5xx."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from typing import Any
+
+import pytest
+from dashboard_world import build, place_new_pod
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami.cluster import MemoryCluster
+from hami.cluster.port import ClusterError
+from hami.dashboard.app import DashboardApp
+from hami.dashboard.source import DashboardSource, History
+from hami.dashboard.views import cluster_view, take_snapshot
+from hami.plugins import VendorHost
+
+HOST = VendorHost.load()
+
+
+def text(html: bytes) -> str:
+    """The page's text, tags removed and whitespace folded, for asserting what a reader sees."""
+    folded = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html.decode()))).strip()
+    return re.sub(r" ([.,;])", r"\1", folded)
+
+
+def section(html: bytes, ident: str) -> str:
+    """The text of the element with id `ident` (up to its closing tag of the same name)."""
+    m = re.search(rf'<(\w+)[^>]*\bid="{ident}"[^>]*>(.*?)</\1>', html.decode(), re.S)
+    assert m is not None, f"no element #{ident}"
+    return text(m.group(2).encode())
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return build()
+
+
+@pytest.fixture
+def app(cluster: MemoryCluster) -> DashboardApp:
+    return DashboardApp(DashboardSource(cluster, HOST, max_age=0))
+
+
+def get(app: DashboardApp, path: str) -> tuple[int, bytes]:
+    status, content_type, body = app.handle("GET", path)
+    assert content_type.startswith(("text/", "application/json"))
+    return status, body
+
+
+def test_cluster_page_sums_devices_per_model_with_fragmentation(app: DashboardApp) -> None:
+    status, body = get(app, "/")
+    assert status == 200
+    found = re.finditer(r'<tr data-model="([^"]+)">(.*?)</tr>', body.decode(), re.S)
+    rows = {m.group(1): text(m.group(2).encode()) for m in found}
+    # A100: 4 devices, 10000 + 6000 + 40960 of 4 × 40960 MiB, cores 50 of 400; idle 2, full 1 (big); largest
+    # free 40960; free on partly used devices: a100-0's 24960 of 106880 free in all = 23 %.
+    assert rows["NVIDIA-A100"] == ("NVIDIA NVIDIA-A100 4 56960 / 163840 MiB 34% 50 / 400 % 12% 2 / 1 40960 MiB 23%")
+    # T4: binding's 3000 MiB of 2 × 15360 (t4-0 partly used: 12360 of 27720 free = 44 %).
+    assert rows["NVIDIA-Tesla-T4"] == "NVIDIA NVIDIA-Tesla-T4 2 3000 / 30720 MiB 9% 0 / 200 % 0% 1 / 0 15360 MiB 44%"
+    assert section(body, "total-devices") == "6"
+    assert section(body, "total-pods") == "4"
+    assert "too-big 0/2 nodes are available: 2 no device with 100000 MiB free." in section(body, "pending")
+    assert "held by binding for 4" in text(body)  # 42 s, or 43 on a slow machine
+
+
+def test_node_page_shows_each_device_with_its_shares_numa_and_lock(app: DashboardApp) -> None:
+    status, body = get(app, "/nodes/gpu-node")
+    assert status == 200
+    page = text(body)
+    assert "Held by binding for" in section(body, "lock")
+    assert "GPU-gpu-node-0 NVIDIA-A100 hami-core" in page
+    assert "index 0 · NUMA 0 · shared by 3/10 · cores 50/100%" in page
+    assert "train 10000 MiB, 30% cores team-a/infer 6000 MiB, 20% cores" in page
+    assert "topology.hami.io/nvlink-island 0" in page
+    assert "kubernetes.io/hostname" not in page
+    # the bar: train then infer, widths in percent of the card's memory
+    assert 'style="left: 0.00%; width: 24.41%" title="default/train: 10000 MiB"' in body.decode()
+    assert 'style="left: 24.41%; width: 14.65%" title="team-a/infer: 6000 MiB"' in body.decode()
+
+
+def test_device_page_lists_the_pods_sharing_it_with_their_grants_and_links(app: DashboardApp) -> None:
+    status, body = get(app, "/devices/GPU-gpu-node-0")
+    assert status == 200
+    assert section(body, "sharers") == (
+        "Pod Containers Memory granted Cores granted train 1 10000 MiB 30% team-a/infer 2 6000 MiB 20%"
+    )
+    assert section(body, "shared") == "3 / 10"
+    assert "GPU-gpu-node-1 200" in text(body)
+
+
+def test_pod_pages_show_placement_bind_phase_events_and_why_unschedulable(app: DashboardApp) -> None:
+    status, body = get(app, "/pods/team-a/infer")
+    assert status == 200
+    assert section(body, "placements") == ("Device Node Containers Memory Cores GPU-gpu-node-0 gpu-node 2 6000 MiB 20%")
+    assert section(body, "bind-phase") == "success"
+    status, body = get(app, "/pods/default/binding")
+    assert section(body, "bind-phase").startswith("allocating (3")  # bound 30 s ago
+    status, body = get(app, "/pods/default/too-big")
+    assert status == 200
+    assert section(body, "unschedulable") == (
+        "Unschedulable. 0/2 nodes are available: 2 no device with 100000 MiB free."
+    )
+    assert "Warning FailedScheduling" in section(body, "events")
+    assert section(body, "node") == "none yet"
+
+
+@pytest.mark.parametrize(
+    ("path", "says", "offers"),
+    [
+        ("/nodes/no-such-node", "The cluster has no node no-such-node.", "gpu-node t4-node"),
+        ("/devices/GPU-nope", "The cluster has no device GPU-nope.", "GPU-gpu-node-0"),
+        ("/pods/default/ghost", "The cluster has no pod default/ghost.", "default/train"),
+        ("/pods/%3Cscript%3E/x", "The cluster has no pod <script>/x.", "team-a/infer"),
+    ],
+)
+def test_unknown_names_get_a_page_that_says_what_exists(app: DashboardApp, path: str, says: str, offers: str) -> None:
+    status, body = get(app, path)
+    assert status == 404
+    assert section(body, "missing") == says
+    assert offers in text(body)
+    assert b"<script>/x" not in body  # escaped, not markup
+
+
+def test_a_path_that_is_no_page_says_which_pages_there_are(app: DashboardApp) -> None:
+    status, body = get(app, "/nodes")
+    assert status == 404
+    assert "the pages are /, /nodes/NAME, /devices/UUID and /pods/NAMESPACE/NAME" in text(body)
+    assert app.handle("POST", "/")[0] == 405
+
+
+class Failing:
+    """A cluster whose API server answered once, then stops answering."""
+
+    def __init__(self, inner: MemoryCluster) -> None:
+        self.inner, self.down = inner, False
+
+    def list(self, resource: Any, namespace: str | None = None) -> Any:
+        if self.down:
+            raise ClusterError("GET /api/v1/nodes: connection refused (127.0.0.1:6443)")
+        return self.inner.list(resource, namespace)
+
+
+def test_an_api_server_that_stops_answering_gets_the_last_figures_marked_stale(cluster: MemoryCluster) -> None:
+    failing = Failing(cluster)
+    app = DashboardApp(DashboardSource(failing, HOST, max_age=0))  # type: ignore[arg-type]
+    assert get(app, "/")[0] == 200
+    failing.down = True
+    status, body = get(app, "/nodes/gpu-node")
+    assert status == 200
+    assert section(body, "stale").startswith(
+        "Figures may be out of date. the Kubernetes API server did not answer: GET /api/v1/nodes: connection refused"
+    )
+    assert "GPU-gpu-node-0" in text(body)  # the figures last read
+    live = json.loads(app.handle("GET", "/live")[2])
+    assert live["stale"].startswith("the Kubernetes API server did not answer")
+
+
+def test_an_api_server_that_never_answered_gets_a_page_saying_so(cluster: MemoryCluster) -> None:
+    failing = Failing(cluster)
+    failing.down = True
+    app = DashboardApp(DashboardSource(failing, HOST, max_age=0))  # type: ignore[arg-type]
+    for path in ("/", "/nodes/gpu-node", "/pods/a/b"):
+        status, body = get(app, path)
+        assert status == 200
+        assert section(body, "error") == (
+            "the Kubernetes API server did not answer: GET /api/v1/nodes: connection refused (127.0.0.1:6443)."
+        )
+        assert "Traceback" not in text(body)
+
+
+def test_live_version_changes_when_a_pod_is_placed(cluster: MemoryCluster, app: DashboardApp) -> None:
+    before = json.loads(app.handle("GET", "/live")[2])["version"]
+    assert json.loads(app.handle("GET", "/live")[2])["version"] == before
+    place_new_pod(cluster)
+    assert json.loads(app.handle("GET", "/live")[2])["version"] != before
+    assert "late 5000 MiB" in text(get(app, "/nodes/t4-node")[1])
+
+
+def test_history_keeps_samples_an_interval_apart_and_drops_the_oldest(cluster: MemoryCluster) -> None:
+    history = History(interval=10, capacity=3)
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    for shift in (0, 5, 10, 20, 30):
+        moved = type(snapshot)(
+            snapshot.taken.replace(second=0) + __import__("datetime").timedelta(seconds=shift),
+            snapshot.nodes, snapshot.pods, snapshot.events, snapshot.status,
+        )  # fmt: skip
+        history.add(moved)
+    samples = history.samples()
+    assert [s.at - samples[0].at for s in samples] == [0, 10, 20]  # 5 s was too soon; the first fell off
+    assert (samples[0].memory_used, samples[0].memory_total, samples[0].pods, samples[0].pending) == (
+        59960, 194560, 4, 1,
+    )  # fmt: skip
+
+
+def test_static_files_are_served_from_the_package_and_nothing_else(app: DashboardApp) -> None:
+    status, content_type, css = app.handle("GET", "/static/dashboard.css")
+    assert b".meter" in css
+    assert (status, content_type) == (200, "text/css; charset=utf-8")
+    assert app.handle("GET", "/static/live.js")[0] == 200
+    for path in ("/static/../app.py", "/static/templates/base.html", "/static/.x.css", "/static/nope.css"):
+        assert app.handle("GET", path)[0] == 404
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60))
+def test_no_path_gets_a_5xx_or_a_traceback(path: str) -> None:
+    app = DashboardApp(DashboardSource(CLUSTER, HOST, max_age=60))
+    for candidate in ("/" + path, "/nodes/" + path, "/pods/" + path, "/devices/" + path, "/pods/x/" + path):
+        status, _, body = app.handle("GET", candidate)
+        assert status < 500
+        assert b"Traceback" not in body
+
+
+CLUSTER = build()
+
+
+def test_view_model_matches_hami_status_totals(cluster: MemoryCluster) -> None:
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    view = cluster_view(snapshot)
+    devices = [d for n in snapshot.status.nodes for d in n.devices]
+    assert view.memory_used == sum(d.memory_used for d in devices) == 59960
+    assert view.devices == len(devices) == 6

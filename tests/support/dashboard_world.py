@@ -10,6 +10,7 @@ from typing import Any
 from scheduler_harness import gpu_node, gpu_pod
 
 from hami.cluster import MemoryCluster
+from hami.cluster.serve import ApiRequest, ClusterApiServer, Override
 from hami.codec import NodeLock, encode_link_scores, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 
@@ -81,3 +82,16 @@ def build(cluster: MemoryCluster | None = None) -> MemoryCluster:
 def place_new_pod(cluster: MemoryCluster) -> None:
     """A pod placed after the page was opened: `late` on t4-1 with 5000 MiB."""
     cluster.create("pods", placed("late", "t4-node", [[("GPU-t4-node-1", 5000, 0)]]))
+
+
+class FlakyApiServer(ClusterApiServer):
+    """The in-memory API server, which drops every connection once `down` is set (an API server gone away)."""
+
+    down = False
+
+    def __enter__(self) -> FlakyApiServer:
+        self.start()
+        return self
+
+    def intercept(self, request: ApiRequest) -> Override | None:
+        return Override(0) if self.down else None

@@ -9,6 +9,7 @@ vendor's `hami_vendor_settings` hook when the plugins load.
     scheduler:
       listen: 0.0.0.0:8888            # the extender's HTTP(S) address
       metricsListen: 0.0.0.0:9395
+      dashboardListen: 0.0.0.0:8090   # the web dashboard (hami.dashboard); absent: not served
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
@@ -69,6 +70,7 @@ class LeaderElectionConfig(_Section):
 class SchedulerConfig(_Section):
     listen: str = "0.0.0.0:8888"
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
+    dashboard_listen: str | None = Field(default=None, alias="dashboardListen")
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
     node_policy: str = Field(
@@ -81,10 +83,11 @@ class SchedulerConfig(_Section):
     handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
 
-    @field_validator("listen", "metrics_listen")
+    @field_validator("listen", "metrics_listen", "dashboard_listen")
     @classmethod
-    def _address(cls, value: str) -> str:
-        parse_address(value)
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_address(value)
         return value
 
     @field_validator("device_policy", mode="before")

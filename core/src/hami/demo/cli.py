@@ -262,6 +262,7 @@ def _print_urls(world: DemoWorld, say: _Printer) -> None:
     say(f"  scheduler    {world.scheduler_metrics_url}")
     for name, side in world.nodes.items():
         say(f"  {name:<12} {side.metrics_url}")
+    say(f"Dashboard: {world.dashboard_url} (served by the scheduler; `hami dashboard --kubeconfig` serves it too)")
 
 
 def _notes(world: DemoWorld, outcomes: list[PodOutcome]) -> list[str]:

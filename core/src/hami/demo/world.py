@@ -144,6 +144,7 @@ class DemoWorld:
         self.tls_dir = self.workdir / "tls"
         self.scheduler_port = 0
         self.scheduler_metrics_port = 0
+        self.dashboard_port = 0
         self.webhook_port = 0
         self.host: VendorHost | None = None
         self.base_config: dict[str, Any] = self._config("")
@@ -185,6 +186,10 @@ class DemoWorld:
     @property
     def scheduler_metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.scheduler_metrics_port}/metrics"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}/"
 
     @property
     def ca_file(self) -> Path:
@@ -246,6 +251,7 @@ class DemoWorld:
         bundle = generate("hami-webhook", "kube-system", extra_names=["127.0.0.1", "localhost"], days=7)
         write_bundle(bundle, self.tls_dir)
         self.scheduler_port, self.scheduler_metrics_port, self.webhook_port = free_port(), free_port(), free_port()
+        self.dashboard_port = free_port()
         raw = _deep_merge(
             self.base_config,
             {
@@ -253,6 +259,7 @@ class DemoWorld:
                 "scheduler": {
                     "listen": f"127.0.0.1:{self.scheduler_port}",
                     "metricsListen": f"127.0.0.1:{self.scheduler_metrics_port}",
+                    "dashboardListen": f"127.0.0.1:{self.dashboard_port}",
                 },
                 "webhook": {
                     "enabled": True,

@@ -225,3 +225,92 @@ def test_view_model_matches_hami_status_totals(cluster: MemoryCluster) -> None:
     devices = [d for n in snapshot.status.nodes for d in n.devices]
     assert view.memory_used == sum(d.memory_used for d in devices) == 59960
     assert view.devices == len(devices) == 6
+
+
+def metrics_text() -> str:
+    """What a node daemon's /metrics answers (the families of `hami.node.monitor`), for two of gpu-node's cards."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    mib = 1024 * 1024
+    device = ["node", "device_index", "device_uuid", "device_type"]
+    container = ["namespace", "pod", "container", "vdevice_index", "device_uuid"]
+    families: dict[str, tuple[list[str], list[tuple[list[str], float]]]] = {
+        "hami_host_gpu_memory_used_bytes": (device, [(["gpu-node", "0", "GPU-gpu-node-0", "A100"], 9000 * mib)]),
+        "hami_host_gpu_utilization_ratio": (device, [(["gpu-node", "0", "GPU-gpu-node-0", "A100"], 0.5)]),
+        "hami_vgpu_memory_used_bytes": (
+            container,
+            [
+                (["default", "train", "c0", "0", "GPU-gpu-node-0"], 7000 * mib),
+                (["team-a", "infer", "c0", "0", "GPU-gpu-node-0"], 1000 * mib),
+                (["team-a", "infer", "c1", "0", "GPU-gpu-node-0"], 1000 * mib),
+                (["default", "big", "c0", "0", "GPU-gpu-node-1"], 1000 * mib),
+            ],
+        ),
+        "hami_container_device_utilization_ratio": (
+            container,
+            [(["default", "train", "c0", "0", "GPU-gpu-node-0"], 0.25)],
+        ),
+    }
+
+    class Collector:
+        def collect(self) -> Any:
+            for name, (labels, samples) in families.items():
+                family = GaugeMetricFamily(name, name, labels=labels)
+                for values, value in samples:
+                    family.add_metric(values, value)
+                yield family
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector())
+    return generate_latest(registry).decode()
+
+
+METRICS = metrics_text()
+
+
+@pytest.fixture
+def node_daemon() -> Any:
+    """A node daemon's metrics endpoint at /<node>/metrics, serving the families of `hami.node.monitor`."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = METRICS.encode() if self.path == "/gpu-node/metrics" else b"not found"
+            self.send_response(200 if self.path == "/gpu-node/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{{node}}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+def test_device_page_adds_real_usage_from_the_node_daemons_metrics(cluster: MemoryCluster, node_daemon: str) -> None:
+    app = DashboardApp(DashboardSource(cluster, HOST, max_age=0), node_metrics=node_daemon)
+    status, body = get(app, "/devices/GPU-gpu-node-0")
+    assert status == 200
+    assert section(body, "sharers") == (
+        "Pod Containers Memory granted Cores granted Memory in use Device share used "
+        "train 1 10000 MiB 30% 7000 MiB 25% team-a/infer 2 6000 MiB 20% 2000 MiB 0%"
+    )
+    assert "the device has 9000 MiB in use, busy 50% of the time" in section(body, "usage")
+
+
+def test_a_node_daemon_that_does_not_answer_is_said_and_the_grants_still_shown(cluster: MemoryCluster) -> None:
+    app = DashboardApp(DashboardSource(cluster, HOST, max_age=0), node_metrics="http://{address}:9394/metrics")
+    status, body = get(app, "/devices/GPU-t4-node-0")
+    assert status == 200
+    assert section(body, "usage").startswith("Real usage: the node publishes no InternalIP address")
+    assert "binding 1 3000 MiB" in section(body, "sharers")
+    app.node_metrics = "http://127.0.0.1:9/{node}/metrics"  # nothing listens on the discard port
+    status, body = get(app, "/devices/GPU-t4-node-0")
+    assert status == 200
+    assert section(body, "usage").startswith("Real usage: the node daemon's metrics did not answer")

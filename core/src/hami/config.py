@@ -10,6 +10,7 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       listen: 0.0.0.0:8888            # the extender's HTTP(S) address
       metricsListen: 0.0.0.0:9395
       dashboardListen: 0.0.0.0:8090   # the web dashboard (hami.dashboard); absent: not served
+      dashboardNodeMetrics: http://{address}:9394/metrics   # real usage on its device pages; absent: not read
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
@@ -71,6 +72,7 @@ class SchedulerConfig(_Section):
     listen: str = "0.0.0.0:8888"
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
     dashboard_listen: str | None = Field(default=None, alias="dashboardListen")
+    dashboard_node_metrics: str | None = Field(default=None, alias="dashboardNodeMetrics")
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
     node_policy: str = Field(

@@ -3,6 +3,7 @@
 Owns the URL space (`/`, `/nodes/<name>`, `/devices/<uuid>`, `/pods/<namespace>/<name>`, `/live` for the
 pages' polling, `/static/…`, `/healthz`) and rendering each page with Jinja2 (autoescaped templates in
 `templates/`, CSS and the polling script in `static/`, all served from the package: nothing from a CDN).
+With a node metrics URL template, the device page adds what the node daemon measures (`hami.dashboard.usage`).
 `DashboardApp.handle(method, path)` is the whole of it as a function returning (status, content type, body);
 `DashboardApp` is also a WSGI application, and `DashboardServer` serves it on the standard library's threaded
 HTTP server like the scheduler's metrics, until the project's listeners move to one production server.
@@ -66,8 +67,16 @@ def _percent(used: int, total: int) -> int:
 class DashboardApp:
     """The dashboard over a `DashboardSource`; `title` names the cluster in every page's header."""
 
-    def __init__(self, source: DashboardSource, *, title: str = "HAMi", poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        source: DashboardSource,
+        *,
+        title: str = "HAMi",
+        poll_seconds: float = POLL_SECONDS,
+        node_metrics: str | None = None,
+    ) -> None:
         self.source = source
+        self.node_metrics = node_metrics
         self.title = title
         self.poll_seconds = poll_seconds
         self.env = Environment(
@@ -184,7 +193,14 @@ class DashboardApp:
 
     def _device(self, reading: Reading, uuid: str) -> Response:
         assert reading.snapshot is not None
-        return self._page(200, "device.html", reading=reading, view=device_view(reading.snapshot, uuid))
+        view = device_view(reading.snapshot, uuid)
+        usage = None
+        if self.node_metrics:
+            from hami.dashboard.usage import device_usage
+
+            node = next(n for n in reading.snapshot.nodes if (n.get("metadata") or {}).get("name") == view.node)
+            usage = device_usage(self.node_metrics, node, uuid)
+        return self._page(200, "device.html", reading=reading, view=view, usage=usage)
 
     def _pod(self, reading: Reading, namespace: str, name: str) -> Response:
         assert reading.snapshot is not None

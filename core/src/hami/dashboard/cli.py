@@ -49,19 +49,31 @@ def add_dashboard_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
     parser.add_argument(
         "--history-interval", metavar="SECONDS", type=float, default=30.0, help="seconds between history samples"
     )
+    parser.add_argument(
+        "--node-metrics",
+        metavar="URL",
+        help="the node daemons' metrics, for real usage on device pages: {node} and {address} (InternalIP) "
+        "are replaced, e.g. http://{address}:9394/metrics (default: not read)",
+    )
     parser.set_defaults(func=run_dashboard)
     return parser
 
 
 def start_dashboard(
-    cluster: Cluster, host: object, address: tuple[str, int], *, history_interval: float = 30.0, title: str = "HAMi"
+    cluster: Cluster,
+    host: object,
+    address: tuple[str, int],
+    *,
+    history_interval: float = 30.0,
+    title: str = "HAMi",
+    node_metrics: str | None = None,
 ) -> tuple[DashboardServer, DashboardSource]:
     """Serve the dashboard of `cluster` on `address` and sample its history; stop both when done."""
     from hami.dashboard.app import DashboardApp, DashboardServer
     from hami.dashboard.source import DashboardSource, History
 
     source = DashboardSource(cluster, host, history=History(interval=history_interval)).start()
-    server = DashboardServer(DashboardApp(source, title=title), address).start()
+    server = DashboardServer(DashboardApp(source, title=title, node_metrics=node_metrics), address).start()
     return server, source
 
 
@@ -82,7 +94,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
     host = VendorHost.load(config=config.vendors)
     cluster = connect_cluster(config.kubeconfig, args.context, component="hami-dashboard")
     try:
-        server, source = start_dashboard(cluster, host, address, history_interval=args.history_interval)
+        server, source = start_dashboard(
+            cluster, host, address, history_interval=args.history_interval, node_metrics=args.node_metrics
+        )
     except OSError as exc:
         raise ConfigError(f"hami dashboard: cannot listen on {args.listen}: {exc.strerror}") from None
     print(f"dashboard on http://{address[0]}:{server.port}/ (Ctrl-C stops it)", flush=True)

@@ -10,6 +10,7 @@ runs and on each fresh read. It never writes to the cluster.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -80,8 +81,24 @@ class Reading:
 
 
 def _describe(exc: BaseException) -> str:
+    """The error's first line without the transport's long parenthesised internals (a connection pool's repr)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]
+    kept, depth, start = [], 0, 0
+    for n, char in enumerate(text):
+        if char == "(":
+            if depth == 0:
+                kept.append(text[start:n])
+                start = n
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                inner = text[start : n + 1]
+                kept.append(inner if len(inner) <= 80 else "")
+                start = n + 1
+    kept.append(text[start:])
+    short = re.sub(r"\s+([;,.])", r"\1", " ".join("".join(kept).split()))
+    return short if len(short) <= 400 else short[:399] + "…"
 
 
 class DashboardSource:

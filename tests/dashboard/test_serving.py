@@ -116,3 +116,22 @@ def test_the_app_is_a_wsgi_application() -> None:
     assert b"GPU-gpu-node-0" in body
     b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/pods/default/nope"}, start_response))
     assert seen["status"] == "404 Not Found"
+
+
+def test_an_api_server_that_hangs_does_not_hang_the_page(tmp_path: Path) -> None:
+    with FlakyApiServer(build()) as api:
+        cluster = connect_cluster(str(api.write_kubeconfig(tmp_path / "kubeconfig")), None)
+        server, source = start_dashboard(cluster, VendorHost.load(), ("127.0.0.1", 0))
+        try:
+            assert fetch(f"http://127.0.0.1:{server.port}/")[0] == 200
+            source.max_age, source.answer_seconds = 0, 0.5
+            api.hang = threading.Event()
+            status, page = fetch(f"http://127.0.0.1:{server.port}/nodes/gpu-node")  # answered in 0.5 s, not 60
+            assert status == 200
+            assert "the Kubernetes API server did not answer within 0.5 s" in page
+            assert "GPU-gpu-node-0" in page
+        finally:
+            if api.hang is not None:
+                api.hang.set()
+            server.stop()
+            source.stop()

@@ -56,7 +56,10 @@ def test_the_bash_script_is_valid_bash(bash: Path) -> None:
 @pytest.mark.parametrize(
     ("words", "expected"),
     [
-        (("hami", ""), ["vendors", "scheduler", "webhook", "node", "simulate", "demo", "status", "dashboard", "completion"]),
+        (
+            ("hami", ""),
+            ["vendors", "scheduler", "webhook", "node", "simulate", "demo", "status", "dashboard", "completion"],
+        ),
         (("hami", "s"), ["scheduler", "simulate", "status"]),
         (("hami", "webhook", ""), ["certs"]),
         (("hami", "webhook", "certs", "--o"), ["--out"]),

@@ -185,6 +185,7 @@ def test_the_applied_rbac_grants_the_services_what_they_use_and_nothing_more(sta
     assert _can(scheduler, "create", "pods", "binding")
     assert _can(scheduler, "patch", "nodes")
     assert _can(scheduler, "watch", "resourcequotas")
+    assert _can(scheduler, "list", "events"), "the dashboard shows a pod's events"
     assert _can(scheduler, "update", "leases", namespace=NAMESPACE) is False, "only the chart's named leases"
     # (kube-scheduler shares the ServiceAccount: its own role lets it delete pods for preemption.)
     for verb, resource in [("get", "secrets"), ("update", "nodes"), ("create", "pods"), ("update", "pods")]:

@@ -4,6 +4,7 @@ a pod waiting for Allocate, a pod kube-scheduler could not place (with its Faile
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -88,10 +89,14 @@ class FlakyApiServer(ClusterApiServer):
     """The in-memory API server, which drops every connection once `down` is set (an API server gone away)."""
 
     down = False
+    hang: threading.Event | None = None
+    """When set, every request waits for this event (or 30 s) before it is served: an API server that hangs."""
 
     def __enter__(self) -> FlakyApiServer:
         self.start()
         return self
 
     def intercept(self, request: ApiRequest) -> Override | None:
+        if self.hang is not None:
+            self.hang.wait(30)
         return Override(0) if self.down else None

@@ -2,9 +2,10 @@
 
 Owns reading Node, Pod and Event objects through the `Cluster` port (the scheduler's own client in `hami
 scheduler`, a kubeconfig's in `hami dashboard`), keeping the last good `Snapshot` when the API server stops
-answering (with the error and when it was last read, for the page to say so), and sampling the cluster's totals
-into a bounded in-process `History` (by default every 30 s for 6 h), by a background thread while the dashboard
-runs and on each fresh read. It never writes to the cluster.
+answering, refuses or hangs (with the error and when it was last read, for the page to say so; a read is waited
+for `answer_seconds` at most, on a thread of its own, so a hung API server never hangs a page), and sampling
+the cluster's totals into a bounded in-process `History` (by default every 30 s for 6 h), by a background thread
+while the dashboard runs and on each fresh read. It never writes to the cluster.
 """
 
 from __future__ import annotations
@@ -110,18 +111,21 @@ class DashboardSource:
         host: Any,
         *,
         max_age: float = 1.0,
+        answer_seconds: float = 5.0,
         history: History | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
         self.host = host
         self.max_age = max_age
+        self.answer_seconds = answer_seconds
         self.history = history or History()
         self._clock = clock
         self._lock = threading.Lock()
         self._last: Snapshot | None = None
         self._read_at = -float("inf")
         self._error = ""
+        self._pending: threading.Thread | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -130,26 +134,42 @@ class DashboardSource:
         return items
 
     def read(self) -> Reading:
-        """The newest snapshot, re-read when older than `max_age`; on a failed read the previous one and why."""
+        """The newest snapshot, re-read when older than `max_age`. The read runs on its own thread and is waited
+        for `answer_seconds` at most: a failed or hung read gives the previous snapshot and why."""
         with self._lock:
             if self._clock() - self._read_at < self.max_age:
                 return Reading(self._last, self._error)
-            self._read_at = self._clock()
+            if self._pending is None:
+                self._read_at = self._clock()
+                self._pending = threading.Thread(target=self._refresh, name="dashboard-read", daemon=True)
+                self._pending.start()
+            pending = self._pending
+        pending.join(self.answer_seconds)
+        with self._lock:
+            if pending.is_alive():
+                return Reading(self._last, f"the Kubernetes API server did not answer within {self.answer_seconds:g} s")
+            return Reading(self._last, self._error)
+
+    def _refresh(self) -> None:
+        snapshot, error = None, ""
+        try:
+            nodes, pods = self._list("nodes"), self._list("pods")
             try:
-                nodes, pods = self._list("nodes"), self._list("pods")
-                try:
-                    events = self._list("events")
-                except Exception as exc:  # events are a nicety: a cluster that refuses them still has a dashboard
-                    log.debug("events not listed: %s", exc)
-                    events = []
-                snapshot = take_snapshot(nodes, pods, events, self.host, now=datetime.now(UTC))
-            except Exception as exc:  # an API server that stops answering, refuses, or sends garbage
-                self._error = f"the Kubernetes API server did not answer: {_describe(exc)}"
-                log.warning("dashboard: %s", self._error)
-                return Reading(self._last, self._error)
-            self._last, self._error = snapshot, ""
-        self.history.add(snapshot)
-        return Reading(snapshot)
+                events = self._list("events")
+            except Exception as exc:  # events are a nicety: a cluster that refuses them still has a dashboard
+                log.debug("events not listed: %s", exc)
+                events = []
+            snapshot = take_snapshot(nodes, pods, events, self.host, now=datetime.now(UTC))
+        except Exception as exc:  # an API server that stops answering, refuses, or sends garbage
+            error = f"the Kubernetes API server did not answer: {_describe(exc)}"
+            log.warning("dashboard: %s", error)
+        with self._lock:
+            if snapshot is not None:
+                self._last = snapshot
+            self._error = error
+            self._pending = None
+        if snapshot is not None:
+            self.history.add(snapshot)
 
     def start(self) -> DashboardSource:
         """Sample the cluster into the history every `history.interval` seconds until `stop()`."""

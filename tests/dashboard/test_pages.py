@@ -160,6 +160,30 @@ def test_an_api_server_that_stops_answering_gets_the_last_figures_marked_stale(c
     assert live["stale"].startswith("the Kubernetes API server did not answer")
 
 
+class Slow(Failing):
+    """A cluster whose lists take a while: a second reader arrives while the first read is under way."""
+
+    def list(self, resource: Any, namespace: str | None = None) -> Any:
+        import time
+
+        time.sleep(0.3)
+        return super().list(resource, namespace)
+
+
+def test_a_page_asked_while_a_read_is_under_way_waits_for_that_read(cluster: MemoryCluster) -> None:
+    import threading
+
+    source = DashboardSource(Slow(cluster), HOST, max_age=60)  # type: ignore[arg-type]
+    first = threading.Thread(target=source.read)
+    first.start()
+    while first.is_alive() and source._pending is None:  # until the first read is under way
+        threading.Event().wait(0.01)
+    reading = source.read()  # the sampler's read (above) is under way: this one waits for it, not returns nothing
+    first.join()
+    assert reading.snapshot is not None
+    assert reading.error == ""
+
+
 def test_an_api_server_that_never_answered_gets_a_page_saying_so(cluster: MemoryCluster) -> None:
     failing = Failing(cluster)
     failing.down = True
@@ -314,3 +338,74 @@ def test_a_node_daemon_that_does_not_answer_is_said_and_the_grants_still_shown(c
     status, body = get(app, "/devices/GPU-t4-node-0")
     assert status == 200
     assert section(body, "usage").startswith("Real usage: the node daemon's metrics did not answer")
+
+
+@pytest.fixture
+def prometheus() -> Any:
+    """A Prometheus answering /api/v1/query_range for the scheduler's four families, three points each."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+    from urllib.parse import parse_qs, urlsplit
+
+    from hami.dashboard.prometheus import QUERIES
+
+    values = {
+        QUERIES["memory_used"]: ["1000", "2000", "4000"],
+        QUERIES["memory_total"]: ["8000", "8000", "8000"],
+        QUERIES["cores_used"]: ["10", "20", "40"],
+        QUERIES["cores_total"]: ["200", "200", "200"],
+    }
+    asked: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            asked.append(query)
+            series = values.get(query.get("query", ""))
+            body: dict[str, Any] = {"status": "error", "error": "unknown query"}
+            if url.path != "/api/v1/query_range" or series is None:
+                pass
+            else:
+                start = float(query["start"])
+                points = [[start + 60 * i, v] for i, v in enumerate(series)]
+                body = {"status": "success", "data": {"resultType": "matrix", "result": [{"values": points}]}}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_history_comes_from_prometheus_when_configured(cluster: MemoryCluster, prometheus: Any) -> None:
+    from hami.dashboard.prometheus import prometheus_history
+
+    url, asked = prometheus
+    samples, note = prometheus_history(url, hours=2, now=1_000_000)
+    assert note == ""
+    assert [(s.at - samples[0].at, s.memory_used, s.memory_total, s.cores_used) for s in samples] == [
+        (0, 1000, 8000, 10), (60, 2000, 8000, 20), (120, 4000, 8000, 40),
+    ]  # fmt: skip
+    assert (asked[0]["start"], asked[0]["end"], asked[0]["step"]) == ("992800", "1000000", "30")
+    app = DashboardApp(DashboardSource(cluster, HOST, max_age=0), prometheus=url)
+    body = get(app, "/")[1]
+    assert section(body, "history-count") == "3"
+    assert section(body, "history-from") == f"Prometheus ({url})"
+    assert "memory from 12% to 50%, cores from 5% to 20%" in body.decode()
+
+
+def test_a_prometheus_that_does_not_answer_falls_back_to_the_ring_buffer(cluster: MemoryCluster) -> None:
+    app = DashboardApp(DashboardSource(cluster, HOST, max_age=0), prometheus="http://127.0.0.1:9")
+    status, body = get(app, "/")
+    assert status == 200
+    assert section(body, "history-from") == "this process"
+    assert section(body, "history-note").startswith("Prometheus at http://127.0.0.1:9 did not answer usefully")

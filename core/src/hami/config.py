@@ -11,6 +11,7 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       metricsListen: 0.0.0.0:9395
       dashboardListen: 0.0.0.0:8090   # the web dashboard (hami.dashboard); absent: not served
       dashboardNodeMetrics: http://{address}:9394/metrics   # real usage on its device pages; absent: not read
+      dashboardPrometheus: http://prometheus:9090           # its history from Prometheus; absent: in-process
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
@@ -73,6 +74,7 @@ class SchedulerConfig(_Section):
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
     dashboard_listen: str | None = Field(default=None, alias="dashboardListen")
     dashboard_node_metrics: str | None = Field(default=None, alias="dashboardNodeMetrics")
+    dashboard_prometheus: str | None = Field(default=None, alias="dashboardPrometheus")
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
     node_policy: str = Field(

@@ -3,7 +3,9 @@
 Owns the URL space (`/`, `/nodes/<name>`, `/devices/<uuid>`, `/pods/<namespace>/<name>`, `/live` for the
 pages' polling, `/static/…`, `/healthz`) and rendering each page with Jinja2 (autoescaped templates in
 `templates/`, CSS and the polling script in `static/`, all served from the package: nothing from a CDN).
-With a node metrics URL template, the device page adds what the node daemon measures (`hami.dashboard.usage`).
+With a Prometheus URL the cluster page's history comes from it (`hami.dashboard.prometheus`), else from the
+in-process ring buffer. With a node metrics URL template, the device page adds what the node daemon measures
+(`hami.dashboard.usage`).
 `DashboardApp.handle(method, path)` is the whole of it as a function returning (status, content type, body);
 `DashboardApp` is also a WSGI application, and `DashboardServer` serves it on the standard library's threaded
 HTTP server like the scheduler's metrics, until the project's listeners move to one production server.
@@ -19,7 +21,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, Self
@@ -74,8 +75,10 @@ class DashboardApp:
         title: str = "HAMi",
         poll_seconds: float = POLL_SECONDS,
         node_metrics: str | None = None,
+        prometheus: str | None = None,
     ) -> None:
         self.source = source
+        self.prometheus = prometheus
         self.node_metrics = node_metrics
         self.title = title
         self.poll_seconds = poll_seconds
@@ -175,14 +178,21 @@ class DashboardApp:
 
     def _cluster(self, reading: Reading) -> Response:
         assert reading.snapshot is not None
-        now = datetime.now(UTC).timestamp()
+        history, history_from, history_note = self.source.history.samples(), "this process", ""
+        if self.prometheus:
+            from hami.dashboard.prometheus import prometheus_history
+
+            samples, history_note = prometheus_history(self.prometheus)
+            if samples:
+                history, history_from = samples, f"Prometheus ({self.prometheus})"
         return self._page(
             200,
             "cluster.html",
             reading=reading,
             view=cluster_view(reading.snapshot),
-            history=self.source.history.samples(),
-            now=now,
+            history=history,
+            history_from=history_from,
+            history_note=history_note,
         )
 
     def _node(self, reading: Reading, name: str) -> Response:

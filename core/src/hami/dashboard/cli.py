@@ -55,6 +55,9 @@ def add_dashboard_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
         help="the node daemons' metrics, for real usage on device pages: {node} and {address} (InternalIP) "
         "are replaced, e.g. http://{address}:9394/metrics (default: not read)",
     )
+    parser.add_argument(
+        "--prometheus", metavar="URL", help="a Prometheus scraping the scheduler: the history comes from it"
+    )
     parser.set_defaults(func=run_dashboard)
     return parser
 
@@ -67,13 +70,15 @@ def start_dashboard(
     history_interval: float = 30.0,
     title: str = "HAMi",
     node_metrics: str | None = None,
+    prometheus: str | None = None,
 ) -> tuple[DashboardServer, DashboardSource]:
     """Serve the dashboard of `cluster` on `address` and sample its history; stop both when done."""
     from hami.dashboard.app import DashboardApp, DashboardServer
     from hami.dashboard.source import DashboardSource, History
 
     source = DashboardSource(cluster, host, history=History(interval=history_interval)).start()
-    server = DashboardServer(DashboardApp(source, title=title, node_metrics=node_metrics), address).start()
+    app = DashboardApp(source, title=title, node_metrics=node_metrics, prometheus=prometheus)
+    server = DashboardServer(app, address).start()
     return server, source
 
 
@@ -95,7 +100,12 @@ def run_dashboard(args: argparse.Namespace) -> int:
     cluster = connect_cluster(config.kubeconfig, args.context, component="hami-dashboard")
     try:
         server, source = start_dashboard(
-            cluster, host, address, history_interval=args.history_interval, node_metrics=args.node_metrics
+            cluster,
+            host,
+            address,
+            history_interval=args.history_interval,
+            node_metrics=args.node_metrics,
+            prometheus=args.prometheus,
         )
     except OSError as exc:
         raise ConfigError(f"hami dashboard: cannot listen on {args.listen}: {exc.strerror}") from None

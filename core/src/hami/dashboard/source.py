@@ -137,9 +137,10 @@ class DashboardSource:
         """The newest snapshot, re-read when older than `max_age`. The read runs on its own thread and is waited
         for `answer_seconds` at most: a failed or hung read gives the previous snapshot and why."""
         with self._lock:
-            if self._clock() - self._read_at < self.max_age:
+            fresh = self._clock() - self._read_at < self.max_age
+            if self._pending is None and fresh:
                 return Reading(self._last, self._error)
-            if self._pending is None:
+            if self._pending is None:  # else a read is under way (another page, the sampler): wait for it too
                 self._read_at = self._clock()
                 self._pending = threading.Thread(target=self._refresh, name="dashboard-read", daemon=True)
                 self._pending.start()

@@ -72,7 +72,11 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         from hami.dashboard.cli import start_dashboard
 
         dashboard = start_dashboard(
-            cluster, host, parse_address(settings.dashboard_listen), node_metrics=settings.dashboard_node_metrics
+            cluster,
+            host,
+            parse_address(settings.dashboard_listen),
+            node_metrics=settings.dashboard_node_metrics,
+            prometheus=settings.dashboard_prometheus,
         )
         log.info("dashboard on http://%s:%d/", dashboard[0].server_address[0], dashboard[0].port)
     webhook = None

@@ -10,6 +10,7 @@ they are absent, unless HAMI_BROWSER_REQUIRED=1 (CI), where their absence fails.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from collections.abc import Iterator
@@ -54,10 +55,12 @@ class Dashboard:
     def shot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
-        height = int(self.browser.execute_script("return document.documentElement.scrollHeight"))
-        self.browser.set_window_size(1440, max(900, min(height + 20, 2400)))
-        self.browser.save_screenshot(str(path))
-        self.browser.set_window_size(1440, 900)
+        size = self.browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 2400), "scale": 1}
+        shot = self.browser.execute_cdp_cmd(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+        )
+        path.write_bytes(base64.b64decode(shot["data"]))  # the whole page, not only what the window shows
         return path
 
 

@@ -409,3 +409,26 @@ def test_a_prometheus_that_does_not_answer_falls_back_to_the_ring_buffer(cluster
     assert status == 200
     assert section(body, "history-from") == "this process"
     assert section(body, "history-note").startswith("Prometheus at http://127.0.0.1:9 did not answer usefully")
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(a: str, b: str) -> float:
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_text_colours_meet_wcag_aa_contrast_on_every_background(app: DashboardApp) -> None:
+    css = app.handle("GET", "/static/dashboard.css")[2].decode()
+    colours = dict(re.findall(r"--([a-z]+): (#[0-9a-f]{6})", css))
+    for text_colour in ("fg", "muted", "link", "warn", "high"):
+        for background in ("bg", "panel"):
+            ratio = contrast(colours[text_colour], colours[background])
+            assert ratio >= 4.5, f"--{text_colour} on --{background}: {ratio:.1f}:1"
+    banner = re.search(r"\.stale \{[^}]*background: (#[0-9a-f]{6})", css)
+    assert banner is not None
+    assert contrast(colours["fg"], banner.group(1)) >= 4.5

@@ -7,7 +7,8 @@ Owns starting, waiting for and stopping:
   (labels, allocatable CPU and memory, Ready), then the examples' namespaces and resource quotas;
 * the **scheduler**: `hami scheduler` as a child process (through `KubeCluster`, like on a cluster),
   serving the extender and, in the same process with the same quota ledger, the admission webhook over
-  HTTPS with a certificate for 127.0.0.1 issued by a CA made for the run (`hami.webhook.certs`);
+  HTTPS with a certificate for 127.0.0.1 issued by a CA made for the run (`hami.webhook.certs`), and the web
+  dashboard (`hami.dashboard`) on a port of its own;
 * per node, a **fake kubelet** (`hami.testing.kubelet.FakeKubelet`, in this process, on its own
   device-plugin folder) and **`hami node`** as a child process reading its devices from the inventory
   (`--simulated-inventory`, re-read every 2 s so an edit of the file shows at once), with its own metrics port

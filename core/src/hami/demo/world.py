@@ -19,8 +19,9 @@ and `${NODE_NAME}` replaced) with the demo's addresses and paths over it. Childr
 `<workdir>/logs/`; a child that exits early stops the demo with the end of its log.
 
 Ready means: the scheduler and webhook answer `/readyz`, every node daemon registered each of its resources
-with its kubelet and published its devices on its Node, and the scheduler's metrics list every device (so
-its watch has seen them). Ports are chosen free on 127.0.0.1 just before the components start.
+with its kubelet and published its devices on its Node, the scheduler's metrics list every device (so
+its watch has seen them), and its dashboard answers. Ports are chosen free on 127.0.0.1 just before the
+components start.
 """
 
 from __future__ import annotations
@@ -360,6 +361,10 @@ class DemoWorld:
         for side in self.nodes.values():
             self.wait_for(f"node {side.node.name} registering its devices", partial(self._node_published, side))
         self.wait_for("the scheduler seeing every device", self._scheduler_sees_devices)
+        self.wait_for(
+            "the scheduler's dashboard answering",
+            lambda: self._get(f"http://127.0.0.1:{self.dashboard_port}", "/healthz")[0] == 200,
+        )
 
     # ---------------------------------------------------------------------------------- stopping
 

@@ -149,12 +149,19 @@ class DashboardApp:
         body = self.env.get_template(template).render(
             title=self.title,
             poll_ms=int(self.poll_seconds * 1000),
-            version=snapshot.version if snapshot else "",
+            version=self._version(reading) if reading else "",
             taken=snapshot.taken.strftime("%H:%M:%S UTC") if snapshot else "",
             stale=reading.error if reading else "",
             **context,
         )
         return status, HTML, body.encode()
+
+    def _version(self, reading: Reading) -> str:
+        """What the pages compare to know they are stale: the objects listed, and the history's newest sample."""
+        if reading.snapshot is None:
+            return ""
+        samples = self.source.history.samples()
+        return f"{reading.snapshot.version}.{samples[-1].at if samples else 0:.0f}"
 
     def _static(self, name: str) -> Response:
         suffix = name[name.rfind(".") :] if "." in name else ""
@@ -168,7 +175,7 @@ class DashboardApp:
 
     def _live(self, reading: Reading) -> Response:
         body = {
-            "version": reading.snapshot.version if reading.snapshot else "",
+            "version": self._version(reading),
             "taken": reading.snapshot.taken.isoformat() if reading.snapshot else "",
             "stale": reading.error,
         }

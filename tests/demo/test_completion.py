@@ -58,7 +58,18 @@ def test_the_bash_script_is_valid_bash(bash: Path) -> None:
     [
         (
             ("hami", ""),
-            ["vendors", "scheduler", "webhook", "node", "simulate", "demo", "status", "config", "completion"],
+            [
+                "vendors",
+                "scheduler",
+                "webhook",
+                "node",
+                "simulate",
+                "demo",
+                "status",
+                "dashboard",
+                "config",
+                "completion",
+            ],
         ),
         (("hami", "s"), ["scheduler", "simulate", "status"]),
         (("hami", "webhook", ""), ["certs"]),

@@ -289,3 +289,4 @@ def test_the_metrics_urls_are_the_scheduler_and_every_node(demo: Demo) -> None:
     assert set(urls) == {"scheduler", *(n.name for n in INVENTORY.nodes)}
     assert all(u.startswith("http://127.0.0.1:") and u.endswith("/metrics") for u in urls.values())
     assert demo.report["kubeconfig"] is None  # not kept: nothing left to connect to
+    assert demo.report["dashboard"] is None

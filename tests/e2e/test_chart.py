@@ -85,6 +85,7 @@ def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) 
         ("ConfigMap", "hami-dashboard"),
         ("Service", "hami-webhook"),
         ("Service", "hami-scheduler-metrics"),
+        ("Service", "hami-scheduler-dashboard"),
         ("Service", "hami-node-metrics"),
         ("MutatingWebhookConfiguration", "hami-webhook"),
         ("ServiceMonitor", "hami-scheduler"),
@@ -153,6 +154,8 @@ def test_the_rendered_configuration_is_accepted_by_every_service(binaries: Binar
     raw = yaml.safe_load(find(objects, "ConfigMap", "hami-config")[0]["data"]["hami.yaml"])
     config = HamiConfig.model_validate(raw)
     assert config.scheduler.listen == "127.0.0.1:8888", "the extender is reachable from kube-scheduler's container only"
+    assert config.scheduler.dashboard_listen == "0.0.0.0:8090"
+    assert config.scheduler.dashboard_node_metrics == "http://{address}:9394/metrics"
     host = VendorHost.load(config=config.vendors)
     assert host.failed == []
     assert validate_webhook_section(config.webhook).enabled
@@ -205,6 +208,7 @@ def test_the_applied_rbac_grants_the_services_what_they_use_and_nothing_more(sta
     assert _can(scheduler, "create", "pods", "binding")
     assert _can(scheduler, "patch", "nodes")
     assert _can(scheduler, "watch", "resourcequotas")
+    assert _can(scheduler, "list", "events"), "the dashboard shows a pod's events"
     assert _can(scheduler, "update", "leases", namespace=NAMESPACE) is False, "only the chart's named leases"
     # (kube-scheduler shares the ServiceAccount: its own role lets it delete pods for preemption.)
     for verb, resource in [("get", "secrets"), ("update", "nodes"), ("create", "pods"), ("update", "pods")]:

@@ -23,7 +23,7 @@ from hami.plugins import VendorHost
 
 __all__ = ["main"]
 
-SERVICES = frozenset({"scheduler", "webhook", "node"})
+SERVICES = frozenset({"scheduler", "webhook", "node", "dashboard"})
 
 
 def vendors_report(host: VendorHost) -> dict[str, Any]:
@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_demo_parser(sub)
     add_status_parser(sub)
+    from hami.dashboard.cli import add_dashboard_parser
+
+    add_dashboard_parser(sub)
     from hami.completion import add_completion_parser
     from hami.configcheck import add_config_parser
 

@@ -11,6 +11,9 @@ vendor's `hami_vendor_settings` hook when the plugins load.
     scheduler:
       listen: 0.0.0.0:8888            # the extender's HTTP(S) address
       metricsListen: 0.0.0.0:9395
+      dashboardListen: 0.0.0.0:8090   # the web dashboard (hami.dashboard); absent: not served
+      dashboardNodeMetrics: http://{address}:9394/metrics   # real usage on its device pages; absent: not read
+      dashboardPrometheus: http://prometheus:9090           # its history from Prometheus; absent: in-process
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
@@ -72,6 +75,9 @@ class LeaderElectionConfig(_Section):
 class SchedulerConfig(_Section):
     listen: str = "0.0.0.0:8888"
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
+    dashboard_listen: str | None = Field(default=None, alias="dashboardListen")
+    dashboard_node_metrics: str | None = Field(default=None, alias="dashboardNodeMetrics")
+    dashboard_prometheus: str | None = Field(default=None, alias="dashboardPrometheus")
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
     node_policy: str = Field(
@@ -84,10 +90,11 @@ class SchedulerConfig(_Section):
     handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
 
-    @field_validator("listen", "metrics_listen")
+    @field_validator("listen", "metrics_listen", "dashboard_listen")
     @classmethod
-    def _address(cls, value: str) -> str:
-        parse_address(value)
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_address(value)
         return value
 
     @field_validator("device_policy", mode="before")

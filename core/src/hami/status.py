@@ -39,6 +39,7 @@ __all__ = [
     "WaitingPod",
     "add_status_parser",
     "collect_status",
+    "connect_cluster",
     "render_status",
 ]
 
@@ -75,6 +76,7 @@ class DeviceStatus(_Model):
     cores_total: int
     shared_by: int = Field(description="containers using the device")
     split: int = Field(description="how many containers may share it")
+    numa: int = Field(default=-1, description="NUMA node, -1 when unknown")
     pods: tuple[PodShare, ...] = ()
 
 
@@ -185,6 +187,7 @@ def _node_status(node: KubeObject, state: ClusterState, now: datetime) -> NodeSt
                         cores_total=d.devcore,
                         shared_by=usage.used,
                         split=d.count,
+                        numa=d.numa,
                         pods=tuple(shares),
                     )
                 )
@@ -351,12 +354,13 @@ def add_status_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     return parser
 
 
-def _connect(kubeconfig: str | None, context: str | None) -> Cluster:
+def connect_cluster(kubeconfig: str | None, context: str | None, *, component: str = "hami-status") -> Cluster:
+    """The cluster of a kubeconfig (or, inside a pod without one, the service account), for reading tools."""
     from hami.cluster.kube import KubeCluster
 
     if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return KubeCluster.from_kubeconfig(kubeconfig, context, component="hami-status", attempts=2)
-    return KubeCluster.in_cluster(component="hami-status", attempts=2)
+        return KubeCluster.from_kubeconfig(kubeconfig, context, component=component, attempts=2)
+    return KubeCluster.in_cluster(component=component, attempts=2)
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -365,7 +369,7 @@ def run_status(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, {"kubeconfig": args.kubeconfig})
     host = VendorHost.load(config=config.vendors)
-    cluster = _connect(config.kubeconfig, args.context)
+    cluster = connect_cluster(config.kubeconfig, args.context)
     try:
         status = collect_status(cluster, host)
     finally:

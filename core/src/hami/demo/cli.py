@@ -262,6 +262,7 @@ def _print_urls(world: DemoWorld, say: _Printer) -> None:
     say(f"  scheduler    {world.scheduler_metrics_url}")
     for name, side in world.nodes.items():
         say(f"  {name:<12} {side.metrics_url}")
+    say(f"Dashboard: {world.dashboard_url} (served by the scheduler; `hami dashboard --kubeconfig` serves it too)")
 
 
 def _notes(world: DemoWorld, outcomes: list[PodOutcome]) -> list[str]:
@@ -297,6 +298,7 @@ def _report(
         "status": status,
         "metrics": {"scheduler": world.scheduler_metrics_url, **{n: s.metrics_url for n, s in world.nodes.items()}},
         "kubeconfig": str(world.kubeconfig) if keep else None,
+        "dashboard": world.dashboard_url if keep else None,
         "ready_seconds": round(ready, 2),
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -307,6 +309,7 @@ def _keep_running(world: DemoWorld, say: _Printer) -> None:
     say("Everything keeps running. In another terminal:")
     say(f"  hami status --kubeconfig {world.kubeconfig}")
     say(f"  curl -s {world.scheduler_metrics_url} | grep ^hami_")
+    say(f"  open {world.dashboard_url} (or: hami dashboard --kubeconfig {world.kubeconfig})")
     say(f"  logs: {world.workdir / 'logs'}")
     say("Ctrl-C stops it all.")
     done = threading.Event()

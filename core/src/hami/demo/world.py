@@ -7,7 +7,8 @@ Owns starting, waiting for and stopping:
   (labels, allocatable CPU and memory, Ready), then the examples' namespaces and resource quotas;
 * the **scheduler**: `hami scheduler` as a child process (through `KubeCluster`, like on a cluster),
   serving the extender and, in the same process with the same quota ledger, the admission webhook over
-  HTTPS with a certificate for 127.0.0.1 issued by a CA made for the run (`hami.webhook.certs`);
+  HTTPS with a certificate for 127.0.0.1 issued by a CA made for the run (`hami.webhook.certs`), and the web
+  dashboard (`hami.dashboard`) on a port of its own;
 * per node, a **fake kubelet** (`hami.testing.kubelet.FakeKubelet`, in this process, on its own
   device-plugin folder) and **`hami node`** as a child process reading its devices from the inventory
   (`--simulated-inventory`, re-read every 2 s so an edit of the file shows at once), with its own metrics port
@@ -18,8 +19,9 @@ and `${NODE_NAME}` replaced) with the demo's addresses and paths over it. Childr
 `<workdir>/logs/`; a child that exits early stops the demo with the end of its log.
 
 Ready means: the scheduler and webhook answer `/readyz`, every node daemon registered each of its resources
-with its kubelet and published its devices on its Node, and the scheduler's metrics list every device (so
-its watch has seen them). Ports are chosen free on 127.0.0.1 just before the components start.
+with its kubelet and published its devices on its Node, the scheduler's metrics list every device (so
+its watch has seen them), and its dashboard answers. Ports are chosen free on 127.0.0.1 just before the
+components start.
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ class DemoWorld:
         self.tls_dir = self.workdir / "tls"
         self.scheduler_port = 0
         self.scheduler_metrics_port = 0
+        self.dashboard_port = 0
         self.webhook_port = 0
         self.host: VendorHost | None = None
         self.base_config: dict[str, Any] = self._config("")
@@ -185,6 +188,10 @@ class DemoWorld:
     @property
     def scheduler_metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.scheduler_metrics_port}/metrics"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}/"
 
     @property
     def ca_file(self) -> Path:
@@ -246,6 +253,7 @@ class DemoWorld:
         bundle = generate("hami-webhook", "kube-system", extra_names=["127.0.0.1", "localhost"], days=7)
         write_bundle(bundle, self.tls_dir)
         self.scheduler_port, self.scheduler_metrics_port, self.webhook_port = free_port(), free_port(), free_port()
+        self.dashboard_port = free_port()
         raw = _deep_merge(
             self.base_config,
             {
@@ -253,6 +261,7 @@ class DemoWorld:
                 "scheduler": {
                     "listen": f"127.0.0.1:{self.scheduler_port}",
                     "metricsListen": f"127.0.0.1:{self.scheduler_metrics_port}",
+                    "dashboardListen": f"127.0.0.1:{self.dashboard_port}",
                 },
                 "webhook": {
                     "enabled": True,
@@ -352,6 +361,10 @@ class DemoWorld:
         for side in self.nodes.values():
             self.wait_for(f"node {side.node.name} registering its devices", partial(self._node_published, side))
         self.wait_for("the scheduler seeing every device", self._scheduler_sees_devices)
+        self.wait_for(
+            "the scheduler's dashboard answering",
+            lambda: self._get(f"http://127.0.0.1:{self.dashboard_port}", "/healthz")[0] == 200,
+        )
 
     # ---------------------------------------------------------------------------------- stopping
 

@@ -2,8 +2,9 @@
 
 Owns the assembly of the running scheduler: the vendor plugins (with their configuration sections), the
 cluster backend (the `kubernetes` client from a kubeconfig or in-cluster), the service with its watches and
-leader election, the extender's HTTP(S) server and the metrics server; and an orderly shutdown on SIGTERM or
-SIGINT (stop serving, stop watching, hand the lease over).
+leader election, the extender's HTTP(S) server, the metrics server and, when configured, the dashboard
+(`hami.dashboard`); and an orderly shutdown on SIGTERM or SIGINT (stop serving, stop watching, hand the lease
+over).
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         keyfile=tls.key_file if tls else None,
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
+    dashboard = None
+    if settings.dashboard_listen:
+        from hami.dashboard.cli import start_dashboard
+
+        dashboard = start_dashboard(
+            cluster,
+            host,
+            parse_address(settings.dashboard_listen),
+            node_metrics=settings.dashboard_node_metrics,
+            prometheus=settings.dashboard_prometheus,
+        )
+        log.info("dashboard on http://%s:%d/", dashboard[0].server_address[0], dashboard[0].port)
     webhook = None
     if config.webhook.get("enabled"):
         from hami.webhook.cli import validate_webhook_section
@@ -86,6 +99,9 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         log.info("scheduler shutting down")
         server.stop()
         metrics.stop()
+        if dashboard is not None:
+            dashboard[0].stop()
+            dashboard[1].stop()
         if webhook is not None:
             webhook.stop()
         service.stop()

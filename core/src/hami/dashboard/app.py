@@ -1,0 +1,303 @@
+"""The dashboard's pages: routes, templates, and the seams to serve them (a plain function, WSGI, an HTTP server).
+
+Owns the URL space (`/`, `/nodes/<name>`, `/devices/<uuid>`, `/pods/<namespace>/<name>`, `/live` for the
+pages' polling, `/static/…`, `/healthz`) and rendering each page with Jinja2 (autoescaped templates in
+`templates/`, CSS and the polling script in `static/`, all served from the package: nothing from a CDN).
+With a Prometheus URL the cluster page's history comes from it (`hami.dashboard.prometheus`), else from the
+in-process ring buffer. With a node metrics URL template, the device page adds what the node daemon measures
+(`hami.dashboard.usage`).
+`DashboardApp.handle(method, path)` is the whole of it as a function returning (status, content type, body);
+`DashboardApp` is also a WSGI application, and `DashboardServer` serves it on the standard library's threaded
+HTTP server like the scheduler's metrics, until the project's listeners move to one production server.
+
+Read-only: only GET and HEAD are answered. A name the cluster lacks gets a 404 page saying what exists; an API
+server that stops answering gets the last figures read, marked stale with the error, or a page saying nothing
+could be read yet (200, never a 5xx, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any, Self
+from urllib.parse import quote, unquote
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from hami.dashboard.charts import bar_segments, history_chart
+from hami.dashboard.source import DashboardSource, Reading
+from hami.dashboard.views import (
+    UnknownObject,
+    cluster_view,
+    device_view,
+    node_view,
+    pod_view,
+)
+
+__all__ = ["DashboardApp", "DashboardServer", "Response"]
+
+log = logging.getLogger(__name__)
+
+Response = tuple[int, str, bytes]
+HTML = "text/html; charset=utf-8"
+STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+CSP = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
+"""Everything from the dashboard itself; inline styles only for the bars' widths."""
+POLL_SECONDS = 2.0
+"""How often an open page asks `/live` whether anything changed."""
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _percent(used: int, total: int) -> int:
+    return 100 * used // total if total else 0
+
+
+class DashboardApp:
+    """The dashboard over a `DashboardSource`; `title` names the cluster in every page's header."""
+
+    def __init__(
+        self,
+        source: DashboardSource,
+        *,
+        title: str = "HAMi",
+        poll_seconds: float = POLL_SECONDS,
+        node_metrics: str | None = None,
+        prometheus: str | None = None,
+    ) -> None:
+        self.source = source
+        self.prometheus = prometheus
+        self.node_metrics = node_metrics
+        self.title = title
+        self.poll_seconds = poll_seconds
+        self.env = Environment(
+            loader=PackageLoader("hami.dashboard", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["age"] = _age
+        self.env.filters["percent"] = _percent
+        self.env.filters["url"] = lambda value: quote(str(value), safe="")
+        self.env.globals.update(bar_segments=bar_segments, history_chart=history_chart)
+
+    # ---------------------------------------------------------------------------------- routing
+
+    def handle(self, method: str, path: str) -> Response:
+        """Answer one request; never raises."""
+        try:
+            return self._route(method, path)
+        except Exception:  # a bug: the page says so, the log has the traceback, the client never does
+            log.exception("dashboard: %s %s failed", method, path)
+            return self._page(500, "error.html", heading="The dashboard failed", detail="see the server's log")
+
+    def _route(self, method: str, path: str) -> Response:
+        route = path.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", b"the dashboard is read-only: GET only\n"
+        if route == "/healthz":
+            return 200, "text/plain; charset=utf-8", b"ok\n"
+        if route.startswith("/static/"):
+            return self._static(route[len("/static/") :])
+        parts = [unquote(p) for p in route.strip("/").split("/")] if route.strip("/") else []
+        reading = self.source.read()
+        if parts == ["live"]:
+            return self._live(reading)
+        if reading.snapshot is None:
+            return self._page(
+                200,
+                "error.html",
+                reading=reading,
+                heading="No figures yet",
+                detail=reading.error or "the cluster has not been read yet",
+            )
+        try:
+            if not parts:
+                return self._cluster(reading)
+            if len(parts) == 2 and parts[0] == "nodes":
+                return self._node(reading, parts[1])
+            if len(parts) == 2 and parts[0] == "devices":
+                return self._device(reading, parts[1])
+            if len(parts) == 3 and parts[0] == "pods":
+                return self._pod(reading, parts[1], parts[2])
+        except UnknownObject as exc:
+            return self._page(404, "missing.html", reading=reading, missing=exc)
+        return self._page(
+            404,
+            "error.html",
+            reading=reading,
+            heading="No such page",
+            detail=f"{route} is not a dashboard page; the pages are /, /nodes/NAME, /devices/UUID and "
+            "/pods/NAMESPACE/NAME",
+        )
+
+    def _page(self, status: int, template: str, **context: Any) -> Response:
+        reading: Reading | None = context.get("reading")
+        snapshot = reading.snapshot if reading else None
+        body = self.env.get_template(template).render(
+            title=self.title,
+            poll_ms=int(self.poll_seconds * 1000),
+            version=self._version(reading) if reading else "",
+            taken=snapshot.taken.strftime("%H:%M:%S UTC") if snapshot else "",
+            stale=reading.error if reading else "",
+            **context,
+        )
+        return status, HTML, body.encode()
+
+    def _version(self, reading: Reading) -> str:
+        """What the pages compare to know they are stale: the objects listed, and the history's newest sample."""
+        if reading.snapshot is None:
+            return ""
+        samples = self.source.history.samples()
+        return f"{reading.snapshot.version}.{samples[-1].at if samples else 0:.0f}"
+
+    def _static(self, name: str) -> Response:
+        suffix = name[name.rfind(".") :] if "." in name else ""
+        if "/" in name or name.startswith(".") or suffix not in STATIC_TYPES:
+            return 404, "text/plain; charset=utf-8", b"no such file\n"
+        try:
+            data = resources.files("hami.dashboard").joinpath("static", name).read_bytes()
+        except OSError:
+            return 404, "text/plain; charset=utf-8", b"no such file\n"
+        return 200, STATIC_TYPES[suffix], data
+
+    def _live(self, reading: Reading) -> Response:
+        body = {
+            "version": self._version(reading),
+            "taken": reading.snapshot.taken.isoformat() if reading.snapshot else "",
+            "stale": reading.error,
+        }
+        return 200, "application/json", json.dumps(body).encode()
+
+    # ---------------------------------------------------------------------------------- pages
+
+    def _cluster(self, reading: Reading) -> Response:
+        assert reading.snapshot is not None
+        history, history_from, history_note = self.source.history.samples(), "this process", ""
+        if self.prometheus:
+            from hami.dashboard.prometheus import prometheus_history
+
+            samples, history_note = prometheus_history(self.prometheus)
+            if samples:
+                history, history_from = samples, f"Prometheus ({self.prometheus})"
+        return self._page(
+            200,
+            "cluster.html",
+            reading=reading,
+            view=cluster_view(reading.snapshot),
+            history=history,
+            history_from=history_from,
+            history_note=history_note,
+        )
+
+    def _node(self, reading: Reading, name: str) -> Response:
+        assert reading.snapshot is not None
+        node, labels = node_view(reading.snapshot, name)
+        waiting = [w for w in reading.snapshot.status.waiting if w.node == name]
+        return self._page(200, "node.html", reading=reading, node=node, labels=labels, waiting=waiting)
+
+    def _device(self, reading: Reading, uuid: str) -> Response:
+        assert reading.snapshot is not None
+        view = device_view(reading.snapshot, uuid)
+        usage = None
+        if self.node_metrics:
+            from hami.dashboard.usage import device_usage
+
+            node = next(n for n in reading.snapshot.nodes if (n.get("metadata") or {}).get("name") == view.node)
+            usage = device_usage(self.node_metrics, node, uuid)
+        return self._page(200, "device.html", reading=reading, view=view, usage=usage)
+
+    def _pod(self, reading: Reading, namespace: str, name: str) -> Response:
+        assert reading.snapshot is not None
+        return self._page(200, "pod.html", reading=reading, pod=pod_view(reading.snapshot, namespace, name))
+
+    # ---------------------------------------------------------------------------------- WSGI
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if environ.get("QUERY_STRING"):
+            path += "?" + environ["QUERY_STRING"]
+        status, content_type, body = self.handle(str(environ.get("REQUEST_METHOD") or "GET"), path)
+        start_response(f"{status} {_REASONS.get(status, 'OK')}", _headers(content_type, body))
+        return [b"" if environ.get("REQUEST_METHOD") == "HEAD" else body]
+
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+
+
+def _headers(content_type: str, body: bytes) -> list[tuple[str, str]]:
+    return [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
+        (
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+        ),
+    ]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: DashboardServer
+    timeout = 10
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _serve(self, method: str) -> None:
+        status, content_type, body = self.server.app.handle(method, self.path)
+        self.send_response(status)
+        for key, value in _headers(content_type, body):
+            self.send_header(key, value)
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+
+class DashboardServer(ThreadingHTTPServer):
+    """`app` on `address` (port 0 picks one), from a background thread; `stop()` it when done."""
+
+    daemon_threads = True
+
+    def __init__(self, app: DashboardApp, address: tuple[str, int]) -> None:
+        super().__init__(address, _Handler)
+        self.app = app
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self.serve_forever, name="dashboard", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

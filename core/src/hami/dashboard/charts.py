@@ -1,0 +1,70 @@
+"""The dashboard's charts, as inline SVG made on the server: a device's shares as a stacked bar, history as lines.
+
+Owns the geometry only (which pod gets which stretch of a bar, the points of a line); the markup around it is
+the templates'. Every chart carries a text alternative (`aria-label`, `<title>`), and the figures it draws are
+also printed beside it, so nothing is only in a picture. Colours come from a palette in the CSS (`.s0`…`.s7`)
+chosen for contrast on the page's background.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+from hami.dashboard.source import Sample
+from hami.status import DeviceStatus
+
+__all__ = ["Segment", "bar_segments", "history_chart"]
+
+PALETTE = 8
+
+
+@dataclass(frozen=True)
+class Segment:
+    label: str
+    start: float
+    width: float
+    css: str
+
+
+def bar_segments(device: DeviceStatus) -> list[Segment]:
+    """The device's memory as a bar: one segment per pod (in percent of the device), in the order listed."""
+    total = device.memory_total or 1
+    at = 0.0
+    segments = []
+    for n, pod in enumerate(device.pods):
+        width = min(100.0 - at, 100.0 * pod.memory / total)
+        segments.append(Segment(f"{pod.namespace}/{pod.name}: {pod.memory} MiB", at, width, f"s{n % PALETTE}"))
+        at += width
+    return segments
+
+
+def history_chart(samples: Sequence[Sample], *, width: int = 600, height: int = 120) -> Markup:
+    """Memory and cores allocated (percent of total) over the samples, as an SVG line chart."""
+    if len(samples) < 2:
+        return Markup('<p class="note">History appears after two samples (one every interval).</p>')
+    first, last = samples[0].at, samples[-1].at
+    span = max(last - first, 1.0)
+
+    def points(values: Sequence[float]) -> str:
+        return " ".join(
+            f"{width * (s.at - first) / span:.1f},{height - height * min(v, 100.0) / 100:.1f}"
+            for s, v in zip(samples, values, strict=True)
+        )
+
+    memory = [100.0 * s.memory_used / s.memory_total if s.memory_total else 0.0 for s in samples]
+    cores = [100.0 * s.cores_used / s.cores_total if s.cores_total else 0.0 for s in samples]
+    minutes = span / 60
+    label = (
+        f"Allocated over the last {minutes:.0f} minutes: memory from {memory[0]:.0f}% to {memory[-1]:.0f}%, "
+        f"cores from {cores[0]:.0f}% to {cores[-1]:.0f}%"
+    )
+    return Markup(
+        f'<svg class="history" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
+        f'<line class="grid" x1="0" y1="{height / 2}" x2="{width}" y2="{height / 2}"/>'
+        f'<polyline class="line-memory" points="{points(memory)}"/>'
+        f'<polyline class="line-cores" points="{points(cores)}"/></svg>'
+    )

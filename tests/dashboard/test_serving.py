@@ -1,0 +1,137 @@
+"""Where the dashboard is served: by `hami scheduler` when `scheduler.dashboardListen` is set (off by default),
+and by `hami dashboard` through a kubeconfig, over HTTP; as WSGI too."""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboard_world import FlakyApiServer, build
+
+from hami.cli import main
+from hami.config import load_config
+from hami.dashboard.app import DashboardApp
+from hami.dashboard.cli import start_dashboard
+from hami.dashboard.source import DashboardSource
+from hami.demo.world import free_port
+from hami.errors import ConfigError
+from hami.plugins import VendorHost
+from hami.scheduler.run import run_scheduler
+from hami.status import connect_cluster
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_dashboard_is_off_by_default_and_its_address_is_validated() -> None:
+    assert load_config(None).scheduler.dashboard_listen is None
+    with pytest.raises(ConfigError, match=r"scheduler\.dashboardListen: Value error, '8090' is not <host>:<port>"):
+        load_config(None, {"scheduler.dashboardListen": "8090"})
+
+
+def test_hami_scheduler_serves_the_dashboard_when_configured() -> None:
+    port = free_port()
+    config = load_config(
+        None,
+        {
+            "scheduler.listen": "127.0.0.1:0",
+            "scheduler.metricsListen": "127.0.0.1:0",
+            "scheduler.dashboardListen": f"127.0.0.1:{port}",
+        },
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler, args=(config,), kwargs={"cluster": build(), "stop": stop})
+    thread.start()
+    try:
+        for _ in range(100):
+            try:
+                status, page = fetch(f"http://127.0.0.1:{port}/nodes/gpu-node")
+                break
+            except OSError:
+                stop.wait(0.1)
+        assert status == 200
+        assert "GPU-gpu-node-0" in page
+        assert fetch(f"http://127.0.0.1:{port}/nodes/nope")[0] == 404
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert not thread.is_alive()
+
+
+def test_hami_dashboard_reads_the_cluster_of_a_kubeconfig(tmp_path: Path) -> None:
+    with FlakyApiServer(build()) as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        cluster = connect_cluster(str(kubeconfig), None, component="hami-dashboard")
+        server, source = start_dashboard(cluster, VendorHost.load(), ("127.0.0.1", 0))
+        try:
+            status, page = fetch(f"http://127.0.0.1:{server.port}/devices/GPU-gpu-node-0")
+            assert status == 200
+            assert "team-a/infer" in page
+            api.down = True  # the API server goes away: the page says so, with the figures last read
+            source.max_age = 0
+            status, page = fetch(f"http://127.0.0.1:{server.port}/devices/GPU-gpu-node-0")
+            assert status == 200
+            assert "the Kubernetes API server did not answer" in page
+            assert "team-a/infer" in page
+        finally:
+            server.stop()
+            source.stop()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listen", "8090"], "hami dashboard: --listen: '8090' is not <host>:<port>"),
+        (["--history-interval", "0"], "--history-interval must be a positive number of seconds"),
+        (["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load /nonexistent/kubeconfig"),
+    ],
+)
+def test_hami_dashboard_refuses_bad_flags_with_what_to_fix(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dashboard", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_app_is_a_wsgi_application() -> None:
+    app = DashboardApp(DashboardSource(build(), VendorHost.load()))
+    seen: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        seen.update(status=status, headers=dict(headers))
+
+    body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/pods/default/train"}, start_response))
+    assert seen["status"] == "200 OK"
+    assert seen["headers"]["Content-Type"] == "text/html; charset=utf-8"
+    assert "default-src 'self'" in seen["headers"]["Content-Security-Policy"]
+    assert b"GPU-gpu-node-0" in body
+    b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/pods/default/nope"}, start_response))
+    assert seen["status"] == "404 Not Found"
+
+
+def test_an_api_server_that_hangs_does_not_hang_the_page(tmp_path: Path) -> None:
+    with FlakyApiServer(build()) as api:
+        cluster = connect_cluster(str(api.write_kubeconfig(tmp_path / "kubeconfig")), None)
+        server, source = start_dashboard(cluster, VendorHost.load(), ("127.0.0.1", 0))
+        try:
+            assert fetch(f"http://127.0.0.1:{server.port}/")[0] == 200
+            source.max_age, source.answer_seconds = 0, 0.5
+            api.hang = threading.Event()
+            status, page = fetch(f"http://127.0.0.1:{server.port}/nodes/gpu-node")  # answered in 0.5 s, not 60
+            assert status == 200
+            assert "the Kubernetes API server did not answer within 0.5 s" in page
+            assert "GPU-gpu-node-0" in page
+        finally:
+            if api.hang is not None:
+                api.hang.set()
+            server.stop()
+            source.stop()

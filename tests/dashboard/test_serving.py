@@ -34,7 +34,7 @@ def fetch(url: str) -> tuple[int, str]:
 
 def test_the_dashboard_is_off_by_default_and_its_address_is_validated() -> None:
     assert load_config(None).scheduler.dashboard_listen is None
-    with pytest.raises(ConfigError, match=r"scheduler\.dashboardListen: Value error, '8090' is not <host>:<port>"):
+    with pytest.raises(ConfigError, match=r"scheduler\.dashboardListen: '8090' is not <host>:<port>"):
         load_config(None, {"scheduler.dashboardListen": "8090"})
 
 

@@ -76,8 +76,9 @@ class CrashTests:
         self, sandbox: Sandbox
     ) -> None:
         limit = 16 * MIB
-        # The victim holds the lock for 0.5 s during its second allocation (a test-only delay inside the lock).
-        hold = {"HAMI_ISOLATION_TEST_LOCK_HOLD_US": "500000"}
+        # The victim holds the lock for 2 s during its second allocation (a test-only delay inside the lock): the
+        # window in which the check below must see it there, wide enough for a loaded two-core CI host.
+        hold = {"HAMI_ISOLATION_TEST_LOCK_HOLD_US": "2000000"}
         victim = sandbox.start("hold", 10 * MIB, 2, env=sandbox.env(memory=str(limit), extra=hold))
         sandbox.wait_for(lambda: sandbox.running() and sandbox.account().device(0).memory_used == 10 * MIB, 10,
                          "the victim to be inside the lock with its second allocation counted")  # fmt: skip

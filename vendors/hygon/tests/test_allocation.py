@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from hami.errors import HamiError
+from hami.hostpaths import HostPathError
+from hami.isolation.grant import parse, write_files
 from hami.model import Container, ContainerDevice, Pod
 
 MakeNode = Callable[[list[Any]], Any]
@@ -183,10 +185,31 @@ def test_soft_mode_gets_the_isolation_library(hygon_node: MakeNode, fakes: F) ->
         (f"{hook}/libvdcu.so", f"{hook}/libvdcu.so", True),
         ("/etc/ld.so.preload", f"{hook}/ld.so.preload", True),
         ("/hami-vdcu-shmem", str(shmem), False),
+        ("/etc/hami/grant", f"{hook}/grants/uid-1_side", True),
     ]
     assert edits.accounting_file == str(shmem / "vdcu.cache")
+    # the grant the library reads first: the same limits, in files only the node daemon writes
+    grant_file = f"{hook}/grants/uid-1_side/hygon.grant"
+    assert set(edits.files) == {grant_file, f"{hook}/grants/uid-1_side/hygon.control"}
+    assert parse(edits.files[grant_file]).devices[0].memory_bytes == 16384 << 20
+    assert parse(edits.files[grant_file]).devices[0].cores == 50
+    write_files(edits.files)
     host.release("DCU", POD, [])
     assert not shmem.exists()
+    assert not (hook / "grants" / "uid-1_side").exists()
+
+
+def test_a_hostile_pod_uid_cannot_reach_outside_the_containers_directory(hygon_node: MakeNode, fakes: F) -> None:
+    """A pod whose UID is `../victim` (as a forged or buggy API object would carry) gets no accounting directory
+    outside `containers/`, and its release deletes nothing beside it."""
+    node, host = setup(hygon_node, fakes, dcuMode="hami-core")
+    victim = node.directory / "hami-core" / "victim_keep"
+    victim.mkdir(parents=True)
+    hostile = POD.model_copy(update={"uid": "../victim"})
+    with pytest.raises(HostPathError):
+        host.container_edits("DCU", hostile, 1, grant("DCU-PD23010000", 16384, 50))
+    host.release("DCU", hostile, [])
+    assert victim.is_dir()
 
 
 def test_hamis_writable_mounts_are_a_setting(hygon_node: MakeNode, fakes: F) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hami.errors import HamiError
+from hami.hostpaths import HostPathError, path_component, pod_path
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import SOFT, HygonSettings
@@ -39,8 +40,22 @@ def container_name(pod: Pod, index: int) -> str:
     return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
 
 
+def _pod_key(pod: Pod) -> tuple[str, str]:
+    return (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+
+
 def accounting_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
-    return settings.containers_dir / f"{pod.uid or pod.name}_{container_name(pod, index)}"
+    """The host directory of container `index`'s accounting file (mounted writable into it).
+
+    :raises HostPathError: the pod UID or container name would leave `containers_dir`."""
+    return Path(pod_path(settings.containers_dir, _pod_key(pod), (container_name(pod, index), "container name")))
+
+
+def grant_host_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
+    """The host directory of container `index`'s grant (`hami.isolation.grant`), mounted read-only, outside its
+    accounting directory. :raises HostPathError: as `accounting_dir`."""
+    grants = settings.hook_path / "grants"
+    return Path(pod_path(grants, _pod_key(pod), (container_name(pod, index), "container name")))
 
 
 def state_of(settings: HygonSettings) -> VdcuState:
@@ -89,12 +104,18 @@ def release(settings: HygonSettings, pod: Pod, placements: Sequence[ContainerPla
     key = pod.uid or pod.name
     if not key or "_" in key:
         return
+    try:
+        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the glob below
+    except HostPathError as exc:
+        log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
+        return
     runtime = runtime_for(settings)
     with runtime.lock:
         state_of(settings).release(key, runtime.dmi())
-    try:
-        found = sorted(settings.containers_dir.glob(f"{key}_*"))
-    except OSError:
-        return
-    for path in found:
-        shutil.rmtree(path, ignore_errors=True)
+    for directory in (settings.containers_dir, settings.hook_path / "grants"):
+        try:
+            found = sorted(directory.glob(f"{key}_*"))
+        except OSError:
+            continue
+        for path in found:
+            shutil.rmtree(path, ignore_errors=True)

@@ -13,7 +13,10 @@ Owns the container side:
 * ``hami-core`` mode: the isolation library ``libvdcu.so`` and the ``/etc/ld.so.preload`` naming it (the library
   the node daemon installed, else ``libraryDir`` or ``<hookPath>``), ``hyhalPath`` read-only, the accounting
   directory at ``/hami-vdcu-shmem`` and the library's environment: ``HIP_DEVICE_MEMORY_LIMIT_<i>=<MiB>m``,
-  ``HIP_DEVICE_CORE_LIMIT_<i>``, ``HIP_DEVICE_MEMORY_SHARED_CACHE``, ``HIP_DEVICE_UUIDS``, ``LIBVDCU_LOG_LEVEL``.
+  ``HIP_DEVICE_CORE_LIMIT_<i>``, ``HIP_DEVICE_MEMORY_SHARED_CACHE``, ``HIP_DEVICE_UUIDS``, ``LIBVDCU_LOG_LEVEL``;
+  and the container's grant (`hami.isolation.grant`: the same limits, written by the node daemon in
+  ``<hookPath>/grants/<pod uid>_<container>/hygon.grant`` and mounted read-only at ``/etc/hami/grant``), which the
+  library reads first: the environment above can then only lower a limit.
 
 Deterministic: the same placement (and the vDCU allocation made for it) gives the same edits.
 """
@@ -24,8 +27,9 @@ import re
 from pathlib import Path, PurePosixPath
 
 from hami.errors import HamiError
+from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
-from hami_vendor_hygon.allocation import accounting_dir, gets_vdcu, state_of, vdev_of
+from hami_vendor_hygon.allocation import accounting_dir, gets_vdcu, grant_host_dir, state_of, vdev_of
 from hami_vendor_hygon.dtk import Dcu
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import SOFT, HygonSettings
@@ -106,8 +110,11 @@ def container_edits(
         mounts = [Mount(container_path=settings.hyhal_path, host_path=settings.hyhal_path)]
         mounts.extend(_library_mounts(settings, library))
         mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
+        grant = from_limits([(d.usedmem, d.usedcores, d.uuid) for d in devices])
+        grant_mount, files = grant_edits(PurePosixPath(grant_host_dir(settings, pod, index)), "hygon", grant)
+        mounts.append(grant_mount)
         return ContainerEdits(env=env, mounts=tuple(mounts), devices=tuple(nodes),
-                              accounting_file=str(host_dir / ACCOUNTING_FILE))  # fmt: skip
+                              accounting_file=str(host_dir / ACCOUNTING_FILE), files=files)  # fmt: skip
     if not gets_vdcu(settings, devices):
         return ContainerEdits(devices=tuple(nodes))
     entry = vdev_of(settings, pod, index)

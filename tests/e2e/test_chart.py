@@ -92,6 +92,7 @@ def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) 
         ("ServiceMonitor", "hami-node"),
         ("Job", "hami-webhook-certs-secret"),
         ("Job", "hami-webhook-certs-patch"),
+        ("Job", "hami-webhook-unregister"),
         ("ClusterRole", "hami-scheduler"),
         ("ClusterRole", "hami-node"),
     ]:
@@ -113,7 +114,11 @@ def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) 
 
 def test_cert_manager_replaces_the_certificate_jobs(binaries: Binaries, chart_dir: Path) -> None:
     objects = render(binaries, chart_dir, **CERT_MANAGER)
-    assert find(objects, "Job") == []
+    assert [j["metadata"]["name"] for j in find(objects, "Job")] == ["hami-webhook-unregister"]
+    (unregister,) = find(objects, "Job")
+    assert unregister["spec"]["template"]["spec"]["containers"][0]["command"][3:] == ["hami-webhook"], (
+        "with cert-manager the certificates are cert-manager's: the hook removes the registration only"
+    )
     (certificate,) = find(objects, "Certificate")
     assert certificate["spec"]["secretName"] == "hami-webhook-tls"
     assert "hami-webhook.hami-system.svc" in certificate["spec"]["dnsNames"]
@@ -121,9 +126,9 @@ def test_cert_manager_replaces_the_certificate_jobs(binaries: Binaries, chart_di
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "hami-system/hami-webhook"
 
 
-def test_the_certificate_job_script_is_valid_python(chart_dir: Path) -> None:
-    source = (chart_dir / "files" / "webhook-certs.py").read_text()
-    compile(source, "webhook-certs.py", "exec")
+@pytest.mark.parametrize("script", ["webhook-certs.py", "webhook-unregister.py"])
+def test_the_hook_job_scripts_are_valid_python(chart_dir: Path, script: str) -> None:
+    compile((chart_dir / "files" / script).read_text(), script, "exec")
 
 
 def test_the_kube_scheduler_configuration_hands_every_vendor_resource_to_the_extender(
@@ -163,7 +168,11 @@ def test_the_rendered_configuration_is_accepted_by_every_service(binaries: Binar
 
 
 def test_every_rbac_rule_is_justified_and_none_is_a_wildcard(binaries: Binaries, chart_dir: Path) -> None:
-    for template in [*chart_dir.glob("templates/**/rbac.yaml"), chart_dir / "templates/scheduler/certs-job.yaml"]:
+    hooks = [
+        chart_dir / "templates/scheduler/certs-job.yaml",
+        chart_dir / "templates/scheduler/webhook-unregister.yaml",
+    ]
+    for template in [*chart_dir.glob("templates/**/rbac.yaml"), *hooks]:
         lines = template.read_text().splitlines()
         for i, line in enumerate(lines):
             if re.match(r"^\s*- apiGroups:", line):
@@ -174,7 +183,7 @@ def test_every_rbac_rule_is_justified_and_none_is_a_wildcard(binaries: Binaries,
             for field in ("verbs", "resources", "apiGroups"):
                 assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard {field}"
             if "secrets" in rule["resources"]:
-                assert role["metadata"]["name"] == "hami-webhook-certs"
+                assert role["metadata"]["name"] in ("hami-webhook-certs", "hami-webhook-unregister")
 
 
 def test_the_api_server_accepts_every_rendered_object(stack: HamiStack, binaries: Binaries, chart_dir: Path) -> None:

@@ -89,9 +89,16 @@ class HamiStack:
         raise LookupError(f"the chart rendered no {kind} {name}")
 
     def hami_config(self) -> dict[str, Any]:
-        """The chart's hami.yaml."""
+        """The chart's hami.yaml (or the one `use_config` gave)."""
         config: dict[str, Any] = yaml.safe_load(self.rendered("ConfigMap", f"{RELEASE}-config")["data"]["hami.yaml"])
         return config
+
+    def use_config(self, hami_yaml: str) -> None:
+        """Run the scheduler, from its next start, on this hami.yaml instead of the one the chart rendered (as a
+        `helm upgrade` changes the ConfigMap the Deployment mounts)."""
+        for obj in self.objects:
+            if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == f"{RELEASE}-config":
+                obj["data"]["hami.yaml"] = hami_yaml
 
     def disabled_vendors(self) -> str:
         """The chart's HAMI_DISABLED_VENDORS, plus the example plugin installed in development environments."""

@@ -6,7 +6,8 @@ stays valid and the serving Secret, which the scheduler mounts, never holds the 
 in the serving Secret by an earlier chart version is moved to the CA Secret and dropped from the serving one.
 `patch` (post-install, post-upgrade): copy the Secret's CA into the MutatingWebhookConfiguration's caBundle.
 
-Arguments: MODE NAMESPACE SECRET SERVICE WEBHOOKCONFIG DAYS CASECRET.
+Arguments: MODE NAMESPACE SECRET SERVICE WEBHOOKCONFIG DAYS CASECRET. Credentials: the Job's ServiceAccount (outside
+a cluster, the usual kubeconfig: the end-to-end suite runs the hook Jobs this way).
 """
 
 import base64
@@ -18,7 +19,10 @@ import tempfile
 from kubernetes import client, config
 
 mode, namespace, secret_name, service, webhook_name, days, ca_secret_name = sys.argv[1:8]
-config.load_incluster_config()
+try:
+    config.load_incluster_config()
+except config.ConfigException:
+    config.load_kube_config()
 core = client.CoreV1Api()
 
 

@@ -1,0 +1,114 @@
+"""The parsers of ``hami run`` and ``hami host``: flags to `hami.host.run` and `hami.host.install`, nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+from pathlib import Path
+from typing import Any
+
+from hami.errors import HamiError
+
+__all__ = ["add_host_parsers"]
+
+_RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _vendor_host(config: str | None, vendor: str) -> Any:
+    """A host over the one vendor asked for (discovery asks no other driver), or over all to say which exist."""
+    from hami.config import load_config
+    from hami.plugins import VendorHost, installed_sources
+
+    sources = [source for source in installed_sources() if source.name == vendor]
+    return VendorHost.load(config=load_config(config).vendors, sources=sources or None)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import sys
+
+    try:
+        return _run(args)
+    except HamiError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    from hami.host import run
+
+    command = list(args.argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    values = {
+        "--vendor": args.vendor,
+        "--device": args.device,
+        "--memory": args.memory,
+        "--cores": args.cores,
+        "--share": args.share,
+        "COMMAND": command,
+    }
+    request = run.parse_request({k: v for k, v in values.items() if v is not None})
+    root = os.geteuid() == 0
+    confined = root and not args.no_namespace
+    user = None
+    if args.user is not None:
+        if not confined:
+            raise HamiError("hami run: --user: only root can run a command as another user (without --no-namespace)")
+        try:
+            user = pwd.getpwnam(args.user) if not args.user.isdigit() else pwd.getpwuid(int(args.user))
+        except KeyError:
+            raise HamiError(f"hami run: --user: no user {args.user!r} on this host") from None
+    host = _vendor_host(args.config, request.vendor)
+    state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
+    launch = run.plan(request, host, state, confined=confined, user=user)
+    if not confined or user is None:
+        logging.getLogger("hami.host").warning(
+            "hami run: the command runs as %s, who %s: this limits the command, it confines no one (hami run as "
+            "root with --user keeps the grant out of the user's reach)",
+            "root" if root and user is None else "the invoking user",
+            "can do anything" if root else "can rewrite the grant and drop LD_PRELOAD",
+        )
+    run.prepare(launch, host)
+    return run.run(launch)
+
+
+def add_host_parsers(sub: Any) -> None:
+    """Add ``run`` and ``host`` to the ``hami`` command's subparsers."""
+    parser = sub.add_parser(
+        "run",
+        help="run a command and its children under a vendor's isolation library with a memory and compute grant",
+        description="Run COMMAND, and every process it starts, under the vendor's isolation library with the grant "
+        "a container would get: memory per device, percent of device time. --share NAME makes commands with the "
+        "same name share one limit. As root, the command gets a private mount namespace with /etc/ld.so.preload "
+        "and /etc/hami/grant read-only (as in a container); --user runs it as that user, who cannot lift the limit. "
+        "Otherwise LD_PRELOAD carries the library (a limit the command keeps, not a confinement). See docs/host.md.",
+        epilog=(
+            "Examples:\n"
+            "  hami run --vendor nvidia --device 0 --memory 3000 --cores 30 -- python train.py\n"
+            "  sudo hami run --vendor nvidia --device 0 --memory 8Gi --user alice --share alice-nb -- jupyter lab\n"
+            "  hami run --vendor ascend --device 1 --memory 16384 -- ./infer"
+        ),
+        formatter_class=_RAW,
+    )
+    parser.add_argument("--vendor", required=True, help="the vendor plugin (see hami vendors)")
+    parser.add_argument("--device", required=True, metavar="N[,M...]", help="device index(es), as discovered")
+    parser.add_argument("--memory", required=True, metavar="MiB", help="memory per device: MiB, or 8Gi; 0 = the whole")
+    parser.add_argument("--cores", metavar="PCT", help="percent of device time per device (0 or 100: no limit)")
+    parser.add_argument("--share", metavar="NAME", help="share one limit with the other commands run with NAME")
+    parser.add_argument("--user", metavar="USER", help="run the command as USER (root only)")
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="grants, accounting files, libraries (default /run/hami as root, $XDG_RUNTIME_DIR/hami otherwise)",
+    )
+    parser.add_argument(
+        "--no-namespace",
+        action="store_true",
+        help="as root too, carry the library in LD_PRELOAD instead of a private mount namespace",
+    )
+    parser.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="the command to run")
+    parser.set_defaults(func=_cmd_run)

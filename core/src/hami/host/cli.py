@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pwd
 from pathlib import Path
@@ -75,6 +76,47 @@ def _run(args: argparse.Namespace) -> int:
     return run.run(launch)
 
 
+def _cmd_install(args: argparse.Namespace) -> int:
+    import sys
+
+    from hami.host import install
+
+    try:
+        from hami.config import load_config
+        from hami.plugins import VendorHost
+
+        host = VendorHost.load(config=load_config(args.config).vendors)
+        prefix = Path(args.prefix or "/")
+        libraries = install.install(host, prefix, args.vendor or (), args.libdir or install.LIBRARY_ROOT)
+        written = install.write_cdi(libraries, prefix) if args.write else []
+    except HamiError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if args.json:
+        report = {
+            "libraries": [vars(lib) for lib in libraries],
+            "cdi": [install.cdi_spec(lib) for lib in libraries],
+            "written": [str(p) for p in written],
+        }
+        print(json.dumps(report, indent=1))
+    else:
+        sys.stdout.write(install.render_install(libraries, written))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import sys
+
+    from hami.host import install, run
+
+    runs = install.status(Path(args.state_dir) if args.state_dir else run.default_state_dir())
+    if args.json:
+        print(json.dumps({"runs": runs}, indent=1))
+    else:
+        sys.stdout.write(install.render_status(runs))
+    return 0
+
+
 def add_host_parsers(sub: Any) -> None:
     """Add ``run`` and ``host`` to the ``hami`` command's subparsers."""
     parser = sub.add_parser(
@@ -112,3 +154,39 @@ def add_host_parsers(sub: Any) -> None:
     parser.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="the command to run")
     parser.set_defaults(func=_cmd_run)
+
+    host = sub.add_parser(
+        "host",
+        help="isolation libraries on a host without Kubernetes: install them, show each grant's usage",
+        description="The isolation libraries outside Kubernetes (docs/host.md).",
+        formatter_class=_RAW,
+    )
+    verbs = host.add_subparsers(dest="verb", metavar="VERB", required=True)
+    installer = verbs.add_parser(
+        "install",
+        help="install the vendors' libraries under versioned paths; print (--write: write) the runtime configuration",
+        description="Install each loaded vendor's isolation library under PREFIX/usr/local/lib/hami/<vendor>/ "
+        "(a versioned file, a stable symlink, an ld.so.preload naming it), and print the configuration a "
+        "container engine or VM agent needs; --write also writes the CDI specifications (PREFIX/etc/cdi/). "
+        "PREFIX is a staging root: the files name the final paths.",
+        epilog="Examples:\n  sudo hami host install --write\n"
+        "  hami host install --prefix pkgroot --libdir /usr/lib/hami --write --vendor nvidia",
+        formatter_class=_RAW,
+    )
+    installer.add_argument("--prefix", metavar="DIR", help="staging root (default /)")
+    installer.add_argument("--libdir", metavar="DIR", help="where the libraries go (default /usr/local/lib/hami)")
+    installer.add_argument("--write", action="store_true", help="also write the CDI specifications")
+    installer.add_argument("--vendor", action="append", metavar="NAME", help="only this vendor (repeatable)")
+    installer.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
+    installer.add_argument("--json", action="store_true", help="print one JSON object")
+    installer.set_defaults(func=_cmd_install)
+    state = verbs.add_parser(
+        "status",
+        help="each grant hami run recorded, with its usage from its accounting file",
+        description="Every run hami run recorded in the state directory: per device the memory used, its limit "
+        "and peak, the compute limit, and the live processes, from the run's accounting file.",
+        formatter_class=_RAW,
+    )
+    state.add_argument("--state-dir", metavar="DIR", help="as given to hami run (default /run/hami as root)")
+    state.add_argument("--json", action="store_true", help="print one JSON object")
+    state.set_defaults(func=_cmd_status)

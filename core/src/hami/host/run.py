@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -61,7 +62,7 @@ from hami.isolation.grant import GRANT_DIR, write_files
 from hami.model import Container, ContainerDevice, Device, IsolationLibrary, NodeInventory, Pod
 from hami.node.hooklib import IsolationLibraries, library_source
 from hami.plugins import LoadedVendor, VendorHost
-from hami.quantity import memory_mib
+from hami.quantity import memory_mib, parse_quantity
 from hami.validation import describe, nearest
 
 __all__ = [
@@ -80,7 +81,7 @@ PRELOAD_PATH = "/etc/ld.so.preload"
 RUN_NAMESPACE = "hami-run"
 """The namespace of the pods `hami run` asks the vendors' edits for (never a cluster's)."""
 _UID_NAMESPACE = uuid.UUID("2b8f3c51-7d0e-4a9a-b6f4-3e1d5c7a9e20")
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
 class RunRequest(BaseModel):
@@ -92,8 +93,24 @@ class RunRequest(BaseModel):
     devices: tuple[int, ...] = Field(alias="--device", min_length=1, max_length=16)
     memory: int = Field(alias="--memory", ge=0, description="MiB per device; 0 = the whole device")
     cores: int = Field(default=0, alias="--cores", ge=0, le=100, description="percent of device time; 0 = all")
-    share: str | None = Field(default=None, alias="--share", pattern=_NAME)
-    command: tuple[str, ...] = Field(alias="COMMAND", min_length=1)
+    share: str | None = Field(default=None, alias="--share")
+    command: tuple[str, ...] = Field(alias="COMMAND")
+
+    @field_validator("share")
+    @classmethod
+    def _share(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(_NAME, value):
+            raise ValueError(
+                f"{value!r} is not a share name: 1-63 letters, digits, '.', '_' or '-', a letter or digit first"
+            )
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0]:
+            raise ValueError("no command: give it after --, e.g. hami run ... -- python train.py")
+        return value
 
     @field_validator("devices", mode="before")
     @classmethod
@@ -114,10 +131,13 @@ class RunRequest(BaseModel):
             text = value.strip()
             if text.isascii() and text.isdigit():
                 return int(text)
+            problem = f"{value!r} is not a size: MiB (3000), or a quantity with a unit (3Gi)"
             try:
+                if parse_quantity(text) < 0:
+                    raise ValueError(problem)
                 return memory_mib(text)
             except ValueError:
-                raise ValueError(f"{value!r} is not a size: MiB (3000), or a quantity with a unit (3Gi)") from None
+                raise ValueError(problem) from None
         return value
 
 

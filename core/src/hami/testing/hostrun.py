@@ -8,16 +8,17 @@ describing one device (index 0) with at least 64 MiB, so that ``hami run --devic
 runs as a real process (``python -m hami.cli run``), asks the vendor's hooks, and starts the sandbox's client under
 the installed library exactly as it would start any command.
 
-Checked: the granted limit holds for the command and for a child it starts; two commands run with one
-``--share`` name share one limit and an unnamed run beside them has its own; an unnamed run leaves no file
-behind; and, as root with ``--user``, the tenant's escapes fail: a child that drops ``LD_PRELOAD`` and the grant
-variable and raises the limit variable still gets the grant, the grant cannot be written (neither where the
-library reads it nor on the host), the preload cannot be unmounted, and no user namespace can be made to mount
-over it. The root-only checks skip where the tests do not run as root (what they need cannot exist there).
+Checked: the granted limit holds for the command and for a child it starts; two commands run with one ``--share``
+name share one limit (which ``hami host status`` shows) and an unnamed run beside them has its own; an unnamed run
+leaves no file behind; and, as root with ``--user``, the tenant's escapes fail: a child that drops ``LD_PRELOAD``
+and the grant variable and raises the limit variable still gets the grant, the grant cannot be written (neither
+where the library reads it nor on the host), the preload cannot be unmounted, and no user namespace can be made to
+mount over it. The root-only checks skip where the tests do not run as root (what they need cannot exist there).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -140,6 +141,15 @@ class HostRunTests:
                 sandbox, host_world, ["--memory", "8", "--no-namespace"], [client, "init", 8 * MIB, "whole"]
             )
             assert own.returncode == 0, own.stderr
+            status = subprocess.run(
+                [sys.executable, "-m", "hami.cli", "host", "status", "--json", "--state-dir",
+                 str(sandbox.root / "state")],
+                env=self._env(sandbox, host_world), capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            (share,) = [r for r in json.loads(status.stdout)["runs"] if r["name"] == "team-a"]
+            (device,) = share["devices"]
+            assert (device["used_bytes"], device["limit_bytes"], device["granted_mib"]) == (6 * MIB, 8 * MIB, 8)
+            assert len(share["processes"]) == 1, "hami host status lists the holder, the one live process"
             other = self.hami_run(
                 sandbox, host_world, ["--memory", "16", "--share", "team-a", "--no-namespace"], [client, "init", 0]
             )

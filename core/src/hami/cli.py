@@ -193,11 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     from hami.configcheck import add_config_parser
 
     add_config_parser(sub)
+
+    add_completion_parser(sub)
     from hami.host.cli import add_host_parsers
 
     add_host_parsers(sub)
-
-    add_completion_parser(sub)
     return parser
 
 

@@ -417,7 +417,7 @@ def run(launch: Launch) -> int:
         spec = confine.Spec(
             library=str(launch.library),
             grant_dir=str(launch.grant_dir),
-            stage=str(launch.state_dir / "stage" / launch.name),
+            stage=str(launch.state_dir / "stage" / f"{launch.name}-{os.getpid()}"),
             uid=launch.user.pw_uid if launch.user is not None else None,
             gid=launch.user.pw_gid if launch.user is not None else None,
             user=launch.user.pw_name if launch.user is not None else None,

@@ -76,6 +76,52 @@ def _run(args: argparse.Namespace) -> int:
     return run.run(launch)
 
 
+def _cmd_grant(args: argparse.Namespace) -> int:
+    import sys
+
+    from hami.host import run
+
+    try:
+        values = {
+            "--vendor": args.vendor,
+            "--device": args.device,
+            "--memory": args.memory,
+            "--cores": args.cores,
+            "--share": args.share,
+        }
+        request = run.parse_request({k: v for k, v in values.items() if v is not None})
+        user = None
+        if args.user is not None:
+            try:
+                user = pwd.getpwnam(args.user) if not args.user.isdigit() else pwd.getpwuid(int(args.user))
+            except KeyError:
+                raise HamiError(f"hami host grant: --user: no user {args.user!r} on this host") from None
+        host = _vendor_host(args.config, request.vendor)
+        state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
+        launch = run.plan(request, host, state, confined=True, user=user)
+        run.prepare(launch, host)
+    except HamiError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    flags = run.container_flags(launch)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "name": launch.name,
+                    "grant_dir": str(launch.grant_dir),
+                    "accounting_file": str(launch.accounting_file),
+                    "flags": flags,
+                    "edits": launch.edits.model_dump(mode="json"),
+                },
+                indent=1,
+            )
+        )
+    else:
+        print(" \\\n".join(flags))
+    return 0
+
+
 def _cmd_install(args: argparse.Namespace) -> int:
     import sys
 
@@ -180,6 +226,27 @@ def add_host_parsers(sub: Any) -> None:
     installer.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
     installer.add_argument("--json", action="store_true", help="print one JSON object")
     installer.set_defaults(func=_cmd_install)
+    grant = verbs.add_parser(
+        "grant",
+        help="write a named grant (a --share) for containers and print the docker/podman flags that use it",
+        description="Write the grant, accounting directory and library of share NAME exactly as hami run --share "
+        "NAME does, without running anything, and print the vendor's container edits as docker/podman run flags "
+        "(the grant directory mounted read-only at /etc/hami/grant): every container started with them, and every "
+        "hami run --share NAME, shares one limit. --user: the user the containers' processes run as (the "
+        "accounting directory is theirs).",
+        epilog="Example:\n  sudo hami host grant --vendor nvidia --device 0 --memory 8000 --share team-a",
+        formatter_class=_RAW,
+    )
+    grant.add_argument("--vendor", required=True, help="the vendor plugin (see hami vendors)")
+    grant.add_argument("--device", required=True, metavar="N[,M...]", help="device index(es), as discovered")
+    grant.add_argument("--memory", required=True, metavar="MiB", help="memory per device: MiB, or 8Gi; 0 = the whole")
+    grant.add_argument("--cores", metavar="PCT", help="percent of device time per device (0 or 100: no limit)")
+    grant.add_argument("--share", required=True, metavar="NAME", help="the grant's name")
+    grant.add_argument("--user", metavar="USER", help="owner of the accounting directory")
+    grant.add_argument("--state-dir", metavar="DIR", help="as for hami run (default /run/hami as root)")
+    grant.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
+    grant.add_argument("--json", action="store_true", help="print one JSON object (the flags and the edits)")
+    grant.set_defaults(func=_cmd_grant)
     state = verbs.add_parser(
         "status",
         help="each grant hami run recorded, with its usage from its accounting file",

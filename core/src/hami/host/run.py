@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hami.errors import HamiError
 from hami.isolation.grant import GRANT_DIR, write_files
-from hami.model import Container, ContainerDevice, Device, IsolationLibrary, NodeInventory, Pod
+from hami.model import Container, ContainerDevice, ContainerEdits, Device, IsolationLibrary, NodeInventory, Pod
 from hami.node.hooklib import IsolationLibraries, library_source
 from hami.plugins import LoadedVendor, VendorHost
 from hami.quantity import memory_mib, parse_quantity
@@ -70,6 +70,7 @@ __all__ = [
     "RUN_NAMESPACE",
     "Launch",
     "RunRequest",
+    "container_flags",
     "default_state_dir",
     "plan",
     "run",
@@ -94,7 +95,7 @@ class RunRequest(BaseModel):
     memory: int = Field(alias="--memory", ge=0, description="MiB per device; 0 = the whole device")
     cores: int = Field(default=0, alias="--cores", ge=0, le=100, description="percent of device time; 0 = all")
     share: str | None = Field(default=None, alias="--share")
-    command: tuple[str, ...] = Field(alias="COMMAND")
+    command: tuple[str, ...] = Field(default=(), alias="COMMAND", description="none: a grant for a container")
 
     @field_validator("share")
     @classmethod
@@ -175,6 +176,10 @@ class Launch:
     confined: bool
     user: pwd.struct_passwd | None
     state_dir: Path
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+    """The vendor's answer for a container, as a container engine would apply it (`container_flags`)."""
+    moved: dict[str, str] = field(default_factory=dict)
+    """Container path -> host path of the mounts the run owns (its grant and accounting directories)."""
     removable: list[Path] = field(default_factory=list)
 
 
@@ -359,7 +364,22 @@ def plan(
         confined,
         user,
         state_dir,
+        edits,
+        moved,
     )
+
+
+def container_flags(launch: Launch) -> list[str]:
+    """The vendor's edits as ``docker run`` (or ``podman run``) flags, with the run's grant and accounting
+    directories at their host paths: a container started with them is one more member of the share."""
+    flags = []
+    for mount in launch.edits.mounts:
+        host = launch.moved.get(mount.container_path, mount.host_path)
+        flags.append(f"-v {host}:{mount.container_path}{':ro' if mount.read_only else ''}")
+    flags += [f"--device {d.host_path}:{d.container_path}:{d.permissions}" for d in launch.edits.devices]
+    flags += [f"--device {name}" for name in launch.edits.cdi_devices]
+    flags += [f"-e {key}={value}" for key, value in sorted(launch.edits.env.items())]
+    return flags
 
 
 _COMPARED = ("vendor", "devices", "user")

@@ -142,10 +142,22 @@ class HostRunTests:
             )
             assert own.returncode == 0, own.stderr
             status = subprocess.run(
-                [sys.executable, "-m", "hami.cli", "host", "status", "--json", "--state-dir",
-                 str(sandbox.root / "state")],
-                env=self._env(sandbox, host_world), capture_output=True, text=True, timeout=60, check=True,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "hami.cli",
+                    "host",
+                    "status",
+                    "--json",
+                    "--state-dir",
+                    str(sandbox.root / "state"),
+                ],
+                env=self._env(sandbox, host_world),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
             (share,) = [r for r in json.loads(status.stdout)["runs"] if r["name"] == "team-a"]
             (device,) = share["devices"]
             assert (device["used_bytes"], device["limit_bytes"], device["granted_mib"]) == (6 * MIB, 8 * MIB, 8)
@@ -180,6 +192,51 @@ class HostRunTests:
         )
         assert done.returncode == 2
         assert f"hami run: --device: vendor {self.vendor}'s discovery has no device 9 here; it found 0 (" in done.stderr
+
+    def test_a_named_grant_for_containers_is_the_share_hami_run_joins(
+        self, sandbox: Sandbox, host_world: HostWorld
+    ) -> None:
+        state = sandbox.root / "state"
+        argv = [
+            sys.executable,
+            "-m",
+            "hami.cli",
+            "host",
+            "grant",
+            "--vendor",
+            self.vendor,
+            "--device",
+            "0",
+            "--memory",
+            "8",
+            "--share",
+            "box",
+            "--config",
+            str(host_world.config),
+            "--state-dir",
+            str(state),
+            "--json",
+        ]
+        done = subprocess.run(
+            argv, env=self._env(sandbox, host_world), capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        grant_dir = state / "grants" / "box"
+        assert f"-v {grant_dir}:/etc/hami/grant:ro" in answer["flags"]
+        assert f"device 0 {8 * MIB} 0" in (grant_dir / f"{self.vendor}.grant").read_text()
+        mounts = {m["container_path"]: m for m in answer["edits"]["mounts"]}
+        accounting = Path(answer["accounting_file"])
+        inside = [f for f in answer["flags"] if f.startswith("-e ") and accounting.name in f]
+        assert len(inside) == 1, "the container is told where its accounting file is, inside a mount"
+        path = inside[0].split("=", 1)[1]
+        assert str(Path(path).parent) in mounts
+        assert f"-v {accounting.parent}:{Path(path).parent}" in answer["flags"]
+        client = self._client(sandbox)
+        flags = ["--memory", "8", "--share", "box", "--no-namespace"]
+        joined = self.hami_run(sandbox, host_world, flags, [client, "init", 8 * MIB, "whole"])
+        assert joined.returncode == 0, joined.stderr
+        assert accounting.is_file(), "hami run used the grant's accounting file"
 
     # ---------------------------------------------------------------------------------------- as root: confined
 

@@ -25,6 +25,39 @@ def _vendor_host(config: str | None, vendor: str) -> Any:
     return VendorHost.load(config=load_config(config).vendors, sources=sources or None)
 
 
+def _request(args: argparse.Namespace, **extra: Any) -> Any:
+    """The request the flags common to ``hami run`` and ``hami host grant`` make (`hami.host.run.RunRequest`)."""
+    from hami.host import run
+
+    values = {
+        "--vendor": args.vendor,
+        "--device": args.device,
+        "--memory": args.memory,
+        "--cores": args.cores,
+        "--share": args.share,
+        **extra,
+    }
+    return run.parse_request({k: v for k, v in values.items() if v is not None})
+
+
+def _user(name: str | None, command: str) -> pwd.struct_passwd | None:
+    if name is None:
+        return None
+    try:
+        return pwd.getpwnam(name) if not name.isdigit() else pwd.getpwuid(int(name))
+    except KeyError:
+        raise HamiError(f"{command}: --user: no user {name!r} on this host") from None
+
+
+def _add_request_flags(parser: argparse.ArgumentParser, share_help: str, share_required: bool) -> None:
+    parser.add_argument("--vendor", required=True, help="the vendor plugin (see hami vendors)")
+    parser.add_argument("--device", required=True, metavar="N[,M...]", help="device index(es), as discovered")
+    parser.add_argument("--memory", required=True, metavar="MiB", help="memory per device: MiB, or 8Gi; 0 = the whole")
+    parser.add_argument("--cores", metavar="PCT", help="percent of device time per device (0 or 100: no limit)")
+    parser.add_argument("--share", required=share_required, metavar="NAME", help=share_help)
+    parser.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import sys
 
@@ -43,25 +76,12 @@ def _run(args: argparse.Namespace) -> int:
     command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
-    values = {
-        "--vendor": args.vendor,
-        "--device": args.device,
-        "--memory": args.memory,
-        "--cores": args.cores,
-        "--share": args.share,
-        "COMMAND": command,
-    }
-    request = run.parse_request({k: v for k, v in values.items() if v is not None})
+    request = _request(args, COMMAND=command)
     root = os.geteuid() == 0
     confined = root and not args.no_namespace
-    user = None
-    if args.user is not None:
-        if not confined:
-            raise HamiError("hami run: --user: only root can run a command as another user (without --no-namespace)")
-        try:
-            user = pwd.getpwnam(args.user) if not args.user.isdigit() else pwd.getpwuid(int(args.user))
-        except KeyError:
-            raise HamiError(f"hami run: --user: no user {args.user!r} on this host") from None
+    if args.user is not None and not confined:
+        raise HamiError("hami run: --user: only root can run a command as another user (without --no-namespace)")
+    user = _user(args.user, "hami run")
     host = _vendor_host(args.config, request.vendor)
     state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
     launch = run.plan(request, host, state, confined=confined, user=user)
@@ -82,20 +102,8 @@ def _cmd_grant(args: argparse.Namespace) -> int:
     from hami.host import run
 
     try:
-        values = {
-            "--vendor": args.vendor,
-            "--device": args.device,
-            "--memory": args.memory,
-            "--cores": args.cores,
-            "--share": args.share,
-        }
-        request = run.parse_request({k: v for k, v in values.items() if v is not None})
-        user = None
-        if args.user is not None:
-            try:
-                user = pwd.getpwnam(args.user) if not args.user.isdigit() else pwd.getpwuid(int(args.user))
-            except KeyError:
-                raise HamiError(f"hami host grant: --user: no user {args.user!r} on this host") from None
+        request = _request(args)
+        user = _user(args.user, "hami host grant")
         host = _vendor_host(args.config, request.vendor)
         state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
         launch = run.plan(request, host, state, confined=True, user=user)
@@ -181,11 +189,7 @@ def add_host_parsers(sub: Any) -> None:
         ),
         formatter_class=_RAW,
     )
-    parser.add_argument("--vendor", required=True, help="the vendor plugin (see hami vendors)")
-    parser.add_argument("--device", required=True, metavar="N[,M...]", help="device index(es), as discovered")
-    parser.add_argument("--memory", required=True, metavar="MiB", help="memory per device: MiB, or 8Gi; 0 = the whole")
-    parser.add_argument("--cores", metavar="PCT", help="percent of device time per device (0 or 100: no limit)")
-    parser.add_argument("--share", metavar="NAME", help="share one limit with the other commands run with NAME")
+    _add_request_flags(parser, "share one limit with the other commands run with NAME", share_required=False)
     parser.add_argument("--user", metavar="USER", help="run the command as USER (root only)")
     parser.add_argument(
         "--state-dir",
@@ -197,7 +201,6 @@ def add_host_parsers(sub: Any) -> None:
         action="store_true",
         help="as root too, carry the library in LD_PRELOAD instead of a private mount namespace",
     )
-    parser.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="the command to run")
     parser.set_defaults(func=_cmd_run)
 
@@ -237,14 +240,9 @@ def add_host_parsers(sub: Any) -> None:
         epilog="Example:\n  sudo hami host grant --vendor nvidia --device 0 --memory 8000 --share team-a",
         formatter_class=_RAW,
     )
-    grant.add_argument("--vendor", required=True, help="the vendor plugin (see hami vendors)")
-    grant.add_argument("--device", required=True, metavar="N[,M...]", help="device index(es), as discovered")
-    grant.add_argument("--memory", required=True, metavar="MiB", help="memory per device: MiB, or 8Gi; 0 = the whole")
-    grant.add_argument("--cores", metavar="PCT", help="percent of device time per device (0 or 100: no limit)")
-    grant.add_argument("--share", required=True, metavar="NAME", help="the grant's name")
+    _add_request_flags(grant, "the grant's name (hami run --share NAME joins it)", share_required=True)
     grant.add_argument("--user", metavar="USER", help="owner of the accounting directory")
     grant.add_argument("--state-dir", metavar="DIR", help="as for hami run (default /run/hami as root)")
-    grant.add_argument("--config", metavar="FILE", help="configuration file (YAML; its vendors section is used)")
     grant.add_argument("--json", action="store_true", help="print one JSON object (the flags and the edits)")
     grant.set_defaults(func=_cmd_grant)
     state = verbs.add_parser(

@@ -283,9 +283,9 @@ def plan(
         missing = [
             what
             for what, ok in (
-                ("a grant", grant_mount),
+                ("grant", grant_mount),
                 ("/etc/ld.so.preload", preload_mount),
-                ("an accounting file", edits.accounting_file),
+                ("accounting file", edits.accounting_file),
             )
             if not ok
         ]

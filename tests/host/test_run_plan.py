@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Any
 
@@ -79,14 +79,14 @@ def vendor(tmp_path: Path) -> Iterator[ModuleType]:
     del sys.modules["fakeaccel_plugin"]
 
 
-def _plan(vendor: ModuleType, tmp_path: Path, confined: bool = False, **flags: Any) -> Any:
+def _plan(vendor: ModuleType, tmp_path: Path, flags: dict[str, Any] | None = None, confined: bool = False) -> Any:
     host = VendorHost.from_plugins({"fakeaccel": vendor})
-    values = {"--vendor": "fakeaccel", "--device": "3", "--memory": "512", "COMMAND": ["app"], **flags}
+    values = {"--vendor": "fakeaccel", "--device": "3", "--memory": "512", "COMMAND": ["app"], **(flags or {})}
     return plan(parse_request(values), host, tmp_path / "state", confined=confined, environ={"PATH": "/bin"})
 
 
 def test_mount_paths_become_the_runs_host_paths(vendor: ModuleType, tmp_path: Path) -> None:
-    launch = _plan(vendor, tmp_path, **{"--share": "nb"})
+    launch = _plan(vendor, tmp_path, {"--share": "nb"})
     state = tmp_path / "state"
     assert launch.env["FAKE_CACHE"] == str(state / "accounting" / "nb" / "fake.cache")
     assert launch.accounting_file == state / "accounting" / "nb" / "fake.cache"
@@ -99,7 +99,7 @@ def test_mount_paths_become_the_runs_host_paths(vendor: ModuleType, tmp_path: Pa
         str(state / "grants" / "nb" / "fakeaccel.grant"),
         str(state / "grants" / "nb" / "fakeaccel.control"),
     ]
-    expected = grant_edits(Path("/x"), "fakeaccel", from_limits([(512, 0, "FAKE-1")]))[1]["/x/fakeaccel.grant"]
+    expected = grant_edits(PurePosixPath("/x"), "fakeaccel", from_limits([(512, 0, "FAKE-1")]))[1]["/x/fakeaccel.grant"]
     assert launch.files[str(state / "grants" / "nb" / "fakeaccel.grant")] == expected
     assert launch.moved[GRANT_DIR] == str(state / "grants" / "nb")
 
@@ -128,9 +128,9 @@ def test_what_the_vendor_does_not_give_is_refused_saying_so(
 
 def test_more_memory_than_the_device_has_is_refused(vendor: ModuleType, tmp_path: Path) -> None:
     with pytest.raises(HamiError, match=r"--memory: 2048 MiB is more than device 3 has \(1024 MiB\)"):
-        _plan(vendor, tmp_path, **{"--memory": "2Gi"})
+        _plan(vendor, tmp_path, {"--memory": "2Gi"})
 
 
 def test_a_device_discovery_does_not_report_is_refused_with_those_it_found(vendor: ModuleType, tmp_path: Path) -> None:
     with pytest.raises(HamiError, match=r"no device 1 here; it found 0 \(FAKE FAKE-0\), 3 \(FAKE FAKE-1\)"):
-        _plan(vendor, tmp_path, **{"--device": "1"})
+        _plan(vendor, tmp_path, {"--device": "1"})

@@ -442,8 +442,12 @@ def run(launch: Launch) -> int:
             gid=launch.user.pw_gid if launch.user is not None else None,
             user=launch.user.pw_name if launch.user is not None else None,
         )
-        confine.stage(spec)
         launch.removable.append(Path(spec.stage))
+        try:
+            confine.stage(spec)
+        except OSError as exc:
+            _cleanup(launch)
+            raise HamiError(f"hami run: cannot prepare the command's /etc/ld.so.preload and /etc/hami: {exc}") from None
         argv = [sys.executable, "-m", "hami.host.confine", spec.encode(), "--", *argv]
     elif launch.user is not None:
         raise HamiError("hami run: --user needs the private namespace (root, without --no-namespace)")

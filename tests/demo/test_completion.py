@@ -69,6 +69,8 @@ def test_the_bash_script_is_valid_bash(bash: Path) -> None:
                 "dashboard",
                 "config",
                 "completion",
+                "run",
+                "host",
             ],
         ),
         (("hami", "s"), ["scheduler", "simulate", "status"]),

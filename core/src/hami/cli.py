@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_parser(sub)
 
     add_completion_parser(sub)
+    from hami.host.cli import add_host_parsers
+
+    add_host_parsers(sub)
     return parser
 
 

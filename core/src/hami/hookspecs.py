@@ -253,3 +253,26 @@ def hami_container_edits(
         isolation library, its ``/etc/ld.so.preload``, the shared accounting directory), device nodes, and
         CDI device names.
     """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Outside Kubernetes (`hami run`, a process tree on the host)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_host_environment(
+    kind: DeviceKind, devices: ContainerPlacement, indices: Sequence[int], settings: Any
+) -> Mapping[str, str] | None:
+    """The variables that make a process on the host, outside any container, see exactly `devices`, in order.
+
+    Routed, optional. `hami run` calls it beside `hami_container_edits`: a container's runtime reads the
+    container's visible-devices variable (``NVIDIA_VISIBLE_DEVICES``) and hides the other devices, while a host
+    process sees every device unless the vendor's runtime is told otherwise (``CUDA_VISIBLE_DEVICES``). Device
+    `i` of the answer must be device `i` of the placement, since the grant's limits are by that index.
+
+    :param devices: the placement `hami run` made (device UUIDs and types from this vendor's discovery).
+    :param indices: each device's index as this vendor's discovery reported it (`Device.index`).
+    :returns: the variables, or None when a host process cannot be limited to these devices (then `hami run`
+        refuses, saying so).
+    """

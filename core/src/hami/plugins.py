@@ -397,6 +397,13 @@ class VendorHost:
         )
         return ContainerEdits() if result is None else result
 
+    def host_environment(
+        self, common_word: str, devices: ContainerPlacement, indices: Sequence[int]
+    ) -> dict[str, str] | None:
+        """What a host process needs to see exactly `devices` (`hami run`); None when the vendor cannot say."""
+        result = self._routed(common_word, "hami_host_environment", devices=devices, indices=indices)
+        return None if result is None else dict(result)
+
 
 def _constant(plugin: object) -> Callable[[], object]:
     return lambda: plugin

@@ -61,6 +61,7 @@ __all__ = [
     "hami_container_request",
     "hami_discover_devices",
     "hami_fit_nodes",
+    "hami_host_environment",
     "hami_release",
     "hami_vendor_info",
     "hami_vendor_settings",
@@ -184,3 +185,10 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, kind, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's NPUs, in order, through the ACL runtime's own selector
+    (``ASCEND_RT_VISIBLE_DEVICES``: the logical device ids, which discovery reports as the devices' indices)."""
+    return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}

@@ -117,3 +117,10 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's DCUs, in order, through HIP's own selector
+    (``HIP_VISIBLE_DEVICES``: device indices, as discovery reports them)."""
+    return {"HIP_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}

@@ -52,6 +52,7 @@ __all__ = [
     "hami_container_request",
     "hami_discover_devices",
     "hami_fit_nodes",
+    "hami_host_environment",
     "hami_release",
     "hami_vendor_info",
     "hami_vendor_settings",
@@ -169,3 +170,9 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_host_environment(devices: ContainerPlacement) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's GPUs, in order, through CUDA's own selector (UUIDs)."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}

@@ -26,8 +26,8 @@ e2e: install
 	$(PY) -m pytest -m e2e
 
 lint: install
-	$(VENV)/bin/ruff check core vendors tests benchmarks examples
-	$(VENV)/bin/ruff format --check core vendors tests benchmarks examples
+	$(VENV)/bin/ruff check core vendors tests benchmarks examples packaging
+	$(VENV)/bin/ruff format --check core vendors tests benchmarks examples packaging
 	$(VENV)/bin/mypy core/src $(foreach v,$(VENDORS),vendors/$(v)/src) examples/third-party-vendor/src
 	$(VENV)/bin/lint-imports --no-cache
 

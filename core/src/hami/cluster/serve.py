@@ -9,6 +9,8 @@ kubeconfig exactly as they talk to a real one:
   with a resourceVersion precondition) and the `pods/binding` subresource;
 * JSON objects with `kind`/`apiVersion` (list items without), `Status` bodies for errors (404 NotFound,
   409 Conflict or AlreadyExists, 401 without the bearer token);
+* discovery as kube-apiserver serves it (`/version`, `/api`, `/apis`, `/api/v1`, `/apis/coordination.k8s.io/v1`), so
+  `kubectl` and the Kubernetes clients' discovery work against it;
 * watches as chunked newline-delimited JSON from any resourceVersion the server recorded; a watch from an
   older one than `compact()` kept gets 410 Gone (an ERROR event, or an HTTP 410 when `expired_as_http`).
 
@@ -21,8 +23,9 @@ the connection) and `refuse_watches` answers new ones with 503 while it is set.
 it differently (an injected error, a dropped connection); `tests/support/fake_apiserver.py` uses it.
 
 Not a general API server: no field or label selectors, no pagination (`limit` is ignored), no strategic
-merge or JSON patches, no graceful deletion, no admission (the demo calls the webhook itself). It listens on
-loopback by default and checks one bearer token; it is not meant to be exposed.
+merge or JSON patches, no graceful deletion, no admission (the demo calls the webhook itself), no server-side
+tables (kubectl prints its own columns). It listens on loopback by default and checks one bearer token, over HTTPS
+when given a certificate (the demo's, so that kubectl sends the token); it is not meant to be exposed.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import contextlib
 import json
 import secrets
 import socket
+import ssl
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -115,7 +120,8 @@ class _History:
 class ClusterApiServer:
     """`with ClusterApiServer() as api:` a loopback API server over `api.cluster` (a `MemoryCluster`).
 
-    `port` 0 picks a free port; `token` None makes a random one (the kubeconfig carries it)."""
+    `port` 0 picks a free port; `token` None makes a random one (the kubeconfig carries it). `tls` (certificate and
+    key files) serves HTTPS; `ca`, the file that verifies that certificate, goes into the kubeconfig."""
 
     def __init__(
         self,
@@ -124,6 +130,8 @@ class ClusterApiServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        tls: tuple[Path, Path] | None = None,
+        ca: Path | None = None,
     ) -> None:
         self.cluster = cluster or MemoryCluster()
         self.token = token if token is not None else secrets.token_hex(16)
@@ -140,6 +148,15 @@ class ClusterApiServer:
         self._subs: list[Subscription] = [self._record(r) for r in KIND]
         self._httpd = ThreadingHTTPServer((host, port), _handler(self))
         self._httpd.daemon_threads = True
+        self._tls = tls is not None
+        self._ca = ca
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            # The handshake happens on the connection's first read, in its own thread, not in the accept loop.
+            self._httpd.socket = context.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name="api-server"
         )
@@ -149,7 +166,7 @@ class ClusterApiServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host!s}:{port}"
 
     def start(self) -> ClusterApiServer:
         self._thread.start()
@@ -176,7 +193,12 @@ class ClusterApiServer:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "clusters": [
+                {
+                    "name": context,
+                    "cluster": {"server": self.url, **({"certificate-authority": str(self._ca)} if self._ca else {})},
+                }
+            ],
             "users": [{"name": context, "user": {"token": self.token}}],
             "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
             "current-context": context,
@@ -243,6 +265,52 @@ class ClusterApiServer:
 
 def _typed(resource: str, obj: dict[str, Any]) -> dict[str, Any]:
     return {"kind": KIND[resource], "apiVersion": API_VERSION[resource], **obj}
+
+
+_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def _resources(group: Mapping[str, str]) -> list[dict[str, Any]]:
+    found = [
+        {
+            "name": plural,
+            "singularName": kind.lower(),
+            "namespaced": plural in NAMESPACED,
+            "kind": kind,
+            "verbs": _VERBS,
+        }
+        for plural, kind in group.items()
+    ]
+    if "pods" in group:
+        found.append(
+            {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
+        )
+    return found
+
+
+def _discovery(path: str, address: Any) -> dict[str, Any] | None:
+    """The discovery document kube-apiserver serves at `path` (for what this server serves), or None."""
+    host, port = address[:2]
+    if path == "/version":
+        return {"major": "1", "minor": "35", "gitVersion": "v1.35.0+hami-memory", "platform": "linux/amd64"}
+    if path == "/api":
+        cidr = {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{host}:{port}"}
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [cidr]}
+    if path == "/apis":
+        version = {"groupVersion": "coordination.k8s.io/v1", "version": "v1"}
+        group = {"name": "coordination.k8s.io", "versions": [version], "preferredVersion": version}
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+    if path == "/api/v1":
+        return {"kind": "APIResourceList", "groupVersion": "v1", "resources": _resources(CORE)}
+    if path == "/apis/coordination.k8s.io/v1":
+        resources = _resources(COORDINATION)
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": "coordination.k8s.io/v1",
+            "resources": resources,
+        }
+    return None
 
 
 def _route(path: str) -> _Route:
@@ -334,6 +402,9 @@ def _handler(api: ClusterApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             if self.headers.get("Authorization") != f"Bearer {api.token}":
                 self._send(401, status_body(401, "Unauthorized", "Unauthorized"))
+                return
+            if method == "GET" and (document := _discovery(url.path.rstrip("/") or "/", self.server.server_address)):
+                self._send(200, document)
                 return
             try:
                 route = _route(url.path)

@@ -308,6 +308,7 @@ def _keep_running(world: DemoWorld, say: _Printer) -> None:
     say()
     say("Everything keeps running. In another terminal:")
     say(f"  hami status --kubeconfig {world.kubeconfig}")
+    say(f"  kubectl --kubeconfig {world.kubeconfig} get nodes,pods -A")
     say(f"  curl -s {world.scheduler_metrics_url} | grep ^hami_")
     say(f"  open {world.dashboard_url} (or: hami dashboard --kubeconfig {world.kubeconfig})")
     say(f"  logs: {world.workdir / 'logs'}")

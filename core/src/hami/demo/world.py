@@ -2,8 +2,9 @@
 
 Owns starting, waiting for and stopping:
 
-* the **cluster**: a `MemoryCluster` served over HTTP by `hami.cluster.serve.ClusterApiServer` in this
-  process, with a kubeconfig (bearer token) in the work directory; the inventory's nodes are created in it
+* the **cluster**: a `MemoryCluster` served over HTTPS by `hami.cluster.serve.ClusterApiServer` in this
+  process, with a kubeconfig (bearer token, the run's CA) in the work directory that `kubectl` uses as it is;
+  the inventory's nodes are created in it
   (labels, allocatable CPU and memory, Ready), then the examples' namespaces and resource quotas;
 * the **scheduler**: `hami scheduler` as a child process (through `KubeCluster`, like on a cluster),
   serving the extender and, in the same process with the same quota ledger, the admission webhook over
@@ -206,7 +207,13 @@ class DemoWorld:
         self.host = VendorHost.load(config=self.base_config.get("vendors") or {})
         for failure in self.host.failed:
             progress(f"vendor {failure.entry_point} ({failure.distribution}) not loaded: {failure.error}")
-        self.api = ClusterApiServer(self.cluster).start()
+        from hami.webhook.certs import generate, write_bundle
+
+        # One CA for the run: the API server's certificate (so kubectl sends the kubeconfig's token) and the webhook's.
+        bundle = generate("hami-webhook", "kube-system", extra_names=["127.0.0.1", "localhost"], days=7)
+        write_bundle(bundle, self.tls_dir)
+        tls = (self.tls_dir / "tls.crt", self.tls_dir / "tls.key")
+        self.api = ClusterApiServer(self.cluster, tls=tls, ca=self.ca_file).start()
         self.api.write_kubeconfig(self.kubeconfig, "hami-demo")
         self._create_cluster_objects()
         self._start_scheduler()
@@ -248,10 +255,6 @@ class DemoWorld:
         return child
 
     def _start_scheduler(self) -> None:
-        from hami.webhook.certs import generate, write_bundle
-
-        bundle = generate("hami-webhook", "kube-system", extra_names=["127.0.0.1", "localhost"], days=7)
-        write_bundle(bundle, self.tls_dir)
         self.scheduler_port, self.scheduler_metrics_port, self.webhook_port = free_port(), free_port(), free_port()
         self.dashboard_port = free_port()
         raw = _deep_merge(

@@ -10,8 +10,9 @@ from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
 from hami.model import ContainerRequest
-from hami.scheduler.extender import BIND_PHASE, ExtenderSettings, ObservedWorkload
+from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.locks import LOCK_ANNOTATION
+from hami.scheduler.policies import ObservedWorkload
 
 
 def annotations(h: Harness, pod: str) -> dict[str, str]:

@@ -39,7 +39,9 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -252,4 +254,22 @@ def hami_container_edits(
     :returns: a `hami.model.ContainerEdits`: env (visible devices, memory and core limits), mounts (the
         isolation library, its ``/etc/ld.so.preload``, the shared accounting directory), device nodes, and
         CDI device names.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation (node side, hami.dra)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_dra_device(kind: DeviceKind, device: Device, settings: Any) -> DraDevice | None:
+    """The vendor's facts about one of its devices for the node's ResourceSlice: extra attributes (topology
+    identifiers), and the share policy its fitting allows (whether the device is shared, the memory step or
+    fixed partition sizes, the cores step).
+
+    Routed; optional. Called by the node daemon when it publishes DRA devices (``draDriver`` set), for each
+    healthy device discovery reported. Without an answer, core publishes what the `Device` says.
+
+    :returns: a `hami.model.DraDevice`, or None for core's defaults.
     """

@@ -34,7 +34,9 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -397,6 +399,11 @@ class VendorHost:
         )
         return ContainerEdits() if result is None else result
 
+    def dra_device(self, common_word: str, device: Device) -> DraDevice:
+        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
+        result = self._routed(common_word, "hami_dra_device", device=device)
+        return DraDevice() if result is None else result
+
 
 def _constant(plugin: object) -> Callable[[], object]:
     return lambda: plugin
@@ -435,3 +442,4 @@ def installed_sources() -> list[PluginSource]:
         )
         seen.setdefault(ep.name, source)
     return sorted(seen.values(), key=lambda s: s.name)
+

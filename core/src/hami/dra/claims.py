@@ -1,0 +1,166 @@
+"""An allocated ResourceClaim read back as HAMi placements, and what a node already holds of its devices.
+
+kube-scheduler writes the allocation into the claim's status (`status.allocation.devices.results`): per
+result the request, driver, pool and device name and, on a device that allows several allocations, the
+`shareID` and the `consumedCapacity` (KEP-5075) it rounded up under the slice's request policies. This module
+turns the results of this driver and node into `ContainerDevice`s (UUID, kind, MiB, cores), the placement
+the vendor hooks take:
+
+* a share: its consumed ``memory`` and ``cores``;
+* a device that does not allow several allocations (or a share the API gave without capacities, the
+  consumable-capacity gate being off): the whole device, all its memory and 100 % of its cores.
+
+`NodeUsage` is the one accounting both paths answer to on the node: what the device-plugin pods bound here
+(their HAMi allocated annotations) and the claims this node prepared hold of each device; a claim whose
+share does not fit beside them is refused, so neither path hands out what the other holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami.cluster.port import KubeObject, meta
+from hami.codec import AnnotationError, decode_pod_devices
+from hami.dra.slices import CAPACITY_CORES, CAPACITY_MEMORY, PublishedDevice
+from hami.errors import HamiError
+from hami.model import ContainerDevice
+from hami.plugins import VendorHost
+from hami.quantity import memory_mib, parse_quantity
+
+__all__ = ["ClaimError", "ClaimShare", "NodeUsage", "claim_shares", "pod_usage"]
+
+FINISHED = ("Succeeded", "Failed")
+
+
+class ClaimError(HamiError):
+    """A claim cannot be prepared on this node; the message (returned to the kubelet) says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimShare:
+    """One allocated device of a claim, as a HAMi placement entry."""
+
+    request: str
+    device: str
+    """The device's name in the node's ResourceSlice."""
+    kind: str
+    share_id: str | None
+    placement: ContainerDevice
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name.split("/", 1)[1] if name.startswith(driver + "/") else name
+
+
+def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str, PublishedDevice]) -> list[ClaimShare]:
+    """The claim's allocated devices of `driver` in `pool` (this node), in the allocation's order.
+
+    :raises ClaimError: the claim is not allocated, or names a device this node does not publish.
+    """
+    name = f"{meta(claim).get('namespace')}/{meta(claim).get('name')}"
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise ClaimError(f"claim {name} is not allocated yet; the kubelet prepares only allocated claims")
+    results = ((allocation.get("devices") or {}).get("results")) or []
+    out: list[ClaimShare] = []
+    for result in results:
+        if not isinstance(result, Mapping) or result.get("driver") != driver:
+            continue
+        if result.get("pool") != pool:
+            raise ClaimError(f"claim {name}: device {result.get('device')} is in pool {result.get('pool')}, not {pool}")
+        device_name = str(result.get("device") or "")
+        published = devices.get(device_name)
+        if published is None:
+            raise ClaimError(
+                f"claim {name}: device {device_name} is not published by node {pool} (it is gone or unhealthy); "
+                "delete the claim's pod so the scheduler allocates another"
+            )
+        d = published.device
+        consumed = {_qualified(str(k), driver): v for k, v in (result.get("consumedCapacity") or {}).items()}
+        if published.shared and consumed:
+            memory = memory_mib(str(consumed[CAPACITY_MEMORY])) if CAPACITY_MEMORY in consumed else d.devmem
+            cores = int(parse_quantity(str(consumed[CAPACITY_CORES]))) if CAPACITY_CORES in consumed else 0
+        else:
+            memory, cores = d.devmem, 100
+        share = result.get("shareID")
+        placement = ContainerDevice(uuid=d.id, type=published.kind, usedmem=memory, usedcores=cores)
+        out.append(ClaimShare(str(result.get("request") or ""), device_name, published.kind, share, placement))
+    if not out:
+        raise ClaimError(f"claim {name} has no device of driver {driver} allocated")
+    return out
+
+
+@dataclass
+class _Held:
+    slots: int = 0
+    memory: int = 0
+    cores: int = 0
+    holders: list[str] = field(default_factory=list)
+
+
+def pod_usage(host: VendorHost, pods: Iterable[KubeObject], node: str) -> dict[str, _Held]:
+    """What the device-plugin pods bound to `node` hold, by device UUID (their allocated annotations)."""
+    held: dict[str, _Held] = {}
+    for obj in pods:
+        spec: Mapping[str, Any] = obj.get("spec") or {}
+        if spec.get("nodeName") != node or (obj.get("status") or {}).get("phase") in FINISHED:
+            continue
+        annotations = meta(obj).get("annotations") or {}
+        who = f"pod {meta(obj).get('namespace')}/{meta(obj).get('name')}"
+        for kind in host.kinds:
+            value = annotations.get(kind.annotations.allocated)
+            if not value:
+                continue
+            try:
+                entries = decode_pod_devices(value, kind.annotations.allocated)
+            except AnnotationError:
+                continue  # the scheduler and the daemon report these; nothing is held by an unreadable placement
+            for placement in entries:
+                for d in placement:
+                    h = held.setdefault(d.uuid, _Held())
+                    h.slots += 1
+                    h.memory += d.usedmem
+                    h.cores += d.usedcores
+                    h.holders.append(who)
+    return held
+
+
+class NodeUsage:
+    """What the pods and the prepared claims of this node hold of each device, and whether a share fits."""
+
+    def __init__(self, held: dict[str, _Held]) -> None:
+        self.held = held
+
+    def add(self, who: str, placement: Iterable[ContainerDevice]) -> None:
+        for d in placement:
+            h = self.held.setdefault(d.uuid, _Held())
+            h.slots += 1
+            h.memory += d.usedmem
+            h.cores += d.usedcores
+            h.holders.append(who)
+
+    def refusal(self, share: ClaimShare, published: PublishedDevice) -> str | None:
+        """Why `share` does not fit beside what is held (None when it does)."""
+        d = published.device
+        h = self.held.get(d.id)
+        if h is None or not h.slots:
+            return None
+        by = ", ".join(sorted(set(h.holders))[:3])
+        if not published.shared:
+            return f"device {share.device} ({d.id}) is not shared and is held by {by}"
+        p = share.placement
+        if h.slots + 1 > max(d.count, 1):
+            return f"device {share.device} ({d.id}) has all its {d.count} shares held (by {by})"
+        if h.memory + p.usedmem > d.devmem:
+            return (
+                f"device {share.device} ({d.id}) has {d.devmem - h.memory} MiB free beside {by}; "
+                f"the claim was given {p.usedmem} MiB"
+            )
+        if h.cores + p.usedcores > d.devcore:
+            return (
+                f"device {share.device} ({d.id}) has {d.devcore - h.cores}% cores free beside {by}; "
+                f"the claim was given {p.usedcores}%"
+            )
+        return None

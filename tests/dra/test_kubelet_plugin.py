@@ -209,3 +209,12 @@ def test_a_whole_device_takes_all_its_memory_and_cores(world: dict[str, Any]) ->
     _claim(world["cluster"], "second", [{"device": "scripted-0"}])
     refused = _prepare(world["stub"], "second").claims["uid-second"].error
     assert "is not shared and is held by claim team/whole" in refused
+
+
+def test_two_shares_of_one_device_in_one_claim_are_refused(world: dict[str, Any]) -> None:
+    _claim(
+        world["cluster"], "twice", [_share("scripted-0", "1Gi", "0", "s-1"), _share("scripted-0", "1Gi", "0", "s-2")]
+    )
+    refused = _prepare(world["stub"], "twice").claims["uid-twice"].error
+    assert "two shares of device scripted-0" in refused
+    assert "distinctAttribute: hami.io/uuid" in refused

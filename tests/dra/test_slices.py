@@ -66,11 +66,11 @@ def test_one_entry_per_healthy_device_with_core_attributes_and_share_policies(sc
     }  # fmt: skip
     assert first["allowMultipleAllocations"] is True
     assert first["capacity"] == {
-        "memory": {"value": "8192Mi", "requestPolicy": {
+        "hami.io/memory": {"value": "8192Mi", "requestPolicy": {
             "default": "8192Mi", "validRange": {"min": "1Mi", "max": "8192Mi", "step": "1Mi"}}},
-        "cores": {"value": "100", "requestPolicy": {
+        "hami.io/cores": {"value": "100", "requestPolicy": {
             "default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}},
-        "shares": {"value": "4", "requestPolicy": {"default": "1", "validValues": ["1"]}},
+        "hami.io/shares": {"value": "4", "requestPolicy": {"default": "1", "validValues": ["1"]}},
     }  # fmt: skip
 
 
@@ -84,13 +84,13 @@ def test_unhealthy_devices_are_left_out_and_a_single_slot_device_is_not_shared(s
     assert [d["name"] for d in spec["devices"]] == ["scripted-0", "scripted-2"]
     whole = spec["devices"][1]
     assert "allowMultipleAllocations" not in whole
-    assert whole["capacity"] == {"memory": {"value": "8192Mi"}, "cores": {"value": "100"}}
+    assert whole["capacity"] == {"hami.io/memory": {"value": "8192Mi"}, "hami.io/cores": {"value": "100"}}
 
 
 def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
     write_script(script, {"ScriptedCap": [{"id": "CAP-0", "count": 2, "devmem": 5000}]})
     host = _host(script)
-    memory = build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"][0]["capacity"]["memory"]
+    memory = build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"][0]["capacity"]["hami.io/memory"]
     # 1024 MiB units: the whole device is 4 units, and shares are multiples of one.
     assert memory == {
         "value": "4096Mi",
@@ -104,8 +104,8 @@ def test_the_vendor_hook_adds_attributes_and_partition_sizes_but_cannot_override
     assert devices[0]["attributes"]["pcieRoot"] == {"string": "pci0000:00"}
     assert devices[0]["attributes"]["uuid"] == {"string": "SCR-0"}  # core's, not the vendor's "forged"
     assert "bad name!" not in devices[0]["attributes"]
-    assert devices[0]["capacity"]["cores"]["requestPolicy"]["validRange"]["step"] == "5"
-    assert devices[1]["capacity"]["memory"]["requestPolicy"] == {
+    assert devices[0]["capacity"]["hami.io/cores"]["requestPolicy"]["validRange"]["step"] == "5"
+    assert devices[1]["capacity"]["hami.io/memory"]["requestPolicy"] == {
         "default": "4096Mi", "validValues": ["1024Mi", "2048Mi", "4096Mi"],
     }  # fmt: skip
 

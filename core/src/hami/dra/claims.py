@@ -89,6 +89,14 @@ def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str
         out.append(ClaimShare(str(result.get("request") or ""), device_name, published.kind, share, placement))
     if not out:
         raise ClaimError(f"claim {name} has no device of driver {driver} allocated")
+    seen: set[str] = set()
+    for share in out:
+        if share.placement.uuid in seen:
+            raise ClaimError(
+                f"claim {name} was given two shares of device {share.device}: a device counts once per container "
+                f"(add the constraint `distinctAttribute: {driver}/uuid` to ask for distinct devices)"
+            )
+        seen.add(share.placement.uuid)
     return out
 
 

@@ -8,7 +8,9 @@ Attributes, under the driver's domain (`device.attributes["<driver>"].<name>` in
 device kind's common word), ``vendor``, ``model``, ``uuid``, ``index``, ``numa`` (omitted when unknown), and
 whatever the vendor's `hami_dra_device` adds (topology identifiers), never overriding core's.
 
-Capacities, under the same domain: ``memory`` (MiB, as a quantity ``<n>Mi``), ``cores`` (percent of the
+Capacities, fully qualified with the driver's name (``<driver>/memory``: kube-scheduler matches a claim's
+capacity requests to them as written, so claims name them the same way): ``memory`` (MiB, as a quantity
+``<n>Mi``), ``cores`` (percent of the
 device) and, on a shared device, ``shares`` (the split count). A shared device (`DraDevice.shared`, by default
 a split count above 1) sets ``allowMultipleAllocations`` and gives each capacity a request policy (KEP-5075,
 consumable capacity), which is HAMi's fitting rule said in the API's terms:
@@ -125,7 +127,7 @@ def _mi(mib: int) -> str:
     return f"{mib}Mi"
 
 
-def _device_entry(host: VendorHost, published: PublishedDevice) -> dict[str, Any]:
+def _device_entry(host: VendorHost, driver: str, published: PublishedDevice) -> dict[str, Any]:
     d = published.device
     kind = host.kind(published.kind)
     facts = host.dra_device(published.kind, d)
@@ -169,7 +171,8 @@ def _device_entry(host: VendorHost, published: PublishedDevice) -> dict[str, Any
         capacity[CAPACITY_SHARES] = {
             "value": str(max(d.count, 1)), "requestPolicy": {"default": "1", "validValues": ["1"]},
         }  # fmt: skip
-    entry["capacity"] = capacity
+    # Fully qualified: kube-scheduler matches a claim's capacity requests to these names as written.
+    entry["capacity"] = {f"{driver}/{name}": value for name, value in capacity.items()}
     return entry
 
 
@@ -182,7 +185,7 @@ def build_slice(
     node_uid: str = "",
 ) -> KubeObject:
     """The node's ResourceSlice for `driver` (every kind of every vendor in one pool named after the node)."""
-    devices = [_device_entry(host, p) for p in published_devices(host, inventories)]
+    devices = [_device_entry(host, driver, p) for p in published_devices(host, inventories)]
     metadata: dict[str, Any] = {
         "name": slice_name(node, driver),
         "labels": {"app.kubernetes.io/managed-by": "hami", "hami.io/node": node[:63]},

@@ -442,4 +442,3 @@ def installed_sources() -> list[PluginSource]:
         )
         seen.setdefault(ep.name, source)
     return sorted(seen.values(), key=lambda s: s.name)
-

@@ -33,10 +33,14 @@ from e2e_kubelet import NodeKubelet
 from hami_stack import build_fake_nvml, gpu_box
 from kube_rest import ApiError, KubeApi
 
+from hami.cluster.kube import KubeCluster
 from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
+from hami.plugins import VendorHost
+from hami.scheduler.extender import ExtenderSettings
+from hami.scheduler.service import SchedulerService
 
 pytestmark = pytest.mark.e2e
 
@@ -327,6 +331,21 @@ def test_two_claims_share_one_gpu_within_its_memory_and_a_third_is_refused(dra: 
     message = _unschedulable(dra, ns, "pod-c")
     assert "claim" in message
     assert not (dra.admin.get("ResourceClaim", "claim-c", ns).get("status") or {}).get("allocation")
+
+    # one accounting: the HAMi scheduler, watching the real API, counts the two shares on the GPU
+    service = SchedulerService(
+        KubeCluster.from_kubeconfig(str(dra.plane.identities["admin"].kubeconfig), component="hami-scheduler"),
+        VendorHost.load(disabled=OTHER_VENDORS.split(",")),
+        ExtenderSettings(dra_driver=DRIVER, handshake_interval_seconds=0),
+        placement_keys=None,
+    ).start()
+    try:
+        wait_until(
+            lambda: service.state.usage_snapshot().get(NODE, {}).get("NVIDIA", {}).get(dra.uuids[0]) == (2, 12288, 60),
+            30, "the HAMi scheduler counting both claims' shares", dra.diagnose,
+        )  # fmt: skip
+    finally:
+        service.stop()
 
     answers = _prepare(dra, [a, b]).claims
     for claim in (a, b):

@@ -7,8 +7,8 @@ turns the results of this driver and node into `ContainerDevice`s (UUID, kind, M
 the vendor hooks take:
 
 * a share: its consumed ``memory`` and ``cores``;
-* a device that does not allow several allocations (or a share the API gave without capacities, the
-  consumable-capacity gate being off): the whole device, all its memory and 100 % of its cores.
+* a device that does not allow several allocations (the API then records no consumed capacity; so too with the
+  consumable-capacity gate off): the whole device, all its memory and 100 % of its cores.
 
 `NodeUsage` is the one accounting both paths answer to on the node: what the device-plugin pods bound here
 (their HAMi allocated annotations) and the claims this node prepared hold of each device; a claim whose
@@ -29,7 +29,7 @@ from hami.model import ContainerDevice
 from hami.plugins import VendorHost
 from hami.quantity import memory_mib, parse_quantity
 
-__all__ = ["ClaimError", "ClaimShare", "NodeUsage", "claim_shares", "pod_usage"]
+__all__ = ["ClaimError", "ClaimShare", "NodeUsage", "claim_shares", "pod_usage", "share_of"]
 
 FINISHED = ("Succeeded", "Failed")
 
@@ -52,6 +52,20 @@ class ClaimShare:
 
 def _qualified(name: str, driver: str) -> str:
     return name.split("/", 1)[1] if name.startswith(driver + "/") else name
+
+
+def share_of(result: Mapping[str, Any], driver: str, whole: ContainerDevice) -> ContainerDevice:
+    """One allocation result as a placement entry: its consumed ``memory`` and ``cores`` (nothing said of cores
+    is 0, of memory the whole memory), or `whole` when the result consumed no capacity (a device that does not
+    allow several allocations). :raises ValueError: a quantity cannot be read."""
+    consumed = {_qualified(str(k), driver): str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
+    if not consumed:
+        return whole
+    memory = memory_mib(consumed[CAPACITY_MEMORY]) if CAPACITY_MEMORY in consumed else whole.usedmem
+    cores = int(parse_quantity(consumed[CAPACITY_CORES])) if CAPACITY_CORES in consumed else 0
+    if memory < 0 or cores < 0:
+        raise ValueError(f"negative consumed capacity {consumed}")
+    return whole.model_copy(update={"usedmem": memory, "usedcores": cores})
 
 
 def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str, PublishedDevice]) -> list[ClaimShare]:
@@ -78,14 +92,12 @@ def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str
                 "delete the claim's pod so the scheduler allocates another"
             )
         d = published.device
-        consumed = {_qualified(str(k), driver): v for k, v in (result.get("consumedCapacity") or {}).items()}
-        if published.shared and consumed:
-            memory = memory_mib(str(consumed[CAPACITY_MEMORY])) if CAPACITY_MEMORY in consumed else d.devmem
-            cores = int(parse_quantity(str(consumed[CAPACITY_CORES]))) if CAPACITY_CORES in consumed else 0
-        else:
-            memory, cores = d.devmem, 100
+        whole = ContainerDevice(uuid=d.id, type=published.kind, usedmem=d.devmem, usedcores=100)
+        try:
+            placement = share_of(result, driver, whole)
+        except ValueError as exc:
+            raise ClaimError(f"claim {name}: unreadable consumed capacity of device {device_name}: {exc}") from None
         share = result.get("shareID")
-        placement = ContainerDevice(uuid=d.id, type=published.kind, usedmem=memory, usedcores=cores)
         out.append(ClaimShare(str(result.get("request") or ""), device_name, published.kind, share, placement))
     if not out:
         raise ClaimError(f"claim {name} has no device of driver {driver} allocated")

@@ -49,6 +49,7 @@ __all__ = [
     "SlicePublisher",
     "build_slice",
     "device_name",
+    "hashed_device_name",
     "published_devices",
     "slice_name",
 ]
@@ -86,7 +87,8 @@ def device_name(kind: str, device: Device) -> str:
     return f"{stem}-{device.index}"
 
 
-def _hashed(kind: str, device: Device) -> str:
+def hashed_device_name(kind: str, device: Device) -> str:
+    """The name of a device whose `device_name` another device of the node already has."""
     digest = hashlib.sha256(device.id.encode()).hexdigest()[:10]
     return f"{device_name(kind, device)[:50]}-{digest}"
 
@@ -107,7 +109,7 @@ def published_devices(host: VendorHost, inventories: Mapping[str, NodeInventory]
                 continue
             name = device_name(word, d)
             if name in taken:
-                name = _hashed(word, d)
+                name = hashed_device_name(word, d)
             taken.add(name)
             facts = host.dra_device(word, d)
             shared = facts.shared if facts.shared is not None else d.count > 1

@@ -34,10 +34,12 @@ from hami_stack import build_fake_nvml, gpu_box
 from kube_rest import ApiError, KubeApi
 
 from hami.cluster.kube import KubeCluster
+from hami.codec import encode_pod_devices
 from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
+from hami.model import ContainerDevice
 from hami.plugins import VendorHost
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.service import SchedulerService
@@ -412,3 +414,29 @@ def test_the_examples_are_valid_and_two_gpus_on_one_numa_node_go_to_one_claim(dr
     assert env["CUDA_DEVICE_SM_LIMIT"] == "100"
     _unprepare(dra, [whole])
     assert os.listdir(dra.root / "cdi") == []
+
+
+def test_the_plugin_refuses_a_share_the_extender_gave_to_a_device_plugin_pod(dra: DraWorld) -> None:
+    """kube-scheduler does not know what HAMi's extender placed through the device plugin; the plugin does."""
+    ns = _namespace(dra, "dra-accounting")
+    kind = VendorHost.load(disabled=OTHER_VENDORS.split(",")).kind("NVIDIA")
+    held = encode_pod_devices([(ContainerDevice(uuid=dra.uuids[1], type="NVIDIA", usedmem=14000, usedcores=20),)])
+    dra.admin.create({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "device-plugin-pod", "namespace": ns, "annotations": {kind.annotations.allocated: held}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "cuda", "image": "cuda"}]},
+    })  # fmt: skip
+    spec = _template_spec("share.yaml")
+    request = spec["devices"]["requests"][0]
+    second_gpu = f'device.attributes["hami.io"].uuid == "{dra.uuids[1]}"'
+    request["exactly"]["selectors"] = [{"cel": {"expression": second_gpu}}]
+    _claim(dra, ns, "late", spec)
+    _pod(dra, ns, "pod-late", "late")
+    claim = _allocated(dra, ns, "late")
+    answer = _prepare(dra, [claim]).claims[claim["metadata"]["uid"]]
+    assert f"pod {ns}/device-plugin-pod" in answer.error
+    assert "2384 MiB free" in answer.error
+    assert not answer.devices
+    assert not list((dra.root / "cdi").glob("*.json"))
+    dra.admin.delete("Pod", "device-plugin-pod", ns, grace=0)
+    _release(dra, ns, ["pod-late"], ["late"])

@@ -1,6 +1,7 @@
 """Dynamic Resource Allocation end to end: the real kube-apiserver and kube-scheduler (the pinned v1.35, with the
 DRAConsumableCapacity feature gate the pinned version needs: alpha, off by default), `hami node` with
-`draDriver` over NVIDIA's fake NVML, and the chart's DeviceClasses.
+`draDriver` over NVIDIA's fake NVML as the chart's node ServiceAccount (the chart's RBAC), and the chart's
+DeviceClasses.
 
 What is proved, in order: the daemon publishes its GPUs as a ResourceSlice with shares (the API server keeps
 `allowMultipleAllocations` and the request policies only with the gate on); kube-scheduler allocates claims
@@ -101,6 +102,11 @@ def dra(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         assert "nvidia.hami.io" in {c["metadata"]["name"] for c in classes}
         for obj in classes:
             admin.create(obj)
+        # the daemon runs as the chart's node ServiceAccount, with the chart's RBAC for DRA and nothing more
+        for obj in chart:
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding") and obj["metadata"]["name"] == "hami-node":
+                admin.create(obj)
+        node_identity = plane.service_account("hami-system", "hami-node")
 
         kubelet = NodeKubelet(admin, NODE).start()
         root = work / "node"
@@ -131,7 +137,7 @@ def dra(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         path = root / "hami-node.yaml"
         path.write_text(yaml.safe_dump(hami_config))
         argv = [sys.executable, "-m", "hami.node", "--config", str(path), "--node-name", NODE]
-        argv += ["--kubeconfig", str(plane.identities["admin"].kubeconfig)]
+        argv += ["--kubeconfig", str(node_identity.kubeconfig)]
         argv += ["--device-plugin-dir", str(kubelet.devices.directory), "--hook-dir", str(root / "hook")]
         argv += [
             "--metrics-listen",

@@ -18,7 +18,8 @@ from node_harness import NODE, scripted_devices, write_script
 
 from hami.cluster import MemoryCluster
 from hami.codec import encode_pod_devices
-from hami.dra.plugin import DraPlugin
+from hami.dra.claims import ClaimError
+from hami.dra.plugin import ClaimRef, DraPlugin
 from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
@@ -26,6 +27,7 @@ from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
 from hami.dra.slices import SlicePublisher
 from hami.model import ContainerDevice
 from hami.plugins import VendorHost
+from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignedPlacement
 
 DRIVER = "hami.io"
 ALLOCATED = scripted_vendor.SCRIPTED.annotations.allocated
@@ -218,3 +220,52 @@ def test_two_shares_of_one_device_in_one_claim_are_refused(world: dict[str, Any]
     refused = _prepare(world["stub"], "twice").claims["uid-twice"].error
     assert "two shares of device scripted-0" in refused
     assert "distinctAttribute: hami.io/uuid" in refused
+
+
+def test_a_tenant_erasing_its_served_pods_annotations_does_not_free_its_device(tmp_path: Path) -> None:
+    """The tenant owns its pod's annotations; the daemon's own record of what it served is what counts."""
+    script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
+    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    cluster = MemoryCluster()
+    cluster.create("pods", {
+        "metadata": {"name": "tenant", "namespace": "team", "uid": "tenant-uid", "annotations": {}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c"}]}, "status": {"phase": "Running"},
+    })  # fmt: skip
+    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in host.discover()["scripted"]})
+    served = [("pod team/tenant", "tenant-uid", (ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=7000),))]
+    plugin = DraPlugin(
+        cluster, host, NODE, DRIVER, lambda: publisher.devices, served=lambda: served,
+        plugin_dir=tmp_path / "p", registry_dir=tmp_path / "r", cdi_dir=tmp_path / "cdi",
+    )  # fmt: skip
+    _claim(cluster, "grab", [_share("scripted-0", "2Gi", "0")])
+    with pytest.raises(ClaimError, match="1192 MiB free beside pod team/tenant"):
+        plugin.prepare(ClaimRef("team", "grab", "uid-grab"))
+
+
+def test_under_signing_a_pending_pod_counts_by_its_signed_placement(tmp_path: Path) -> None:
+    directory = tmp_path / "keys"
+    directory.mkdir()
+    (directory / "current").write_bytes(b"k" * 32)
+    keys = PlacementKeys.from_directory(directory)
+    script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
+    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    cluster = MemoryCluster()
+    signed = encode_pod_devices([(ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=7000),)])
+    signature = keys.sign(SignedPlacement("pending-uid", NODE, {ALLOCATED: signed}))
+    # the owner rewrote the placement to hold nothing; the signature still says 7000 MiB
+    forged = encode_pod_devices([(ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=0),)])
+    cluster.create("pods", {
+        "metadata": {"name": "pending", "namespace": "team", "uid": "pending-uid",
+                     "annotations": {ALLOCATED: forged, SIGNATURE_ANNOTATION: signature}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c"}]}, "status": {"phase": "Pending"},
+    })  # fmt: skip
+    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in host.discover()["scripted"]})
+    plugin = DraPlugin(
+        cluster, host, NODE, DRIVER, lambda: publisher.devices, placement_keys=keys,
+        plugin_dir=tmp_path / "p", registry_dir=tmp_path / "r", cdi_dir=tmp_path / "cdi",
+    )  # fmt: skip
+    _claim(cluster, "grab", [_share("scripted-0", "2Gi", "0")])
+    with pytest.raises(ClaimError, match="1192 MiB free beside pod team/pending"):
+        plugin.prepare(ClaimRef("team", "grab", "uid-grab"))

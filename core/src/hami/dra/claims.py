@@ -17,7 +17,7 @@ share does not fit beside them is refused, so neither path hands out what the ot
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +25,11 @@ from hami.cluster.port import KubeObject, meta
 from hami.codec import AnnotationError, decode_pod_devices
 from hami.dra.slices import CAPACITY_CORES, CAPACITY_MEMORY, PublishedDevice
 from hami.errors import HamiError
-from hami.model import ContainerDevice
+from hami.model import ContainerDevice, ContainerPlacement
 from hami.plugins import VendorHost
 from hami.quantity import memory_mib, parse_quantity
 
-__all__ = ["ClaimError", "ClaimShare", "NodeUsage", "claim_shares", "pod_usage", "share_of"]
+__all__ = ["Authentic", "ClaimError", "ClaimShare", "NodeUsage", "Served", "claim_shares", "pod_usage", "share_of"]
 
 FINISHED = ("Succeeded", "Failed")
 
@@ -120,15 +120,43 @@ class _Held:
     holders: list[str] = field(default_factory=list)
 
 
-def pod_usage(host: VendorHost, pods: Iterable[KubeObject], node: str) -> dict[str, _Held]:
-    """What the device-plugin pods bound to `node` hold, by device UUID (their allocated annotations)."""
-    held: dict[str, _Held] = {}
+Served = tuple[str, str, ContainerPlacement]
+"""(who, pod UID, devices): one container the node daemon gave devices to, from its own record."""
+
+Authentic = Callable[[Mapping[str, str], str], Mapping[str, str]]
+"""(a pod's annotations, its UID) → the annotations to count it by (the signed values under placement signing)."""
+
+
+def pod_usage(
+    host: VendorHost,
+    pods: Iterable[KubeObject],
+    node: str,
+    *,
+    served: Iterable[Served] = (),
+    authentic: Authentic | None = None,
+) -> NodeUsage:
+    """What the device-plugin pods bound to `node` hold, by device UUID.
+
+    The containers the daemon served count by its own record (`served`), which a pod's owner cannot edit: a
+    tenant who rewrites or deletes its pod's annotations does not free its devices for a claim. Each served
+    container counts (init containers too, which is stricter than the scheduler's peak rule). The pods not
+    served yet (placed, not yet started) count by their allocated annotations, through `authentic` when given.
+    """
+    usage = NodeUsage({})
+    known: set[str] = set()
+    for who, uid, placement in served:
+        known.add(uid)
+        usage.add(who, placement)
     for obj in pods:
         spec: Mapping[str, Any] = obj.get("spec") or {}
-        if spec.get("nodeName") != node or (obj.get("status") or {}).get("phase") in FINISHED:
+        m = meta(obj)
+        uid = str(m.get("uid") or "")
+        if spec.get("nodeName") != node or (obj.get("status") or {}).get("phase") in FINISHED or uid in known:
             continue
-        annotations = meta(obj).get("annotations") or {}
-        who = f"pod {meta(obj).get('namespace')}/{meta(obj).get('name')}"
+        annotations: Mapping[str, str] = m.get("annotations") or {}
+        if authentic is not None:
+            annotations = authentic(annotations, uid)
+        who = f"pod {m.get('namespace')}/{m.get('name')}"
         for kind in host.kinds:
             value = annotations.get(kind.annotations.allocated)
             if not value:
@@ -138,13 +166,8 @@ def pod_usage(host: VendorHost, pods: Iterable[KubeObject], node: str) -> dict[s
             except AnnotationError:
                 continue  # the scheduler and the daemon report these; nothing is held by an unreadable placement
             for placement in entries:
-                for d in placement:
-                    h = held.setdefault(d.uuid, _Held())
-                    h.slots += 1
-                    h.memory += d.usedmem
-                    h.cores += d.usedcores
-                    h.holders.append(who)
-    return held
+                usage.add(who, placement)
+    return usage
 
 
 class NodeUsage:

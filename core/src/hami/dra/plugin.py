@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ import grpc
 
 from hami.cluster.port import Cluster, ClusterError, NotFoundError, meta
 from hami.dra import cdi
-from hami.dra.claims import ClaimError, ClaimShare, NodeUsage, claim_shares, pod_usage
+from hami.dra.claims import ClaimError, ClaimShare, Served, claim_shares, pod_usage
 from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
@@ -54,6 +54,7 @@ from hami.errors import HamiError
 from hami.isolation.grant import write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.plugins import VendorHost
+from hami.signing import PlacementKeys, SignatureError
 
 __all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "ClaimRef", "DraPlugin", "Prepared"]
 
@@ -141,6 +142,8 @@ class DraPlugin:
         registry_dir: Path,
         cdi_dir: Path,
         library_of: Callable[[str], IsolationLibrary | None] | None = None,
+        served: Callable[[], Iterable[Served]] | None = None,
+        placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.cluster = cluster
         self.host = host
@@ -149,6 +152,10 @@ class DraPlugin:
         self.devices = devices
         """Device name → what it stands for, as the node's slice publishes it now."""
         self.library_of = library_of or (lambda vendor: None)
+        self.served = served or (lambda: ())
+        """The containers the node daemon served (its own record, `hami.node.pods`), counted before annotations."""
+        self.placement_keys = placement_keys
+        """With keys, a pod not served yet counts by its signed placement, not by what its owner wrote."""
         self.socket_path = plugin_dir / driver / "dra.sock"
         self.registration_path = registry_dir / f"{driver}-reg.sock"
         self.state_dir = plugin_dir / driver / "claims"
@@ -267,7 +274,7 @@ class DraPlugin:
             pods, _ = self.cluster.list("pods")
         except ClusterError as exc:
             raise ClaimError(f"cannot read the pods of node {self.node} to check the claim's devices: {exc}") from None
-        usage = NodeUsage(pod_usage(self.host, pods, self.node))
+        usage = pod_usage(self.host, pods, self.node, served=self.served(), authentic=self._authentic)
         for other in self.prepared():
             for placement in other.placements.values():
                 usage.add(f"claim {other.claim.namespace}/{other.claim.name}", placement)
@@ -276,6 +283,14 @@ class DraPlugin:
             if reason is not None:
                 raise ClaimError(f"claim {claim.namespace}/{claim.name}: {reason}")
             usage.add(f"claim {claim.namespace}/{claim.name}", (share.placement,))
+
+    def _authentic(self, annotations: Mapping[str, str], uid: str) -> Mapping[str, str]:
+        if self.placement_keys is None:
+            return annotations
+        try:
+            return {**annotations, **self.placement_keys.verify(annotations, uid, self.node).annotations}
+        except SignatureError:
+            return annotations  # an unsigned pod is not served by the daemon under signing; it holds what it says
 
     def _make(self, claim: ClaimRef, shares: Sequence[ClaimShare]) -> Prepared:
         by_kind: dict[str, list[ClaimShare]] = {}

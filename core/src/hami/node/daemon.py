@@ -161,7 +161,10 @@ class NodeDaemon:
             self.dra = DraPlugin(
                 cluster, host, self.node, settings.dra_driver, lambda: slices.devices,
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.plugin_registry_dir,
-                cdi_dir=settings.cdi_dir, library_of=self.libraries.for_vendor,
+                cdi_dir=settings.cdi_dir, library_of=self.libraries.for_vendor, placement_keys=self.placement_keys,
+                served=lambda: [
+                    (f"pod {c.namespace}/{c.pod}", c.pod_uid, c.devices) for c in self.served.containers()
+                ],
             )  # fmt: skip
         self.metrics: MonitorServer | None = None
         self.discoveries = 0

@@ -14,17 +14,19 @@ from typing import Any
 import grpc
 import pytest
 import scripted_vendor
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from node_harness import NODE, scripted_devices, write_script
 
 from hami.cluster import MemoryCluster
 from hami.codec import encode_pod_devices
-from hami.dra.claims import ClaimError
+from hami.dra.claims import ClaimError, claim_shares
 from hami.dra.plugin import ClaimRef, DraPlugin
 from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
-from hami.dra.slices import SlicePublisher
+from hami.dra.slices import SlicePublisher, published_devices
 from hami.model import ContainerDevice
 from hami.plugins import VendorHost
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignedPlacement
@@ -269,3 +271,61 @@ def test_under_signing_a_pending_pod_counts_by_its_signed_placement(tmp_path: Pa
     _claim(cluster, "grab", [_share("scripted-0", "2Gi", "0")])
     with pytest.raises(ClaimError, match="1192 MiB free beside pod team/pending"):
         plugin.prepare(ClaimRef("team", "grab", "uid-grab"))
+
+
+def test_a_removed_socket_is_served_again(world: dict[str, Any]) -> None:
+    """The kubelet cleans its plugin directories when it restarts; the daemon's kubelet poll listens again."""
+    plugin: DraPlugin = world["plugin"]
+    plugin.registration_path.unlink()
+    plugin.socket_path.unlink()
+    world["loop"].run(plugin.ensure_listening())
+    with grpc.insecure_channel(f"unix://{plugin.registration_path}") as channel:
+        info = reg_grpc.RegistrationStub(channel).GetInfo(reg.InfoRequest(), timeout=10)
+    assert info.endpoint == str(plugin.socket_path)
+    _claim(world["cluster"], "after", [_share("scripted-0", "1Gi", "0")])
+    with grpc.insecure_channel(f"unix://{plugin.socket_path}") as channel:
+        assert _prepare(pb_grpc.DRAPluginStub(channel), "after").claims["uid-after"].error == ""
+
+
+claim_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+result_values = st.fixed_dictionaries(
+    {},
+    optional={
+        "driver": st.just(DRIVER) | st.text(max_size=8),
+        "pool": st.just(NODE) | claim_values,
+        "device": st.sampled_from(["scripted-0", "scripted-1", "x"]) | claim_values,
+        "request": claim_values,
+        "shareID": claim_values,
+        "consumedCapacity": st.dictionaries(
+            st.sampled_from(["hami.io/memory", "hami.io/cores", "memory", "other"]),
+            st.sampled_from(["1Gi", "-1", "50", "1e3", "x", "0.5"]) | claim_values,
+            max_size=3,
+        )
+        | claim_values,
+    },
+)
+
+
+@given(status=st.fixed_dictionaries({}, optional={"allocation": claim_values | st.fixed_dictionaries(
+    {"devices": st.fixed_dictionaries({"results": st.lists(result_values | claim_values, max_size=3)})})}))  # fmt: skip
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_claim_status_is_read_or_refused_with_a_reason(tmp_path: Path, status: dict[str, Any]) -> None:
+    script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
+    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    devices = {p.name: p for p in published_devices(host, {i.kind: i for i in host.discover()["scripted"]})}
+    claim = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "status": status}
+    try:
+        shares = claim_shares(claim, DRIVER, NODE, devices)
+    except ClaimError as exc:
+        reason = str(exc)
+        shares = []
+    else:
+        reason = ""
+        assert shares
+    assert reason or shares
+    assert all(s.placement.usedmem >= 0 for s in shares)
+    assert all(s.placement.usedcores >= 0 for s in shares)

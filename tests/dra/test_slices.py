@@ -139,9 +139,6 @@ def test_the_publisher_creates_keeps_and_updates_the_slice_on_health_change(scri
     assert [d["name"] for d in spec["devices"]] == ["scripted-1"]
     assert set(publisher.devices) == {"scripted-1"}
 
-    publisher.withdraw()
-    assert not cluster.list("resourceslices")[0]
-
 
 def test_a_stored_slice_in_canonical_form_is_not_rewritten(script: Path) -> None:
     host = _host(script)

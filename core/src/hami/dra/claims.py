@@ -58,7 +58,10 @@ def share_of(result: Mapping[str, Any], driver: str, whole: ContainerDevice) -> 
     """One allocation result as a placement entry: its consumed ``memory`` and ``cores`` (nothing said of cores
     is 0, of memory the whole memory), or `whole` when the result consumed no capacity (a device that does not
     allow several allocations). :raises ValueError: a quantity cannot be read."""
-    consumed = {_qualified(str(k), driver): str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
+    raw = result.get("consumedCapacity") or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"consumedCapacity is {type(raw).__name__}, not a map")
+    consumed = {_qualified(str(k), driver): str(v) for k, v in raw.items()}
     if not consumed:
         return whole
     memory = memory_mib(consumed[CAPACITY_MEMORY]) if CAPACITY_MEMORY in consumed else whole.usedmem
@@ -77,7 +80,10 @@ def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str
     allocation = (claim.get("status") or {}).get("allocation")
     if not isinstance(allocation, Mapping):
         raise ClaimError(f"claim {name} is not allocated yet; the kubelet prepares only allocated claims")
-    results = ((allocation.get("devices") or {}).get("results")) or []
+    devices_result = allocation.get("devices") or {}
+    results = devices_result.get("results") if isinstance(devices_result, Mapping) else None
+    if not isinstance(results, list):
+        results = []
     out: list[ClaimShare] = []
     for result in results:
         if not isinstance(result, Mapping) or result.get("driver") != driver:
@@ -98,6 +104,8 @@ def claim_shares(claim: KubeObject, driver: str, pool: str, devices: Mapping[str
         except ValueError as exc:
             raise ClaimError(f"claim {name}: unreadable consumed capacity of device {device_name}: {exc}") from None
         share = result.get("shareID")
+        if share is not None and not isinstance(share, str):
+            raise ClaimError(f"claim {name}: device {device_name} has a shareID that is not a string")
         out.append(ClaimShare(str(result.get("request") or ""), device_name, published.kind, share, placement))
     if not out:
         raise ClaimError(f"claim {name} has no device of driver {driver} allocated")

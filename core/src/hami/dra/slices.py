@@ -249,11 +249,6 @@ class SlicePublisher:
         log.info("ResourceSlice %s updated (generation %d): %d device(s)", self.name, generation + 1, len(self.devices))
         return True
 
-    def withdraw(self) -> None:
-        """Delete the node's slice (the driver is switched off): nothing is allocated here any more."""
-        with contextlib.suppress(NotFoundError):
-            self.cluster.delete("resourceslices", self.name)
-
 
 def _same(current: Any, wanted: Any) -> bool:
     """Whether the stored spec says what `wanted` says: every field `wanted` sets is there with the same value

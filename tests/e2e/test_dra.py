@@ -244,24 +244,23 @@ def _kubelet_endpoint(world: DraWorld) -> str:
     return str(info.endpoint)
 
 
-def _prepare(world: DraWorld, claims: list[dict[str, Any]]) -> Any:
+def _call(world: DraWorld, method: str, claims: list[dict[str, Any]]) -> Any:
+    """`NodePrepareResources` or `NodeUnprepareResources` on the endpoint the registration named."""
     with grpc.insecure_channel(f"unix://{_kubelet_endpoint(world)}") as channel:
-        stub = pb_grpc.DRAPluginStub(channel)
-        request = pb.NodePrepareResourcesRequest(claims=[
+        refs = [
             pb.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"])
             for c in claims
-        ])  # fmt: skip
-        return stub.NodePrepareResources(request, timeout=30)
+        ]
+        request = getattr(pb, f"{method}Request")(claims=refs)
+        return getattr(pb_grpc.DRAPluginStub(channel), method)(request, timeout=30)
+
+
+def _prepare(world: DraWorld, claims: list[dict[str, Any]]) -> Any:
+    return _call(world, "NodePrepareResources", claims)
 
 
 def _unprepare(world: DraWorld, claims: list[dict[str, Any]]) -> Any:
-    with grpc.insecure_channel(f"unix://{_kubelet_endpoint(world)}") as channel:
-        stub = pb_grpc.DRAPluginStub(channel)
-        request = pb.NodeUnprepareResourcesRequest(claims=[
-            pb.Claim(namespace=c["metadata"]["namespace"], name=c["metadata"]["name"], uid=c["metadata"]["uid"])
-            for c in claims
-        ])  # fmt: skip
-        return stub.NodeUnprepareResources(request, timeout=30)
+    return _call(world, "NodeUnprepareResources", claims)
 
 
 def _cdi_edits(world: DraWorld, cdi_id: str) -> dict[str, Any]:

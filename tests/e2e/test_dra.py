@@ -9,7 +9,8 @@ shaped like examples/dra/ with consumable capacity, two claims share one GPU wit
 refused; the plugin, called as the kubelet calls it (the registration socket's `GetInfo`, then
 `NodePrepareResources` on the endpoint it names), answers with CDI devices whose spec files carry the grant:
 the memory and core limits of the share in env, the isolation library and its preload, the grant file the
-daemon wrote; two GPUs on one NUMA node go to one claim.
+daemon wrote; two GPUs on one NUMA node go to one claim; the HAMi scheduler counts the claims, and the plugin
+refuses a share on a GPU a device-plugin pod holds; a GPU that fails leaves the slice.
 
 This module runs its own control plane (the session's has no DRA gate) and no controller-manager: claims are
 created directly (a template needs the resourceclaim controller), and the test removes a claim's
@@ -445,3 +446,18 @@ def test_the_plugin_refuses_a_share_the_extender_gave_to_a_device_plugin_pod(dra
     assert not list((dra.root / "cdi").glob("*.json"))
     dra.admin.delete("Pod", "device-plugin-pod", ns, grace=0)
     _release(dra, ns, ["pod-late"], ["late"])
+
+
+def test_a_gpu_that_fails_leaves_the_slice(dra: DraWorld) -> None:
+    """Runs last: the GPU stays failed. An XID 79 (fallen off the bus) from the driver marks GPU 1 unhealthy;
+    the next discovery publishes the slice without it, in a new pool generation."""
+    before = dra.admin.get("ResourceSlice", f"{NODE}-hami-io")["spec"]["pool"]["generation"]
+    with (dra.root / "nvml.events").open("a") as events:
+        events.write("1 79\n")
+
+    def without_gpu_1() -> dict[str, Any] | None:
+        spec: dict[str, Any] = dra.admin.get("ResourceSlice", f"{NODE}-hami-io")["spec"]
+        return spec if [d["name"] for d in spec["devices"]] == ["nvidia-0"] else None
+
+    spec = wait_until(without_gpu_1, 60, "the failed GPU gone from the slice", dra.diagnose)
+    assert spec["pool"]["generation"] > before

@@ -107,6 +107,8 @@ def dra(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for obj in chart:
             if obj["kind"] in ("ClusterRole", "ClusterRoleBinding") and obj["metadata"]["name"] == "hami-node":
                 admin.create(obj)
+            if obj["kind"] == "ValidatingAdmissionPolicy":  # the API server accepts its rule for resourceslices
+                admin.create(obj)
         node_identity = plane.service_account("hami-system", "hami-node")
 
         kubelet = NodeKubelet(admin, NODE).start()

@@ -10,7 +10,8 @@ refused; the plugin, called as the kubelet calls it (the registration socket's `
 `NodePrepareResources` on the endpoint it names), answers with CDI devices whose spec files carry the grant:
 the memory and core limits of the share in env, the isolation library and its preload, the grant file the
 daemon wrote; two GPUs on one NUMA node go to one claim; the HAMi scheduler counts the claims, and the plugin
-refuses a share on a GPU a device-plugin pod holds; a GPU that fails leaves the slice.
+refuses a share on a GPU a device-plugin pod holds; a GPU that fails leaves the slice; the chart's admission
+policy keeps a node daemon's token from publishing devices for another node.
 
 This module runs its own control plane (the session's has no DRA gate) and no controller-manager: claims are
 created directly (a template needs the resourceclaim controller), and the test removes a claim's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,11 +31,12 @@ from typing import Any
 
 import grpc
 import pytest
+import urllib3
 import yaml
 from control_plane import ROOT, Binaries, ControlPlane, Process, free_port, render_chart, wait_until
 from e2e_kubelet import NodeKubelet
 from hami_stack import build_fake_nvml, gpu_box
-from kube_rest import ApiError, KubeApi
+from kube_rest import ApiError, KubeApi, path_of
 
 from hami.cluster.kube import KubeCluster
 from hami.codec import encode_pod_devices
@@ -107,7 +110,7 @@ def dra(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for obj in chart:
             if obj["kind"] in ("ClusterRole", "ClusterRoleBinding") and obj["metadata"]["name"] == "hami-node":
                 admin.create(obj)
-            if obj["kind"] == "ValidatingAdmissionPolicy":  # the API server accepts its rule for resourceslices
+            if obj["kind"] in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
                 admin.create(obj)
         node_identity = plane.service_account("hami-system", "hami-node")
 
@@ -463,3 +466,44 @@ def test_a_gpu_that_fails_leaves_the_slice(dra: DraWorld) -> None:
 
     spec = wait_until(without_gpu_1, 60, "the failed GPU gone from the slice", dra.diagnose)
     assert spec["pool"]["generation"] > before
+
+
+def test_a_node_daemons_token_may_publish_only_its_own_nodes_devices(dra: DraWorld) -> None:
+    """The chart's admission policy: the daemon of one node, its container in a tenant's hands, tries to publish
+    devices for another node (to draw claims there, or hide that node's devices behind a forged pool)."""
+    admin = dra.admin
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "hami-system"}})
+    admin.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "hami-node",
+                  "namespace": "hami-system"}})  # fmt: skip
+    pod = admin.create({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hami-node-daemon", "namespace": "hami-system"},
+        "spec": {"nodeName": NODE, "serviceAccountName": "hami-node", "automountServiceAccountToken": False,
+                 "containers": [{"name": "hami", "image": "hami"}]},
+    })  # fmt: skip
+    request = {
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600, "boundObjectRef": {
+            "apiVersion": "v1", "kind": "Pod", "name": "hami-node-daemon", "uid": pod["metadata"]["uid"]}},
+    }  # fmt: skip
+    token = admin.request("POST", path_of("ServiceAccount", "hami-node", "hami-system", sub="token"), request)
+    context = ssl.create_default_context(cafile=str(dra.plane.pki.ca))
+    http = urllib3.PoolManager(ssl_context=context, retries=False)
+
+    def publish(node: str) -> tuple[int, str]:
+        body = {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-forged"},
+            "spec": {"driver": "forged.example", "nodeName": node, "pool": {
+                "name": node, "generation": 1, "resourceSliceCount": 1}, "devices": []},
+        }  # fmt: skip
+        answer = http.request(
+            "POST", dra.plane.server + path_of("ResourceSlice"), body=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token['status']['token']}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        return int(answer.status), answer.data.decode(errors="replace")
+
+    admin.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "other-node"}})
+    status, message = publish("other-node")
+    assert status == 403
+    assert f"the HAMi node daemon of node {NODE} may publish only its own node's devices" in message
+    assert publish(NODE)[0] == 201
+    admin.delete("ResourceSlice", f"{NODE}-forged")

@@ -151,3 +151,15 @@ def test_a_stored_slice_in_canonical_form_is_not_rewritten(script: Path) -> None
     stored["spec"]["perDeviceNodeSelection"] = False  # a field the server defaults
     cluster.replace("resourceslices", stored)
     assert publisher.sync(_inventories(host)) is False
+
+
+def test_an_attribute_the_vendor_no_longer_gives_is_removed_from_the_stored_slice(script: Path) -> None:
+    host = _host(script)
+    cluster = MemoryCluster()
+    publisher = SlicePublisher(cluster, host, NODE)
+    publisher.sync(_inventories(host))
+    stored = cluster.get("resourceslices", publisher.name)
+    stored["spec"]["devices"][0]["attributes"]["pcieRoot"] = {"string": "stale"}  # as an earlier version wrote
+    cluster.replace("resourceslices", stored)
+    assert publisher.sync(_inventories(host)) is True
+    assert "pcieRoot" not in cluster.get("resourceslices", publisher.name)["spec"]["devices"][0]["attributes"]

@@ -250,12 +250,18 @@ class SlicePublisher:
         return True
 
 
-def _same(current: Any, wanted: Any) -> bool:
-    """Whether the stored spec says what `wanted` says: every field `wanted` sets is there with the same value
-    (fields the API server adds are not ours to compare), and quantities compare as numbers (the server
-    writes them in canonical form)."""
+_OURS = frozenset({"attributes", "capacity", "requestPolicy"})
+"""Maps every key of which is ours: a key the stored slice has beyond ours there is stale, not a server default."""
+
+
+def _same(current: Any, wanted: Any, exact: bool = False) -> bool:
+    """Whether the stored spec says what `wanted` says: every field `wanted` sets is there with the same value,
+    fields the API server adds are not ours to compare (but in the maps that are all ours, `_OURS`, the keys must
+    be the same), and quantities compare as numbers (the server writes them in canonical form)."""
     if isinstance(wanted, Mapping):
-        return isinstance(current, Mapping) and all(k in current and _same(current[k], v) for k, v in wanted.items())
+        if not isinstance(current, Mapping) or (exact and set(current) != set(wanted)):
+            return False
+        return all(k in current and _same(current[k], v, k in _OURS) for k, v in wanted.items())
     if isinstance(wanted, list):
         return (
             isinstance(current, list)

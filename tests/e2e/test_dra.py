@@ -376,6 +376,8 @@ def test_two_claims_share_one_gpu_within_its_memory_and_a_third_is_refused(dra: 
         mounts = {m["containerPath"]: m for m in edits["mounts"]}
         assert "/etc/ld.so.preload" in mounts
         assert "ro" in mounts["/etc/ld.so.preload"]["options"]
+        missing = [m["hostPath"] for m in edits["mounts"] if not Path(m["hostPath"]).exists()]
+        assert not missing, f"the runtime cannot bind-mount what is not on the host: {missing}"
         grants = [m for m in edits["mounts"] if "/grants/" in m["hostPath"]]
         assert len(grants) == 1
         assert any(Path(grants[0]["hostPath"]).iterdir()), "the grant the daemon wrote is in the mounted directory"

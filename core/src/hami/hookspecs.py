@@ -230,6 +230,24 @@ def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlace
 
 
 # --------------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation (node side, hami.dra)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_dra_device(kind: DeviceKind, device: Device, settings: Any) -> DraDevice | None:
+    """The vendor's facts about one of its devices for the node's ResourceSlice: extra attributes (topology
+    identifiers), and the share policy its fitting allows (whether the device is shared, the memory step or
+    fixed partition sizes, the cores step).
+
+    Routed; optional. Called by the node daemon when it publishes DRA devices (``draDriver`` set), for each
+    healthy device discovery reported. Without an answer, core publishes what the `Device` says.
+
+    :returns: a `hami.model.DraDevice`, or None for core's defaults.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
 # Container edits (node side, the answer to the kubelet)
 # --------------------------------------------------------------------------------------------------------
 
@@ -254,22 +272,4 @@ def hami_container_edits(
     :returns: a `hami.model.ContainerEdits`: env (visible devices, memory and core limits), mounts (the
         isolation library, its ``/etc/ld.so.preload``, the shared accounting directory), device nodes, and
         CDI device names.
-    """
-
-
-# --------------------------------------------------------------------------------------------------------
-# Dynamic Resource Allocation (node side, hami.dra)
-# --------------------------------------------------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def hami_dra_device(kind: DeviceKind, device: Device, settings: Any) -> DraDevice | None:
-    """The vendor's facts about one of its devices for the node's ResourceSlice: extra attributes (topology
-    identifiers), and the share policy its fitting allows (whether the device is shared, the memory step or
-    fixed partition sizes, the cores step).
-
-    Routed; optional. Called by the node daemon when it publishes DRA devices (``draDriver`` set), for each
-    healthy device discovery reported. Without an answer, core publishes what the `Device` says.
-
-    :returns: a `hami.model.DraDevice`, or None for core's defaults.
     """

@@ -381,6 +381,11 @@ class VendorHost:
     def release(self, common_word: str, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
         self._routed(common_word, "hami_release", pod=pod, placements=placements)
 
+    def dra_device(self, common_word: str, device: Device) -> DraDevice:
+        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
+        result = self._routed(common_word, "hami_dra_device", device=device)
+        return DraDevice() if result is None else result
+
     def container_edits(
         self,
         common_word: str,
@@ -398,11 +403,6 @@ class VendorHost:
             library=library,
         )
         return ContainerEdits() if result is None else result
-
-    def dra_device(self, common_word: str, device: Device) -> DraDevice:
-        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
-        result = self._routed(common_word, "hami_dra_device", device=device)
-        return DraDevice() if result is None else result
 
 
 def _constant(plugin: object) -> Callable[[], object]:

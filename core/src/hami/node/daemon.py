@@ -152,6 +152,14 @@ class NodeDaemon:
         )
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}
+        self.metrics: MonitorServer | None = None
+        self.discoveries = 0
+        """Discovery rounds completed."""
+        self._registered: set[str] = set()
+        self._failures: dict[str, str] = {}
+        self._kubelet: tuple[int, int] | None = None
+        self._node_lock = asyncio.Lock()
+        self._kubelet_lock = asyncio.Lock()
         self.slices: SlicePublisher | None = None
         """The node's DRA ResourceSlice (`draDriver` set), kept equal to the inventories at every node sync."""
         self.dra: DraPlugin | None = None
@@ -166,14 +174,6 @@ class NodeDaemon:
                     (f"pod {c.namespace}/{c.pod}", c.pod_uid, c.devices) for c in self.served.containers()
                 ],
             )  # fmt: skip
-        self.metrics: MonitorServer | None = None
-        self.discoveries = 0
-        """Discovery rounds completed."""
-        self._registered: set[str] = set()
-        self._failures: dict[str, str] = {}
-        self._kubelet: tuple[int, int] | None = None
-        self._node_lock = asyncio.Lock()
-        self._kubelet_lock = asyncio.Lock()
 
     # ---------------------------------------------------------------------------------- running
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
-from hami.scheduler.claims import ClaimTracker
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
@@ -77,6 +76,8 @@ class SchedulerService:
             self.metrics.set_leader(True)
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
+        from hami.scheduler.claims import ClaimTracker  # here: hami.dra loads only where DRA is configured
+
         self.claims = ClaimTracker(self.state, self.settings.dra_driver) if self.settings.dra_driver else None
         """The DRA claims counted as usage (`draDriver` set)."""
 

@@ -60,7 +60,6 @@ __all__ = [
     "hami_admission_defaults",
     "hami_allocate",
     "hami_container_edits",
-    "hami_dra_device",
     "hami_container_request",
     "hami_discover_devices",
     "hami_fit_nodes",
@@ -68,6 +67,7 @@ __all__ = [
     "hami_vendor_info",
     "hami_vendor_settings",
     "vnpu_mode",
+    "hami_dra_device",
 ]
 
 # --------------------------------------------------------------------------------------------------------
@@ -173,23 +173,6 @@ def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: A
 
 
 # --------------------------------------------------------------------------------------------------------
-# Container edits (node daemon, the answer to the kubelet)
-# --------------------------------------------------------------------------------------------------------
-
-
-@hookimpl
-def hami_container_edits(
-    kind: DeviceKind,
-    pod: Pod,
-    container_index: int,
-    devices: ContainerPlacement,
-    settings: AscendSettings,
-    library: IsolationLibrary | None,
-) -> ContainerEdits:
-    return edits.container_edits(settings, kind, pod, container_index, devices, library)
-
-
-# --------------------------------------------------------------------------------------------------------
 # Dynamic Resource Allocation (node daemon, hami.dra)
 # --------------------------------------------------------------------------------------------------------
 
@@ -206,3 +189,20 @@ def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) 
         return DraDevice(attributes=attributes)
     sizes = sorted({t.memory for t in chip.templates if t.memory < device.devmem})[:9]
     return DraDevice(attributes=attributes, memory_values_mib=(*sizes, device.devmem))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Container edits (node daemon, the answer to the kubelet)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_container_edits(
+    kind: DeviceKind,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: AscendSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return edits.container_edits(settings, kind, pod, container_index, devices, library)

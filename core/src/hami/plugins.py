@@ -368,6 +368,11 @@ class VendorHost:
         )
         return result
 
+    def dra_device(self, common_word: str, device: Device) -> DraDevice:
+        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
+        result = self._routed(common_word, "hami_dra_device", device=device)
+        return DraDevice() if result is None else result
+
     def allocate(self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement) -> Allocation:
         """The vendor's allocation of one container, always as an `Allocation`: a bare placement answer gets no
         annotations, no answer keeps `devices`."""
@@ -380,11 +385,6 @@ class VendorHost:
 
     def release(self, common_word: str, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
         self._routed(common_word, "hami_release", pod=pod, placements=placements)
-
-    def dra_device(self, common_word: str, device: Device) -> DraDevice:
-        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
-        result = self._routed(common_word, "hami_dra_device", device=device)
-        return DraDevice() if result is None else result
 
     def container_edits(
         self,

@@ -70,6 +70,8 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "devicePlugin.nvidiaNodeSelector": {"type": ["object", "null"]},
     "devicePlugin.nvidiaHookPath": {"type": "string"},
     "scheduler.admissionWebhook.whitelistNamespaces": {"type": ["array", "null"], "items": {"type": "string"}},
+    "dra.kinds": {"type": "object", "additionalProperties": STRINGS},
+    "dra.driver": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"},
 }
 
 

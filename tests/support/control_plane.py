@@ -279,8 +279,10 @@ class Pki:
 class ControlPlane:
     """etcd and kube-apiserver on loopback; `start()` returns once the API server is ready."""
 
-    def __init__(self, binaries: Binaries, workdir: Path) -> None:
+    def __init__(self, binaries: Binaries, workdir: Path, apiserver_args: Sequence[str] = ()) -> None:
         self.binaries = binaries
+        self.apiserver_args = list(apiserver_args)
+        """Extra kube-apiserver flags (feature gates, runtime config) a suite needs."""
         self.dir = workdir
         self.logs = workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -360,6 +362,7 @@ class ControlPlane:
             "--enable-priority-and-fairness=false",
             "--endpoint-reconciler-type=none",
             "--v=1",
+            *self.apiserver_args,
         ]
         apiserver = Process("kube-apiserver", argv, self.logs, env={"GOMAXPROCS": "2"})
         self.processes.append(apiserver)

@@ -88,6 +88,11 @@ class SchedulerConfig(_Section):
     lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
     bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
     handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
+    dra_driver: str | None = Field(
+        default=None,
+        alias="draDriver",
+        description="count the devices kube-scheduler allocated to ResourceClaims of this DRA driver (hami.dra)",
+    )
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
 
     @field_validator("listen", "metrics_listen", "dashboard_listen")

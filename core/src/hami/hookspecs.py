@@ -39,7 +39,9 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -224,6 +226,24 @@ def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlace
 
     Routed; optional. Called by the node daemon once per finished pod; must tolerate being called for a
     pod whose allocation was never made or was already released.
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation (node side, hami.dra)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_dra_device(kind: DeviceKind, device: Device, settings: Any) -> DraDevice | None:
+    """The vendor's facts about one of its devices for the node's ResourceSlice: extra attributes (topology
+    identifiers), and the share policy its fitting allows (whether the device is shared, the memory step or
+    fixed partition sizes, the cores step).
+
+    Routed; optional. Called by the node daemon when it publishes DRA devices (``draDriver`` set), for each
+    healthy device discovery reported. Without an answer, core publishes what the `Device` says.
+
+    :returns: a `hami.model.DraDevice`, or None for core's defaults.
     """
 
 

@@ -14,6 +14,7 @@ device whose cores are scaled may register more than 100).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -35,6 +36,7 @@ __all__ = [
     "DeviceKind",
     "DeviceNode",
     "DeviceUsage",
+    "DraDevice",
     "IsolationLibrary",
     "Mount",
     "NodeFit",
@@ -576,3 +578,46 @@ class ContainerEdits(_Model):
         description="host path -> text: files the node daemon writes (root-owned, mode 0644) before it answers the "
         "kubelet, such as the container's grant (hami.isolation.grant); never sent to the kubelet",
     )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation (hami.dra)
+# --------------------------------------------------------------------------------------------------------
+
+DraAttribute = str | int | bool
+"""A value of a DRA device attribute: ResourceSlice attributes are typed strings, integers or booleans."""
+
+
+class DraDevice(_Model):
+    """A vendor's facts about one device for its ResourceSlice entry (`hami_dra_device`), beside what core
+    derives from the `Device` itself (kind, vendor, model, UUID, index, NUMA, memory, cores, split count).
+
+    Every field left at its default keeps core's choice; see `hami.dra.slices` for how each is published.
+    """
+
+    attributes: Mapping[str, DraAttribute] = Field(
+        default_factory=dict,
+        description="extra attributes, e.g. topology identifiers; unqualified names get the driver's domain, and "
+        "a name core already publishes is not the vendor's to change",
+    )
+    shared: bool | None = Field(
+        default=None,
+        description="whether several claims may hold shares of the device; None: when its split count is above 1",
+    )
+    memory_step_mib: int | None = Field(
+        default=None, ge=1, description="the granularity of a memory share in MiB; None: the kind's memory unit"
+    )
+    memory_values_mib: tuple[int, ...] = Field(
+        default=(),
+        max_length=10,
+        description="the only memory sizes a share may have (ascending, at most 10), for vendors whose fitting "
+        "places fixed partitions; a request is rounded up to the next one. Empty: any multiple of the step",
+    )
+    cores_step: int = Field(default=1, ge=1, description="the granularity of a cores share, in percent")
+
+    @field_validator("memory_values_mib")
+    @classmethod
+    def _ascending(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(b <= a for a, b in itertools.pairwise(v)) or any(x <= 0 for x in v):
+            raise ValueError(f"memory_values_mib must be positive and strictly ascending, got {list(v)}")
+        return v

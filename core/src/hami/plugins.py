@@ -34,7 +34,9 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -365,6 +367,11 @@ class VendorHost:
             common_word, "hami_score_nodes", pod=pod, fits=fits, nodes=nodes, policy=policy
         )
         return result
+
+    def dra_device(self, common_word: str, device: Device) -> DraDevice:
+        """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
+        result = self._routed(common_word, "hami_dra_device", device=device)
+        return DraDevice() if result is None else result
 
     def allocate(self, common_word: str, pod: Pod, container_index: int, devices: ContainerPlacement) -> Allocation:
         """The vendor's allocation of one container, always as an `Allocation`: a bare placement answer gets no

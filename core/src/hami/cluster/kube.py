@@ -81,6 +81,8 @@ _KINDS: dict[str, _Kind] = {
     "resourcequotas": _Kind("/api/v1", "v1", "ResourceQuota"),
     "events": _Kind("/api/v1", "v1", "Event"),
     "leases": _Kind("/apis/coordination.k8s.io/v1", "coordination.k8s.io/v1", "Lease"),
+    "resourceslices": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceSlice"),
+    "resourceclaims": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceClaim"),
 }
 
 

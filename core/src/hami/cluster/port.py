@@ -31,8 +31,10 @@ __all__ = [
 ]
 
 KubeObject = dict[str, Any]
-Resource = Literal["nodes", "pods", "leases", "resourcequotas", "namespaces", "events"]
-NAMESPACED: frozenset[str] = frozenset({"pods", "leases", "resourcequotas", "events"})
+Resource = Literal[
+    "nodes", "pods", "leases", "resourcequotas", "namespaces", "events", "resourceslices", "resourceclaims"
+]
+NAMESPACED: frozenset[str] = frozenset({"pods", "leases", "resourcequotas", "events", "resourceclaims"})
 
 
 class ClusterError(HamiError):

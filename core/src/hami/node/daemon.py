@@ -42,6 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
+from hami.dra.plugin import DraPlugin
+from hami.dra.slices import SlicePublisher
 from hami.errors import ConfigError
 from hami.model import NodeInventory
 from hami.node import simulated
@@ -81,6 +83,17 @@ class NodeSettings(BaseModel):
         alias="simulatedInventory",
         description="an inventory file to read devices from instead of the vendors' discovery (hami.node.simulated)",
     )
+
+    dra_driver: str | None = Field(
+        default=None,
+        alias="draDriver",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$",
+        description="publish the node's devices as DRA ResourceSlices under this driver name (e.g. `hami.io`) and "
+        "serve its kubelet plugin (hami.dra); unset: the device-plugin path only",
+    )
+    dra_plugin_dir: Path = Field(default=Path("/var/lib/kubelet/plugins"), alias="draPluginDir")
+    plugin_registry_dir: Path = Field(default=Path("/var/lib/kubelet/plugins_registry"), alias="pluginRegistryDir")
+    cdi_dir: Path = Field(default=Path("/var/run/cdi"), alias="cdiDir", description="where the CDI spec files go")
 
     @field_validator("metrics_listen")
     @classmethod
@@ -147,6 +160,20 @@ class NodeDaemon:
         self._kubelet: tuple[int, int] | None = None
         self._node_lock = asyncio.Lock()
         self._kubelet_lock = asyncio.Lock()
+        self.slices: SlicePublisher | None = None
+        """The node's DRA ResourceSlice (`draDriver` set), kept equal to the inventories at every node sync."""
+        self.dra: DraPlugin | None = None
+        """The DRA kubelet plugin (`draDriver` set)."""
+        if settings.dra_driver:
+            slices = self.slices = SlicePublisher(cluster, host, self.node, settings.dra_driver)
+            self.dra = DraPlugin(
+                cluster, host, self.node, settings.dra_driver, lambda: slices.devices,
+                plugin_dir=settings.dra_plugin_dir, registry_dir=settings.plugin_registry_dir,
+                cdi_dir=settings.cdi_dir, library_of=self.libraries.for_vendor, placement_keys=self.placement_keys,
+                served=lambda: [
+                    (f"pod {c.namespace}/{c.pod}", c.pod_uid, c.devices) for c in self.served.containers()
+                ],
+            )  # fmt: skip
 
     # ---------------------------------------------------------------------------------- running
 
@@ -186,6 +213,8 @@ class NodeDaemon:
         """Stop every plugin (in-flight calls get the grace period), remove the sockets, stop the metrics."""
         grace = self.settings.shutdown_grace_seconds
         await asyncio.gather(*(p.stop(grace) for p in self.plugins.values()), return_exceptions=True)
+        if self.dra is not None:
+            await self.dra.stop(grace)
         self._registered.clear()
         if self.metrics is not None:
             self.metrics.stop()
@@ -276,6 +305,11 @@ class NodeDaemon:
             await self._check_kubelet()
 
     async def _check_kubelet(self) -> None:
+        if self.dra is not None:
+            try:
+                await self.dra.ensure_listening()
+            except (OSError, RuntimeError) as exc:
+                log.error("cannot serve DRA driver %s (%s); trying again", self.dra.driver, exc)
         identity = self.kubelet.identity()
         if identity is None:
             if self._kubelet is not None:
@@ -326,6 +360,11 @@ class NodeDaemon:
                 self.registrar.sync(self.inventories)
             except ClusterError as exc:
                 log.warning("cannot update node %s's annotations (%s); trying again", self.node, exc)
+        if self.slices is not None:
+            try:
+                self.slices.sync(self.inventories)
+            except ClusterError as exc:
+                log.warning("cannot publish node %s's ResourceSlice (%s); trying again", self.node, exc)
         if sweep:
             for name in self.served.sweep(self.cluster):
                 log.info("pod %s finished: its devices are released", name)

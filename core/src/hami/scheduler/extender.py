@@ -72,6 +72,9 @@ class ExtenderSettings(BaseModel):
     handshake_interval_seconds: float = Field(
         default=30, ge=0, description="seconds between handshake rounds with the node daemons; 0 disables them"
     )
+    dra_driver: str | None = Field(
+        default=None, description="the DRA driver whose allocated ResourceClaims count as usage (hami.scheduler.claims)"
+    )
 
     def default_policy(self) -> SchedulingPolicy:
         device = self.device_policy

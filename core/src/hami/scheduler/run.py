@@ -53,6 +53,7 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
             lock_expiry_seconds=settings.lock_expiry_seconds,
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
+            dra_driver=settings.dra_driver,
         ),
         settings.leader_election,
     ).start()

@@ -76,6 +76,10 @@ class SchedulerService:
             self.metrics.set_leader(True)
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
+        from hami.scheduler.claims import ClaimTracker  # here: hami.dra loads only where DRA is configured
+
+        self.claims = ClaimTracker(self.state, self.settings.dra_driver) if self.settings.dra_driver else None
+        """The DRA claims counted as usage (`draDriver` set)."""
 
     def _placement_mismatch(self, pod: KubeObject, message: str) -> None:
         """A pod's annotations no longer match its signed placement: log line, metric, event on the pod."""
@@ -105,6 +109,11 @@ class SchedulerService:
             self.cluster.watch("nodes", node_rv, self._on_node),
             self.cluster.watch("pods", pod_rv, self._on_pod),
         ]
+        if self.claims is not None:
+            claims, claim_rv = self.cluster.list("resourceclaims")
+            for claim in claims:
+                self.claims.set_claim(claim)
+            self._subs.append(self.cluster.watch("resourceclaims", claim_rv, self._on_claim))
         self.ledger = QuotaLedger(self.cluster, self.host).start()
         self.extender.quota = self.ledger
         self.handshake = HandshakeKeeper(
@@ -155,7 +164,17 @@ class SchedulerService:
             annotations = meta(event.object).get("annotations") or {}
             if LOCK_ANNOTATION in annotations:
                 self._release_if_done(meta(event.object)["name"])
+            if self.claims is not None:
+                self.claims.node_changed(meta(event.object)["name"])
         self.extender.notify_node_changed()
+
+    def _on_claim(self, event: WatchEvent) -> None:
+        assert self.claims is not None
+        m = meta(event.object)
+        if event.type == "DELETED":
+            self.claims.remove_claim(str(m.get("namespace") or "default"), str(m.get("name")))
+        else:
+            self.claims.set_claim(event.object)
 
     def _on_pod(self, event: WatchEvent) -> None:
         m = meta(event.object)

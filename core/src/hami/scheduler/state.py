@@ -416,6 +416,13 @@ class ClusterState:
             self._mismatches.pop(key, None)
             self.set_host_usage(key, "", 0, 0)
 
+    def set_claim(self, key: str, record: PodRecord | None) -> None:
+        """Count what a DRA claim holds (`hami.scheduler.claims`) as a pod's placement; None forgets it."""
+        with self.lock:
+            self._forget(key)
+            if record is not None:
+                self._remember(record)
+
     def set_host_usage(self, key: str, node: str, cpu: int, memory: int) -> None:
         """Count a pod's CPU and memory requests on `node` (an empty node forgets the pod)."""
         with self.lock:

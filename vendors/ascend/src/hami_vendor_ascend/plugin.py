@@ -31,7 +31,9 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -66,6 +68,7 @@ __all__ = [
     "hami_vendor_info",
     "hami_vendor_settings",
     "vnpu_mode",
+    "hami_dra_device",
 ]
 
 # --------------------------------------------------------------------------------------------------------
@@ -168,6 +171,25 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: AscendSettings) -> None:
     allocation.release(settings, pod, placements)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Dynamic Resource Allocation (node daemon, hami.dra)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) -> DraDevice:
+    """A chip's DRA facts: its chip name and AI cores as attributes and, when claims are served in template mode
+    (the default mode: a claim has no pod annotation to choose another), the templates' memory sizes and the
+    whole card as the only memory a share may take: a request is rounded up to the next template, as the
+    fitting does for a pod."""
+    chip = settings.chips[kind.common_word]
+    attributes: dict[str, str | int | bool] = {"chip": chip.chip_name, "aiCore": chip.ai_core}
+    if settings.default_vnpu_mode != TEMPLATE or not chip.templates:
+        return DraDevice(attributes=attributes)
+    sizes = sorted({t.memory for t in chip.templates if t.memory < device.devmem})[:9]
+    return DraDevice(attributes=attributes, memory_values_mib=(*sizes, device.devmem))
 
 
 # --------------------------------------------------------------------------------------------------------

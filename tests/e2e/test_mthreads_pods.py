@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from control_plane import ROOT, wait_until, which_cc
 from hami_stack import DeviceNode, HamiStack
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
@@ -115,6 +117,13 @@ def test_an_sgpu_share_runs_with_hamis_annotations_and_moore_threads_env(
     }
     assert [d.host_path for d in edits.devices] == [f"/dev/mtgpu.{index}", f"/dev/dri/card{index + 1}",
                                                     f"/dev/dri/renderD{128 + index}"]  # fmt: skip
+    # the node daemon's hami_* families carry both GPUs and the container's limit on its GPU
+    with urllib.request.urlopen(f"http://127.0.0.1:{mt_node.metrics_port}/metrics", timeout=10) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    host = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
+    assert host >= set(UUIDS)
+    (limit,) = [s for s in families["hami_vgpu_memory_limit_bytes"].samples if s.labels["pod"] == "sgpu"]
+    assert (limit.labels["device_uuid"], limit.value) == (device.uuid, 8192 * 2**20)
     stack.admin.delete("Pod", "sgpu", ns)
 
 

@@ -27,10 +27,10 @@
 #define FAKE_PASTE_(a, b) a##b
 #define FAKE_CU(suffix) FAKE_PASTE(FAKE_CU_PREFIX, suffix)
 
-/* What came after CUDA 10.2 is weak: an older driver does not have it, and the client then uses cuMemAlloc_v2 and
- * cuLaunchKernel in its place (as an application written for that driver would). */
+/* What came after CUDA 10.2 is weak (an older driver does not have it, and the isolation library in front may
+ * export a hook of it anyway): the client asks the driver's version and on an older driver uses cuMemAlloc_v2 and
+ * cuLaunchKernel in its place, as an application written for that driver would. */
 #define NEWER __attribute__((weak))
-
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef void *CUcontext;
@@ -71,6 +71,17 @@ NEWER CUresult FAKE_CU(LaunchKernelEx)(const struct launch_config *, void *, voi
 CUresult FAKE_CU(LaunchCooperativeKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **);
 CUresult FAKE_CU(GraphLaunch)(void *, CUstream);
 
+CUresult FAKE_CU(DriverGetVersion)(int *);
+
+static int driver_has(int version) {
+    static int known = -1;
+    if (known < 0) {
+        int v = 0;
+        known = FAKE_CU(DriverGetVersion)(&v) == 0 ? v : 0;
+    }
+    return known >= version;
+}
+
 enum { OK = 0, OOM = 2 };
 
 const int client_out_of_memory = OOM;
@@ -107,7 +118,7 @@ void *client_stress_begin(void) {
     props.location.type = 1;
     props.location.id = 0;
     void *pool = NULL;
-    if (FAKE_CU(MemPoolCreate)) client_check("cuMemPoolCreate", FAKE_CU(MemPoolCreate)(&pool, &props));
+    if (FAKE_CU(MemPoolCreate) && driver_has(11020)) client_check("cuMemPoolCreate", FAKE_CU(MemPoolCreate)(&pool, &props));
     return pool;
 }
 
@@ -120,8 +131,7 @@ int client_allocate(int kind, size_t bytes, void *pool, uint64_t *handle) {
     void *a = NULL;
     size_t pitch;
     CUresult r;
-    if ((kind == A_ASYNC && !FAKE_CU(MemAllocAsync)) || (kind == A_ASYNC_PTSZ && !FAKE_CU(MemAllocAsync_ptsz)) ||
-        (kind == A_POOL && !pool))
+    if (((kind == A_ASYNC || kind == A_ASYNC_PTSZ) && !driver_has(11020)) || (kind == A_POOL && !pool))
         kind = A_ALLOC; /* an older driver: plain allocations in their place */
     switch (kind) {
     case A_ALLOC: r = FAKE_CU(MemAlloc_v2)(&p, bytes); break;
@@ -166,7 +176,7 @@ void client_release(int kind, uint64_t handle) {
     case A_ARRAY: case A_ARRAY3D: client_check("cuArrayDestroy", FAKE_CU(ArrayDestroy)((void *)(uintptr_t)handle)); break;
     case A_MIPMAP: client_check("cuMipmappedArrayDestroy", FAKE_CU(MipmappedArrayDestroy)((void *)(uintptr_t)handle)); break;
     case A_ASYNC: case A_POOL:
-        if (FAKE_CU(MemFreeAsync)) {
+        if (driver_has(11020)) {
             client_check("cuMemFreeAsync", FAKE_CU(MemFreeAsync)(handle, NULL));
             break;
         }
@@ -188,7 +198,7 @@ int client_launch(double seconds, const char *mode, uint32_t *grids, int ngrids)
             void *kernel = kernels[launches % ngrids % 4];
             CUresult r;
             if (!strcmp(mode, "ptsz")) r = FAKE_CU(LaunchKernel_ptsz)(kernel, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
-            else if (!strcmp(mode, "ex") && FAKE_CU(LaunchKernelEx)) {
+            else if (!strcmp(mode, "ex") && driver_has(11060)) {
                 struct launch_config c = {grid, 1, 1, 128, 1, 1, 0, NULL, NULL, 0};
                 r = FAKE_CU(LaunchKernelEx)(&c, kernel, NULL, NULL);
             } else if (!strcmp(mode, "coop"))

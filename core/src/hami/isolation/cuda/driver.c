@@ -62,6 +62,11 @@ static inline dlsym_fn real_dlsym(void) {
     return HAMI_LIKELY(f != NULL) ? f : find_real_dlsym();
 }
 
+void *hami_cu_real_symbol(void *handle, const char *name) {
+    dlsym_fn lookup = real_dlsym();
+    return lookup ? lookup(handle, name) : NULL;
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Hook tables                                                                                              */
 /* ------------------------------------------------------------------------------------------------------ */
@@ -78,12 +83,23 @@ static const struct hook g_hooks[] = {
 };
 #define HOOK_COUNT (sizeof g_hooks / sizeof *g_hooks)
 
+/* The vendor's own hooks (HAMI_CUDA_VENDOR_HOOKS, defined in its sources beside the layer's): answered by dlsym
+ * and dlvsym like the layer's. */
+static const struct hook g_vendor_hooks[] = {
+#define HAMI_ENTRY(name) {HAMI_STR(name), (void *)&name},
+    HAMI_CUDA_VENDOR_HOOKS(HAMI_ENTRY){NULL, NULL},
+#undef HAMI_ENTRY
+};
+
 static const char g_prefix[] = HAMI_STR(HAMI_CU(_)); /* the vendor's prefix and "_": "cu_" */
 
 static void *hook_by_name(const char *name) {
-    if (!name || !(!strncmp(name, g_prefix, sizeof g_prefix - 2) || !strncmp(name, "nvml", 4))) return NULL;
-    for (size_t i = 0; i < HOOK_COUNT; i++)
-        if (!strcmp(g_hooks[i].name, name)) return g_hooks[i].hook;
+    if (!name) return NULL;
+    if (!strncmp(name, g_prefix, sizeof g_prefix - 2) || !strncmp(name, "nvml", 4))
+        for (size_t i = 0; i < HOOK_COUNT; i++)
+            if (!strcmp(g_hooks[i].name, name)) return g_hooks[i].hook;
+    for (const struct hook *h = g_vendor_hooks; h->name; h++)
+        if (!strcmp(h->name, name)) return h->hook;
     return NULL;
 }
 

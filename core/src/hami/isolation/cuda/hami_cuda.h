@@ -19,6 +19,10 @@
  *                               instead with HAMI_CUDA_ENV_MEMORY_LIMIT, _CORE_LIMIT, _SHARED_CACHE,
  *                               _OVERSUBSCRIBE, _PRIORITY, _POLICY, _LOG_LEVEL, _VISIBLE_DEVICES
  *   HAMI_CUDA_DEFAULT_CACHE     optional: the accounting file when the variable is unset ("/tmp/<name>shr.cache")
+ *   HAMI_CUDA_VENDOR_HOOKS(X)   optional: an X-macro list of the vendor's own hooks (functions the vendor defines
+ *                               in further .c files of its hooks directory, declared in this header, e.g. a runtime
+ *                               API the driver hooks do not see), answered by dlsym/dlvsym like the layer's; they
+ *                               find the real functions with hami_cu_real_symbol() (never dlsym: it is ours)
  *
  * and its version script, which exports the symbol set: `dlsym; dlvsym; dlopen; dlmopen;` and the hooks its driver
  * has. Everything else (the hook table, dlsym/dlvsym/cuGetProcAddress lookups, memory accounting, the limiter's
@@ -68,6 +72,10 @@
 #endif
 #ifndef HAMI_CUDA_DEFAULT_CACHE
 #define HAMI_CUDA_DEFAULT_CACHE "/tmp/" HAMI_CUDA_VENDOR_NAME "shr.cache"
+#endif
+
+#ifndef HAMI_CUDA_VENDOR_HOOKS
+#define HAMI_CUDA_VENDOR_HOOKS(X) /* none: every hook is the layer's */
 #endif
 
 /* A macro argument as a string, after expansion (HAMI_STR(HAMI_CU(Init)) is "cuInit"). */
@@ -160,6 +168,9 @@ struct hami_cu_real {
 
 /* The driver's own functions (NULL when the driver, or that function, is missing). */
 extern struct hami_cu_real hami_real;
+
+/* The real dlsym's answer (never a hook): what a vendor's own hooks use to find the real functions they wrap. */
+void *hami_cu_real_symbol(void *handle, const char *name);
 
 /* driver.c: loading the real libraries on first use; 1 when loaded, 0 when missing. */
 int hami_cu_load_cuda(void);

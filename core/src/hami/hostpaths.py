@@ -16,8 +16,9 @@ import re
 from pathlib import PurePosixPath
 
 from hami.errors import HamiError
+from hami.model import Pod
 
-__all__ = ["HostPathError", "path_component", "pod_path"]
+__all__ = ["HostPathError", "container_dir", "path_component", "pod_path"]
 
 _COMPONENT = re.compile(r"[A-Za-z0-9._-]+")
 _MAX = 255
@@ -52,3 +53,13 @@ def pod_path(directory: str | os.PathLike[str], *parts: tuple[str, str], separat
     if path.parent != base:
         raise HostPathError(f"{path} is not directly under {base}")
     return path
+
+
+def container_dir(directory: str | os.PathLike[str], pod: Pod, index: int) -> PurePosixPath:
+    """`directory` / ``<pod UID>_<container name>`` (the pod's name without a UID) for container `index` (init
+    containers first; ``container-<index>`` past the pod's containers), the form of the isolation libraries'
+    accounting and grant directories. :raises HostPathError: as `pod_path`."""
+    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+    containers = pod.all_containers
+    name = containers[index].name if 0 <= index < len(containers) else f"container-{index}"
+    return pod_path(directory, key, (name, "container name"))

@@ -12,23 +12,36 @@ Owns the container side, as Moore Threads' device plugin and container toolkit w
   beside them). A GPU whose DRM nodes cannot be found is refused at Allocate, saying where it looked; on a node
   without any Moore Threads driver (simulated devices) only ``/dev/mtgpu.<index>`` is given.
 
-HAMi itself relies on Moore Threads' MT CloudNative Toolkit (sGPU) to hold a container to its share of memory and
-cores; the placement's share reaches it through the pod's ``mthreads.com/sgpu-*`` resources and annotations.
+In ``sgpu`` mode (HAMi's) Moore Threads' MT CloudNative Toolkit holds a container to its share of memory and cores;
+the placement's share reaches it through the pod's ``mthreads.com/sgpu-*`` resources and annotations. In
+``hami-core`` mode the container also gets the isolation library ``libvmusa.so`` and the ``/etc/ld.so.preload``
+naming it (the library the node daemon installed, else ``libraryDir`` or ``<hookPath>``), its accounting directory
+at ``/hami-vmusa-shmem`` and the library's environment: ``MUSA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m``,
+``MUSA_DEVICE_SM_LIMIT_<i>`` (the cores in percent, 4 of 16 is 25; 0 for a whole GPU), ``MUSA_DEVICE_UUIDS``,
+``MUSA_DEVICE_MEMORY_SHARED_CACHE``, ``LIBVMUSA_LOG_LEVEL``; and its grant (`hami.isolation.grant`, the same
+limits, written by the node daemon under ``<hookPath>/grants/<pod uid>_<container>/mthreads.grant`` and mounted
+read-only at ``/etc/hami/grant``), which the library reads first: the environment can then only lower a limit.
 Deterministic: the same placement gives the same edits.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from hami.errors import HamiError
-from hami.model import ContainerEdits, ContainerPlacement, DeviceNode
+from hami.isolation.grant import from_limits, grant_edits
+from hami.model import ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
+from hami_vendor_mthreads.allocation import accounting_dir, grant_dir
 from hami_vendor_mthreads.discovery import runtime_for
 from hami_vendor_mthreads.mtml import MtGpu
-from hami_vendor_mthreads.settings import MthreadsSettings
+from hami_vendor_mthreads.settings import CORES_PER_GPU, SOFT, MthreadsSettings
 
-__all__ = ["container_edits", "device_nodes", "drm_nodes"]
+__all__ = ["ACCOUNTING_FILE", "LIBRARY_FILE", "SHMEM_DIR", "container_edits", "device_nodes", "drm_nodes"]
+
+LIBRARY_FILE = "libvmusa.so"
+SHMEM_DIR = "/hami-vmusa-shmem"
+ACCOUNTING_FILE = "vmusa.cache"
 
 _CARD = re.compile(r"^card(\d+)$")
 _RENDER = re.compile(r"^renderD(\d+)$")
@@ -61,8 +74,52 @@ def device_nodes(settings: MthreadsSettings, gpu: MtGpu, with_driver: bool) -> l
     return [DeviceNode(container_path=p, host_path=p, permissions="rw") for p in paths]
 
 
-def container_edits(settings: MthreadsSettings, devices: ContainerPlacement) -> ContainerEdits:
-    """The env and device nodes of a container granted `devices`.
+def _library_mounts(settings: MthreadsSettings, library: IsolationLibrary | None) -> list[Mount]:
+    if library is not None and settings.library_dir is None:
+        return [
+            Mount(container_path=library.path, host_path=library.path),
+            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
+        ]
+    directory = PurePosixPath(settings.library_dir if settings.library_dir is not None else settings.hook_path)
+    return [
+        Mount(container_path=str(directory / LIBRARY_FILE), host_path=str(directory / LIBRARY_FILE)),
+        Mount(container_path="/etc/ld.so.preload", host_path=str(directory / "ld.so.preload")),
+    ]
+
+
+def percent(cores: int) -> int:
+    """Sixteenths of a GPU as the library's percent of device time; 0 (no limit) for the whole GPU."""
+    return 0 if cores >= CORES_PER_GPU else cores * 100 // CORES_PER_GPU
+
+
+def _soft(
+    settings: MthreadsSettings, pod: Pod, index: int, devices: ContainerPlacement, library: IsolationLibrary | None
+) -> ContainerEdits:
+    env = {}
+    for i, device in enumerate(devices):
+        env[f"MUSA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.usedmem}m"
+        env[f"MUSA_DEVICE_SM_LIMIT_{i}"] = str(percent(device.usedcores))
+    env["MUSA_DEVICE_MEMORY_SHARED_CACHE"] = f"{SHMEM_DIR}/{ACCOUNTING_FILE}"
+    env["MUSA_DEVICE_UUIDS"] = ",".join(d.uuid for d in devices)
+    if settings.libvmusa_log_level:
+        env["LIBVMUSA_LOG_LEVEL"] = settings.libvmusa_log_level
+    host_dir = accounting_dir(settings, pod, index)
+    mounts = _library_mounts(settings, library)
+    mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
+    grant = from_limits([(d.usedmem, percent(d.usedcores), d.uuid) for d in devices])
+    grant_mount, files = grant_edits(grant_dir(settings, pod, index), "mthreads", grant)
+    mounts.append(grant_mount)
+    return ContainerEdits(env=env, mounts=tuple(mounts), accounting_file=str(host_dir / ACCOUNTING_FILE), files=files)
+
+
+def container_edits(
+    settings: MthreadsSettings,
+    devices: ContainerPlacement,
+    pod: Pod | None = None,
+    index: int = 0,
+    library: IsolationLibrary | None = None,
+) -> ContainerEdits:
+    """The env, device nodes and (``hami-core`` mode) mounts of container `index` of `pod`, granted `devices`.
 
     :raises HamiError: a GPU is not on this node, or has no DRM node.
     """
@@ -76,4 +133,7 @@ def container_edits(settings: MthreadsSettings, devices: ContainerPlacement) -> 
         "MTHREADS_DRIVER_CAPABILITIES": settings.driver_capabilities,
         "MUSA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(gpus))),
     }
+    if settings.sharing_mode == SOFT:
+        soft = _soft(settings, pod or Pod(name="pod"), index, devices, library)
+        return soft.model_copy(update={"env": {**env, **soft.env}, "devices": tuple(nodes)})
     return ContainerEdits(env=env, devices=tuple(nodes))

@@ -9,7 +9,9 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * requests and admission defaults: HAMi's sGPU rules (`hami_vendor_mthreads.requests`);
 * fitting: core's share and topology fitter with HAMi's one-GPU-per-pod rule and pod annotations
   (`hami_vendor_mthreads.fit`);
-* container edits: the device nodes and environment of Moore Threads' device plugin (`hami_vendor_mthreads.edits`).
+* allocation and release: the soft mode's accounting directories (`hami_vendor_mthreads.allocation`);
+* container edits: the device nodes and environment of Moore Threads' device plugin, and in ``hami-core`` mode the
+  isolation library ``libvmusa.so`` (`hami_vendor_mthreads.edits`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hami.model import (
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -35,7 +38,7 @@ from hami.model import (
     SchedulingPolicy,
     VendorInfo,
 )
-from hami_vendor_mthreads import discovery, edits, requests
+from hami_vendor_mthreads import allocation, discovery, edits, requests
 from hami_vendor_mthreads.fit import MthreadsFitter
 from hami_vendor_mthreads.requests import LEGAL_MEMORY_UNITS, MEMORY_UNIT_MIB
 from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
@@ -62,7 +65,7 @@ KIND = DeviceKind(
     capacity_cores_per_device=CORES_PER_GPU,
 )
 
-INFO = VendorInfo(name="mthreads", display_name="Moore Threads", kinds=(KIND,))
+INFO = VendorInfo(name="mthreads", display_name="Moore Threads", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)
 
 
 @hookimpl
@@ -104,5 +107,21 @@ def hami_fit_nodes(
 
 
 @hookimpl
-def hami_container_edits(devices: ContainerPlacement, settings: MthreadsSettings) -> ContainerEdits:
-    return edits.container_edits(settings, devices)
+def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, settings: MthreadsSettings) -> None:
+    allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: MthreadsSettings) -> None:
+    allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_container_edits(
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: MthreadsSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return edits.container_edits(settings, devices, pod, container_index, library)

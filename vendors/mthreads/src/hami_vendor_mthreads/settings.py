@@ -16,15 +16,19 @@ with the settings object (`hami.vendorstate.RuntimeSettings`), never validated.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final, Literal
 
 from pydantic import ConfigDict, Field
 
 from hami.vendorstate import RuntimeSettings
 
-__all__ = ["CORES_PER_GPU", "CORE_UNIT", "MthreadsSettings"]
+__all__ = ["CORES_PER_GPU", "CORE_UNIT", "SGPU", "SOFT", "MthreadsSettings", "SharingMode"]
 
 CORES_PER_GPU = 16
 CORE_UNIT = "sixteenths of a GPU"
+SharingMode = Literal["sgpu", "hami-core"]
+SGPU: Final = "sgpu"
+SOFT: Final = "hami-core"
 
 
 class MthreadsSettings(RuntimeSettings):
@@ -48,3 +52,7 @@ class MthreadsSettings(RuntimeSettings):
         description="MTHREADS_DRIVER_CAPABILITIES given to the container",
     )
     sysfs_root: Path = Field(default=Path("/sys"), alias="sysfsRoot")
+    sharing_mode: SharingMode = Field(default=SGPU, alias="sharingMode")
+    hook_path: Path = Field(default=Path("/usr/local/vgpu/mthreads"), alias="hookPath")
+    library_dir: Path | None = Field(default=None, alias="libraryDir")
+    libvmusa_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(default="", alias="libvmusaLogLevel")

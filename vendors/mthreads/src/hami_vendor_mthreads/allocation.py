@@ -1,0 +1,68 @@
+"""Allocation on the node: what a Moore Threads container needs on the host before it starts, and its removal.
+
+Owns, in ``hami-core`` mode (the isolation library), the container's host directories: its accounting directory
+``<hookPath>/containers/<pod uid>_<container>``, emptied and made world-writable at Allocate so that whatever user
+the container runs as can create its accounting file there, and its grant directory ``<hookPath>/grants/…``
+(written by the node daemon from `hami_vendor_mthreads.edits`). `release` removes both for a finished pod
+(tolerating a pod never allocated or already released). In ``sgpu`` mode (HAMi's) nothing is made on the host: Moore
+Threads' own components hold the share.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from hami.errors import HamiError
+from hami.hostpaths import HostPathError, container_dir, path_component
+from hami.model import ContainerPlacement, Pod
+from hami_vendor_mthreads.discovery import runtime_for
+from hami_vendor_mthreads.settings import SOFT, MthreadsSettings
+
+__all__ = ["accounting_dir", "allocate", "grant_dir", "release"]
+
+log = logging.getLogger("hami_vendor_mthreads")
+
+
+def accounting_dir(settings: MthreadsSettings, pod: Pod, index: int) -> PurePosixPath:
+    """:raises HostPathError: the pod UID or container name would leave the directory."""
+    return container_dir(settings.hook_path / "containers", pod, index)
+
+
+def grant_dir(settings: MthreadsSettings, pod: Pod, index: int) -> PurePosixPath:
+    """The container's grant directory, outside its accounting directory (mounted read-only)."""
+    return container_dir(settings.hook_path / "grants", pod, index)
+
+
+def allocate(settings: MthreadsSettings, pod: Pod, container_index: int, devices: ContainerPlacement) -> None:
+    if not devices or settings.sharing_mode != SOFT:
+        return
+    runtime_for(settings).gpus_of([d.uuid for d in devices])
+    path = Path(accounting_dir(settings, pod, container_index))
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o777)
+    except OSError as exc:
+        raise HamiError(f"cannot prepare the Moore Threads accounting directory {path}: {exc}") from None
+
+
+def release(settings: MthreadsSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
+    key = pod.uid or pod.name
+    if not key or "_" in key:
+        return
+    try:
+        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the glob below
+    except HostPathError as exc:
+        log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
+        return
+    for directory in (settings.hook_path / "containers", settings.hook_path / "grants"):
+        try:
+            found = sorted(directory.glob(f"{key}_*"))
+        except OSError:
+            continue
+        for path in found:
+            shutil.rmtree(path, ignore_errors=True)

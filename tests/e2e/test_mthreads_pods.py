@@ -142,3 +142,65 @@ def test_two_gpus_are_whole_gpus_with_hamis_webhook_limits(stack: HamiStack, mt_
     assert sorted(d.uuid for d in devices) == UUIDS
     assert all((d.usedmem, d.usedcores) == (49152, 16) for d in devices)
     assert sorted(annotations["mthreads.com/gpu-index"].split(",")) == ["0", "1"]
+
+
+@pytest.fixture(scope="module")
+def soft_node(stack: HamiStack) -> Iterator[DeviceNode]:
+    """A second node, in this project's hami-core mode (libvmusa.so), with GPUs of its own."""
+    root = stack.dir / "nodes" / "mt-node-2"
+    library = _build_fake_mtml(root / "fake-mtml")
+    machine = root / "machine.txt"
+    machine.write_text(f"{SOFT_UUID} MTT_S4000 00000000:5A:00.0 {48 << 30} 0 8 0 0 0\n")
+    settings = {
+        "mtmlLibrary": str(library),
+        "mthreadsGmi": str(root / "no-mthreads-gmi"),
+        "sharingMode": "hami-core",
+        "hookPath": str(root / "mthreads-hook"),
+    }
+    node = DeviceNode(
+        stack,
+        "mt-node-2",
+        {"mthreads": settings},
+        {"FAKE_MTML_CONFIG": str(machine)},
+        {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "16", "mthreads.com/sgpu-memory": "96"},
+        ("hami.io/node-mthreads-register",),
+    )
+    stack.add_node(node)
+    yield node
+    node.stop()
+    del stack.nodes[node.name]
+    stack.admin.delete("Node", node.name)
+
+
+SOFT_UUID = "7b3c9d10-0000-4000-8000-0000000000aa"
+
+
+def test_a_soft_mode_node_serves_libvmusa_with_its_grant(stack: HamiStack, soft_node: DeviceNode, ns: str) -> None:
+    limits = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "16", "mthreads.com/sgpu-core": "4"}
+    container = {"name": "main", "image": "musa-pytorch", "resources": {"limits": limits}}
+    metadata = {"name": "soft", "namespace": ns, "annotations": {"mthreads.ai/use-gpuuuid": SOFT_UUID}}
+    stack.admin.create({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container]}})
+    got = wait_until(lambda: _phase(stack, ns, "soft") == "Running" or None, 60, "the soft-mode pod Running",
+                     stack.diagnose)  # fmt: skip
+    pod = stack.admin.get("Pod", "soft", ns)
+    assert pod["spec"]["nodeName"] == soft_node.name, got
+    edits = soft_node.kubelet.started[pod["metadata"]["uid"]].edits["main"]["mthreads.com/vgpu"]
+    assert (edits.env["MUSA_DEVICE_MEMORY_LIMIT_0"], edits.env["MUSA_DEVICE_SM_LIMIT_0"]) == ("8192m", "25")
+    mounts = {m.container_path: m for m in edits.mounts}
+    preload = mounts["/etc/ld.so.preload"]
+    library = Path(preload.host_path).read_text().split()[0]  # the node daemon installed libvmusa.so and named it
+    assert Path(library).name == "libvmusa.so"
+    assert Path(library).resolve().is_file()
+    assert mounts[library].read_only
+    grant = Path(mounts["/etc/hami/grant"].host_path) / "mthreads.grant"
+    assert str(8192 << 20) in grant.read_text()  # written by the node daemon before it answered the kubelet
+    accounting = Path(mounts["/hami-vmusa-shmem"].host_path)
+    assert accounting.is_dir()
+    assert not mounts["/hami-vmusa-shmem"].read_only
+    stack.admin.delete("Pod", "soft", ns)
+    wait_until(lambda: not accounting.exists() or None, 60, "the accounting directory removed with the pod",
+               stack.diagnose)  # fmt: skip
+
+
+def _phase(stack: HamiStack, ns: str, name: str) -> str:
+    return str(stack.admin.get("Pod", name, ns)["status"].get("phase", ""))

@@ -22,7 +22,6 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 
 #include "hami_cuda.h"
@@ -48,34 +47,6 @@ static void *resolve(void **library, const char *name) {
     return *library ? hami_cu_real_symbol(*library, name) : NULL;
 }
 
-struct range_query {
-    uintptr_t base, lo, hi;
-};
-
-static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct range_query *q = data;
-    if (info->dlpi_addr != q->base) return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (!q->lo || lo < q->lo) q->lo = lo;
-        if (hi > q->hi) q->hi = hi;
-    }
-    return 1;
-}
-
-/* The mapped range of the object holding `probe`. */
-static void range_of(const void *probe, uintptr_t *lo, uintptr_t *hi) {
-    Dl_info info;
-    if (!probe || !dladdr(probe, &info) || !info.dli_fbase) return;
-    struct range_query q = {(uintptr_t)info.dli_fbase, 0, 0};
-    dl_iterate_phdr(find_range, &q);
-    *lo = q.lo;
-    *hi = q.hi;
-}
-
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void load_once(void) {
@@ -90,8 +61,9 @@ static void load_once(void) {
         atomic_store_explicit(&g_state, -1, memory_order_release);
         return;
     }
-    range_of(hami_musa.musaGetDevice ? (void *)hami_musa.musaGetDevice : (void *)hami_musa.musaMalloc, &g_lo, &g_hi);
-    range_of((const void *)&load_once, &g_self_lo, &g_self_hi);
+    const void *probe = hami_musa.musaGetDevice ? (void *)hami_musa.musaGetDevice : (void *)hami_musa.musaMalloc;
+    hami_iso_object_range(probe, &g_lo, &g_hi);
+    hami_iso_object_range((const void *)&load_once, &g_self_lo, &g_self_hi);
     int count = 0;
     if (hami_musa.musaGetDeviceCount && hami_musa.musaGetDeviceCount(&count) == musaSuccess)
         hami_iso_set_device_count(count);

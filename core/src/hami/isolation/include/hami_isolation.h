@@ -228,6 +228,11 @@ void *hami_iso_lookup_hook(const char *name);
  * interposes it (never ask dlsym or dlvsym for it: in this library they are ours). */
 void *hami_iso_libc_symbol(const char *name);
 
+/* The address range [*lo, *hi) of the loaded object (a library, the program) holding `probe`: all its PT_LOAD
+ * segments; unchanged when `probe` is NULL or in none (objrange.c). For hooks that pass a call straight through when
+ * its return address is inside the vendor's runtime, the runtime calling its own exported functions. */
+void hami_iso_object_range(const void *probe, uintptr_t *lo, uintptr_t *hi);
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Logging                                                                                                  */
 /* ------------------------------------------------------------------------------------------------------ */

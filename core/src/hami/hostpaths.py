@@ -11,14 +11,16 @@ Every vendor uses this instead of its own joining (`pod_path`), so the rule is w
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from pathlib import PurePosixPath
+import shutil
+from pathlib import Path, PurePosixPath
 
 from hami.errors import HamiError
 from hami.model import Pod
 
-__all__ = ["HostPathError", "container_dir", "path_component", "pod_path"]
+__all__ = ["HostPathError", "container_dir", "fresh_shared_dir", "path_component", "pod_path", "remove_pod_dirs"]
 
 _COMPONENT = re.compile(r"[A-Za-z0-9._-]+")
 _MAX = 255
@@ -63,3 +65,35 @@ def container_dir(directory: str | os.PathLike[str], pod: Pod, index: int) -> Pu
     containers = pod.all_containers
     name = containers[index].name if 0 <= index < len(containers) else f"container-{index}"
     return pod_path(directory, key, (name, "container name"))
+
+
+def fresh_shared_dir(path: str | os.PathLike[str]) -> None:
+    """Make `path` empty and writable by every user (mode 0777), the host side of a container's accounting
+    directory, which whatever user the container runs as must be able to write. :raises HamiError: it cannot."""
+    where = Path(path)
+    try:
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True, exist_ok=True)
+        os.chmod(where, 0o777)
+    except OSError as exc:
+        raise HamiError(f"cannot prepare the container directory {where}: {exc}") from None
+
+
+def remove_pod_dirs(pod: Pod, *directories: str | os.PathLike[str]) -> None:
+    """Remove the pod's container directories (`container_dir`'s ``<pod UID>_*``) from each of `directories`; a pod
+    whose UID cannot name a host path is left alone (logged), and a missing directory is no error."""
+    key = pod.uid or pod.name
+    try:
+        path_component(key, "pod UID")  # a hostile UID (`../x`, `*`) must not reach the glob below
+    except HostPathError as exc:
+        logging.getLogger(__name__).warning("not removing directories of pod %s/%s: %s", pod.namespace, pod.name, exc)
+        return
+    if "_" in key:  # `<key>_*` would also match another pod's directories
+        return
+    for directory in directories:
+        try:
+            found = sorted(Path(directory).glob(f"{key}_*"))
+        except OSError:
+            continue
+        for path in found:
+            shutil.rmtree(path, ignore_errors=True)

@@ -10,21 +10,15 @@ Threads' own components hold the share.
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from hami.errors import HamiError
-from hami.hostpaths import HostPathError, container_dir, path_component
+from hami.hostpaths import container_dir, fresh_shared_dir, remove_pod_dirs
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_mthreads.discovery import runtime_for
 from hami_vendor_mthreads.settings import SOFT, MthreadsSettings
 
 __all__ = ["accounting_dir", "allocate", "grant_dir", "release"]
-
-log = logging.getLogger("hami_vendor_mthreads")
 
 
 def accounting_dir(settings: MthreadsSettings, pod: Pod, index: int) -> PurePosixPath:
@@ -41,28 +35,8 @@ def allocate(settings: MthreadsSettings, pod: Pod, container_index: int, devices
     if not devices or settings.sharing_mode != SOFT:
         return
     runtime_for(settings).gpus_of([d.uuid for d in devices])
-    path = Path(accounting_dir(settings, pod, container_index))
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o777)
-    except OSError as exc:
-        raise HamiError(f"cannot prepare the Moore Threads accounting directory {path}: {exc}") from None
+    fresh_shared_dir(accounting_dir(settings, pod, container_index))
 
 
 def release(settings: MthreadsSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
-    key = pod.uid or pod.name
-    if not key or "_" in key:
-        return
-    try:
-        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the glob below
-    except HostPathError as exc:
-        log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
-        return
-    for directory in (settings.hook_path / "containers", settings.hook_path / "grants"):
-        try:
-            found = sorted(directory.glob(f"{key}_*"))
-        except OSError:
-            continue
-        for path in found:
-            shutil.rmtree(path, ignore_errors=True)
+    remove_pod_dirs(pod, settings.hook_path / "containers", settings.hook_path / "grants")

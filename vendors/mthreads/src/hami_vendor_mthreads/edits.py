@@ -27,7 +27,7 @@ Deterministic: the same placement gives the same edits.
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from hami.errors import HamiError
 from hami.isolation.grant import from_limits, grant_edits
@@ -74,17 +74,11 @@ def device_nodes(settings: MthreadsSettings, gpu: MtGpu, with_driver: bool) -> l
     return [DeviceNode(container_path=p, host_path=p, permissions="rw") for p in paths]
 
 
-def _library_mounts(settings: MthreadsSettings, library: IsolationLibrary | None) -> list[Mount]:
+def _library(settings: MthreadsSettings, library: IsolationLibrary | None) -> IsolationLibrary:
     if library is not None and settings.library_dir is None:
-        return [
-            Mount(container_path=library.path, host_path=library.path),
-            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
-        ]
-    directory = PurePosixPath(settings.library_dir if settings.library_dir is not None else settings.hook_path)
-    return [
-        Mount(container_path=str(directory / LIBRARY_FILE), host_path=str(directory / LIBRARY_FILE)),
-        Mount(container_path="/etc/ld.so.preload", host_path=str(directory / "ld.so.preload")),
-    ]
+        return library
+    directory = settings.library_dir if settings.library_dir is not None else settings.hook_path
+    return IsolationLibrary.in_directory(str(directory), LIBRARY_FILE)
 
 
 def percent(cores: int) -> int:
@@ -104,7 +98,7 @@ def _soft(
     if settings.libvmusa_log_level:
         env["LIBVMUSA_LOG_LEVEL"] = settings.libvmusa_log_level
     host_dir = accounting_dir(settings, pod, index)
-    mounts = _library_mounts(settings, library)
+    mounts = list(_library(settings, library).mounts())
     mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
     grant = from_limits([(d.usedmem, percent(d.usedcores), d.uuid) for d in devices])
     grant_mount, files = grant_edits(grant_dir(settings, pod, index), "mthreads", grant)

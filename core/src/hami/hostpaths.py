@@ -11,16 +11,13 @@ Every vendor uses this instead of its own joining (`pod_path`), so the rule is w
 
 from __future__ import annotations
 
-import logging
 import os
 import re
-import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from hami.errors import HamiError
-from hami.model import Pod
 
-__all__ = ["HostPathError", "container_dir", "fresh_shared_dir", "path_component", "pod_path", "remove_pod_dirs"]
+__all__ = ["HostPathError", "path_component", "pod_path"]
 
 _COMPONENT = re.compile(r"[A-Za-z0-9._-]+")
 _MAX = 255
@@ -55,45 +52,3 @@ def pod_path(directory: str | os.PathLike[str], *parts: tuple[str, str], separat
     if path.parent != base:
         raise HostPathError(f"{path} is not directly under {base}")
     return path
-
-
-def container_dir(directory: str | os.PathLike[str], pod: Pod, index: int) -> PurePosixPath:
-    """`directory` / ``<pod UID>_<container name>`` (the pod's name without a UID) for container `index` (init
-    containers first; ``container-<index>`` past the pod's containers), the form of the isolation libraries'
-    accounting and grant directories. :raises HostPathError: as `pod_path`."""
-    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
-    containers = pod.all_containers
-    name = containers[index].name if 0 <= index < len(containers) else f"container-{index}"
-    return pod_path(directory, key, (name, "container name"))
-
-
-def fresh_shared_dir(path: str | os.PathLike[str]) -> None:
-    """Make `path` empty and writable by every user (mode 0777), the host side of a container's accounting
-    directory, which whatever user the container runs as must be able to write. :raises HamiError: it cannot."""
-    where = Path(path)
-    try:
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True, exist_ok=True)
-        os.chmod(where, 0o777)
-    except OSError as exc:
-        raise HamiError(f"cannot prepare the container directory {where}: {exc}") from None
-
-
-def remove_pod_dirs(pod: Pod, *directories: str | os.PathLike[str]) -> None:
-    """Remove the pod's container directories (`container_dir`'s ``<pod UID>_*``) from each of `directories`; a pod
-    whose UID cannot name a host path is left alone (logged), and a missing directory is no error."""
-    key = pod.uid or pod.name
-    try:
-        path_component(key, "pod UID")  # a hostile UID (`../x`, `*`) must not reach the glob below
-    except HostPathError as exc:
-        logging.getLogger(__name__).warning("not removing directories of pod %s/%s: %s", pod.namespace, pod.name, exc)
-        return
-    if "_" in key:  # `<key>_*` would also match another pod's directories
-        return
-    for directory in directories:
-        try:
-            found = sorted(Path(directory).glob(f"{key}_*"))
-        except OSError:
-            continue
-        for path in found:
-            shutil.rmtree(path, ignore_errors=True)

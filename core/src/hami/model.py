@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -541,20 +540,6 @@ class IsolationLibrary(_Model):
 
     path: str = Field(description="the library's stable name, a symlink to the installed build")
     preload_path: str = Field(description="the preload file naming `path`")
-
-    @classmethod
-    def in_directory(cls, directory: str | PurePosixPath, file: str) -> IsolationLibrary:
-        """The library `file` placed by hand in the host `directory`, with its preload file ``ld.so.preload`` there
-        (a vendor's ``libraryDir`` setting, for nodes whose daemon does not install it)."""
-        where = PurePosixPath(directory)
-        return cls(path=str(where / file), preload_path=str(where / "ld.so.preload"))
-
-    def mounts(self) -> tuple[Mount, Mount]:
-        """What a container mounts, read-only: the library at its own path, the preload file at /etc/ld.so.preload."""
-        return (
-            Mount(container_path=self.path, host_path=self.path),
-            Mount(container_path="/etc/ld.so.preload", host_path=self.preload_path),
-        )
 
 
 class AdmissionEdit(_Model):

@@ -11,32 +11,37 @@ Threads' own components hold the share.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-from hami.hostpaths import container_dir, fresh_shared_dir, remove_pod_dirs
+from hami.isolation.containers import ContainerDirs
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_mthreads.discovery import runtime_for
 from hami_vendor_mthreads.settings import SOFT, MthreadsSettings
 
-__all__ = ["accounting_dir", "allocate", "grant_dir", "release"]
+__all__ = ["accounting_dir", "allocate", "dirs", "grant_dir", "release"]
 
 
-def accounting_dir(settings: MthreadsSettings, pod: Pod, index: int) -> PurePosixPath:
+def dirs(settings: MthreadsSettings) -> ContainerDirs:
+    """The soft mode's per-container directories under ``hookPath`` (core's `hami.isolation.containers`)."""
+    return ContainerDirs(settings.hook_path, "Moore Threads GPU")
+
+
+def accounting_dir(settings: MthreadsSettings, pod: Pod, index: int) -> Path:
     """:raises HostPathError: the pod UID or container name would leave the directory."""
-    return container_dir(settings.hook_path / "containers", pod, index)
+    return dirs(settings).accounting_dir(pod, index)
 
 
 def grant_dir(settings: MthreadsSettings, pod: Pod, index: int) -> PurePosixPath:
     """The container's grant directory, outside its accounting directory (mounted read-only)."""
-    return container_dir(settings.hook_path / "grants", pod, index)
+    return dirs(settings).grant_dir(pod, index)
 
 
 def allocate(settings: MthreadsSettings, pod: Pod, container_index: int, devices: ContainerPlacement) -> None:
     if not devices or settings.sharing_mode != SOFT:
         return
     runtime_for(settings).gpus_of([d.uuid for d in devices])
-    fresh_shared_dir(accounting_dir(settings, pod, container_index))
+    dirs(settings).prepare(pod, container_index)
 
 
 def release(settings: MthreadsSettings, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
-    remove_pod_dirs(pod, settings.hook_path / "containers", settings.hook_path / "grants")
+    dirs(settings).release(pod)

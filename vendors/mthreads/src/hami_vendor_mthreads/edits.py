@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 
 from hami.errors import HamiError
+from hami.isolation.containers import library_mounts
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
 from hami_vendor_mthreads.allocation import accounting_dir, grant_dir
@@ -74,13 +75,6 @@ def device_nodes(settings: MthreadsSettings, gpu: MtGpu, with_driver: bool) -> l
     return [DeviceNode(container_path=p, host_path=p, permissions="rw") for p in paths]
 
 
-def _library(settings: MthreadsSettings, library: IsolationLibrary | None) -> IsolationLibrary:
-    if library is not None and settings.library_dir is None:
-        return library
-    directory = settings.library_dir if settings.library_dir is not None else settings.hook_path
-    return IsolationLibrary.in_directory(str(directory), LIBRARY_FILE)
-
-
 def percent(cores: int) -> int:
     """Sixteenths of a GPU as the library's percent of device time; 0 (no limit) for the whole GPU."""
     return 0 if cores >= CORES_PER_GPU else cores * 100 // CORES_PER_GPU
@@ -98,7 +92,7 @@ def _soft(
     if settings.libvmusa_log_level:
         env["LIBVMUSA_LOG_LEVEL"] = settings.libvmusa_log_level
     host_dir = accounting_dir(settings, pod, index)
-    mounts = list(_library(settings, library).mounts())
+    mounts = library_mounts(library, settings.library_dir, LIBRARY_FILE, settings.hook_path)
     mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
     grant = from_limits([(d.usedmem, percent(d.usedcores), d.uuid) for d in devices])
     grant_mount, files = grant_edits(grant_dir(settings, pod, index), "mthreads", grant)

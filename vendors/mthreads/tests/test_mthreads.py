@@ -4,6 +4,7 @@ annotations HAMi writes) and container edits."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -328,3 +329,35 @@ def test_unknown_gpu_is_refused_at_allocate(fakes: F, mthreads_node: Any) -> Non
 def test_custom_driver_capabilities() -> None:
     with pytest.raises(ConfigError, match="mthreads"):
         host_of({"driverCapabilities": "compute; rm -rf /"})
+
+
+@pytest.mark.parametrize("variable", ["MTHREADS_VISIBLE_DEVICES", "MTHREADS_DRIVER_CAPABILITIES"])
+def test_a_tenant_cannot_name_its_own_gpus_for_the_container_runtime(variable: str) -> None:
+    # the tenant asks for a share of one GPU and tells the mthreads runtime to give it every GPU of the node
+    container = Container(name="main", limits={COUNT: "1", MEMORY: "8"}, env={variable: "all"})
+    pod = Pod(name="p", containers=(container,))
+    edit = host_of().admission_defaults(MT, container, pod)
+    assert edit is not None
+    assert edit.deny is not None
+    assert f"sets {variable} itself" in edit.deny
+
+
+def _pod_object(env: dict[str, str] | None = None, count: str = "2") -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "musa", "resources": {"limits": {COUNT: count}}}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+
+def test_the_webhook_writes_hamis_limits_and_refuses_the_tenants_runtime_env() -> None:
+    from hami.webhook.admission import decide
+
+    allowed = decide(_pod_object(), "ml", host_of())
+    assert allowed.allowed, allowed.message
+    ops = {op["path"]: op.get("value") for op in allowed.patch}
+    assert ops["/spec/containers/0/resources/limits/mthreads.com~1sgpu-core"] == "32"
+    assert ops["/spec/containers/0/resources/limits/mthreads.com~1sgpu-memory"] == "192"
+    assert REQUEST_GPU_NUM in json.dumps(allowed.patch)
+    denied = decide(_pod_object({"MTHREADS_VISIBLE_DEVICES": "all"}), "ml", host_of())
+    assert not denied.allowed
+    assert "sets MTHREADS_VISIBLE_DEVICES itself" in denied.message

@@ -16,7 +16,10 @@ CloudNative Toolkit, which HAMi applies (``pkg/device/mthreads``):
 
 Admission (`admission_defaults`) writes what HAMi's webhook writes, so HAMi's scheduler and Moore Threads' own
 components read the same pod: the limits above and, for several GPUs, the pod annotation
-``mthreads.com/request-gpu-num`` (the count of the pod's last such container, as HAMi's loop leaves it).
+``mthreads.com/request-gpu-num`` (the count of the pod's last such container, as HAMi's loop leaves it). Beyond
+HAMi, a container asking for Moore Threads GPUs that sets ``MTHREADS_VISIBLE_DEVICES`` or
+``MTHREADS_DRIVER_CAPABILITIES`` itself is refused: the ``mthreads`` container runtime reads them to decide which
+GPUs and driver parts to give the container, and only the device plugin's values (from the placement) may count.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ LEGAL_MEMORY_UNITS = (2, 4, 8, 16, 32, 64, 96)
 WHOLE_GPU_UNITS = 96
 """HAMi's ``memoryPerMthreadsGPU``: the memory its webhook writes for one whole GPU."""
 REQUEST_GPU_NUM = "mthreads.com/request-gpu-num"
+RUNTIME_ENV = ("MTHREADS_VISIBLE_DEVICES", "MTHREADS_DRIVER_CAPABILITIES")
+"""What the ``mthreads`` container runtime reads to wire a container; the device plugin's to set."""
 MAX_COUNT = 1024
 
 
@@ -104,6 +109,13 @@ def admission_defaults(kind: DeviceKind, container: Container, pod: Pod) -> Admi
     count = _count(kind, container)
     if count is None:
         return None
+    own = [name for name in RUNTIME_ENV if name in container.env]
+    if own:
+        return AdmissionEdit(
+            deny=f"container {container.name} sets {', '.join(own)} itself: the mthreads container runtime would "
+            "give it the GPUs and driver parts that value names; remove it, the device plugin sets it from the "
+            "GPUs the scheduler placed"
+        )
     if count > 1:
         last = count
         for other in pod.all_containers:

@@ -210,6 +210,27 @@ def hygon_vdcu(pod: dict[str, Any]) -> None:
         _running(pod)
 
 
+def iluvatar_share(pod: dict[str, Any]) -> None:
+    assert pod["node"] == "iluvatar-node", pod
+    (device,) = _devices(pod, "BI-V150")
+    assert (device["memory"], device["cores"]) == (4096, 50)  # 16 x 256 MiB
+    if pod["outcome"] == "failed":  # the device nodes are named by ixML's minor numbers, which simulated devices lack
+        assert pod["step"] == "allocate", pod
+        assert "is not on this node" in pod["reason"], pod
+    else:
+        _running(pod)
+
+
+def mthreads_sgpu(pod: dict[str, Any]) -> None:
+    _running(pod, "mt-node")
+    (device,) = _devices(pod, "Mthreads")
+    assert (device["memory"], device["cores"]) == (8192, 4)  # 16 × 512 MiB, 4 of 16 cores
+    index = device["uuid"].rsplit("-", 1)[1]
+    env = pod["env"]["musa"]
+    assert (env["MTHREADS_VISIBLE_DEVICES"], env["MUSA_VISIBLE_DEVICES"]) == (index, "0")
+    assert env["MTHREADS_DRIVER_CAPABILITIES"] == "compute,utility"
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -238,6 +259,8 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/too-big": too_big,
     "default/privileged": privileged,
     "default/hygon-vdcu": hygon_vdcu,
+    "default/iluvatar-share": iluvatar_share,
+    "default/mthreads-sgpu": mthreads_sgpu,
 }
 
 
@@ -259,7 +282,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"].startswith("16 pods: ")
+    assert demo.report["summary"].startswith("18 pods: ")
 
 
 def test_every_placed_pod_is_in_the_final_device_table_and_no_lock_is_left(demo: Demo) -> None:

@@ -140,6 +140,12 @@ class DeviceKind(_Model):
         description="a capacity kind HAMi counts from its cores capacity (100 per device) and names "
         "`<node>-<this>-<i>` (Cambricon: `cambricon-mlu`); its node daemon serves that capacity too",
     )
+    capacity_cores_per_device: int = Field(
+        default=100,
+        ge=1,
+        description="with `capacity_by_cores`: the cores each device adds to the cores capacity, which are also "
+        "its `devcore` (Cambricon 100, Moore Threads 16)",
+    )
 
 
 class VendorInfo(_Model):

@@ -25,7 +25,6 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -68,42 +67,13 @@ static void *resolve(void **library, const char *name) {
     return *library ? dlsym(*library, name) : NULL;
 }
 
-/* The mapped range of the object loaded at `base` (all its PT_LOAD segments). */
-struct range_query {
-    uintptr_t base, lo, hi;
-};
-
-static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct range_query *q = data;
-    if (info->dlpi_addr != q->base) return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (!q->lo || lo < q->lo) q->lo = lo;
-        if (hi > q->hi) q->hi = hi;
-    }
-    return 1;
-}
-
-/* The mapped range of the object holding `probe`. */
-static void range_of(const void *probe, uintptr_t *lo, uintptr_t *hi) {
-    Dl_info info;
-    if (!probe || !dladdr(probe, &info) || !info.dli_fbase) return;
-    struct range_query q = {(uintptr_t)info.dli_fbase, 0, 0};
-    dl_iterate_phdr(find_range, &q);
-    *lo = q.lo;
-    *hi = q.hi;
-}
-
 /* HIP's range, and this library's own: a real function that tail-calls one of its exported functions makes that
  * call return into the hook that called the real function, so a return address inside libvdcu.so also means
  * "from inside HIP" (the hooks never call each other). */
 static void find_hip_range(void) {
-    range_of(hami_real.hipMalloc ? (void *)hami_real.hipMalloc : (void *)hami_real.hipGetDevice, &hami_vdcu_hip_lo,
-             &hami_vdcu_hip_hi);
-    range_of((const void *)&find_hip_range, &hami_vdcu_self_lo, &hami_vdcu_self_hi);
+    hami_iso_object_range(hami_real.hipMalloc ? (void *)hami_real.hipMalloc : (void *)hami_real.hipGetDevice,
+                          &hami_vdcu_hip_lo, &hami_vdcu_hip_hi);
+    hami_iso_object_range((const void *)&find_hip_range, &hami_vdcu_self_lo, &hami_vdcu_self_hi);
 }
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

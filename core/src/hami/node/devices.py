@@ -9,8 +9,8 @@ view: which extended resources the daemon serves for a kind, and the device IDs 
 * A kind that publishes no register annotation (`RegisterFormat.CAPACITY`) is read by the scheduler from the
   node's `status.capacity`, which is what the kubelet sums from these lists: its count resource advertises
   one ID per physical device, and its memory resource (when it has one) one ID per memory unit. A capacity
-  kind that HAMi counts from its cores (`DeviceKind.capacity_by_cores`) also serves its cores resource, 100
-  IDs per device.
+  kind that HAMi counts from its cores (`DeviceKind.capacity_by_cores`) also serves its cores resource,
+  `DeviceKind.capacity_cores_per_device` IDs per device (100; Moore Threads 16).
 
 Pure functions over the model: no gRPC, no Kubernetes.
 """
@@ -32,7 +32,7 @@ class ResourceRole(StrEnum):
     MEMORY = "memory"
     """A capacity kind's memory resource: advertised so the node's capacity carries it; Allocate is a no-op."""
     CORES = "cores"
-    """A capacity kind's cores resource (`DeviceKind.capacity_by_cores`), 100 per device; Allocate is a no-op."""
+    """A capacity kind's cores resource (`DeviceKind.capacity_by_cores`); Allocate is a no-op."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,8 @@ def advertised_devices(kind: DeviceKind, role: ResourceRole, devices: Iterable[D
             units = d.devmem // kind.resources.memory_unit_mib
             out.extend(AdvertisedDevice(f"{d.id}-mem-{j}", d.id, d.health, d.numa) for j in range(units))
         elif role == ResourceRole.CORES:
-            out.extend(AdvertisedDevice(f"{d.id}-core-{j}", d.id, d.health, d.numa) for j in range(100))
+            cores = kind.capacity_cores_per_device
+            out.extend(AdvertisedDevice(f"{d.id}-core-{j}", d.id, d.health, d.numa) for j in range(cores))
         elif kind.register_format == RegisterFormat.CAPACITY:
             out.append(AdvertisedDevice(d.id, d.id, d.health, d.numa))
         else:

@@ -619,15 +619,17 @@ def _allocatable(node: KubeObject) -> tuple[int | None, int | None]:
 
 
 def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
-    """Devices of a kind that publishes no register annotation: `count` from capacity (or its cores, 100 per
-    device, for `DeviceKind.capacity_by_cores`, named as HAMi names them), memory split evenly."""
+    """Devices of a kind that publishes no register annotation: `count` from capacity (or its cores,
+    `DeviceKind.capacity_cores_per_device` per device, for `DeviceKind.capacity_by_cores`, named as HAMi names
+    them), memory split evenly."""
     capacity: Mapping[str, Any] = (node.get("status") or {}).get("capacity") or {}
     name = meta(node).get("name", "node")
     by_cores = kind.capacity_by_cores if kind.resources.cores else None
     try:
         # The API server stores capacities in canonical form: 2000 arrives as "2k".
         if by_cores:
-            count = int(parse_quantity(str(capacity.get(kind.resources.cores or "", "0")))) // 100
+            cores = int(parse_quantity(str(capacity.get(kind.resources.cores or "", "0"))))
+            count = cores // kind.capacity_cores_per_device
         else:
             count = int(parse_quantity(str(capacity.get(kind.resources.count, "0"))))
         memory_units = (
@@ -645,7 +647,7 @@ def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
             index=i,
             count=100 if by_cores else 1,
             devmem=per_device,
-            devcore=100,
+            devcore=kind.capacity_cores_per_device if by_cores else 100,
             type=kind.common_word,
         )
         for i in range(count)

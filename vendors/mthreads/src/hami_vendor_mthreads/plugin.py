@@ -1,81 +1,71 @@
 """The Moore Threads vendor plugin: HAMi v2.10's `mthreads.com/*` resources and `hami.io/mthreads-vgpu-*` annotations.
 
-Owns the `Mthreads` device kind's metadata, its settings, and reading container requests with the sGPU rules
-of Moore Threads' MT CloudNative Toolkit, which enforces the share:
+Every hook of the vendor, each a thin call into the module that owns the rule:
 
-- memory (`mthreads.com/sgpu-memory`) comes in units of 512 MiB and only in the sizes 2, 4, 8, 16, 32, 64
-  and 96 units; any other value is refused with the legal ones listed.
-- cores (`mthreads.com/sgpu-core`) are in the GPU's own units, not percent: a whole GPU has 16, so values
-  above 16 are refused, and a whole-GPU request carries cores 16.
-- several GPUs in one container are whole GPUs: with a count above 1, memory and cores are read as whole
-  GPUs whatever they say (HAMi's webhook rewrites them to 96 × count and 16 × count; their values must
-  still be numbers).
-
-HAMi publishes no register annotation for these GPUs: the scheduler derives them from the node's capacity.
-Discovery, fitting, the `mthreads.com/*` pod annotations and container edits are not built yet.
+* metadata here (`INFO`: the ``Mthreads`` kind, registered as HAMi reads it, from the node's capacity, 16 cores
+  per GPU) and settings (`hami_vendor_mthreads.settings`);
+* discovery through MTML, or ``mthreads-gmi`` without it (`hami_vendor_mthreads.discovery`, the binding in
+  `hami_vendor_mthreads.mtml`, the tool in `hami_vendor_mthreads.gmi`);
+* requests and admission defaults: HAMi's sGPU rules (`hami_vendor_mthreads.requests`);
+* fitting: core's share and topology fitter with HAMi's one-GPU-per-pod rule and pod annotations
+  (`hami_vendor_mthreads.fit`);
+* allocation and release: the soft mode's accounting directories (`hami_vendor_mthreads.allocation`);
+* container edits: the device nodes and environment of Moore Threads' device plugin, and in ``hami-core`` mode the
+  isolation library ``libvmusa.so`` (`hami_vendor_mthreads.edits`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from hami import hookimpl
-from hami.errors import RequestError
 from hami.model import (
+    AdmissionEdit,
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
+    NodeFit,
+    NodeInventory,
+    NodeView,
     Pod,
     RegisterFormat,
     ResourceNames,
+    SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import read_count, read_share_request
+from hami_vendor_mthreads import allocation, discovery, edits, requests
+from hami_vendor_mthreads.fit import MthreadsFitter
+from hami_vendor_mthreads.requests import LEGAL_MEMORY_UNITS, MEMORY_UNIT_MIB
+from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
 
-COUNT = "mthreads.com/vgpu"
-MEMORY = "mthreads.com/sgpu-memory"
-CORES = "mthreads.com/sgpu-core"
-MEMORY_UNIT_MIB = 512
-LEGAL_MEMORY_UNITS = (2, 4, 8, 16, 32, 64, 96)
-CORES_PER_GPU = 16
-CORE_UNIT = "sixteenths of a GPU"
+__all__ = ["CORES_PER_GPU", "INFO", "KIND", "LEGAL_MEMORY_UNITS", "MEMORY_UNIT_MIB", "MthreadsSettings"]
 
 KIND = DeviceKind(
     common_word="Mthreads",
     resources=ResourceNames(
-        count=COUNT,
-        memory=MEMORY,
-        cores=CORES,
+        count="mthreads.com/vgpu",
+        memory="mthreads.com/sgpu-memory",
+        cores="mthreads.com/sgpu-core",
         memory_unit_mib=MEMORY_UNIT_MIB,
     ),
     annotations=AnnotationKeys(
+        node_register=discovery.REGISTER_ANNOTATION,
         to_allocate="hami.io/mthreads-vgpu-devices-to-allocate",
         allocated="hami.io/mthreads-vgpu-devices-allocated",
         use_uuid="mthreads.ai/use-gpuuuid",
         nouse_uuid="mthreads.ai/nouse-gpuuuid",
     ),
     register_format=RegisterFormat.CAPACITY,
+    capacity_by_cores=discovery.CAPACITY_NAME,
+    capacity_cores_per_device=CORES_PER_GPU,
 )
 
-INFO = VendorInfo(name="mthreads", display_name="Moore Threads", kinds=(KIND,))
-
-
-class MthreadsSettings(BaseModel):
-    """The `mthreads` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_cores: int = Field(
-        default=0,
-        ge=0,
-        le=CORES_PER_GPU,
-        alias="defaultCores",
-        description=f"cores ({CORE_UNIT}) when memory is given without cores",
-    )
+INFO = VendorInfo(name="mthreads", display_name="Moore Threads", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)
 
 
 @hookimpl
@@ -89,31 +79,49 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> MthreadsSettings:
 
 
 @hookimpl
+def hami_discover_devices(settings: MthreadsSettings) -> list[NodeInventory]:
+    return discovery.discover(settings)
+
+
+@hookimpl
 def hami_container_request(
-    kind: DeviceKind, container: Container, pod: Pod, settings: MthreadsSettings
+    kind: DeviceKind, container: Container, settings: MthreadsSettings
 ) -> ContainerRequest | None:
-    count = read_count(container, COUNT, unit="devices", limit=1024)
-    if count is not None and count > 1:
-        read_count(container, MEMORY, unit=f"{MEMORY_UNIT_MIB} MiB")
-        read_count(container, CORES, unit=CORE_UNIT)
-        return whole_gpus(count)
-    cores = read_count(container, CORES, unit=CORE_UNIT, limit=CORES_PER_GPU)
-    request = read_share_request(kind, container, default_cores=settings.default_cores)
-    if request is None:
-        return None
-    memory_units = read_count(container, MEMORY, unit=f"{MEMORY_UNIT_MIB} MiB")
-    if memory_units is None:
-        return request if cores is not None else whole_gpus(request.count)
-    if memory_units not in LEGAL_MEMORY_UNITS:
-        raise RequestError(
-            MEMORY,
-            container.resource(MEMORY) or "",
-            f"is not an sGPU memory size: write one of {', '.join(map(str, LEGAL_MEMORY_UNITS))} "
-            f"(units of {MEMORY_UNIT_MIB} MiB)",
-        )
-    return request
+    return requests.container_request(kind, container, settings)
 
 
-def whole_gpus(count: int) -> ContainerRequest:
-    """`count` whole GPUs: all their memory and all 16 of their cores."""
-    return ContainerRequest(kind=KIND.common_word, count=count, memory_percentage=100, cores=CORES_PER_GPU)
+@hookimpl
+def hami_admission_defaults(kind: DeviceKind, container: Container, pod: Pod) -> AdmissionEdit | None:
+    return requests.admission_defaults(kind, container, pod)
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+) -> list[NodeFit]:
+    return MthreadsFitter(kind).fit_nodes(pod, requests, nodes, policy)
+
+
+@hookimpl
+def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, settings: MthreadsSettings) -> None:
+    allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: MthreadsSettings) -> None:
+    allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_container_edits(
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: MthreadsSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return edits.container_edits(settings, devices, pod, container_index, library)

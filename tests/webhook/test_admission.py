@@ -170,6 +170,27 @@ def test_a_pod_taken_as_written_carries_no_warnings(webhook: Webhook) -> None:
     assert "warnings" not in result.answer["response"]
 
 
+def test_a_misspelt_vendor_resource_is_admitted_with_a_warning_naming_the_nearest_one(webhook: Webhook) -> None:
+    # nvidia.com/gpumemm is read by nobody: without the warning the pod silently got a whole GPU.
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumemm": "3000"}
+    result = webhook.admit(pod(container("c0", limits)))
+    assert result.allowed
+    assert result.answer["response"]["warnings"] == [
+        "container c0: no hami vendor plugin reads nvidia.com/gpumemm; did you mean nvidia.com/gpumem? "
+        "(ignore this if another device plugin serves it)"
+    ]
+    # the only device resource misspelt: left alone, and still told why
+    result = webhook.admit(pod(container("c0", {"nvidia.com/gpus": "1"})))
+    assert "asks for no shared device" in result.message
+    assert "did you mean nvidia.com/gpu?" in result.answer["response"]["warnings"][0]
+
+
+def test_names_far_from_every_vendor_name_or_outside_vendor_domains_do_not_warn(webhook: Webhook) -> None:
+    limits = {**gpu(1, 3000), "nvidia.com/mig-1g.10gb": "1", "example.com/fpga": "1", "cpu": "1"}
+    result = webhook.admit(pod(container("c0", limits)))
+    assert "warnings" not in result.answer["response"]
+
+
 def test_a_memory_percentage_over_100_is_still_refused_as_hami_refuses_it(webhook: Webhook) -> None:
     limits = {**gpu(1, mem=None), "nvidia.com/gpumem-percentage": "150"}
     result = webhook.admit(pod(container("c0", limits)))

@@ -48,6 +48,7 @@ from hami.errors import RequestError
 from hami.model import ContainerRequest, Pod
 from hami.plugins import VendorHost
 from hami.requests import share_normalisations
+from hami.validation import nearest
 from hami.webhook.quota import QuotaVerdict
 
 __all__ = [
@@ -252,8 +253,9 @@ def _admit(
 ) -> Decision:
     pod = _view(pod_obj, namespace)
     requests = _read_requests(host, pod, "")
+    typos = unknown_resource_warnings(host, pod)
     if not requests:
-        return Decision(True, f"hami: {who} left alone: it asks for no shared device")
+        return Decision(True, f"hami: {who} left alone: it asks for no shared device", warnings=typos)
     patch = _Patcher(pod_obj)
     changes: list[str] = []
     notes: list[str] = []
@@ -269,7 +271,7 @@ def _admit(
             "container sees every device of its node, so no share there can be enforced against it; remove "
             "securityContext.privileged or the device requests"
         )
-    warnings = [
+    warnings = typos + [
         f"container {container.name}: {note}"
         for index, container in enumerate(pod.all_containers)
         for kind, per in sorted(requests.items())
@@ -296,6 +298,31 @@ def _admit(
     message = f"hami: {who} asks for {summary}; {'; '.join([done, *notes])}"
     log.debug("admitted %s: %s", who, message)
     return Decision(True, message, patch=patch.ops, warnings=warnings)
+
+
+def unknown_resource_warnings(host: VendorHost, pod: Pod) -> list[str]:
+    """A warning for each resource name under a vendor's domain that no loaded kind answers to but one nearly
+    does: a typo such as `nvidia.com/gpumemm` would otherwise be ignored without a word (and the pod given a whole
+    device). Only a near miss warns: a name far from every known one may belong to another device plugin."""
+    known = {name for vendor in host.vendors for kind in vendor.info.kinds for name in kind.resources.all()}
+    by_domain: dict[str, list[str]] = {}
+    for name in sorted(known):
+        domain, _, local = name.partition("/")
+        by_domain.setdefault(domain, []).append(local)
+    found = []
+    for container in pod.all_containers:
+        for name in sorted({*container.limits, *container.requests}):
+            domain, slash, local = name.partition("/")
+            if name in known or not slash or domain not in by_domain:
+                continue
+            near = nearest(local, by_domain[domain])  # the names after the domain: the domain matches anyway
+            if near is not None:
+                near = f"{domain}/{near}"
+                found.append(
+                    f"container {container.name}: no hami vendor plugin reads {name}; did you mean {near}? "
+                    "(ignore this if another device plugin serves it)"
+                )
+    return found
 
 
 def _view(pod_obj: Mapping[str, Any], namespace: str) -> Pod:

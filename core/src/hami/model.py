@@ -138,6 +138,11 @@ class DeviceKind(_Model):
         description="a capacity kind HAMi counts from its cores capacity (100 per device) and names "
         "`<node>-<this>-<i>` (Cambricon: `cambricon-mlu`); its node daemon serves that capacity too",
     )
+    capacity_name: str | None = Field(
+        default=None,
+        description="the word in HAMi's capacity-derived device names `<node>-<word>-<i>` (MetaX: "
+        "`metax`); the common word when unset",
+    )
 
 
 class VendorInfo(_Model):

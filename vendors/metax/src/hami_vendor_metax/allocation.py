@@ -76,6 +76,8 @@ def container_edits(settings: MetaxSettings, devices: ContainerPlacement) -> Con
     cards = runtime_for(settings).cards_of([d.uuid for d in devices])
     nodes = [DeviceNode(container_path=CONTROL_DEVICE, host_path=CONTROL_DEVICE, permissions="rwm")]
     for card in cards:
+        if not card.gpu.bdf:  # no driver on this node (simulated devices): no DRM node is known
+            continue
         for name in _drm(settings, card):
             path = f"/dev/dri/{name}"
             nodes.append(DeviceNode(container_path=path, host_path=path, permissions="rw"))

@@ -5,7 +5,7 @@ through `hami_vendor_metax.mxsmi`), the session's lifecycle (opened on first use
 failure), messages about a missing driver (each said once), the NUMA node of each card (sysfs, by PCI address),
 and the devices of the last read, which allocation and container edits use to turn a placement into cards: a
 real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i`` (what HAMi's scheduler writes for
-whole cards).
+whole cards). Without any driver (simulated devices), a placement's names give the card indices.
 
 One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
 """
@@ -31,6 +31,7 @@ log = logging.getLogger("hami_vendor_metax")
 CAPACITY_NAME = "metax"
 """HAMi's capacity-derived whole-card names: ``<node>-metax-<i>``."""
 _CAPACITY_ID = re.compile(r".+-metax-([0-9]+)", re.DOTALL)
+_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class NodeRuntime:
     def card_of(self, uuid: str) -> Card:
         """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-metax-<index>``.
 
+        On a node with no MetaX driver at all (neither MXSML nor mx-smi: simulated devices, `hami demo`), a name
+        ending in ``-<index>`` stands for that card, of unknown PCI address (so no DRM node is known for it).
+
         :raises HamiError: no card of this node has that name (read again first).
         """
         with self.lock:
@@ -110,6 +114,10 @@ class NodeRuntime:
                 for card in cards:
                     if card.uuid == uuid or (match and card.index == int(match.group(1))):
                         return card
+            index = _TRAILING_INDEX.fullmatch(uuid)
+            if self.source == "" and index:
+                self._say(logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names")
+                return Card(MetaxGpu(int(index.group(1)), uuid, "", "", 0, 0))
             known = ", ".join(c.uuid for c in self.cards) or "no MetaX GPU"
             raise HamiError(
                 f"MetaX GPU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"

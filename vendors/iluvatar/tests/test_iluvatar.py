@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hami.errors import ConfigError, RequestError
-from hami.model import Container, ContainerRequest, Pod, RegisterFormat
+from hami.model import (
+    Container,
+    ContainerDevice,
+    ContainerRequest,
+    Device,
+    DeviceUsage,
+    NodeView,
+    Pod,
+    RegisterFormat,
+    SchedulingPolicy,
+)
 from hami.plugins import VendorHost
-from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
+from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
+from hami.testing.sandbox import find_compiler
 from hami_vendor_iluvatar import plugin
 
 V150 = "BI-V150"
@@ -47,8 +63,63 @@ REQUESTS = [
 ]
 
 
+def gpu(node: str, i: int, used: int = 0, usedmem: int = 0, usedcores: int = 0, chip: str = V150) -> DeviceUsage:
+    device = Device(id=f"GPU-{node}-{i}", index=i, count=10, devmem=32768, devcore=100, type=chip)
+    return DeviceUsage(device=device, used=used, usedmem=usedmem, usedcores=usedcores)
+
+
+def v150_nodes() -> list[NodeView]:
+    """An idle BI-V150 board (two chips) and a busy one."""
+    return [
+        NodeView(name="idle", devices=[gpu("idle", i) for i in range(2)]),
+        NodeView(name="busy", devices=[gpu("busy", 0, 3, 24576, 90), gpu("busy", 1, 1, 32768, 100)]),
+    ]
+
+
+_FAKE_NODE: list[Path] = []
+CONFORMANCE_UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(2)]
+
+
+def conformance_node() -> Path:
+    """The fake ixML with a two-chip BI-V150 board beside it, for the container-edit checks (built once)."""
+    if not _FAKE_NODE:
+        directory = Path(tempfile.mkdtemp(prefix="hami-iluvatar-conformance-"))
+        atexit.register(shutil.rmtree, directory, True)
+        source = Path(__file__).parent / "fake_ixml" / "fake_ixml.c"
+        argv = [find_compiler(), "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o",
+                str(directory / "libixml.so"), str(source)]  # fmt: skip
+        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+        lines = [
+            f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 ok Iluvatar BI-V150S\n"
+            for i, u in enumerate(CONFORMANCE_UUIDS)
+        ]
+        (directory / "fake_ixml.machine").write_text("".join(lines))
+        _FAKE_NODE.append(directory)
+    return _FAKE_NODE[0]
+
+
+def placed(*devices: tuple[str, int, int]) -> tuple[ContainerDevice, ...]:
+    return tuple(ContainerDevice(uuid=u, type=V150, usedmem=m, usedcores=c) for u, m, c in devices)
+
+
+EDIT_POD = Pod(name="edit", uid="uid-edit", containers=(Container(name="a"), Container(name="b")))
+
+
 def make_fixture() -> VendorFixture:
-    return VendorFixture(name="iluvatar", plugin=plugin, requests=REQUESTS)
+    node = conformance_node()
+    a, b = CONFORMANCE_UUIDS
+    return VendorFixture(
+        name="iluvatar",
+        plugin=plugin,
+        config={"ixmlLibrary": str(node / "libixml.so"), "hookPath": str(node / "hook")},
+        requests=REQUESTS,
+        nodes={V150: v150_nodes},
+        fit_requests={V150: [req(memory=4096, cores=25), whole(1), whole(2), req(memory=30000)]},
+        edits=[
+            EditCase(V150, placed((a, 32768, 100)), pod=EDIT_POD),
+            EditCase(V150, placed((a, 8192, 30), (b, 32768, 100)), 1, pod=EDIT_POD),
+        ],
+    )
 
 
 test_conformance = pytest_suite(make_fixture)
@@ -97,3 +168,22 @@ def test_multi_gpu_refusal_names_resource() -> None:
 def test_bad_settings_refused() -> None:
     with pytest.raises(ConfigError, match="iluvatar"):
         read(V150, {COUNT: "1"}, {"defaultMemory": 1})
+
+
+def test_uuid_selectors_are_hamis():
+    host = VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    for selectors, fitting in (
+        ({"hami.io/use-BI-V150-uuid": "GPU-busy-0"}, ["busy"]),
+        ({"hami.io/no-use-BI-V150-uuid": "GPU-idle-0,GPU-idle-1"}, ["busy"]),
+        ({}, ["idle", "busy"]),
+    ):
+        pod = Pod(name="p", annotations=selectors, containers=(Container(name="c"),))
+        fits = host.fit_nodes(V150, pod, [req(memory=1024, cores=10)], v150_nodes(), SchedulingPolicy())
+        assert [f.node for f in fits if f.placement] == fitting, selectors
+
+
+def test_an_exclusive_request_never_shares_a_chip():
+    host = VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    pod = Pod(name="p", containers=(Container(name="c"),))
+    fits = host.fit_nodes(V150, pod, [whole(1)], v150_nodes(), SchedulingPolicy())
+    assert [f.node for f in fits if f.placement] == ["idle"]

@@ -1,38 +1,56 @@
 """The Iluvatar vendor plugin: HAMi v2.10's `iluvatar.ai/<chip>-vgpu` resources and per-chip annotations.
 
-Owns one device kind per Iluvatar chip (`MR-V100`, `MR-V50`, `BI-V150`, `BI-V100`, registered in HAMi's
-legacy string format under `hami.io/node-<chip>-register`), their settings, and reading container requests.
-Memory (`.vMem`) is asked in units of 256 MiB, cores (`.vCore`) in percent of one GPU.
+Every hook of the vendor, each a thin call into the module that owns the rule:
 
-Iluvatar shares only single GPUs: `.vMem` and `.vCore` are honoured with a count of 1. A count above 1 is
-read as that many whole GPUs whatever `.vMem` and `.vCore` say (their values must still be numbers). This
-is HAMi's conversion made per device: its webhook rewrites `.vCore` to 100 × count for such containers, so
-refusing them would refuse every multi-GPU pod HAMi admitted.
-
-Discovery, fitting and container edits (`SOL_CONTINER_NAME`, sic) are not built yet; sharing is enforced
-by Iluvatar's gpu-manager, so there is no isolation library.
+* metadata here: one device kind per Iluvatar chip (`MR-V100`, `MR-V50`, `BI-V150`, `BI-V100`, registered in
+  HAMi's legacy string format under ``hami.io/node-<chip>-register`` with ``hami.io/node-handshake-<chip>``),
+  selectors ``hami.io/use-<chip>-uuid`` / ``hami.io/no-use-<chip>-uuid``; settings
+  (`hami_vendor_iluvatar.settings`);
+* discovery through ixML (`hami_vendor_iluvatar.discovery`, the binding in `hami_vendor_iluvatar.ixml`);
+* requests: memory (``.vMem``) in units of 256 MiB, cores (``.vCore``) in percent of one GPU. Iluvatar shares only
+  single GPUs: ``.vMem`` and ``.vCore`` are honoured with a count of 1; a count above 1 is read as that many whole
+  GPUs whatever ``.vMem`` and ``.vCore`` say (their values must still be numbers). This is HAMi's conversion made
+  per device: its webhook rewrites ``.vCore`` to 100 × count for such containers, which admission does here too;
+* admission: HAMi's ``SOL_CONTINER_NAME`` (sic, the name Iluvatar's gpu-manager reads) = the container's name;
+* fitting: core's share fitter (HAMi's Iluvatar rules: exact chip type, UUID selectors, exclusive 100% cores);
+* allocation, release and container edits (`hami_vendor_iluvatar.edits`): ``IX_VISIBLE_DEVICES``, the device nodes,
+  CoreX's mounts; in ``hami-core`` mode the isolation library ``libvcorex.so``, its accounting directory and grant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.fitting import ShareFitter
 from hami.model import (
+    AdmissionEdit,
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    IsolationLibrary,
+    NodeFit,
+    NodeInventory,
+    NodeView,
     Pod,
     RegisterFormat,
     ResourceNames,
+    SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import ShareDefaults, read_count, read_share_request
+from hami.requests import read_count, read_share_request
+from hami_vendor_iluvatar import discovery, edits
+from hami_vendor_iluvatar.settings import IluvatarSettings
+
+__all__ = ["CHIPS", "INFO", "IluvatarSettings"]
 
 CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 MEMORY_UNIT_MIB = 256
+CONTAINER_NAME_ENV = "SOL_CONTINER_NAME"  # sic: HAMi's spelling, kept for Iluvatar's gpu-manager
 
 
 def _kind(chip: str) -> DeviceKind:
@@ -56,11 +74,12 @@ def _kind(chip: str) -> DeviceKind:
     )
 
 
-INFO = VendorInfo(name="iluvatar", display_name="Iluvatar CoreX", kinds=tuple(_kind(c) for c in CHIPS))
-
-
-class IluvatarSettings(ShareDefaults):
-    """The `iluvatar` section of the configuration."""
+INFO = VendorInfo(
+    name="iluvatar",
+    display_name="Iluvatar CoreX",
+    kinds=tuple(_kind(c) for c in CHIPS),
+    isolation_library=edits.LIBRARY_FILE,
+)
 
 
 @hookimpl
@@ -74,6 +93,11 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> IluvatarSettings:
 
 
 @hookimpl
+def hami_discover_devices(settings: IluvatarSettings) -> list[NodeInventory]:
+    return discovery.discover(settings, CHIPS)
+
+
+@hookimpl
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: IluvatarSettings
 ) -> ContainerRequest | None:
@@ -84,3 +108,50 @@ def hami_container_request(
         read_count(container, names.cores or "", unit="percent")
         return ContainerRequest(kind=kind.common_word, count=count, memory_percentage=100, cores=100)
     return read_share_request(kind, container, defaults=settings)
+
+
+@hookimpl
+def hami_admission_defaults(
+    kind: DeviceKind, container: Container, pod: Pod, settings: IluvatarSettings
+) -> AdmissionEdit | None:
+    names = kind.resources
+    if names.count not in container.limits:
+        return None
+    count = read_count(container, names.count, unit="devices", limit=1024)
+    limits = {names.cores: str(100 * count)} if count is not None and count > 1 and names.cores else {}
+    named = CONTAINER_NAME_ENV in container.env or not container.name
+    env = {} if named else {CONTAINER_NAME_ENV: container.name}
+    return AdmissionEdit(limits=limits, env=env) if limits or env else None
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+    settings: IluvatarSettings,
+) -> list[NodeFit]:
+    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+
+
+@hookimpl
+def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, settings: IluvatarSettings) -> None:
+    edits.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: IluvatarSettings) -> None:
+    edits.release(settings, pod)
+
+
+@hookimpl
+def hami_container_edits(
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: IluvatarSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return edits.container_edits(settings, pod, container_index, devices, library)

@@ -1,0 +1,75 @@
+"""Discovery: this node's CoreX GPUs as HAMi registers them, one inventory per chip kind.
+
+Owns turning the GPUs ixML reports (`hami_vendor_iluvatar.node`) into `NodeInventory` entries in HAMi's legacy
+string form under ``hami.io/node-<chip>-register``: UUID as ixML gives it (``GPU-…``), ixML's index, count
+``splitCount``, memory in MiB, cores 100 (percent), the chip's common word as the type, the NUMA node sysfs shows
+for the GPU's PCI address (0 where unknown), and health. A GPU's chip is read from its name (``Iluvatar BI-V150S``
+is a ``BI-V150``: the longest chip name the model starts with); a GPU of no known chip, or with no memory, is not
+reported, with a log line saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hami.model import Device, NodeInventory
+from hami_vendor_iluvatar.ixml import Gpu
+from hami_vendor_iluvatar.node import runtime_for
+from hami_vendor_iluvatar.settings import IluvatarSettings
+
+__all__ = ["MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory"]
+
+log = logging.getLogger("hami_vendor_iluvatar")
+
+MODE_NODE_ANNOTATION = "hami.io/iluvatar-mode"
+"""This project's node annotation: the node's ``iluvatarMode`` (``gpu-manager`` or ``hami-core``)."""
+
+
+def chip_of(name: str, chips: tuple[str, ...]) -> str | None:
+    """The chip of a GPU named `name` (``Iluvatar BI-V150S`` -> ``BI-V150``), None when no chip matches."""
+    model = name.strip()
+    if model.lower().startswith("iluvatar"):
+        model = model[len("iluvatar") :].strip()
+    matches = [c for c in chips if model.upper().startswith(c.upper())]
+    return max(matches, key=len) if matches else None
+
+
+def _numa(settings: IluvatarSettings, gpu: Gpu) -> int:
+    try:
+        value = int((Path(settings.sysfs_root) / "bus" / "pci" / "devices" / gpu.bus_id / "numa_node").read_text())
+    except (OSError, ValueError):
+        return 0
+    return max(value, 0)
+
+
+def inventory(gpus: list[Gpu], settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInventory]:
+    by_chip: dict[str, list[Device]] = {}
+    for gpu in gpus:
+        chip = chip_of(gpu.name, chips)
+        if chip is None:
+            log.warning("Iluvatar GPU %d (%s, %r) is no chip HAMi knows (%s); it is not reported", gpu.index,
+                        gpu.uuid, gpu.name, ", ".join(chips))  # fmt: skip
+            continue
+        if gpu.memory_total <= 0 and gpu.healthy:
+            log.warning("Iluvatar GPU %d (%s) reports no memory; it is not reported", gpu.index, gpu.uuid)
+            continue
+        by_chip.setdefault(chip, []).append(
+            Device(
+                id=gpu.uuid,
+                index=gpu.index,
+                count=settings.split_count,
+                devmem=gpu.memory_total >> 20,
+                devcore=100,
+                type=chip,
+                numa=_numa(settings, gpu),
+                health=gpu.healthy,
+            )
+        )
+    mode = {MODE_NODE_ANNOTATION: settings.iluvatar_mode}
+    return [NodeInventory(kind=c, devices=tuple(d), annotations=mode) for c, d in by_chip.items()]
+
+
+def discover(settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInventory]:
+    """This node's inventory per chip; ``[]`` without ixML or a GPU."""
+    return inventory(runtime_for(settings).read_gpus(), settings, chips)

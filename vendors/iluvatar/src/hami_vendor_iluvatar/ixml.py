@@ -1,0 +1,159 @@
+"""The one module that talks to ixML, Iluvatar CoreX's management library (``libixml.so``).
+
+ixML exports NVML's function names and types (the "IluvatarCorex Management Library", Deep-Spark/go-ixml): this
+binding loads it with ctypes by absolute path (CoreX's, or ``ixmlLibrary``; never a bare name, since another
+project's XML parser is also called ``libixml.so``: a library without ``nvmlInit_v2`` is refused with that said)
+and reads, per GPU, what discovery and container edits need: index, UUID (``GPU-…``), name (``Iluvatar BI-V150S``),
+minor number (``/dev/iluvatar<minor>``), memory (bytes), PCI bus id, and whether the GPU answers (a GPU whose
+memory query fails is reported unhealthy, the others keep being served). Every failure is an `IxmlError` naming
+the call and ixML's own message (``nvmlErrorString``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable"]
+
+DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
+SUCCESS = 0
+_BUFFER = 96
+
+
+class IxmlError(Exception):
+    """An ixML call failed; the message names the call and ixML's reason."""
+
+
+class IxmlUnavailable(IxmlError):
+    """ixML cannot be loaded or initialized here (no CoreX driver, or not ixML)."""
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v3)
+    _fields_ = [
+        ("bus_id_legacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pci_device_id", ctypes.c_uint),
+        ("pci_subsystem_id", ctypes.c_uint),
+        ("bus_id", ctypes.c_char * 32),
+    ]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One CoreX GPU (one chip: a BI-V150 board has two) as ixML reports it."""
+
+    index: int
+    uuid: str
+    name: str
+    minor: int
+    memory_total: int
+    bus_id: str
+    """PCI address in sysfs's form, ``0000:8a:00.0``."""
+    healthy: bool = True
+
+
+def _sysfs_bus_id(raw: str) -> str:
+    """ixML's ``00000000:8A:00.0`` as sysfs spells it (``0000:8a:00.0``)."""
+    parts = raw.strip().lower().split(":")
+    if len(parts) == 3 and len(parts[0]) > 4:
+        parts[0] = parts[0][-4:]
+    return ":".join(parts)
+
+
+class Ixml:
+    """An initialized ixML session (thread-safe: calls are serialized)."""
+
+    def __init__(self, library: ctypes.CDLL, where: Path) -> None:
+        self._lib = library
+        self.where = where
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> Ixml:
+        """Load and initialize ixML from `path`, else CoreX's default places.
+
+        :raises IxmlUnavailable: none loads, the library is not ixML, or nvmlInit_v2 fails."""
+        candidates: Sequence[Path] = (path,) if path is not None else DEFAULT_LIBRARIES
+        reasons = []
+        for candidate in candidates:
+            try:
+                library = ctypes.CDLL(str(candidate))
+            except OSError as exc:
+                reasons.append(f"{candidate}: {exc}")
+                continue
+            if not hasattr(library, "nvmlInit_v2"):
+                reasons.append(f"{candidate} has no nvmlInit_v2: it is not CoreX's ixML (an XML parser of the name?)")
+                continue
+            session = cls(library, candidate)
+            session._call("nvmlInit_v2", unavailable=True)
+            return session
+        raise IxmlUnavailable("cannot load ixML: " + "; ".join(reasons))
+
+    def close(self) -> None:
+        with contextlib.suppress(IxmlError):
+            self._call("nvmlShutdown")
+
+    def _reason(self, code: int) -> str:
+        try:
+            describe = self._lib.nvmlErrorString
+            describe.restype = ctypes.c_char_p
+            text = describe(code)
+            return f"{text.decode(errors='replace')} ({code})" if text else f"error {code}"
+        except AttributeError:
+            return f"error {code}"
+
+    def _call(self, name: str, *args: object, unavailable: bool = False) -> None:
+        try:
+            function = getattr(self._lib, name)
+        except AttributeError:
+            raise IxmlError(f"ixML at {self.where} has no {name}") from None
+        with self._lock:
+            code = function(*args)
+        if code != SUCCESS:
+            error = IxmlUnavailable if unavailable else IxmlError
+            raise error(f"ixML {name} failed: {self._reason(code)}")
+
+    def _text(self, name: str, handle: ctypes.c_void_p) -> str:
+        buffer = ctypes.create_string_buffer(_BUFFER)
+        self._call(name, handle, buffer, ctypes.c_uint(_BUFFER))
+        return buffer.value.decode(errors="replace")
+
+    def count(self) -> int:
+        value = ctypes.c_uint()
+        self._call("nvmlDeviceGetCount_v2", ctypes.byref(value))
+        return value.value
+
+    def gpu(self, index: int) -> Gpu:
+        """GPU `index`. :raises IxmlError: it cannot be named (no handle, no UUID)."""
+        handle = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+        uuid = self._text("nvmlDeviceGetUUID", handle)
+        name = self._text("nvmlDeviceGetName", handle)
+        minor = ctypes.c_uint()
+        self._call("nvmlDeviceGetMinorNumber", handle, ctypes.byref(minor))
+        pci = _PciInfo()
+        self._call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(pci))
+        memory = _Memory()
+        healthy = True
+        try:
+            self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+        except IxmlError:
+            healthy = False
+        return Gpu(index=index, uuid=uuid, name=name, minor=minor.value, memory_total=memory.total,
+                   bus_id=_sysfs_bus_id(pci.bus_id.decode(errors="replace")), healthy=healthy)  # fmt: skip
+
+    def driver_version(self) -> str:
+        buffer = ctypes.create_string_buffer(_BUFFER)
+        self._call("nvmlSystemGetDriverVersion", buffer, ctypes.c_uint(_BUFFER))
+        return buffer.value.decode(errors="replace")

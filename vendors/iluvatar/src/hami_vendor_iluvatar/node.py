@@ -1,0 +1,97 @@
+"""The node side's Iluvatar state: the ixML session and the GPUs last read.
+
+Owns the session's lifecycle (opened on first use, dropped and reopened after a failure), the message about a
+missing driver (said once, and again when it changes), and the GPUs of the last read, which container edits use to
+turn a placement's UUIDs into GPUs (device nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
+error line naming it; the node keeps serving the others. One runtime per settings object (`runtime_for`), so that
+two hosts (two tests) never share one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hami.errors import HamiError
+from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError, IxmlUnavailable
+from hami_vendor_iluvatar.settings import IluvatarSettings
+
+__all__ = ["NodeRuntime", "runtime_for"]
+
+log = logging.getLogger("hami_vendor_iluvatar")
+
+
+@dataclass
+class NodeRuntime:
+    settings: IluvatarSettings
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    session: Ixml | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    _said: str = ""
+
+    def _say(self, message: str) -> None:
+        if message != self._said:
+            log.warning("%s", message)
+            self._said = message
+
+    def read_gpus(self) -> list[Gpu]:
+        """This node's GPUs now; none (said once) without ixML."""
+        with self.lock:
+            self.problems = []
+            if self.session is None:
+                try:
+                    self.session = Ixml.open(self.settings.ixml_library)
+                    log.info("ixML opened from %s", self.session.where)
+                except IxmlUnavailable as exc:
+                    self._say(f"{exc}: this node reports no Iluvatar GPU")
+                    self.gpus = []
+                    return self.gpus
+            try:
+                count = self.session.count()
+            except IxmlError as exc:
+                self._say(f"reading the Iluvatar GPUs failed ({exc}): this node reports none until ixML answers")
+                self.session = None
+                self.gpus = []
+                return self.gpus
+            gpus = []
+            for index in range(count):
+                try:
+                    gpus.append(self.session.gpu(index))
+                except IxmlError as exc:
+                    problem = f"Iluvatar GPU {index} is not reported: {exc}"
+                    log.error("%s", problem)
+                    self.problems.append(problem)
+            self._said = ""
+            self.gpus = gpus
+            return gpus
+
+    def by_uuid(self, uuids: Sequence[str]) -> list[Gpu]:
+        """The GPUs with these UUIDs (read again when one is not known).
+
+        :raises HamiError: a UUID is not a GPU of this node."""
+        with self.lock:
+            known = {g.uuid: g for g in self.gpus}
+            if any(u not in known for u in uuids):
+                known = {g.uuid: g for g in self.read_gpus()}
+            missing = [u for u in uuids if u not in known]
+            if missing:
+                raise HamiError(
+                    f"Iluvatar GPU {', '.join(missing)} is not on this node (it has "
+                    f"{', '.join(sorted(known)) or 'no GPU'}): the pod was placed from an outdated view"
+                )
+            return [known[u] for u in uuids]
+
+
+_attaching = threading.Lock()
+
+
+def runtime_for(settings: IluvatarSettings) -> NodeRuntime:
+    with _attaching:
+        runtime = settings.runtime
+        if not isinstance(runtime, NodeRuntime):
+            runtime = NodeRuntime(settings)
+            settings.attach_runtime(runtime)
+        return runtime

@@ -12,6 +12,7 @@ import pytest
 
 from hami.errors import HamiError
 from hami.hostpaths import HostPathError
+from hami.isolation.grant import parse, write_files
 from hami.model import Container, ContainerDevice, Pod
 
 MakeNode = Callable[[list[Any]], Any]
@@ -137,3 +138,46 @@ def test_a_corrupt_record_counts_as_nothing(metax_node: MakeNode, fakes: F) -> N
     records.mkdir(parents=True)
     (records / "uid-9_main.json").write_text("{not json")
     assert entries(h)[0]["availableDevCount"] == 16
+
+
+def test_soft_mode_gives_a_share_the_isolation_library_and_its_grant(metax_node: MakeNode, fakes: F) -> None:
+    node, h = setup(metax_node, fakes, sgpuMode="hami-core", logLevel="2")
+    uuid = node.gpus[1].uuid
+    devices = h.allocate(SGPU, POD, 1, share(uuid, 16384, 30)).devices
+    hook = node.directory / "metax"
+    shmem = hook / "containers" / "uid-1_side"
+    assert shmem.is_dir()
+    edits = h.container_edits(SGPU, POD, 1, devices)
+    assert edits.env == {
+        "METAX_VISIBLE_DEVICES": "1",
+        "MACA_VISIBLE_DEVICES": "0",
+        "MACA_DEVICE_MEMORY_LIMIT_0": "16384m",
+        "MACA_DEVICE_CORE_LIMIT_0": "30",
+        "MACA_DEVICE_MEMORY_SHARED_CACHE": "/hami-vmaca-shmem/vmaca.cache",
+        "MACA_DEVICE_UUIDS": uuid,
+        "LIBVMACA_LOG_LEVEL": "2",
+    }
+    assert [(m.container_path, m.host_path, m.read_only) for m in edits.mounts] == [
+        ("/opt/mxdriver", "/opt/mxdriver-host", True),
+        ("/opt/maca", "/opt/maca", True),
+        (f"{hook}/libvmaca.so", f"{hook}/libvmaca.so", True),
+        ("/etc/ld.so.preload", f"{hook}/ld.so.preload", True),
+        ("/hami-vmaca-shmem", str(shmem), False),
+        ("/etc/hami/grant", f"{hook}/grants/uid-1_side", True),
+    ]
+    assert edits.accounting_file == str(shmem / "vmaca.cache")
+    grant_file = f"{hook}/grants/uid-1_side/metax.grant"
+    assert grant_file in edits.files
+    parsed = parse(edits.files[grant_file]).devices[0]
+    assert (parsed.memory_bytes, parsed.cores) == (16384 << 20, 30)
+    write_files(edits.files)
+    h.release(SGPU, POD, [])
+    assert not shmem.exists()
+    assert not (hook / "grants" / "uid-1_side").exists()
+
+
+def test_whole_cards_get_no_library_in_soft_mode(metax_node: MakeNode, fakes: F) -> None:
+    node, h = setup(metax_node, fakes, sgpuMode="hami-core", nodeKind="gpu")
+    edits = h.container_edits(GPU, OTHER, 0, h.allocate(GPU, OTHER, 0, share(node.gpus[0].uuid, 0, 100, GPU)).devices)
+    assert "MACA_DEVICE_MEMORY_LIMIT_0" not in edits.env
+    assert edits.accounting_file is None

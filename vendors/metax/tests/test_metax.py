@@ -179,7 +179,7 @@ def test_metadata_is_hami_wiring() -> None:
     assert gpu.register_format is RegisterFormat.CAPACITY
     assert gpu.capacity_name == "metax"
     assert sgpu.annotations.node_register == "metax-tech.com/node-gpu-devices"
-    assert plugin.INFO.isolation_library is None
+    assert plugin.INFO.isolation_library == "libvmaca.so"
     for kind, word in ((gpu, "gpu"), (sgpu, "sgpu")):
         assert (kind.annotations.to_allocate, kind.annotations.allocated) == (
             f"hami.io/metax-{word}-devices-to-allocate",

@@ -17,7 +17,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   policy of online pods, and so does this plugin;
 * fitting and scoring: `hami_vendor_metax.fit` (MetaXLink topology, QoS, app classes);
 * allocation, release and container edits: `hami_vendor_metax.allocation`. MetaX's own sGPU components enforce a
-  share, as in HAMi: no isolation library is listed for this vendor.
+  share, as in HAMi (``sgpuMode: metax``, the default); ``sgpuMode: hami-core`` gives shares the isolation library
+  ``libvmaca.so`` (hami-core's CUDA-runtime-shaped hook layer with MACA's names, ``isolation/``) instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    IsolationLibrary,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -86,7 +88,7 @@ SGPU = DeviceKind(
     ),
 )
 
-INFO = VendorInfo(name="metax", display_name="MetaX", kinds=(GPU, SGPU))
+INFO = VendorInfo(name="metax", display_name="MetaX", kinds=(GPU, SGPU), isolation_library=allocation.LIBRARY_FILE)
 
 
 @hookimpl
@@ -173,8 +175,15 @@ def hami_release(pod: Pod, settings: MetaxSettings) -> None:
 
 
 @hookimpl
-def hami_container_edits(devices: ContainerPlacement, settings: MetaxSettings) -> ContainerEdits:
-    return allocation.container_edits(settings, devices)
+def hami_container_edits(
+    kind: DeviceKind,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: MetaxSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return allocation.container_edits(settings, kind.common_word, pod, container_index, devices, library)
 
 
 def check_sgpu_annotations(pod: Pod, request: ContainerRequest) -> None:

@@ -8,11 +8,13 @@ Owns the names, defaults and validation of every MetaX option:
   off by default; a pod's ``metax-tech.com/sgpu-topology-aware`` overrides it);
 * node side: ``nodeKind`` (``sgpu``, the default, or ``gpu``: whether this node's cards are shared or whole, as
   a node runs MetaX's sGPU plugin or its gpu-device plugin); ``sgpuMode``, how a share of a card is enforced:
-  ``metax`` (HAMi's, and for now the only one: MetaX's own sGPU components read the pod's
-  ``metax-tech.com/gpu-devices-allocated``); ``sgpuCount`` (shares per card the node registers); the library
+  ``metax`` (HAMi's, the default: MetaX's own sGPU components read the pod's
+  ``metax-tech.com/gpu-devices-allocated``) or ``hami-core`` (this project's isolation library ``libvmaca.so``
+  over the MACA runtime); ``sgpuCount`` (shares per card the node registers); the library
   and tool to discover with (``mxsmlLibrary``, ``mxSmi``); the host paths MetaX's device plugins mount
   (``driverPath`` ``/opt/mxdriver``, ``macaPath`` ``/opt/maca``); the sysfs root where a card's DRM nodes and
-  NUMA node are found by its PCI address; ``hookPath`` (the node's allocation records).
+  NUMA node are found by its PCI address; ``hookPath`` (the node's allocation records, and the soft mode's accounting
+  directories and grants), ``libraryDir`` and ``logLevel`` (the isolation library's).
 
 A misspelled key is refused with its name. The node side's state (the MXSML session and the devices last read)
 is kept with the settings object (`runtime`), never validated.
@@ -27,10 +29,11 @@ from pydantic import AliasChoices, Field, PrivateAttr
 
 from hami.requests import ShareDefaults
 
-__all__ = ["METAX", "MetaxSettings", "SgpuMode"]
+__all__ = ["METAX", "SOFT", "MetaxSettings", "SgpuMode"]
 
-SgpuMode = Literal["metax"]
+SgpuMode = Literal["metax", "hami-core"]
 METAX: Final = "metax"
+SOFT: Final = "hami-core"
 
 
 def _alias(*names: str) -> AliasChoices:
@@ -57,6 +60,11 @@ class MetaxSettings(ShareDefaults):
     maca_path: str = Field(default="/opt/maca", validation_alias=_alias("macaPath", "maca_path"))
     sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
     hook_path: Path = Field(default=Path("/usr/local/vgpu/metax"), validation_alias=_alias("hookPath", "hook_path"))
+
+    library_dir: Path | None = Field(default=None, validation_alias=_alias("libraryDir", "library_dir"))
+    log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
+        default="", validation_alias=_alias("logLevel", "log_level")
+    )
 
     _runtime: Any = PrivateAttr(default=None)
 

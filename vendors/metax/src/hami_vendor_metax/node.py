@@ -127,13 +127,6 @@ class NodeRuntime:
         return [self.card_of(u) for u in uuids]
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: MetaxSettings) -> NodeRuntime:
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    """The node runtime attached to `settings`, created on first use."""
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))

@@ -17,17 +17,18 @@ Owns the names, defaults and validation of every MetaX option:
   directories and grants), ``libraryDir`` and ``logLevel`` (the isolation library's).
 
 A misspelled key is refused with its name. The node side's state (the MXSML session and the devices last read)
-is kept with the settings object (`runtime`), never validated.
+is kept with the settings object (`hami.vendorstate.RuntimeSettings`), never validated.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import AliasChoices, Field, PrivateAttr
+from pydantic import AliasChoices, Field
 
 from hami.requests import ShareDefaults
+from hami.vendorstate import RuntimeSettings
 
 __all__ = ["METAX", "SOFT", "MetaxSettings", "SgpuMode"]
 
@@ -40,7 +41,7 @@ def _alias(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class MetaxSettings(ShareDefaults):
+class MetaxSettings(ShareDefaults, RuntimeSettings):
     """The `metax` section of the configuration; the request defaults apply to shared cards (`Metax-SGPU`)."""
 
     default_cores: int = Field(
@@ -66,16 +67,7 @@ class MetaxSettings(ShareDefaults):
         default="", validation_alias=_alias("logLevel", "log_level")
     )
 
-    _runtime: Any = PrivateAttr(default=None)
-
     @property
     def records_dir(self) -> Path:
         """``<hookPath>/allocations``: one record per served shared-card container (cards, shares, QoS)."""
         return self.hook_path / "allocations"
-
-    @property
-    def runtime(self) -> Any:
-        return self._runtime
-
-    def attach_runtime(self, runtime: Any) -> None:
-        self._runtime = runtime

@@ -8,13 +8,10 @@ against a real DCU, point ``HAMI_ISOLATION_DRIVER_DIR`` at a directory holding t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from hami.testing.rt import rt_isolation_setup
-from hami.testing.sandbox import exported_functions, fixtures
+from hami.testing.sandbox import fixtures
 
 HERE = Path(__file__).resolve().parent
 PRELUDE = r"""
@@ -43,8 +40,3 @@ SETUP = rt_isolation_setup(
 
 
 build, sandbox = fixtures(SETUP)
-
-
-@pytest.fixture(scope="session")
-def exports_of() -> Callable[[Path], set[str]]:
-    return exported_functions

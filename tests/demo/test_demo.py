@@ -231,6 +231,16 @@ def mthreads_sgpu(pod: dict[str, Any]) -> None:
     assert env["MTHREADS_DRIVER_CAPABILITIES"] == "compute,utility"
 
 
+def metax_sgpu(pod: dict[str, Any]) -> None:
+    _running(pod, "metax-node")
+    (device,) = _devices(pod, "Metax-SGPU")
+    assert (device["memory"], device["cores"]) == (8192, 30)  # vmemory 8 is 8 GiB
+    env = pod["env"]["maca"]
+    assert env["METAX_VISIBLE_DEVICES"] == device["uuid"].rsplit("-", 1)[1]
+    assert env["MACA_VISIBLE_DEVICES"] == "0"
+    assert {"/opt/mxdriver", "/opt/maca"} <= set(pod["mounts"]["maca"])
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -260,6 +270,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/privileged": privileged,
     "default/hygon-vdcu": hygon_vdcu,
     "default/iluvatar-share": iluvatar_share,
+    "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
 }
 
@@ -282,7 +293,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"].startswith("18 pods: ")
+    assert demo.report["summary"].startswith("19 pods: ")
 
 
 def test_every_placed_pod_is_in_the_final_device_table_and_no_lock_is_left(demo: Demo) -> None:

@@ -3,8 +3,9 @@
 hatchling runs it for every build (``[tool.hatch.build.hooks.custom]``). How an isolation library is compiled and
 packaged (wheel: into ``hami_vendor_hygon/lib/libvdcu.so``, a platform wheel; editable install: into the source
 tree; sdist: with the C core under ``isolation/_core/``) is hami-core's, shared by every vendor
-(``hami/isolation/build.py``); this file only finds the C core and says which library is Hygon's: the hooks in
-``isolation/`` (over the HIP runtime), exporting what ``isolation/libvdcu.map`` lists.
+(``hami/isolation/build.py``); this file only finds the C core and says which library is Hygon's: the core's
+CUDA-runtime-shaped hook layer (``rt``) with HIP's names (``isolation/hami_rt_vendor.h``), exporting what
+``isolation/libvdcu.map`` lists.
 
 The C core is looked for in ``$HAMI_ISOLATION_CORE_DIR``, then ``isolation/_core`` (an sdist), then
 ``../../core/src/hami/isolation`` (a checkout), then an installed hami-core. No compiler, or a failed compile,
@@ -67,6 +68,7 @@ SPEC = build.LibrarySpec(
     what="Hygon isolation library",
     hooks=HERE / "isolation",
     version_script="libvdcu.map",
+    layers=("rt",),
 )
 
 

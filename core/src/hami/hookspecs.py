@@ -109,6 +109,21 @@ def hami_discover_devices(settings: Any) -> list[NodeInventory]:
     """
 
 
+@hookspec(firstresult=True)
+def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str], settings: Any) -> list[Device] | None:
+    """Read a node's devices of ``kind`` from the vendor's own node annotation (scheduler side).
+
+    Routed; optional. For a kind whose devices a vendor component publishes in a form of its own rather than
+    HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON): the scheduler calls it
+    whenever it reads a node, instead of decoding ``kind.annotations.node_register`` itself, and the node daemon
+    leaves that key to the vendor's `NodeInventory.annotations`.
+
+    :param annotations: the node's annotations.
+    :returns: the devices (``[]`` when the node publishes none of this kind), or None to fall back to the
+        register annotation and capacity. A malformed annotation is logged and answered with ``[]``; never raise.
+    """
+
+
 # --------------------------------------------------------------------------------------------------------
 # Requests and admission (webhook and scheduler)
 # --------------------------------------------------------------------------------------------------------

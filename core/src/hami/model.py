@@ -146,6 +146,11 @@ class DeviceKind(_Model):
         description="with `capacity_by_cores`: the cores each device adds to the cores capacity, which are also "
         "its `devcore` (Cambricon 100, Moore Threads 16)",
     )
+    capacity_name: str | None = Field(
+        default=None,
+        description="the word in HAMi's capacity-derived device names `<node>-<word>-<i>` (MetaX: "
+        "`metax`); the common word when unset",
+    )
 
 
 class VendorInfo(_Model):

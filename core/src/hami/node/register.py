@@ -51,7 +51,7 @@ class NodeRegistrar:
         for word, inventory in sorted(inventories.items()):
             kind = self.host.kind(word)
             key = kind.annotations.node_register
-            if key:
+            if key and not self.host.implements(word, "hami_node_devices"):  # the vendor publishes its own form
                 if kind.register_format == RegisterFormat.LEGACY:
                     out[key] = encode_legacy_register(inventory.devices)
                 else:

@@ -1,7 +1,8 @@
 """The scheduler's view of the cluster: every node's devices and what every live pod uses of them.
 
 Owns the rules of usage accounting (protocol.md section 3): a node's devices come from its vendors'
-register annotations (or its capacity, for kinds that publish none); a pod uses what its `…-allocated`
+register annotations (or its capacity, for kinds that publish none, or the vendor's own node annotation through
+`hami_node_devices`); a pod uses what its `…-allocated`
 annotations say, on the node named by `spec.nodeName` or, before binding, by `hami.io/vgpu-node`, from the
 moment the filter records it until it succeeds, fails or is deleted. Within a pod, per device, init
 containers count as their peak and app containers as their sum, and the pod takes the larger of the two.
@@ -238,6 +239,9 @@ class ClusterState:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
+        own = self.host.node_devices(kind.common_word, annotations)
+        if own is not None:
+            return own
         if key and key in annotations:
             try:
                 if kind.register_format == RegisterFormat.LEGACY:
@@ -643,7 +647,7 @@ def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
     per_device = memory_units * kind.resources.memory_unit_mib // count
     return [
         Device(
-            id=f"{name}-{by_cores or kind.common_word}-{i}",
+            id=f"{name}-{by_cores or kind.capacity_name or kind.common_word}-{i}",
             index=i,
             count=100 if by_cores else 1,
             devmem=per_device,

@@ -23,9 +23,9 @@ Deterministic: the same placement (and the vDCU allocation made for it) gives th
 
 from __future__ import annotations
 
-import re
 from pathlib import Path, PurePosixPath
 
+from hami import pcidevice
 from hami.errors import HamiError
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
@@ -41,8 +41,6 @@ LIBRARY_FILE = "libvdcu.so"
 PRELOAD_FILE = "ld.so.preload"
 SHMEM_DIR = "/hami-vdcu-shmem"
 ACCOUNTING_FILE = "vdcu.cache"
-_CARD = re.compile(r"^card(\d+)$")
-_RENDER = re.compile(r"^renderD(\d+)$")
 
 
 def drm_nodes(settings: HygonSettings, device: Dcu) -> tuple[str, str]:
@@ -50,16 +48,11 @@ def drm_nodes(settings: HygonSettings, device: Dcu) -> tuple[str, str]:
 
     :raises HamiError: the driver shows no DRM node for the DCU's PCI address.
     """
-    where = Path(settings.sysfs_root) / "bus" / "pci" / "devices" / device.bdf / "drm"
-    try:
-        names = [p.name for p in where.iterdir()]
-    except OSError:
-        names = []
-    card = sorted((n for n in names if _CARD.match(n)), key=lambda n: int(n[4:]))
-    render = sorted((n for n in names if _RENDER.match(n)), key=lambda n: int(n[7:]))
-    if not card or not render:
+    found = pcidevice.drm_nodes(Path(settings.sysfs_root), device.bdf)
+    if found is None:
+        where = Path(settings.sysfs_root) / "bus" / "pci" / "devices" / device.bdf / "drm"
         raise HamiError(f"DCU {device.uuid} ({device.bdf}) has no DRM card and render node under {where}")
-    return card[0], render[0]
+    return found
 
 
 def _library_mounts(settings: HygonSettings, library: IsolationLibrary | None) -> list[Mount]:

@@ -1,58 +1,19 @@
 """The isolation tests' sandbox for Hygon: the installed libvdcu.so in front of a fake DTK HIP runtime built here.
 
-hami.testing.sandbox does the work; this file says what is Hygon's: ``libvdcu.so`` inside the installed
-``hami_vendor_hygon`` package, the fake runtime ``libgalaxyhip.so`` (over hami.testing's fake device; built without
--Bsymbolic, so that its calls to its own exported functions go through the global scope as the real runtime's may),
-the client program, the HIP_* variables, and the ctypes prelude. To run the same tests against a real DCU, point
-``HAMI_ISOLATION_DRIVER_DIR`` at a directory holding the real ``libgalaxyhip.so``.
+hami.testing.rt does the work (the fake runtime, the client and the export list, from isolation/hami_rt_vendor.h);
+this file says what is Hygon's: ``libvdcu.so`` inside the installed ``hami_vendor_hygon`` package, the fake
+runtime's name ``libgalaxyhip.so`` and variables (``FAKE_DCU_*``), and the ctypes prelude. To run the same tests
+against a real DCU, point ``HAMI_ISOLATION_DRIVER_DIR`` at a directory holding the real ``libgalaxyhip.so``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from hami.testing.sandbox import (
-    FAKE_DEVICE,
-    ISOLATION_CLIENT,
-    CTarget,
-    IsolationSetup,
-    exported_functions,
-    fake_library,
-    fixtures,
-)
+from hami.testing.rt import rt_isolation_setup
+from hami.testing.sandbox import fixtures
 
 HERE = Path(__file__).resolve().parent
-ISOLATION = HERE.parents[1] / "isolation"
-
-# Every function libvdcu.so hooks: the contract of its export list.
-HIP_HOOKS = (
-    "hipMalloc",
-    "hipFree",
-    "hipMallocManaged",
-    "hipMallocAsync",
-    "hipMallocFromPoolAsync",
-    "hipFreeAsync",
-    "hipMallocPitch",
-    "hipExtMallocWithFlags",
-    "hipMemCreate",
-    "hipMemRelease",
-    "hipMemGetInfo",
-    "hipDeviceTotalMem",
-    "hipSetDevice",
-    "hipLaunchKernel",
-    "hipExtLaunchKernel",
-    "hipLaunchCooperativeKernel",
-    "hipModuleLaunchKernel",
-    "hipModuleLaunchCooperativeKernel",
-    "hipExtModuleLaunchKernel",
-    "hipHccModuleLaunchKernel",
-    "hipGraphLaunch",
-    "hipGetProcAddress",
-)
-
 PRELUDE = r"""
 OOM = 2
 
@@ -68,33 +29,14 @@ def use_device(hip, device=0):
     assert hip.hipSetDevice(device) == 0
 """
 
-fake = fake_library("libgalaxyhip.so", HERE / "fake_hip.c", FAKE_DEVICE, symbolic=False)
-
-SETUP = IsolationSetup(
+SETUP = rt_isolation_setup(
     package="hami_vendor_hygon",
     library="libvdcu.so",
     project=HERE.parents[1],
-    fakes=(CTarget(fake.output, fake.sources, (*fake.flags, f"-I{ISOLATION}"), fake.link),),
-    client=CTarget(
-        "client",
-        (HERE / "client.c", ISOLATION_CLIENT),
-        flags=(f"-I{ISOLATION}",),
-        link=("-L{build}", "-lgalaxyhip", "-Wl,-rpath-link,{build}"),
-    ),
-    exports=frozenset(HIP_HOOKS),
-    hooks={"hip": HIP_HOOKS},
+    runtime="libgalaxyhip.so",
     fake_prefix="FAKE_DCU_",
-    memory_limit_variable="HIP_DEVICE_MEMORY_LIMIT",
-    core_limit_variable="HIP_DEVICE_CORE_LIMIT",
-    accounting_variable="HIP_DEVICE_MEMORY_SHARED_CACHE",
-    log_level_variable="LIBVDCU_LOG_LEVEL",
     prelude=PRELUDE,
 )
 
 
 build, sandbox = fixtures(SETUP)
-
-
-@pytest.fixture(scope="session")
-def exports_of() -> Callable[[Path], set[str]]:
-    return exported_functions

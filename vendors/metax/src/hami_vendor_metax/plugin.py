@@ -1,45 +1,63 @@
-"""The MetaX vendor plugin: HAMi v2.10's `metax-tech.com/*` resources and `hami.io/metax-*` annotations.
+"""The MetaX vendor plugin: HAMi v2.10's `metax-tech.com/*` resources and annotations, both of HAMi's MetaX kinds.
 
-Owns two device kinds, their settings, and reading container requests:
+Every hook of the vendor, each a thin call into the module that owns the rule:
 
-- `Metax-GPU`: whole cards (`metax-tech.com/gpu`), with no memory or cores resources.
-- `Metax-SGPU`: shares of a card (`metax-tech.com/sgpu` devices, `metax-tech.com/vmemory` in GiB,
-  `metax-tech.com/vcore` in percent). As in HAMi, a container that names memory but not `vcore` gets the
-  whole compute of its card (`defaultCores`, 100). The pod's `metax-tech.com/sgpu-qos-policy` must be one of
-  `best-effort` (the default when absent), `fixed-share` or `burst-share`, and its
-  `metax-tech.com/sgpu-app-class`, when given, `online` or `offline` with a single device; other values are
-  refused with the legal ones listed. HAMi ignores the QoS policy of online pods, and so does this plugin.
-
-Both kinds are read from the node's capacity for now (HAMi reads MetaX's own `metax-tech.com/node-gpu-devices`
-JSON for shared cards; that comes with discovery). Discovery, fitting (topology, QoS), the `metax-tech.com/*`
-pod annotations and container edits are not built yet; MetaX's sGPU device plugin enforces the share, so
-there is no isolation library.
+* metadata here: ``Metax-GPU``, whole cards (``metax-tech.com/gpu``; HAMi counts them from the node's capacity,
+  naming them ``<node>-metax-<i>``, and this daemon also registers the real cards for this scheduler), and
+  ``Metax-SGPU``, shares of cards (``metax-tech.com/sgpu``, ``metax-tech.com/vmemory`` in GiB,
+  ``metax-tech.com/vcore`` in percent; registered as MetaX's sGPU plugin does, in
+  ``metax-tech.com/node-gpu-devices``); settings in `hami_vendor_metax.settings`;
+* discovery through MXSML, or ``mx-smi`` without it (`hami_vendor_metax.discovery`, the binding in
+  `hami_vendor_metax.mxsml`), and the scheduler's reading of ``metax-tech.com/node-gpu-devices``;
+* requests: whole cards by count; shares by HAMi's shared rules with memory in GiB and, as in HAMi, a container
+  naming memory but not ``vcore`` gets the whole compute of its card (``defaultCores``, 100). The pod's
+  ``metax-tech.com/sgpu-qos-policy`` must be ``best-effort`` (the default, written at admission when absent),
+  ``fixed-share`` or ``burst-share``, and its ``metax-tech.com/sgpu-app-class``, when given, ``online`` or
+  ``offline`` with a single device; other values are refused with the legal ones listed. HAMi ignores the QoS
+  policy of online pods, and so does this plugin;
+* fitting and scoring: `hami_vendor_metax.fit` (MetaXLink topology, QoS, app classes);
+* allocation, release and container edits: `hami_vendor_metax.allocation`. MetaX's own sGPU components enforce a
+  share, as in HAMi (``sgpuMode: metax``, the default); ``sgpuMode: hami-core`` gives shares the isolation library
+  ``libvmaca.so`` (hami-core's CUDA-runtime-shaped hook layer with MACA's names, ``isolation/``) instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
-
-from pydantic import Field
 
 from hami import hookimpl
 from hami.errors import RequestError
 from hami.model import (
+    AdmissionEdit,
+    Allocation,
     AnnotationKeys,
     Container,
+    ContainerEdits,
+    ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
+    IsolationLibrary,
+    NodeFit,
+    NodeInventory,
+    NodeView,
     Pod,
     RegisterFormat,
     ResourceNames,
+    SchedulingPolicy,
     VendorInfo,
 )
-from hami.requests import ShareDefaults, read_share_request
+from hami.requests import read_share_request
+from hami_vendor_metax import allocation, discovery, fit
+from hami_vendor_metax.node import CAPACITY_NAME
+from hami_vendor_metax.settings import MetaxSettings
 
-QOS_ANNOTATION = "metax-tech.com/sgpu-qos-policy"
+__all__ = ["GPU", "INFO", "SGPU", "MetaxSettings"]
+
+QOS_ANNOTATION = fit.QOS_ANNOTATION
 QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
-APP_CLASS_ANNOTATION = "metax-tech.com/sgpu-app-class"
+APP_CLASS_ANNOTATION = fit.APP_CLASS_ANNOTATION
 APP_CLASSES = ("online", "offline")
 
 _SELECTORS = {"use_uuid": "metax-tech.com/use-gpuuuid", "nouse_uuid": "metax-tech.com/nouse-gpuuuid"}
@@ -48,11 +66,13 @@ GPU = DeviceKind(
     common_word="Metax-GPU",
     resources=ResourceNames(count="metax-tech.com/gpu"),
     annotations=AnnotationKeys(
+        node_register=discovery.GPU_REGISTER,
         to_allocate="hami.io/metax-gpu-devices-to-allocate",
         allocated="hami.io/metax-gpu-devices-allocated",
         **_SELECTORS,
     ),
     register_format=RegisterFormat.CAPACITY,
+    capacity_name=CAPACITY_NAME,
 )
 
 SGPU = DeviceKind(
@@ -61,22 +81,14 @@ SGPU = DeviceKind(
         count="metax-tech.com/sgpu", memory="metax-tech.com/vmemory", cores="metax-tech.com/vcore", memory_unit_mib=1024
     ),
     annotations=AnnotationKeys(
+        node_register=discovery.SGPU_ANNOTATION,
         to_allocate="hami.io/metax-sgpu-devices-to-allocate",
         allocated="hami.io/metax-sgpu-devices-allocated",
         **_SELECTORS,
     ),
-    register_format=RegisterFormat.CAPACITY,
 )
 
-INFO = VendorInfo(name="metax", display_name="MetaX", kinds=(GPU, SGPU))
-
-
-class MetaxSettings(ShareDefaults):
-    """The `metax` section of the configuration; the defaults apply to shared cards (`Metax-SGPU`)."""
-
-    default_cores: int = Field(
-        default=100, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
-    )
+INFO = VendorInfo(name="metax", display_name="MetaX", kinds=(GPU, SGPU), isolation_library=allocation.LIBRARY_FILE)
 
 
 @hookimpl
@@ -90,6 +102,18 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> MetaxSettings:
 
 
 @hookimpl
+def hami_discover_devices(settings: MetaxSettings) -> list[NodeInventory]:
+    return discovery.discover(settings)
+
+
+@hookimpl
+def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str]) -> list[Device] | None:
+    if kind.common_word == SGPU.common_word:
+        return discovery.read_sgpu_devices(annotations)
+    return None
+
+
+@hookimpl
 def hami_container_request(
     kind: DeviceKind, container: Container, pod: Pod, settings: MetaxSettings
 ) -> ContainerRequest | None:
@@ -99,6 +123,67 @@ def hami_container_request(
     if request is not None:
         check_sgpu_annotations(pod, request)
     return request
+
+
+@hookimpl
+def hami_admission_defaults(kind: DeviceKind, pod: Pod) -> AdmissionEdit | None:
+    """HAMi's admission: a shared-card pod that is not ``online`` and names no QoS policy gets ``best-effort``."""
+    if kind.common_word != SGPU.common_word or pod.annotations.get(APP_CLASS_ANNOTATION) == "online":
+        return None
+    if QOS_ANNOTATION in pod.annotations:
+        return None
+    return AdmissionEdit(pod_annotations={QOS_ANNOTATION: QOS_POLICIES[0]})
+
+
+@hookimpl
+def hami_fit_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    requests: Sequence[ContainerRequest | None],
+    nodes: Sequence[NodeView],
+    policy: SchedulingPolicy,
+) -> list[NodeFit]:
+    if kind.common_word == GPU.common_word:
+        return fit.fit_gpu(kind, pod, requests, nodes, policy)
+    return fit.fit_sgpu(kind, pod, requests, nodes, policy)
+
+
+@hookimpl
+def hami_score_nodes(
+    kind: DeviceKind,
+    pod: Pod,
+    fits: Sequence[NodeFit],
+    nodes: Mapping[str, NodeView],
+    policy: SchedulingPolicy,
+    settings: MetaxSettings,
+) -> Mapping[str, float] | None:
+    if kind.common_word == GPU.common_word:
+        return fit.score_gpu(fits, nodes, policy)
+    return fit.score_sgpu(pod, fits, nodes, policy, settings.sgpu_topology_aware)
+
+
+@hookimpl
+def hami_allocate(
+    kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: MetaxSettings
+) -> Allocation:
+    return allocation.allocate(settings, kind.common_word, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, settings: MetaxSettings) -> None:
+    allocation.release(settings, pod)
+
+
+@hookimpl
+def hami_container_edits(
+    kind: DeviceKind,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    settings: MetaxSettings,
+    library: IsolationLibrary | None,
+) -> ContainerEdits:
+    return allocation.container_edits(settings, kind.common_word, pod, container_index, devices, library)
 
 
 def check_sgpu_annotations(pod: Pod, request: ContainerRequest) -> None:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
 from hami.codec import encode_link_scores
 from hami.model import Device, NodeInventory
+from hami.pcidevice import numa_node, short_bus_id
 from hami_vendor_nvidia.mig import (
     MIG_INSTANCES_ANNOTATION,
     MigProfile,
@@ -62,25 +62,6 @@ NVLINK_SCORE = 100
 def model_name(nvml_name: str) -> str:
     """The register's ``type``: NVML's name, prefixed ``NVIDIA-`` when it does not start with NVIDIA (HAMi)."""
     return nvml_name if nvml_name.startswith("NVIDIA") else f"NVIDIA-{nvml_name}"
-
-
-def short_bus_id(bus_id: str) -> str:
-    """A PCI bus id as sysfs names it: lower case, a four-digit domain (``00000000:3B:00.0`` → ``0000:3b:00.0``)."""
-    bus = bus_id.strip().lower()
-    domain, sep, rest = bus.partition(":")
-    if sep and len(domain) > 4:
-        domain = domain[-4:]
-    return f"{domain}{sep}{rest}"
-
-
-def numa_node(sysfs_root: Path, bus_id: str) -> int | None:
-    """The NUMA node of a PCI device from sysfs; None when sysfs does not say or says -1."""
-    path = sysfs_root / "bus" / "pci" / "devices" / short_bus_id(bus_id) / "numa_node"
-    try:
-        node = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return node if node >= 0 else None
 
 
 def register_profiles(profiles: Sequence[MigProfileInfo], allowed: Sequence[str] | None) -> tuple[MigProfile, ...]:

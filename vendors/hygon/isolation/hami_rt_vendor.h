@@ -1,0 +1,35 @@
+/*
+ * hami_rt_vendor.h: what libvdcu.so is, for the core's CUDA-runtime-shaped hook layer (core/src/hami/isolation/rt,
+ * which holds every hook). Hygon's DTK ships HIP (hip_runtime_api.h's names and signatures) as libgalaxyhip.so;
+ * some DTK builds also ship the upstream name libamdhip64.so. HIP has every optional family of the layer. The
+ * symbol set is libvdcu.map; hip_api.h (HIP's declarations) serves the tests' fake runtime and client.
+ */
+#ifndef HAMI_HYGON_RT_VENDOR_H
+#define HAMI_HYGON_RT_VENDOR_H
+
+#define HAMI_RT(suffix) hip##suffix
+#define HAMI_RT_PREFIX "hip"
+#define HAMI_RT_VENDOR_NAME "hygon"
+#define HAMI_RT_LIBRARIES "libgalaxyhip.so.5", "libgalaxyhip.so", "libamdhip64.so"
+
+#define HAMI_RT_ENV_MEMORY_LIMIT "HIP_DEVICE_MEMORY_LIMIT"
+#define HAMI_RT_ENV_CORE_LIMIT "HIP_DEVICE_CORE_LIMIT"
+#define HAMI_RT_ENV_SHARED_CACHE "HIP_DEVICE_MEMORY_SHARED_CACHE"
+#define HAMI_RT_DEFAULT_CACHE "/tmp/vdcushr.cache"
+#define HAMI_RT_ENV_OVERSUBSCRIBE "HIP_OVERSUBSCRIBE"
+#define HAMI_RT_ENV_PRIORITY "HIP_TASK_PRIORITY"
+#define HAMI_RT_ENV_POLICY "HIP_CORE_UTILIZATION_POLICY"
+#define HAMI_RT_ENV_LOG_LEVEL "LIBVDCU_LOG_LEVEL"
+#define HAMI_RT_ENV_UUIDS "HIP_DEVICE_UUIDS"
+
+#define HAMI_RT_ERROR_NOT_SUPPORTED 801 /* hipErrorNotSupported */
+
+#define HAMI_RT_HAS_POOL 1
+#define HAMI_RT_HAS_VMM 1
+#define HAMI_RT_HAS_DEVICE_TOTAL_MEM 1
+#define HAMI_RT_HAS_EXT_LAUNCH 1
+#define HAMI_RT_HAS_HCC 1
+#define HAMI_RT_HAS_MODULE_COOPERATIVE 1
+#define HAMI_RT_HAS_PROC_ADDRESS 1
+
+#endif /* HAMI_HYGON_RT_VENDOR_H */

@@ -1,0 +1,176 @@
+"""The MetaX driver binding: the one module of this package that touches MetaX's management library (ctypes).
+
+Owns a session of MXSML (``libmxsml.so``, ``MxSml.h``), what MetaX's device plugins and ``mx-smi`` read devices
+from, and turns its answers into plain values (`MetaxGpu`):
+
+* ``mxSmlInit()``, then ``mxSmlGetDeviceCount()`` (which returns the count itself);
+* per index ``mxSmlGetDeviceInfo`` (``mxSmlDeviceInfo_t``: BDF, UUID, device name), ``mxSmlGetMemoryInfo``
+  (``mxSmlMemoryInfo_t``, VRAM total and use in KB), ``mxSmlGetDeviceState`` (1 available, 0 not: health);
+* per pair ``mxSmlGetDeviceTopology`` (``mxSmlGpuTopologyLevel_t``): `MetaxGpu.metalink` is the set of devices
+  the driver reports as ``MXSML_TOPOLOGY_METAXLINK`` to it.
+
+Loading: the library by name through the dynamic loader, then MetaX's install directories (``/opt/mxdriver/lib``,
+``/opt/maca/lib``, ``/opt/mxn100/lib``), or the configured path. A missing library or one that finds no device
+raises `MxsmlUnavailable`; a failing call `MxsmlError` naming the call and its code. Calls are serialized by a
+lock. Nothing is decided here: no model names, no health policy, no link zones.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["MetaxGpu", "Mxsml", "MxsmlError", "MxsmlUnavailable"]
+
+LIBRARY = "libmxsml.so"
+SEARCH_DIRS = (Path("/opt/mxdriver/lib"), Path("/opt/maca/lib"), Path("/opt/mxn100/lib"))
+MXSML_SUCCESS = 0
+MXSML_NO_DEVICE = 2
+TOPOLOGY_METAXLINK = 5
+_BDF_SIZE, _UUID_SIZE, _NAME_SIZE = 32, 96, 32
+
+
+class MxsmlError(Exception):
+    """An MXSML call failed: `call` is the function, `code` its ``mxSmlReturn_t``."""
+
+    def __init__(self, call: str, code: int, message: str = "") -> None:
+        self.call = call
+        self.code = code
+        super().__init__(f"{call} failed with status {code}{': ' + message if message else ''}")
+
+
+class MxsmlUnavailable(MxsmlError):
+    """The library is missing or finds no device on this host."""
+
+
+@dataclass(frozen=True)
+class MetaxGpu:
+    """One MetaX GPU as MXSML (or mx-smi) reports it."""
+
+    index: int
+    uuid: str
+    bdf: str
+    name: str
+    """The device name (``MXC500``), which names the model."""
+    memory_total: int
+    """VRAM, bytes."""
+    memory_used: int
+    healthy: bool = True
+    metalink: frozenset[int] = field(default_factory=frozenset)
+    """The indices of the devices linked to this one over MetaXLink."""
+
+
+class _DeviceInfo(ctypes.Structure):
+    _fields_ = [
+        ("deviceId", ctypes.c_uint),
+        ("type", ctypes.c_uint),
+        ("bdfId", ctypes.c_char * _BDF_SIZE),
+        ("gpuId", ctypes.c_uint),
+        ("nodeId", ctypes.c_uint),
+        ("uuid", ctypes.c_char * _UUID_SIZE),
+        ("brand", ctypes.c_uint),
+        ("mode", ctypes.c_uint),
+        ("deviceName", ctypes.c_char * _NAME_SIZE),
+    ]
+
+
+class _MemoryInfo(ctypes.Structure):
+    _fields_ = [
+        ("visVramTotal", ctypes.c_long),
+        ("visVramUse", ctypes.c_long),
+        ("vramTotal", ctypes.c_long),
+        ("vramUse", ctypes.c_long),
+        ("xttTotal", ctypes.c_long),
+        ("xttUse", ctypes.c_long),
+    ]
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").strip()
+
+
+class Mxsml:
+    """An MXSML session."""
+
+    def __init__(self, library: ctypes.CDLL, where: str) -> None:
+        self._lib = library
+        self.where = where
+        self.lock = threading.Lock()
+        self._lib.mxSmlGetDeviceCount.restype = ctypes.c_uint
+        self._lib.mxSmlGetDeviceCount.argtypes = []
+
+    @classmethod
+    def open(cls, configured: Path | None = None) -> Mxsml:
+        """Load the library and initialize it. :raises MxsmlUnavailable: missing, or no device found."""
+        candidates = (
+            [str(configured)] if configured is not None else [LIBRARY, *(str(d / LIBRARY) for d in SEARCH_DIRS)]
+        )
+        problems = []
+        for candidate in candidates:
+            try:
+                library = ctypes.CDLL(candidate)
+            except OSError as exc:
+                problems.append(str(exc))
+                continue
+            if getattr(library, "mxSmlInit", None) is None or getattr(library, "mxSmlGetDeviceCount", None) is None:
+                problems.append(f"{candidate} has no mxSmlInit/mxSmlGetDeviceCount")
+                continue
+            session = cls(library, candidate)
+            code = int(library.mxSmlInit())
+            if code != MXSML_SUCCESS:
+                why = "no MetaX device found" if code == MXSML_NO_DEVICE else "does not initialize"
+                raise MxsmlUnavailable("mxSmlInit", code, f"MXSML from {candidate}: {why}")
+            return session
+        raise MxsmlUnavailable(f"loading {LIBRARY}", -1, "; ".join(problems[:2]))
+
+    def _call(self, name: str, *args: object) -> None:
+        fn = getattr(self._lib, name, None)
+        if fn is None:
+            raise MxsmlError(name, -1, "the library has no such function")
+        code = int(fn(*args))
+        if code != MXSML_SUCCESS:
+            raise MxsmlError(name, code, self._error_string(code))
+
+    def _error_string(self, code: int) -> str:
+        fn = getattr(self._lib, "mxSmlGetErrorString", None)
+        if fn is None:
+            return ""
+        fn.restype = ctypes.c_char_p
+        text = fn(ctypes.c_uint(code))
+        return _text(text) if isinstance(text, bytes) else ""
+
+    def devices(self) -> list[MetaxGpu]:
+        """Every device MXSML reports, in its order. :raises MxsmlError: a call failed."""
+        with self.lock:
+            count = int(self._lib.mxSmlGetDeviceCount())
+            infos = []
+            for i in range(count):
+                index = ctypes.c_uint(i)
+                info, memory, state = _DeviceInfo(), _MemoryInfo(), ctypes.c_int(1)
+                self._call("mxSmlGetDeviceInfo", index, ctypes.byref(info))
+                self._call("mxSmlGetMemoryInfo", index, ctypes.byref(memory))
+                self._call("mxSmlGetDeviceState", index, ctypes.byref(state))
+                infos.append((info, memory, state.value == 1))
+            links: dict[int, set[int]] = {i: set() for i in range(count)}
+            for a in range(count):
+                for b in range(a + 1, count):
+                    level = ctypes.c_uint(0)
+                    self._call("mxSmlGetDeviceTopology", ctypes.c_uint(a), ctypes.c_uint(b), ctypes.byref(level))
+                    if level.value == TOPOLOGY_METAXLINK:
+                        links[a].add(b)
+                        links[b].add(a)
+            return [
+                MetaxGpu(
+                    index=i,
+                    uuid=_text(info.uuid),
+                    bdf=_text(info.bdfId).lower(),
+                    name=_text(info.deviceName),
+                    memory_total=max(int(memory.vramTotal), 0) * 1024,
+                    memory_used=max(int(memory.vramUse), 0) * 1024,
+                    healthy=healthy,
+                    metalink=frozenset(links[i]),
+                )
+                for i, (info, memory, healthy) in enumerate(infos)
+            ]

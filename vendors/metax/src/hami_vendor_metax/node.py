@@ -1,0 +1,132 @@
+"""The node side's MetaX state: where GPUs are read from, and the GPUs last read.
+
+Owns the choice of source (MXSML through `hami_vendor_metax.mxsml` when ``libmxsml.so`` loads, else ``mx-smi``
+through `hami_vendor_metax.mxsmi`), the session's lifecycle (opened on first use, dropped and reopened after a
+failure), messages about a missing driver (each said once), the NUMA node of each card (sysfs, by PCI address),
+and the devices of the last read, which allocation and container edits use to turn a placement into cards: a
+real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i`` (what HAMi's scheduler writes for
+whole cards). Without any driver (simulated devices), a placement's names give the card indices.
+
+One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hami.errors import HamiError
+from hami.pcidevice import numa_node
+from hami_vendor_metax.mxsmi import MxSmiError, read_devices
+from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError, MxsmlUnavailable
+from hami_vendor_metax.settings import MetaxSettings
+
+__all__ = ["CAPACITY_NAME", "Card", "NodeRuntime", "runtime_for"]
+
+log = logging.getLogger("hami_vendor_metax")
+
+CAPACITY_NAME = "metax"
+"""HAMi's capacity-derived whole-card names: ``<node>-metax-<i>``."""
+_CAPACITY_ID = re.compile(r".+-metax-([0-9]+)", re.DOTALL)
+_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Card:
+    """One card of this node: what the driver reports, and its NUMA node."""
+
+    gpu: MetaxGpu
+    numa: int = 0
+
+    @property
+    def uuid(self) -> str:
+        return self.gpu.uuid
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index
+
+
+@dataclass
+class NodeRuntime:
+    settings: MetaxSettings
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    session: Mxsml | None = None
+    cards: list[Card] = field(default_factory=list)
+    source: str = ""
+    problems: list[str] = field(default_factory=list)
+    """What the last read could not use (malformed tool lines, devices left out)."""
+    _said: str = ""
+
+    def _say(self, level: int, message: str) -> None:
+        if message != self._said:
+            log.log(level, message)
+            self._said = message
+
+    def read_cards(self) -> list[Card]:
+        """This node's cards now, from MXSML, else mx-smi; none (said once) when neither works."""
+        with self.lock:
+            problem = ""
+            gpus: list[MetaxGpu] | None = None
+            self.problems = []
+            if self.session is None:
+                try:
+                    self.session = Mxsml.open(self.settings.mxsml_library)
+                except MxsmlUnavailable as exc:
+                    problem = f"no MXSML ({exc})"
+            if self.session is not None:
+                try:
+                    gpus = self.session.devices()
+                    self.source = "mxsml"
+                except MxsmlError as exc:
+                    problem = f"reading the GPUs through MXSML failed ({exc})"
+                    self.session = None
+            if gpus is None:
+                try:
+                    report = read_devices(self.settings.mx_smi)
+                    gpus, self.problems = report.devices, report.problems
+                    self.source = "mx-smi"
+                    self._say(logging.WARNING, f"{problem}: MetaX GPUs are read from mx-smi instead")
+                    for p in report.problems:
+                        log.error("%s", p)
+                except MxSmiError as exc:
+                    self.source = ""
+                    gpus = []
+                    self._say(logging.WARNING, f"{problem}, and {exc}: this node reports no MetaX GPU")
+            self.cards = [Card(g, numa_node(self.settings.sysfs_root, g.bdf) or 0) for g in gpus]
+            return self.cards
+
+    def card_of(self, uuid: str) -> Card:
+        """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-metax-<index>``.
+
+        On a node with no MetaX driver at all (neither MXSML nor mx-smi: simulated devices, `hami demo`), a name
+        ending in ``-<index>`` stands for that card, of unknown PCI address (so no DRM node is known for it).
+
+        :raises HamiError: no card of this node has that name (read again first).
+        """
+        with self.lock:
+            match = _CAPACITY_ID.fullmatch(uuid)
+            for attempt in (self.cards, None):
+                cards = attempt if attempt is not None else self.read_cards()
+                for card in cards:
+                    if card.uuid == uuid or (match and card.index == int(match.group(1))):
+                        return card
+            index = _TRAILING_INDEX.fullmatch(uuid)
+            if self.source == "" and index:
+                self._say(logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names")
+                return Card(MetaxGpu(int(index.group(1)), uuid, "", "", 0, 0))
+            known = ", ".join(c.uuid for c in self.cards) or "no MetaX GPU"
+            raise HamiError(
+                f"MetaX GPU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
+            )
+
+    def cards_of(self, uuids: Sequence[str]) -> list[Card]:
+        return [self.card_of(u) for u in uuids]
+
+
+def runtime_for(settings: MetaxSettings) -> NodeRuntime:
+    """The node runtime attached to `settings`, created on first use."""
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))

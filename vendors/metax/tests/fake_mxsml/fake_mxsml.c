@@ -1,0 +1,176 @@
+/*
+ * fake_mxsml.c: a fake of MetaX's management library libmxsml.so for the MetaX tests, written from MXSML's
+ * documented API (MxSml.h, MXSML 2.3.1): mxSmlInit, mxSmlGetDeviceCount (returns the count), mxSmlGetDeviceInfo
+ * (mxSmlDeviceInfo_t), mxSmlGetMemoryInfo (mxSmlMemoryInfo_t, KB), mxSmlGetDeviceState (1 available, 0 not),
+ * mxSmlGetDeviceTopology (mxSmlGpuTopologyLevel_t) and mxSmlGetErrorString.
+ *
+ * The machine is read from $FAKE_MXSML_CONFIG at every call, one device per line:
+ *   <bdf> <uuid> <device name> <vram total KB> <vram used KB> <state> <metalink group>
+ * Two devices of the same non-zero MetaLink group are MXSML_TOPOLOGY_METAXLINK to each other; other pairs are
+ * MXSML_TOPOLOGY_SYSTEM. FAKE_MXSML_FAIL=<function> makes that function fail with MXSML_Failure (mxSmlInit with
+ * MXSML_NoDevice).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_DEV 32
+
+typedef enum {
+    MXSML_Success = 0,
+    MXSML_Failure = 1,
+    MXSML_NoDevice = 2,
+    MXSML_InvalidDeviceId = 6,
+    MXSML_InvalidInput = 9,
+} mxSmlReturn_t;
+
+typedef enum { MXSML_Device_Unknown = 0 } mxSmlDeviceType_t;
+typedef enum { MXSML_Brand_Unknown = 0, MXSML_Brand_N, MXSML_Brand_C, MXSML_Brand_G } mxSmlDeviceBrand_t;
+typedef enum { MXSML_Virtualization_Mode_None = 0 } mxSmlDeviceVirtualizationMode_t;
+typedef enum {
+    MXSML_TOPOLOGY_INTERNAL,
+    MXSML_TOPOLOGY_SINGLE,
+    MXSML_TOPOLOGY_MULTIPLE,
+    MXSML_TOPOLOGY_HOSTBRIDGE,
+    MXSML_TOPOLOGY_NODE,
+    MXSML_TOPOLOGY_METAXLINK,
+    MXSML_TOPOLOGY_SYSTEM,
+    MXSML_TOPOLOGY_ETH,
+    MXSML_TOPOLOGY_UNDEFINED
+} mxSmlGpuTopologyLevel_t;
+
+#define DEVICE_BDF_ID_SIZE 32
+#define DEVICE_UUID_SIZE 96
+#define DEVICE_NAME_SIZE 32
+
+typedef struct {
+    unsigned int deviceId;
+    mxSmlDeviceType_t type;
+    char bdfId[DEVICE_BDF_ID_SIZE];
+    unsigned int gpuId;
+    unsigned int nodeId;
+    char uuid[DEVICE_UUID_SIZE];
+    mxSmlDeviceBrand_t brand;
+    mxSmlDeviceVirtualizationMode_t mode;
+    char deviceName[DEVICE_NAME_SIZE];
+} mxSmlDeviceInfo_t;
+
+typedef struct {
+    long visVramTotal;
+    long visVramUse;
+    long vramTotal;
+    long vramUse;
+    long xttTotal;
+    long xttUse;
+} mxSmlMemoryInfo_t;
+
+struct dev {
+    char bdf[DEVICE_BDF_ID_SIZE];
+    char uuid[DEVICE_UUID_SIZE];
+    char name[DEVICE_NAME_SIZE];
+    long total, used;
+    int state, link;
+};
+
+static int g_init;
+
+static int load(struct dev *out) {
+    const char *path = getenv("FAKE_MXSML_CONFIG");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return 0;
+    int n = 0;
+    while (n < MAX_DEV) {
+        struct dev d;
+        int got = fscanf(f, "%31s %95s %31s %ld %ld %d %d", d.bdf, d.uuid, d.name, &d.total, &d.used, &d.state, &d.link);
+        if (got != 7) break;
+        out[n++] = d;
+    }
+    fclose(f);
+    return n;
+}
+
+static int failing(const char *name) {
+    const char *fail = getenv("FAKE_MXSML_FAIL");
+    return fail && strcmp(fail, name) == 0;
+}
+
+#define DEVICE_OR_FAIL(name, index)                                                                        \
+    struct dev devs[MAX_DEV];                                                                              \
+    int n = load(devs);                                                                                    \
+    if (!g_init) return MXSML_Failure;                                                                     \
+    if (failing(name)) return MXSML_Failure;                                                               \
+    if ((int)(index) >= n) return MXSML_InvalidDeviceId;                                                   \
+    struct dev *d = &devs[index];
+
+EXPORT mxSmlReturn_t mxSmlInit(void) {
+    struct dev devs[MAX_DEV];
+    if (failing("mxSmlInit") || load(devs) == 0) return MXSML_NoDevice;
+    g_init = 1;
+    return MXSML_Success;
+}
+
+EXPORT unsigned int mxSmlGetDeviceCount(void) {
+    struct dev devs[MAX_DEV];
+    if (!g_init) return 0;
+    return (unsigned int)load(devs);
+}
+
+EXPORT mxSmlReturn_t mxSmlGetDeviceInfo(unsigned int deviceId, mxSmlDeviceInfo_t *info) {
+    DEVICE_OR_FAIL("mxSmlGetDeviceInfo", deviceId)
+    if (!info) return MXSML_InvalidInput;
+    memset(info, 0, sizeof *info);
+    info->deviceId = deviceId;
+    info->gpuId = deviceId;
+    info->nodeId = deviceId + 1;
+    info->brand = MXSML_Brand_C;
+    info->mode = MXSML_Virtualization_Mode_None;
+    snprintf(info->bdfId, sizeof info->bdfId, "%s", d->bdf);
+    snprintf(info->uuid, sizeof info->uuid, "%s", d->uuid);
+    snprintf(info->deviceName, sizeof info->deviceName, "%s", d->name);
+    return MXSML_Success;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetMemoryInfo(unsigned int deviceId, mxSmlMemoryInfo_t *memory) {
+    DEVICE_OR_FAIL("mxSmlGetMemoryInfo", deviceId)
+    if (!memory) return MXSML_InvalidInput;
+    memset(memory, 0, sizeof *memory);
+    memory->vramTotal = d->total;
+    memory->vramUse = d->used;
+    memory->visVramTotal = d->total;
+    memory->visVramUse = d->used;
+    return MXSML_Success;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetDeviceState(unsigned int deviceId, int *state) {
+    DEVICE_OR_FAIL("mxSmlGetDeviceState", deviceId)
+    if (!state) return MXSML_InvalidInput;
+    *state = d->state;
+    return MXSML_Success;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetDeviceTopology(unsigned int a, unsigned int b, mxSmlGpuTopologyLevel_t *level) {
+    struct dev devs[MAX_DEV];
+    int n = load(devs);
+    if (!g_init || failing("mxSmlGetDeviceTopology")) return MXSML_Failure;
+    if ((int)a >= n || (int)b >= n) return MXSML_InvalidDeviceId;
+    if (!level) return MXSML_InvalidInput;
+    if (a == b)
+        *level = MXSML_TOPOLOGY_INTERNAL;
+    else if (devs[a].link != 0 && devs[a].link == devs[b].link)
+        *level = MXSML_TOPOLOGY_METAXLINK;
+    else
+        *level = MXSML_TOPOLOGY_SYSTEM;
+    return MXSML_Success;
+}
+
+EXPORT const char *mxSmlGetErrorString(mxSmlReturn_t result) {
+    switch (result) {
+    case MXSML_Success: return "Success";
+    case MXSML_Failure: return "Failure";
+    case MXSML_NoDevice: return "No device";
+    case MXSML_InvalidDeviceId: return "Invalid device id";
+    case MXSML_InvalidInput: return "Invalid input";
+    default: return "Unknown error";
+    }
+}

@@ -76,11 +76,13 @@ def test_a_dsmlu_share_from_filter_to_the_container(world: World) -> None:
     world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": "2026-12-01T23:00:00Z"})
 
     (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
-    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
-    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev0", "/dev/cambricon_ctl"]
+    cap = "/dev/cambricon-caps/cap_dev0_mi1"  # the sMLU instance made for the container
+    assert dict(edits.env) == {"VIRTUAL_DEVICES": f"/dev/cambricon_dev0,/dev/cambricon_ipcm0,{cap}"}
+    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev0", cap, "/dev/cambricon_ctl"]
     after = world.annotations("pods", "share", "default")
     assert (after[BIND_PHASE], after[TO_ALLOCATE]) == ("success", ";")
     assert after["CAMBRICON_DSMLU_ASSIGNED"] == after["CAMBRICON_DSMLU_ASSIGHED"] == "true"
+    assert after["CAMBRICON_DSMLU_PROFILE_INSTANCE"] == "1_256_0_1"
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from hami.errors import HamiError
 from hami.model import Device, NodeInventory
+from hami_vendor_cambricon import smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, CndevUnavailable, MluCard
 from hami_vendor_cambricon.settings import CambriconSettings
 
@@ -47,7 +48,22 @@ class NodeRuntime:
     lock: threading.RLock = field(default_factory=threading.RLock)
     cndev: Cndev | None = None
     cards: list[MluCard] = field(default_factory=list)
+    live_pods: set[str] | None = None
+    """UIDs of the pods on this node when the daemon started (`hami_reconcile`); None until told."""
+    reconciled: bool = False
     _said: str = ""
+
+    def reconcile_once(self) -> None:
+        """Once the daemon said which pods are here: destroy the sMLU instances of any other pod (a crash)."""
+        with self.lock:
+            if self.reconciled or self.live_pods is None:
+                return
+            if self.cndev is None:
+                self.read_cards()
+            if self.cndev is None:
+                return
+            self.reconciled = True
+            smlu.reconcile(self.cndev, self.cards, self.live_pods)
 
     def _say(self, level: int, message: str) -> None:
         if message != self._said:

@@ -53,6 +53,8 @@ __all__ = [
     "hami_container_request",
     "hami_discover_devices",
     "hami_fit_nodes",
+    "hami_reconcile",
+    "hami_release",
     "hami_vendor_info",
     "hami_vendor_settings",
 ]
@@ -121,7 +123,17 @@ def hami_fit_nodes(
 def hami_allocate(
     kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: CambriconSettings
 ) -> Allocation:
-    return allocation.allocate(settings, pod, devices)
+    return allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: CambriconSettings) -> None:
+    allocation.release(settings, pod)
+
+
+@hookimpl
+def hami_reconcile(pods: Sequence[Pod], settings: CambriconSettings) -> None:
+    allocation.reconcile(settings, pods)
 
 
 @hookimpl
@@ -133,4 +145,4 @@ def hami_container_edits(
     settings: CambriconSettings,
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
-    return allocation.container_edits(settings, devices)
+    return allocation.container_edits(settings, pod, container_index, devices)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -73,7 +74,7 @@ def test_a_dsmlu_share_from_filter_to_the_container(world: World) -> None:
     )
     uid = meta(world.cluster.get("pods", "share", "default"))["uid"]
     assert world.scheduler.extender.bind("default", "share", uid, NODE).error == ""
-    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": "2026-12-01T23:00:00Z"})
+    assert "cambricon.com/dsmlu.lock" in world.annotations("nodes", NODE)  # taken at bind, as HAMi's scheduler does
 
     (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
     cap = "/dev/cambricon-caps/cap_dev0_mi1"  # the sMLU instance made for the container
@@ -99,4 +100,22 @@ def test_a_pod_placed_by_hamis_scheduler_is_served_on_the_named_card(world: Worl
     (edits,) = world.allocator.allocate("MLU", [[UUIDS[2]]])
     assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "2"}
     assert world.annotations("pods", "from-hami", "default")[BIND_PHASE] == "success"
+    assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
+
+
+def test_a_dsmlu_lock_of_hamis_scheduler_holds_our_bind_until_it_is_released(world: World) -> None:
+    # A mixed fleet: HAMi's scheduler bound an MLU pod here and took only cambricon.com/dsmlu.lock.
+    fresh = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": fresh})
+    world.cluster.create("pods", mlu_pod("whole", {"cambricon.com/vmlu": "1"}))
+    assert world.scheduler.extender.filter(world.cluster.get("pods", "whole", "default"), [NODE]).node == NODE
+    uid = meta(world.cluster.get("pods", "whole", "default"))["uid"]
+    refused = world.scheduler.extender.bind("default", "whole", uid, NODE).error
+    assert "locked by cambricon.com/dsmlu.lock" in refused
+    assert "retry" in refused
+    assert "nodeName" not in world.cluster.get("pods", "whole", "default")["spec"]
+    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": None})  # HAMi's pod served
+    assert world.scheduler.extender.bind("default", "whole", uid, NODE).error == ""
+    (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
+    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)

@@ -36,7 +36,7 @@ from hami.fitting import Selectors
 from hami.fragmentation import CPU_BUCKET, FULL, MEMORY_BUCKET, WorkloadProfile, request_share
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
-from hami.scheduler.locks import NodeBusy, NodeLocks
+from hami.scheduler.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
     TERMINAL_PHASES,
@@ -675,9 +675,12 @@ class Extender:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
         started = time.monotonic()
+        vendor_locks = self._vendor_locks(namespace, name)
         try:
-            waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
-        except NodeBusy as exc:
+            waited = self.locks.acquire(
+                node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds, vendor_locks=vendor_locks
+            )
+        except (NodeBusy, VendorLockBusy) as exc:
             self.on_lock_wait(time.monotonic() - started)
             return BindResult(error=f"{exc}; kube-scheduler will retry the pod")
         except ClusterError as exc:
@@ -689,11 +692,28 @@ class Extender:
             )
             self.cluster.bind(namespace, name, uid, node)
         except ClusterError as exc:
-            self.locks.release(node, namespace, name)
+            self.locks.release(node, namespace, name, vendor_locks)
             with contextlib.suppress(ClusterError):
                 self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
             return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
         return BindResult(lock_wait=waited)
+
+    def _vendor_locks(self, namespace: str, name: str) -> list[VendorLock]:
+        """The vendors' own node locks (`DeviceKind.node_lock`) of the kinds the pod was placed with."""
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(namespace, name))
+            kinds = sorted(record.allocation) if record is not None else None
+        if kinds is None:  # not seen by this replica's filter (e.g. a restart in between): ask the pod
+            try:
+                kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
+            except (ClusterError, HamiError, ValueError):
+                kinds = []
+        out = []
+        for kind in kinds:
+            spec = self.host.kind(kind)
+            if spec.node_lock:
+                out.append((spec.node_lock, timedelta(seconds=spec.node_lock_seconds)))
+        return out
 
     # ---------------------------------------------------------------------------------- locks
 

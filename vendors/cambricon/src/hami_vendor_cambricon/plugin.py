@@ -78,6 +78,7 @@ KIND = DeviceKind(
     ),
     register_format=RegisterFormat.CAPACITY,
     capacity_by_cores=discovery.CAPACITY_NAME,
+    node_lock=allocation.LOCK_ANNOTATION,  # taken at bind as HAMi's scheduler takes it, released at Allocate
 )
 
 INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,))

@@ -19,8 +19,8 @@ Owns what the node daemon does inside the kubelet's Allocate for MLUs, and its u
 * `release` and `reconcile`: the pod's sMLU instances destroyed when it finishes, and after a restart those of
   pods no longer on the node.
 
-On simulated cards (no CNDev at all: `hami demo`) no instance can be made: a share is then served as a whole card
-and the log says so.
+On simulated cards (no CNDev, no cnmon: `hami demo`) no instance can be made: a share is then served as a whole
+card and the log says so. A node that reads its cards from cnmon refuses shares (no CNDev, no sMLU).
 """
 
 from __future__ import annotations
@@ -97,6 +97,11 @@ def allocate(settings: CambriconSettings, pod: Pod, container_index: int, device
     annotations = dict.fromkeys(ASSIGNED_ANNOTATIONS, "true")
     with runtime.lock:
         card = _share_of(runtime, resolved)
+        if card is not None and runtime.cndev is None and runtime.source == "cnmon":
+            raise HamiError(
+                f"MLU {card.index}: this node reads its cards from cnmon (libcndev.so cannot be loaded), so no "
+                "sMLU share can be made: install CNDev, or ask for whole cards"
+            )
         if card is not None and runtime.cndev is None:
             log.warning("no CNDev on this node: the share of MLU %d is served as the whole card", card.index)
         elif card is not None and runtime.cndev is not None:

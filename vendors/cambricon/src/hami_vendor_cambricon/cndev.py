@@ -245,6 +245,8 @@ class MluCard:
     memory_mib: int
     cores: int
     healthy: bool
+    links: tuple[str, ...] = ()
+    """The UUIDs this card's MLU-Link ports reach, one entry per port that is up (`Cndev.link_peers`)."""
 
 
 class Cndev:

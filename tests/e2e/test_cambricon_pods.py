@@ -1,10 +1,13 @@
-"""A dynamic-sMLU share through the real path, on a node of two Cambricon MLU370-X8 cards.
+"""A dynamic-sMLU share through the real path, on a node of two Cambricon MLU370-X8 cards joined by MLU-Link.
 
 The node runs `hami node` with the Cambricon plugin reading the Cambricon package's own fake CNDev
-(vendors/cambricon/tests/fake_cndev, a `libcndev.so` answering CNDev's documented calls from a machine file), exactly
-as it would read the real driver library. The node's capacity is what HAMi's scheduler reads for MLUs (vcore 100 per
-card, vmemory in 256 MiB units); this scheduler fits from the per-card register. The test skips, saying why, while
-the Cambricon plugin or its fake CNDev is not there.
+(vendors/cambricon/tests/fake_cndev, a `libcndev.so` answering CNDev's documented calls from a machine file, its
+sMLU profiles and instances kept in a state file as a driver keeps them), exactly as it would read the real driver
+library. The node's capacity is what HAMi's scheduler reads for MLUs (vcore 100 per card, vmemory in 256 MiB
+units); this scheduler fits from the per-card register. The driver starts with an instance a crashed daemon left
+for a pod that no longer exists: `hami node` destroys it at start. The pod's share gets its own sMLU instance of
+exactly its size, which goes when the pod is deleted. The test skips, saying why, while the Cambricon plugin or its
+fake CNDev is not there.
 """
 
 from __future__ import annotations
@@ -14,16 +17,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_plane import ROOT, which_cc
+from control_plane import ROOT, wait_until, which_cc
 from hami_stack import DeviceNode, HamiStack
 
-from hami.codec import decode_pod_devices
+from hami.codec import decode_link_scores, decode_pod_devices
 from hami.plugins import VendorHost
 
 pytestmark = pytest.mark.e2e
 
 FAKE_CNDEV = ROOT / "vendors" / "cambricon" / "tests" / "fake_cndev" / "fake_cndev.c"
 UUIDS = [f"a1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(2)]
+GONE_POD = "0a1b2c3d-0000-4000-8000-0000000dead0"
+MIB = 1024 * 1024
+
+
+def driver_state(node: DeviceNode) -> list[list[str]]:
+    """The fake driver's sMLU profiles (``P card id quota bytes``) and instances (``I card id profile name``)."""
+    path = node.dir / "cndev-state.txt"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _require_cambricon() -> None:
@@ -51,12 +62,17 @@ def mlu_node(stack: HamiStack) -> Iterator[DeviceNode]:
     root = stack.dir / "nodes" / "mlu-node-1"
     library = _build_fake_cndev(root / "fake-cndev")
     machine = root / "machine.txt"
-    machine.write_text("".join(f"{u} MLU370-X8 24576 8 1\n" for u in UUIDS))  # fake_cndev.c's format
+    # fake_cndev.c's format: uuid, name, MB, cores, health, sMLU mode, MLU-Link peers (two ports between the cards)
+    machine.write_text(
+        "".join(f"{u} MLU370-X8 24576 8 1 1 {UUIDS[1 - i]},{UUIDS[1 - i]}\n" for i, u in enumerate(UUIDS))
+    )
+    # left by a daemon that crashed: an sMLU for a pod deleted since
+    (root / "cndev-state.txt").write_text(f"P 1 1 50 {8192 * MIB}\nI 1 1 1 hami-{GONE_POD}-0\n")
     node = DeviceNode(
         stack,
         "mlu-node-1",
         {"cambricon": {"cndevLibrary": str(library)}},
-        {"FAKE_CNDEV_CONFIG": str(machine)},
+        {"FAKE_CNDEV_CONFIG": str(machine), "FAKE_CNDEV_STATE": str(root / "cndev-state.txt")},
         # HAMi's capacity form: 100 vcore per card, 24576 MiB = 96 units of 256 MiB per card
         {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "192"},
         ("hami.io/node-cambricon-mlu-register",),
@@ -92,8 +108,25 @@ def test_a_dsmlu_share_runs_with_its_profile_and_cambricons_env(
     assert (device.usedmem, device.usedcores) == (4096, 25)
     assert annotations["CAMBRICON_DSMLU_PROFILE"] == f"{index}_25_16"
     assert annotations["CAMBRICON_DSMLU_ASSIGNED"] == annotations["CAMBRICON_DSMLU_ASSIGHED"] == "true"
-    served = mlu_node.kubelet.started[got["metadata"]["uid"]]
+    uid = got["metadata"]["uid"]
+    served = mlu_node.kubelet.started[uid]
     edits = served.edits["infer"]["cambricon.com/vmlu"]
-    assert edits.env["CAMBRICON_VISIBLE_DEVICES"] == str(index)
+    # the share's own sMLU instance: the first on its card, the crashed daemon's leftover having been destroyed
+    cap = f"/dev/cambricon-caps/cap_dev{index}_mi1"
+    assert edits.env["VIRTUAL_DEVICES"] == f"/dev/cambricon_dev{index},/dev/cambricon_ipcm{index},{cap}"
+    assert cap in {d.host_path for d in edits.devices}
+    profile, handle, card, instance = annotations["CAMBRICON_DSMLU_PROFILE_INSTANCE"].split("_")
+    assert (int(handle), int(card), int(instance)) == (1 << 8 | index, index, 1)
+    state = driver_state(mlu_node)
+    assert ["I", str(index), "1", profile, f"hami-{uid}-0"] in state
+    assert ["P", str(index), profile, "25", str(4096 * MIB)] in state
+    assert not any(f"hami-{GONE_POD}-0" in line for line in state)
     node = api.get("Node", mlu_node.name)
-    assert "cambricon.com/dsmlu.lock" not in (node["metadata"].get("annotations") or {})
+    node_annotations = node["metadata"].get("annotations") or {}
+    assert "cambricon.com/dsmlu.lock" not in node_annotations  # taken at bind, released at Allocate
+    links = decode_link_scores(node_annotations["hami.io/node-cambricon-mlu-score"])
+    assert links == {f"MLU-{UUIDS[0]}": {f"MLU-{UUIDS[1]}": 2}, f"MLU-{UUIDS[1]}": {f"MLU-{UUIDS[0]}": 2}}
+
+    api.delete("Pod", "mlu", ns)
+    wait_until(lambda: driver_state(mlu_node) == [] or None, 60, "the sMLU destroyed after the pod was deleted",
+               lambda: f"driver state: {driver_state(mlu_node)}\n{stack.diagnose()}")  # fmt: skip

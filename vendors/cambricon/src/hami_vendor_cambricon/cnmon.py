@@ -19,10 +19,9 @@ missing, fails or prints no card raises `CnmonError`.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 
+from hami.vendortool import ToolError, run_tool
 from hami_vendor_cambricon.cndev import MluCard
 
 __all__ = ["CnmonError", "CnmonReport", "parse", "read_cards"]
@@ -33,7 +32,7 @@ _SECOND = re.compile(r"^\|[^|]*\|\s*(\d+)\s*MiB\s*/\s*(\d+)\s*MiB\s*\|.*\|\s*$")
 _ROW = re.compile(r"^\|.*\|\s*$")
 
 
-class CnmonError(Exception):
+class CnmonError(ToolError):
     """cnmon could not be run or printed no card."""
 
 
@@ -87,14 +86,11 @@ def parse(output: str, tool: str = "cnmon") -> CnmonReport:
 
 
 def read_cards(command: str = "cnmon", timeout: float = 30.0) -> CnmonReport:
-    """Run cnmon and read its cards."""
-    exe = shutil.which(command)
-    if exe is None:
-        raise CnmonError(f"{command} not found")
+    """Run cnmon and read its cards.
+
+    :raises CnmonError: cnmon could not be run (`hami.vendortool.run_tool`) or printed no card."""
     try:
-        done = subprocess.run([exe], capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CnmonError(f"{command} could not be run: {exc}") from None
-    if done.returncode != 0:
-        raise CnmonError(f"{command} exited with {done.returncode}: {done.stderr.strip()[:200]}")
-    return parse(done.stdout, command)
+        output = run_tool(command, timeout=timeout)
+    except ToolError as exc:
+        raise CnmonError(str(exc)) from None
+    return parse(output, command)

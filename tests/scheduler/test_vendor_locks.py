@@ -56,3 +56,16 @@ def test_a_retried_bind_of_the_same_pod_takes_its_own_vendor_lock_again() -> Non
     locks.acquire("n", "default", "p", "uid-p", vendor_locks=LOCKS)
     locks.acquire("n", "default", "p", "uid-p", wait=0.01, vendor_locks=LOCKS)
     assert node_annotations(cluster)[VENDOR] == "2026-12-02T01:00:00Z"
+
+
+def test_release_takes_only_the_vendor_lock_written_with_the_mutex() -> None:
+    cluster, locks = setup()
+    locks.acquire("n", "default", "p", "uid-p", vendor_locks=LOCKS)
+    # a release that knows of every vendor's lock (the node side's failure path, the scheduler's clean-up) drops ours
+    assert locks.release("n", "default", "p", [*LOCKS, ("example.com/other.lock", timedelta(minutes=2))])
+    assert VENDOR not in node_annotations(cluster)
+    # another scheduler's vendor lock, taken later than our mutex, is not ours to drop
+    locks.acquire("n", "default", "p", "uid-p")
+    cluster.patch_metadata("nodes", "n", annotations={VENDOR: "2026-12-02T01:00:05Z"})
+    assert locks.release("n", "default", "p", LOCKS)
+    assert node_annotations(cluster) == {VENDOR: "2026-12-02T01:00:05Z"}

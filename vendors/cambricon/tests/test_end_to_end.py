@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 
 from hami.cluster import MemoryCluster, meta
-from hami.node.allocate import Allocator
+from hami.node.allocate import AllocationError, Allocator
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.service import SchedulerService
 from hami_vendor_cambricon import plugin
+from hami_vendor_cambricon.cndev import Cndev
 
 NODE = "mlu-node"
 UUIDS = [f"MLU-a1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(4)]
@@ -119,3 +120,20 @@ def test_a_dsmlu_lock_of_hamis_scheduler_holds_our_bind_until_it_is_released(wor
     (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
     assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
+
+
+def test_an_allocate_that_fails_leaves_neither_lock_behind(world: World) -> None:
+    # the card is full of other sMLUs (made outside this scheduler's view): the share cannot be made at Allocate
+    session = Cndev.open(world.node_host.vendor("cambricon").settings.cndev_library)
+    session.create_instance(0, session.create_profile(0, 90, 1024 * 1024 * 1024), "made-by-an-admin")
+    limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "25", "cambricon.com/mlu.smlu.vmemory": "4"}
+    world.cluster.create("pods", mlu_pod("share", limits, {"cambricon.com/use-gpuuuid": UUIDS[0]}))
+    assert world.scheduler.extender.filter(world.cluster.get("pods", "share", "default"), [NODE]).node == NODE
+    uid = meta(world.cluster.get("pods", "share", "default"))["uid"]
+    assert world.scheduler.extender.bind("default", "share", uid, NODE).error == ""
+    with pytest.raises(AllocationError, match=r"making an sMLU of 25 % and 1024 MiB on MLU 0 .*insufficient space"):
+        world.allocator.allocate("MLU", [[UUIDS[0]]])
+    assert world.annotations("pods", "share", "default")[BIND_PHASE] == "failed"
+    held = world.annotations("nodes", NODE)
+    assert "hami.io/mutex.lock" not in held
+    assert "cambricon.com/dsmlu.lock" not in held  # taken with the mutex at bind, released with it

@@ -36,7 +36,7 @@ from hami.fitting import Selectors
 from hami.fragmentation import CPU_BUCKET, FULL, MEMORY_BUCKET, WorkloadProfile, request_share
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
-from hami.scheduler.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy
+from hami.scheduler.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
     TERMINAL_PHASES,
@@ -698,6 +698,9 @@ class Extender:
             return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
         return BindResult(lock_wait=waited)
 
+    def _every_vendor_lock(self) -> list[VendorLock]:
+        return vendor_locks_of(self.host.kinds)
+
     def _vendor_locks(self, namespace: str, name: str) -> list[VendorLock]:
         """The vendors' own node locks (`DeviceKind.node_lock`) of the kinds the pod was placed with."""
         with self.state.lock:
@@ -708,12 +711,7 @@ class Extender:
                 kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
             except (ClusterError, HamiError, ValueError):
                 kinds = []
-        out = []
-        for kind in kinds:
-            spec = self.host.kind(kind)
-            if spec.node_lock:
-                out.append((spec.node_lock, timedelta(seconds=spec.node_lock_seconds)))
-        return out
+        return vendor_locks_of(self.host.kind(k) for k in kinds)
 
     # ---------------------------------------------------------------------------------- locks
 
@@ -752,7 +750,7 @@ class Extender:
             if (
                 lock is not None
                 and self.lock_holder_done(lock, node)
-                and self.locks.release(node, lock.namespace, lock.name)
+                and self.locks.release(node, lock.namespace, lock.name, self._every_vendor_lock())
             ):
                 log.info(
                     "released lock of %s on node %s: its owner no longer needs it",

@@ -16,21 +16,24 @@ which the extender turns into a retry for kube-scheduler rather than a failure.
 Vendor locks (`DeviceKind.node_lock`): some of HAMi's vendors also take a lock of their own at bind, a bare
 RFC 3339 time on the node that the vendor's node side removes once it served the pod. `acquire` takes those
 named for the pod in the same write as the mutex (so a mixed fleet serializes as HAMi's scheduler does), waits
-while another one is younger than its expiry (`VendorLockBusy`), and `release` removes them with the mutex.
+while another one is younger than its expiry (`VendorLockBusy`), and `release` removes, with the mutex, those of
+`vendor_locks` written with it (the same time to the second: this scheduler's, not another's taken since), so a pod
+that fails or vanishes before its Allocate leaves no vendor lock behind.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from hami.cluster.port import Cluster, ConflictError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, encode_node_lock
 from hami.errors import HamiError
+from hami.model import DeviceKind
 
-__all__ = ["LOCK_ANNOTATION", "NodeBusy", "NodeLocks", "VendorLock", "VendorLockBusy"]
+__all__ = ["LOCK_ANNOTATION", "NodeBusy", "NodeLocks", "VendorLock", "VendorLockBusy", "vendor_locks_of"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,11 @@ class VendorLockBusy(HamiError):
 
 VendorLock = tuple[str, timedelta]
 """A vendor lock to take: its node annotation and the age at which it is taken over."""
+
+
+def vendor_locks_of(kinds: Iterable[DeviceKind]) -> list[VendorLock]:
+    """The vendor locks (`DeviceKind.node_lock`) of these kinds."""
+    return [(k.node_lock, timedelta(seconds=k.node_lock_seconds)) for k in kinds if k.node_lock]
 
 
 def _vendor_lock_time(value: str, annotation: str) -> datetime | None:
@@ -162,8 +170,8 @@ class NodeLocks:
             delay = min(delay * 2, 0.1)
 
     def release(self, node: str, namespace: str, name: str, vendor_locks: Sequence[VendorLock] = ()) -> bool:
-        """Release the node's lock (and `vendor_locks` with it) if `namespace/name` holds it (or it is malformed);
-        True when released."""
+        """Release the node's lock if `namespace/name` holds it (or it is malformed), with the `vendor_locks` written
+        together with it; True when released."""
         for _ in range(10):
             obj = self.cluster.get("nodes", node)
             m = meta(obj)
@@ -174,7 +182,11 @@ class NodeLocks:
             if lock is not None and (lock.namespace, lock.name) != (namespace, name):
                 return False
             freed: dict[str, str | None] = {LOCK_ANNOTATION: None}
-            freed.update({a: None for a, _ in vendor_locks if a in annotations})
+            for annotation, _ in vendor_locks:
+                value = annotations.get(annotation)
+                when = _vendor_lock_time(value, annotation) if value else None
+                if lock is not None and when is not None and abs((when - lock.time).total_seconds()) < 1:
+                    freed[annotation] = None  # written with the mutex, by the same bind
             try:
                 self.cluster.patch_metadata("nodes", node, annotations=freed, resource_version=m.get("resourceVersion"))
                 return True

@@ -56,6 +56,14 @@ def test_cards_are_read_through_cndev(mlu_node: MachineHost) -> None:
     ]
 
 
+def test_each_card_has_its_numa_node_and_older_drivers_say_0(mlu_node: MachineHost) -> None:
+    cards = [("u-0", "MLU370-X8", 24576, 8, 1, 1, "-", 0), ("u-1", "MLU370-X8", 24576, 8, 1, 1, "-", 1)]
+    (found,) = mlu_node(cards).discover()["cambricon"]
+    assert [d.numa for d in found.devices] == [0, 1]
+    (old,) = mlu_node(cards, variant="old").discover()["cambricon"]
+    assert [d.numa for d in old.devices] == [0, 0]
+
+
 def test_older_drivers_without_memory_v2_give_the_same_cards(mlu_node: MachineHost) -> None:
     current = mlu_node().discover()["cambricon"]
     old = mlu_node(variant="old").discover()["cambricon"]

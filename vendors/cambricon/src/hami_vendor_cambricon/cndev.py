@@ -9,8 +9,9 @@ loaded ``RTLD_LAZY | RTLD_GLOBAL``, then ``cndevInit(0)``; ``cndevGetDeviceCount
 number); per card ``cndevGetDeviceHandleByIndex``, ``cndevGetUUID`` (``cndevUUID_t``: version, a 37-byte
 NUL-terminated string, the 64-bit NCS id), ``cndevGetCardNameStringByDevId``, the memory from
 ``cndevGetMemoryUsageV2`` (no version field; MB) where the library has it, else ``cndevGetMemoryUsage`` (versioned;
-MB), ``cndevGetCardHealthState`` (``health`` 0 is a card in trouble) and ``cndevGetCoreCount``. Every versioned
-struct is sent with ``version = CNDEV_VERSION_6``.
+MB), ``cndevGetCardHealthState`` (``health`` 0 is a card in trouble), ``cndevGetCoreCount`` and, where the
+library has it, ``cndevGetNUMANodeIdByDevId`` (else NUMA 0). Every versioned struct is sent with
+``version = CNDEV_VERSION_6``.
 
 The driver's slices (sMLU, what Cambricon's dynamic-sMLU plugin makes at Allocate) go through the same session:
 ``cndevGetSMLUMode``, ``cndevGetSMluProfileIdInfo`` / ``cndevGetSMluProfileInfo`` (profiles: a quota in percent
@@ -121,6 +122,10 @@ class _Health(ctypes.Structure):
 
 class _CoreCount(ctypes.Structure):
     _fields_ = [("version", ctypes.c_int32), ("count", ctypes.c_int32)]
+
+
+class _Numa(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("nodeId", ctypes.c_int32)]
 
 
 class _SmluMode(ctypes.Structure):
@@ -247,6 +252,7 @@ class MluCard:
     healthy: bool
     links: tuple[str, ...] = ()
     """The UUIDs this card's MLU-Link ports reach, one entry per port that is up (`Cndev.link_peers`)."""
+    numa: int = 0
 
 
 class Cndev:
@@ -323,6 +329,9 @@ class Cndev:
                 self._call("cndevGetCardHealthState", ctypes.byref(health), handle)
                 cores = _CoreCount(version=CNDEV_VERSION_6)
                 self._call("cndevGetCoreCount", ctypes.byref(cores), handle)
+                numa = _Numa(version=CNDEV_VERSION_6)
+                if hasattr(self._lib, "cndevGetNUMANodeIdByDevId"):
+                    self._call("cndevGetNUMANodeIdByDevId", ctypes.byref(numa), handle)
                 out.append(
                     MluCard(
                         index=i,
@@ -331,6 +340,7 @@ class Cndev:
                         memory_mib=self._memory_mib(handle),
                         cores=int(cores.count),
                         healthy=health.health != 0,
+                        numa=max(0, int(numa.nodeId)),
                     )
                 )
             return out

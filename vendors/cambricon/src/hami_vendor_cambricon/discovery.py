@@ -4,7 +4,7 @@ Owns the node runtime (`NodeRuntime`: the CNDev session, opened on first use and
 cards of the last read, which allocation and container edits use to turn a placement into card indices) and the
 `NodeInventory` of kind ``MLU``: per card the UUID (``MLU-<uuid>``, as Cambricon's device plugin names it), its
 CNDev index, 100 slots (HAMi's ``Count`` for an MLU), the memory in MiB, 100 % compute, the card name as type
-(``MLU370-X8``, which ``cambricon.com/use-mlutype`` matches), NUMA 0 and health.
+(``MLU370-X8``, which ``cambricon.com/use-mlutype`` matches), its NUMA node and health.
 
 What is published, and why: HAMi v2.10 has no register annotation for MLUs; its scheduler counts the MLUs from
 the node's ``cambricon.com/mlu.smlu.vcore`` capacity (100 per card) and splits the
@@ -175,7 +175,7 @@ def inventory(cards: Sequence[MluCard]) -> NodeInventory:
                 devmem=card.memory_mib,
                 devcore=100,
                 type=card.name or "MLU",
-                numa=0,
+                numa=card.numa,
                 health=card.healthy,
             )
         )

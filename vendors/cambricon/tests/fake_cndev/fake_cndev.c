@@ -1,8 +1,8 @@
 /* A fake libcndev.so, written from CNDev's documented interface (cndev.h): the calls the Cambricon plugin makes,
  * answering from a machine description in $FAKE_CNDEV_CONFIG, one card a line:
- *     <uuid> <card name> <memory MB> <MLU cores> <health: 1 healthy, 0 in trouble> [<sMLU mode 1/0> [<links>]]
+ *     <uuid> <card name> <memory MB> <MLU cores> <health: 1 healthy, 0 in trouble> [<sMLU mode 1/0> [<links> [<NUMA>]]]
  * where <links> is the comma-joined UUIDs (without MLU-) the card's MLU-Link ports reach, a port per entry, "-"
- * for a port that is down. $FAKE_CNDEV_FAIL names one call that returns CNDEV_ERROR_UNKNOWN (7);
+ * for a port that is down (a lone "-": no port at all), and <NUMA> the card's NUMA node (default 0). $FAKE_CNDEV_FAIL names one call that returns CNDEV_ERROR_UNKNOWN (7);
  * $FAKE_CNDEV_NO_INIT makes cndevInit answer CNDEV_ERROR_NO_DRIVER (1). Built with -DOLD_DRIVER it lacks
  * cndevGetMemoryUsageV2 (and the sMLU and MLU-Link calls), as older drivers do.
  *
@@ -52,6 +52,7 @@ typedef struct {
 typedef struct { int32_t version; int32_t health; int32_t deviceState; int32_t driverState; int32_t reserved[16]; }
     cndevCardHealthState_t;
 typedef struct { int32_t version; int32_t count; } cndevCardCoreCount_t;
+typedef struct { int32_t version; int32_t nodeId; } cndevNUMANodeId_t;
 
 typedef int32_t cndevMluInstance_t;
 typedef enum { CNDEV_FEATURE_DISABLED = 0, CNDEV_FEATURE_ENABLED = 1 } cndevEnableStatusEnum_t;
@@ -105,7 +106,7 @@ typedef struct {
 
 #define MAX_PORTS 8
 struct card {
-    char uuid[37]; char name[64]; long memory; int cores; int health; int smlu;
+    char uuid[37]; char name[64]; long memory; int cores; int health; int smlu; int numa;
     int nports; char peer[MAX_PORTS][37];
 };
 static struct card cards[MAX_CARDS];
@@ -126,9 +127,11 @@ static void load(void) {
         struct card *c = &cards[ncards];
         char links[600] = "";
         c->smlu = 1;
-        int n = sscanf(line, "%36s %63s %ld %d %d %d %599s", c->uuid, c->name, &c->memory, &c->cores, &c->health,
-                       &c->smlu, links);
+        c->numa = 0;
+        int n = sscanf(line, "%36s %63s %ld %d %d %d %599s %d", c->uuid, c->name, &c->memory, &c->cores, &c->health,
+                       &c->smlu, links, &c->numa);
         if (n < 5) break;
+        if (strcmp(links, "-") == 0) links[0] = '\0';
         c->nports = 0;
         for (char *save = NULL, *p = strtok_r(links, ",", &save); p != NULL && c->nports < MAX_PORTS;
              p = strtok_r(NULL, ",", &save)) {
@@ -219,6 +222,12 @@ EXPORT cndevRet_t cndevGetCoreCount(cndevCardCoreCount_t *info, cndevDevice_t de
 }
 
 #ifndef OLD_DRIVER
+EXPORT cndevRet_t cndevGetNUMANodeIdByDevId(cndevNUMANodeId_t *numa, cndevDevice_t dev) {
+    cndevRet_t r = check(dev, numa, "cndevGetNUMANodeIdByDevId");
+    if (r == CNDEV_SUCCESS) numa->nodeId = cards[dev].numa;
+    return r;
+}
+
 /* ---------------------------------------------------------------------------------------------- sMLU */
 
 #define MAX_PROFILES 128

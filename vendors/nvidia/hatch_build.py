@@ -2,9 +2,11 @@
 
 hatchling runs it for every build (``[tool.hatch.build.hooks.custom]``):
 
-- wheel: compiles hami-core's C core (``hami/isolation/*.c``, one copy, in ``core/``) and the NVIDIA hook layer
-  (``isolation/*.c``) with the system C compiler and ships the result as ``hami_vendor_nvidia/lib/libvgpu.so``;
-  the wheel is then platform-specific (``py3-none-<platform>``: the library does not depend on Python's ABI);
+- wheel: compiles hami-core's C core (``hami/isolation/*.c``, one copy, in ``core/``) with its CUDA-compatible
+  hook layer (``hami/isolation/cuda/``, every hook) and NVIDIA's part (``isolation/``: the driver's library names,
+  the variables' names, the export list) with the system C compiler and ships the result as
+  ``hami_vendor_nvidia/lib/libvgpu.so``; the wheel is then platform-specific (``py3-none-<platform>``: the
+  library does not depend on Python's ABI);
 - editable install: compiles into the source tree (``src/hami_vendor_nvidia/lib/libvgpu.so``, ignored by git),
   where the editable package is imported from; rerun the install (or this file, ``python hatch_build.py``) after
   changing C sources;
@@ -77,6 +79,7 @@ SPEC = _build.LibrarySpec(
     what="CUDA isolation library",
     hooks=HERE / "isolation",
     version_script="libvgpu.map",
+    layers=("cuda",),
 )
 
 

@@ -8,100 +8,43 @@
  * Counted once: an AscendCL hook admits its call as one launch and marks the thread (depth > 0) while it runs, so
  * the runtime hooks underneath pass their launches straight through.
  *
- * The share is device time, measured: when the limiter asks for a measurement, the launch is bracketed by two
- * runtime events on its own stream; the elapsed time between them is the device's time for that work, read later
- * without waiting (rtEventQuery at a later measurement), or at once when the limiter has no estimate yet. Each
- * thread has several event pairs (created once per device), so a measurement waiting behind a deep queue does not
- * keep the next kinds of work from being measured: with one pair, work that always follows the same other work
- * can miss every chance to be measured and be charged the average of small kernels (seen with a fixed mix of
- * launch kinds). Without a limit the fast path is one call into the core and the real launch.
+ * The share is device time, measured: when the limiter asks for a measurement, the core's launch timer
+ * (hookkit.c) brackets the launch by two runtime events on its own stream (several pairs per thread, created once
+ * per device: with one pair, work that always follows the same other work can miss every chance to be measured);
+ * the elapsed time between them is the device's time for that work. Without a limit the fast path is one call
+ * into the core and the real launch.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+
 #include "vnpu.h"
 
-static _Atomic int g_timing_broken;
+/* The runtime's events, for the core's launch timer (hookkit.c). */
+static int event_create(void **event) { return hami_real.rtEventCreate((rtEvent_t *)event); }
+static void event_destroy(void *event) {
+    if (hami_real.rtEventDestroy) hami_real.rtEventDestroy((rtEvent_t)event);
+}
+static int event_record(void *event, void *stream) { return hami_real.rtEventRecord((rtEvent_t)event, (rtStream_t)stream); }
+static int event_query(void *event) { return hami_real.rtEventQuery((rtEvent_t)event); }
+static int event_elapsed(float *ms, void *start, void *end) {
+    return hami_real.rtEventElapsedTime(ms, (rtEvent_t)start, (rtEvent_t)end);
+}
+static int event_synchronize(void *event) { return hami_real.rtEventSynchronize((rtEvent_t)event); }
 
-static void timing_broken(const char *what, int r) {
-    if (!atomic_exchange(&g_timing_broken, 1))
-        HAMI_LOG(HAMI_LOG_WARN, "%s failed (%d): launches cannot be timed, so the compute limit cannot be enforced",
-                 what, r);
+static hami_iso_events g_events = {.api = "rtEvent", .destroy = event_destroy};
+static pthread_once_t g_events_once = PTHREAD_ONCE_INIT;
+
+static void find_events(void) { /* the event table lists only the functions the runtime has */
+    if (hami_real.rtEventCreate) g_events.create = event_create;
+    if (hami_real.rtEventRecord) g_events.record = event_record;
+    if (hami_real.rtEventQuery) g_events.query = event_query;
+    if (hami_real.rtEventElapsedTime) g_events.elapsed_ms = event_elapsed;
+    if (hami_real.rtEventSynchronize) g_events.synchronize = event_synchronize;
 }
 
-/* Reports a busy slot's measurement if the device got past its end event; returns whether the slot is free. */
-static int collect(struct hami_vnpu_timing *slot) {
-    if (hami_real.rtEventQuery(slot->end) != RT_ERROR_NONE) {
-        if (++slot->misses < 100000u) return 0;
-        slot->busy = 0; /* an event that never completes: give it up rather than never timing again */
-        return 1;
-    }
-    slot->busy = 0;
-    float ms = 0;
-    if (hami_real.rtEventElapsedTime(&ms, slot->start, slot->end) == RT_ERROR_NONE && ms >= 0)
-        hami_iso_launch_timed(&slot->launch, (uint64_t)((double)ms * 1e6));
-    return 1;
-}
-
-static void drop_events(struct hami_vnpu_thread *t) {
-    for (int i = 0; i < HAMI_VNPU_TIMINGS; i++) {
-        struct hami_vnpu_timing *slot = &t->timings[i];
-        if (slot->start && hami_real.rtEventDestroy) hami_real.rtEventDestroy(slot->start);
-        if (slot->end && hami_real.rtEventDestroy) hami_real.rtEventDestroy(slot->end);
-        slot->start = slot->end = NULL;
-        slot->busy = 0;
-    }
-}
-
-/* The thread's event pairs for `device`, created on first use (and again when the thread changes device). */
-static int have_events(struct hami_vnpu_thread *t, int device) {
-    if (t->timings[0].start && t->events_device == device) return 1;
-    if (!hami_real.rtEventCreate || !hami_real.rtEventRecord || !hami_real.rtEventQuery ||
-        !hami_real.rtEventElapsedTime || !hami_real.rtEventSynchronize) {
-        timing_broken("finding the runtime's event functions", ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
-        return 0;
-    }
-    drop_events(t);
-    for (int i = 0; i < HAMI_VNPU_TIMINGS; i++) {
-        struct hami_vnpu_timing *slot = &t->timings[i];
-        rtError_t r = hami_real.rtEventCreate(&slot->start);
-        if (r == RT_ERROR_NONE) r = hami_real.rtEventCreate(&slot->end);
-        if (r != RT_ERROR_NONE) {
-            HAMI_LOG(HAMI_LOG_DEBUG, "rtEventCreate failed (%d): this launch is not timed", r);
-            drop_events(t);
-            return 0;
-        }
-    }
-    t->events_device = device;
-    return 1;
-}
-
-/* Before a launch the limiter wants timed: records the start event of a free slot; returns that slot, or NULL
- * when the launch is not timed (every slot is still waiting for the device). */
-static struct hami_vnpu_timing *time_begin(int device, rtStream_t stream) {
-    struct hami_vnpu_thread *t = &hami_vnpu_tls;
-    if (atomic_load_explicit(&g_timing_broken, memory_order_relaxed) || !have_events(t, device)) return NULL;
-    struct hami_vnpu_timing *free_slot = NULL;
-    for (int i = 0; i < HAMI_VNPU_TIMINGS && !free_slot; i++) {
-        struct hami_vnpu_timing *slot = &t->timings[i];
-        if (!slot->busy || collect(slot)) free_slot = slot;
-    }
-    if (!free_slot) return NULL;
-    rtError_t r = hami_real.rtEventRecord(free_slot->start, stream);
-    if (r != RT_ERROR_NONE) {
-        HAMI_LOG(HAMI_LOG_DEBUG, "rtEventRecord failed (%d): this launch is not timed", r);
-        return NULL;
-    }
-    return free_slot;
-}
-
-static void time_end(struct hami_vnpu_timing *slot, int decision, rtStream_t stream, int launched,
-                     const hami_iso_launch *launch) {
-    if (!slot || launched != 0) return;
-    if (hami_real.rtEventRecord(slot->end, stream) != RT_ERROR_NONE) return;
-    slot->launch = *launch;
-    slot->busy = 1;
-    slot->misses = 0;
-    if (decision == HAMI_ISO_LAUNCH_TIME_NOW && hami_real.rtEventSynchronize(slot->end) == RT_ERROR_NONE)
-        collect(slot);
+static const hami_iso_events *events(void) {
+    pthread_once(&g_events_once, find_events);
+    return &g_events;
 }
 
 /* A runtime launch: passed through inside an AscendCL hook that already admitted it, else admitted here. */
@@ -109,14 +52,7 @@ static void time_end(struct hami_vnpu_timing *slot, int decision, rtStream_t str
     HAMI_RT_ENTER(name);                                                                                       \
     if (hami_vnpu_tls.depth) return hami_real.call;                                                            \
     int device = hami_vnpu_device();                                                                           \
-    hami_iso_launch launch;                                                                                    \
-    int decision =                                                                                             \
-        hami_iso_launch_admit(device, (uint64_t)(uintptr_t)(kernel), (work), (void *)(stream), &launch);       \
-    if (HAMI_LIKELY(decision == HAMI_ISO_LAUNCH_GO)) return hami_real.call;                                    \
-    struct hami_vnpu_timing *slot = time_begin(device, (stream));                                              \
-    rtError_t r = hami_real.call;                                                                              \
-    time_end(slot, decision, (stream), r, &launch);                                                          \
-    return r;
+    HAMI_ISO_LAUNCH(events(), device, (uint64_t)device, (kernel), (work), (stream), rtError_t, hami_real.call);
 
 /* An AscendCL launch: admitted here as one launch; the runtime calls underneath pass straight through. */
 #define ACL_LAUNCH(name, kernel, work, stream, call)                                                           \
@@ -127,11 +63,12 @@ static void time_end(struct hami_vnpu_timing *slot, int decision, rtStream_t str
     hami_iso_launch launch;                                                                                    \
     int decision =                                                                                             \
         hami_iso_launch_admit(device, (uint64_t)(uintptr_t)(kernel), (work), (void *)(stream), &launch);       \
-    struct hami_vnpu_timing *slot = decision == HAMI_ISO_LAUNCH_GO ? NULL : time_begin(device, (stream));      \
+    hami_iso_timing *timing =                                                                                  \
+        decision == HAMI_ISO_LAUNCH_GO ? NULL : hami_iso_time_begin(events(), (uint64_t)device, (void *)(stream)); \
     t->depth++;                                                                                                \
     aclError r = hami_real.call;                                                                               \
     t->depth--;                                                                                                \
-    time_end(slot, decision, (stream), r, &launch);                                                            \
+    hami_iso_time_end(events(), timing, decision, (void *)(stream), r, &launch);                              \
     return r;
 
 /* ---- the runtime layer --------------------------------------------------------------------------------- */

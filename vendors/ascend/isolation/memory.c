@@ -28,16 +28,13 @@
 
 static inline int reserve(int device, uint64_t bytes) { return hami_iso_memory_reserve(device, bytes); }
 
-static void remember(uint32_t kind, uint64_t key, int device, uint64_t size) {
-    hami_iso_allocation a = {size, OWNER_OF(device), device, kind};
-    if (hami_iso_track(kind, key, &a) != 0) hami_iso_memory_release(device, size); /* never freed: uncount */
+static inline void remember(uint32_t kind, uint64_t key, int device, uint64_t size) {
+    hami_iso_remember(kind, key, device, size, OWNER_OF(device));
 }
 
 /* After the real free of (kind, key) answered: release what was counted, or keep counting if it failed. */
-static void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, int r) {
-    if (!known) return;
-    if (r == 0) hami_iso_memory_release(a->device, a->size);
-    else hami_iso_track(kind, key, a);
+static inline void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, int r) {
+    hami_iso_forgotten(kind, key, known, a, r == 0);
 }
 
 /* ---- the runtime layer --------------------------------------------------------------------------------- */
@@ -197,19 +194,7 @@ HAMI_EXPORT aclError aclrtFreePhysical(aclrtDrvMemHandle handle) {
 /* ---- queries -------------------------------------------------------------------------------------------- */
 
 /* The container's view of the current device's memory, from the physical numbers. */
-static void limited_view(size_t *free, size_t *total) {
-    int device = hami_vnpu_device();
-    uint64_t limit = hami_iso_memory_limit(device);
-    if (!limit) return;
-    uint64_t in_use = hami_iso_memory_used(device);
-    uint64_t physical_total = *total, physical_free = *free;
-    int over = hami_iso_oversubscribe();
-    uint64_t view_total = over || limit < physical_total ? limit : physical_total;
-    uint64_t view_free = in_use >= view_total ? 0 : view_total - in_use;
-    if (!over && view_free > physical_free) view_free = physical_free;
-    *total = (size_t)view_total;
-    *free = (size_t)view_free;
-}
+static inline void limited_view(size_t *free, size_t *total) { hami_iso_memory_view_sizes(hami_vnpu_device(), free, total); }
 
 HAMI_EXPORT rtError_t rtMemGetInfoEx(rtMemInfoType_t memInfoType, size_t *free, size_t *total) {
     HAMI_RT_ENTER(rtMemGetInfoEx);

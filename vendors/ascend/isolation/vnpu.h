@@ -106,8 +106,6 @@ static inline int hami_vnpu_acl(void) {
         if (HAMI_UNLIKELY(hami_log_level >= HAMI_LOG_TRACE)) hami_log(HAMI_LOG_TRACE, "%s", #name);             \
     } while (0)
 
-#define HAMI_VNPU_TIMINGS 8
-
 /* The calling thread's state. */
 struct hami_vnpu_thread {
     int device; /* current device, cached; the device-changing hooks invalidate it */
@@ -119,15 +117,6 @@ struct hami_vnpu_thread {
     int pending_taken;  /* a runtime allocation hook underneath took that reservation over */
     int pending_device;
     uint64_t pending_bytes;
-    /* launches being timed (launch.c): several at once, so that every kind of work gets measured even when
-     * measurements take long to come back (a deep queue) and kinds of work follow each other in a fixed order */
-    int events_device;
-    struct hami_vnpu_timing {
-        rtEvent_t start, end;
-        int busy;
-        uint32_t misses; /* queries of the end event that found it not reached yet */
-        hami_iso_launch launch;
-    } timings[HAMI_VNPU_TIMINGS];
 };
 
 extern _Thread_local struct hami_vnpu_thread hami_vnpu_tls __attribute__((tls_model("initial-exec")));

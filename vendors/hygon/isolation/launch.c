@@ -4,104 +4,49 @@
  * (hipModuleLaunchKernel, hipModuleLaunchCooperativeKernel, hipExtModuleLaunchKernel, hipHccModuleLaunchKernel)
  * and graph launches (hipGraphLaunch). Launches from inside the HIP runtime pass straight through (runtime.c).
  *
- * The share is device time, measured: when the limiter asks for a measurement, the launch is bracketed by two HIP
- * events on its own stream; the elapsed time between them is the device's time for that work, read later without
- * waiting (hipEventQuery at a later measurement), or at once when the limiter has no estimate yet. Each thread has
- * several event pairs (created once per device), so a measurement waiting behind a deep queue does not keep the
- * next kinds of work from being measured. Without a limit the fast path is one call into the core and the launch.
+ * The share is device time, measured: when the limiter asks for a measurement, the core's launch timer (hookkit.c)
+ * brackets the launch by two HIP events on its own stream (several pairs per thread, created once per device); the
+ * elapsed time between them is the device's time for that work. Without a limit the fast path is one call into the
+ * core and the launch.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+
 #include "vdcu.h"
 
-static _Atomic int g_timing_broken;
+/* HIP's events, for the core's launch timer (hookkit.c). */
+static int event_create(void **event) { return hami_real.hipEventCreate((hipEvent_t *)event); }
+static void event_destroy(void *event) {
+    if (hami_real.hipEventDestroy) hami_real.hipEventDestroy((hipEvent_t)event);
+}
+static int event_record(void *event, void *stream) { return hami_real.hipEventRecord((hipEvent_t)event, (hipStream_t)stream); }
+static int event_query(void *event) { return hami_real.hipEventQuery((hipEvent_t)event); }
+static int event_elapsed(float *ms, void *start, void *end) {
+    return hami_real.hipEventElapsedTime(ms, (hipEvent_t)start, (hipEvent_t)end);
+}
+static int event_synchronize(void *event) { return hami_real.hipEventSynchronize((hipEvent_t)event); }
 
-static void timing_broken(const char *what, int r) {
-    if (!atomic_exchange(&g_timing_broken, 1))
-        HAMI_LOG(HAMI_LOG_WARN, "%s failed (%d): launches cannot be timed, so the compute limit cannot be enforced",
-                 what, r);
+static hami_iso_events g_events = {.api = "hipEvent", .destroy = event_destroy};
+static pthread_once_t g_events_once = PTHREAD_ONCE_INIT;
+
+static void find_events(void) { /* the event table lists only the functions the runtime has */
+    if (hami_real.hipEventCreate) g_events.create = event_create;
+    if (hami_real.hipEventRecord) g_events.record = event_record;
+    if (hami_real.hipEventQuery) g_events.query = event_query;
+    if (hami_real.hipEventElapsedTime) g_events.elapsed_ms = event_elapsed;
+    if (hami_real.hipEventSynchronize) g_events.synchronize = event_synchronize;
 }
 
-static int collect(struct hami_vdcu_timing *slot) {
-    if (hami_real.hipEventQuery(slot->end) != hipSuccess) {
-        if (++slot->misses < 100000u) return 0;
-        slot->busy = 0;
-        return 1;
-    }
-    slot->busy = 0;
-    float ms = 0;
-    if (hami_real.hipEventElapsedTime(&ms, slot->start, slot->end) == hipSuccess && ms >= 0)
-        hami_iso_launch_timed(&slot->launch, (uint64_t)((double)ms * 1e6));
-    return 1;
-}
-
-static void drop_events(struct hami_vdcu_thread *t) {
-    for (int i = 0; i < HAMI_VDCU_TIMINGS; i++) {
-        struct hami_vdcu_timing *slot = &t->timings[i];
-        if (slot->start && hami_real.hipEventDestroy) hami_real.hipEventDestroy(slot->start);
-        if (slot->end && hami_real.hipEventDestroy) hami_real.hipEventDestroy(slot->end);
-        slot->start = slot->end = NULL;
-        slot->busy = 0;
-    }
-}
-
-static int have_events(struct hami_vdcu_thread *t, int device) {
-    if (t->timings[0].start && t->events_device == device) return 1;
-    if (!hami_real.hipEventCreate || !hami_real.hipEventRecord || !hami_real.hipEventQuery ||
-        !hami_real.hipEventElapsedTime || !hami_real.hipEventSynchronize) {
-        timing_broken("finding the runtime's event functions", hipErrorNotSupported);
-        return 0;
-    }
-    drop_events(t);
-    for (int i = 0; i < HAMI_VDCU_TIMINGS; i++) {
-        struct hami_vdcu_timing *slot = &t->timings[i];
-        hipError_t r = hami_real.hipEventCreate(&slot->start);
-        if (r == hipSuccess) r = hami_real.hipEventCreate(&slot->end);
-        if (r != hipSuccess) {
-            HAMI_LOG(HAMI_LOG_DEBUG, "hipEventCreate failed (%d): this launch is not timed", r);
-            drop_events(t);
-            return 0;
-        }
-    }
-    t->events_device = device;
-    return 1;
-}
-
-static struct hami_vdcu_timing *time_begin(int device, hipStream_t stream) {
-    struct hami_vdcu_thread *t = &hami_vdcu_tls;
-    if (atomic_load_explicit(&g_timing_broken, memory_order_relaxed) || !have_events(t, device)) return NULL;
-    struct hami_vdcu_timing *free_slot = NULL;
-    for (int i = 0; i < HAMI_VDCU_TIMINGS && !free_slot; i++) {
-        struct hami_vdcu_timing *slot = &t->timings[i];
-        if (!slot->busy || collect(slot)) free_slot = slot;
-    }
-    if (!free_slot) return NULL;
-    if (hami_real.hipEventRecord(free_slot->start, stream) != hipSuccess) return NULL;
-    return free_slot;
-}
-
-static void time_end(struct hami_vdcu_timing *slot, int decision, hipStream_t stream, hipError_t launched,
-                     const hami_iso_launch *launch) {
-    if (!slot || launched != hipSuccess) return;
-    if (hami_real.hipEventRecord(slot->end, stream) != hipSuccess) return;
-    slot->launch = *launch;
-    slot->busy = 1;
-    slot->misses = 0;
-    if (decision == HAMI_ISO_LAUNCH_TIME_NOW && hami_real.hipEventSynchronize(slot->end) == hipSuccess)
-        collect(slot);
+static const hami_iso_events *events(void) {
+    pthread_once(&g_events_once, find_events);
+    return &g_events;
 }
 
 #define LAUNCH(name, kernel, work, stream, call)                                                               \
     HAMI_HIP_ENTER(name);                                                                                      \
     if (hami_vdcu_from_hip(__builtin_return_address(0))) return hami_real.call;                                \
     int device = hami_vdcu_device();                                                                           \
-    hami_iso_launch launch;                                                                                    \
-    int decision =                                                                                             \
-        hami_iso_launch_admit(device, (uint64_t)(uintptr_t)(kernel), (work), (void *)(stream), &launch);       \
-    if (HAMI_LIKELY(decision == HAMI_ISO_LAUNCH_GO)) return hami_real.call;                                    \
-    struct hami_vdcu_timing *slot = time_begin(device, (stream));                                              \
-    hipError_t r = hami_real.call;                                                                             \
-    time_end(slot, decision, (stream), r, &launch);                                                            \
-    return r;
+    HAMI_ISO_LAUNCH(events(), device, (uint64_t)device, (kernel), (work), (stream), hipError_t, hami_real.call);
 
 static inline uint64_t blocks(dim3 g) { return (uint64_t)g.x * g.y * g.z; }
 

@@ -22,15 +22,12 @@
 #define OWNER_OF(device) ((uint64_t)(device) + 1u)
 #define FROM_HIP() hami_vdcu_from_hip(__builtin_return_address(0))
 
-static void remember(uint32_t kind, uint64_t key, int device, uint64_t size) {
-    hami_iso_allocation a = {size, OWNER_OF(device), device, kind};
-    if (hami_iso_track(kind, key, &a) != 0) hami_iso_memory_release(device, size);
+static inline void remember(uint32_t kind, uint64_t key, int device, uint64_t size) {
+    hami_iso_remember(kind, key, device, size, OWNER_OF(device));
 }
 
-static void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, hipError_t r) {
-    if (!known) return;
-    if (r == hipSuccess) hami_iso_memory_release(a->device, a->size);
-    else hami_iso_track(kind, key, a);
+static inline void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, hipError_t r) {
+    hami_iso_forgotten(kind, key, known, a, r == hipSuccess);
 }
 
 /* A pointer allocation of `size` bytes on the current device around `call`. */
@@ -139,30 +136,16 @@ HAMI_EXPORT hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle) {
 
 /* ---- queries -------------------------------------------------------------------------------------------- */
 
-static void limited_view(int device, size_t *free, size_t *total) {
-    uint64_t limit = hami_iso_memory_limit(device);
-    if (!limit) return;
-    uint64_t in_use = hami_iso_memory_used(device);
-    uint64_t physical_total = *total, physical_free = free ? *free : 0;
-    int over = hami_iso_oversubscribe();
-    uint64_t view_total = over || limit < physical_total ? limit : physical_total;
-    *total = (size_t)view_total;
-    if (!free) return;
-    uint64_t view_free = in_use >= view_total ? 0 : view_total - in_use;
-    if (!over && view_free > physical_free) view_free = physical_free;
-    *free = (size_t)view_free;
-}
-
 HAMI_EXPORT hipError_t hipMemGetInfo(size_t *free, size_t *total) {
     HAMI_HIP_ENTER(hipMemGetInfo);
     hipError_t r = hami_real.hipMemGetInfo(free, total);
-    if (r == hipSuccess && free && total) limited_view(hami_vdcu_device(), free, total);
+    if (r == hipSuccess && free && total) hami_iso_memory_view_sizes(hami_vdcu_device(), free, total);
     return r;
 }
 
 HAMI_EXPORT hipError_t hipDeviceTotalMem(size_t *bytes, hipDevice_t device) {
     HAMI_HIP_ENTER(hipDeviceTotalMem);
     hipError_t r = hami_real.hipDeviceTotalMem(bytes, device);
-    if (r == hipSuccess && bytes) limited_view(device, NULL, bytes);
+    if (r == hipSuccess && bytes) hami_iso_memory_view_sizes(device, NULL, bytes);
     return r;
 }

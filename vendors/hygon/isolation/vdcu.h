@@ -89,18 +89,9 @@ static inline int hami_vdcu_from_hip(const void *caller) {
         if (HAMI_UNLIKELY(hami_log_level >= HAMI_LOG_TRACE)) hami_log(HAMI_LOG_TRACE, "%s", #name);             \
     } while (0)
 
-#define HAMI_VDCU_TIMINGS 8
-
 struct hami_vdcu_thread {
     int device; /* current device, cached; hipSetDevice invalidates it */
     int valid;
-    int events_device;
-    struct hami_vdcu_timing {
-        hipEvent_t start, end;
-        int busy;
-        uint32_t misses;
-        hami_iso_launch launch;
-    } timings[HAMI_VDCU_TIMINGS];
 };
 
 extern _Thread_local struct hami_vdcu_thread hami_vdcu_tls __attribute__((tls_model("initial-exec")));

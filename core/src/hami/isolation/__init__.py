@@ -2,9 +2,10 @@
 
 This package ships the C core's sources (``include/hami_isolation.h`` and the ``*.c`` files next to this module)
 as package data: a vendor package's build compiles them together with its own hooks into its isolation library
-(``libvgpu.so`` for NVIDIA). ``LAYOUT.md`` documents the accounting file the library writes; ``accounting``
-reads it for the node daemon's monitor; ``GRANT.md`` documents the container's grant, which ``grant``
-writes. Nothing here loads or runs native code.
+(``libvgpu.so`` for NVIDIA), with the hook layers in subdirectories that a library may be built on (``cuda/``:
+every hook over a CUDA-compatible driver API, ``cuda/README.md``). ``LAYOUT.md`` documents the accounting file
+the library writes; ``accounting`` reads it for the node daemon's monitor; ``GRANT.md`` documents the container's
+grant, which ``grant`` writes. Nothing here loads or runs native code.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The one place that knows how an isolation library is built and packaged, called 
 build hook (``vendors/<name>/hatch_build.py``). A vendor describes its library once (`LibrarySpec`: distribution,
 package, library file, hook sources, export map) and the hook calls `hatch_initialize` from its ``initialize``:
 
-- wheel: compiles the C core (``hami/isolation/*.c``) and the vendor's hooks (``<vendor>/isolation/*.c``) with the
+- wheel: compiles the C core (``hami/isolation/*.c``), the hook layers it names (``hami/isolation/<layer>/*.c``,
+  e.g. ``cuda``, the CUDA-compatible layer) and the vendor's hooks (``<vendor>/isolation/*.c``) with the
   system C compiler (C11, warnings as errors, hidden visibility, the vendor's version script as the export list)
   and ships the result as ``<package>/lib/<library>``; the wheel is then platform-specific
   (``py3-none-<platform>``: the library does not depend on Python's ABI);
@@ -50,7 +51,7 @@ __all__ = [
 
 SDIST_CORE = "isolation/_core"
 """Where an sdist carries the C core, relative to the vendor package's root."""
-CORE_FILES = ("*.c", "*.h", "include/*.h", "LAYOUT.md", "GRANT.md", "build.py")
+CORE_FILES = ("*.c", "*.h", "include/*.h", "LAYOUT.md", "GRANT.md", "build.py", "*/*.c", "*/*.h", "*/README.md")
 """The files of the C core an sdist needs (globs relative to the core's directory)."""
 CORE_DIR_ENV = "HAMI_ISOLATION_CORE_DIR"
 """Environment variable naming the C core's directory, tried before anything else."""
@@ -91,6 +92,10 @@ class LibrarySpec:
     """The export list, a linker version script inside `hooks`."""
     libraries: tuple[str, ...] = ("dl",)
     """Libraries to link (``-l<name>``)."""
+    layers: tuple[str, ...] = ()
+    """Hook layers of the core the library is built on: subdirectories of the C core whose ``*.c`` are compiled in
+    and whose headers are on the include path, e.g. ``("cuda",)``, the CUDA-compatible hook layer
+    (``cuda/hami_cuda.h`` says what the vendor's ``hami_cuda_vendor.h`` in `hooks` must define)."""
 
     @property
     def wheel_path(self) -> str:
@@ -132,13 +137,22 @@ def compile_library(spec: LibrarySpec, output: Path, core: Path, compiler: list[
     """Compile the C core in `core` and the vendor's hooks into `output`; returns it."""
     cc = compiler if compiler is not None else find_compiler(spec)
     hooks = spec.hooks
-    sources = sorted(core.glob("*.c")) + sorted(hooks.glob("*.c"))
+    layers = [core / layer for layer in spec.layers]
+    for layer in layers:
+        if not layer.is_dir():
+            raise IsolationLibraryError(
+                f"{spec.library} is built on the hook layer {layer.name!r}, which the C core in {core} does not "
+                "have: build against a hami-core of the same version"
+            )
+    sources = sorted(core.glob("*.c")) + [c for layer in layers for c in sorted(layer.glob("*.c"))]
+    sources += sorted(hooks.glob("*.c"))
     output.parent.mkdir(parents=True, exist_ok=True)
     command = [
         *cc,
         *CFLAGS,
         f"-I{core / 'include'}",
         f"-I{core}",
+        *(f"-I{layer}" for layer in layers),
         f"-I{hooks}",
         *map(str, sources),
         "-shared",

@@ -13,6 +13,8 @@
       SETUP = IsolationSetup(package="hami_vendor_myvendor", library="libvmy.so", fakes=..., client=..., ...)
       build, sandbox = fixtures(SETUP)
 
+- `hami.testing.cuda`: the test kit of a library on the core's CUDA-compatible hook layer (fake CUDA-compatible
+  driver and NVML-compatible library, the client's CUDA side, the hooked functions, `cuda_isolation_setup`).
 - `hami.testing.isolation`: the isolation checks every vendor runs in its sandbox (`CrashTests`, `StartupTests`)
   and the device-time share measurement; `hami.testing.isolation_benchmark`: the library overhead benchmark.
 """

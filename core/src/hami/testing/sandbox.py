@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from hami.isolation import accounting
-from hami.isolation import sources as core_sources
+from hami.isolation import source_dir as core_source_dir
 from hami.isolation.grant import CONTROL_SIZE
 
 __all__ = [
@@ -146,7 +146,8 @@ class IsolationSetup:
         if f"/src/{self.package}/" in path.as_posix():  # an editable install: it may be older than the C sources
             hooks = self.project / "isolation"
             newest = max(
-                (*hooks.glob("*.[ch]"), *core_sources(), *hooks.glob("*.map")), key=lambda p: p.stat().st_mtime
+                (*hooks.glob("*.[ch]"), *core_source_dir().rglob("*.[ch]"), *hooks.glob("*.map")),
+                key=lambda p: p.stat().st_mtime,
             )
             if newest.stat().st_mtime > path.stat().st_mtime:
                 raise SandboxError(

@@ -15,6 +15,11 @@
  * everything, so a vendor library fails closed by calling it before every allocation), the accounting file
  * shared by all processes of a container (LAYOUT.md documents it), the compute limiter and logging.
  *
+ * What every vendor's hooks do the same way is here too (hookkit.c): remembering and forgetting allocations,
+ * the container's view for memory queries, and launches timed with the vendor's events (HAMI_ISO_LAUNCH). A vendor
+ * whose driver API is CUDA's (under any prefix) writes no hooks at all: the core's CUDA-compatible hook layer
+ * (cuda/, cuda/README.md) has them, and the vendor names its libraries, symbols and variables.
+ *
  * Everything here is thread-safe. Nothing here calls the vendor's API: the core never loads a driver.
  * Symbols are hidden: the vendor library exports only its hooks.
  */
@@ -142,6 +147,71 @@ int hami_iso_launch_admit(int device, uint64_t kernel, uint64_t work, void *stre
 
 /* Report the measured device time of a launch admitted with TIME or TIME_NOW. */
 void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns);
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* What every vendor's hooks do the same way (hookkit.c)                                                    */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* After the driver allocated `size` bytes that hami_iso_memory_reserve() counted: remember them under (kind, key);
+ * when that fails (out of host memory) the reservation is given back, so nothing stays counted that no free finds. */
+void hami_iso_remember(uint32_t kind, uint64_t key, int device, uint64_t size, uint64_t owner);
+
+/* After the driver answered a free of (kind, key) that hami_iso_untrack() found (`known`) as `a`: release what was
+ * counted when the free succeeded (`freed` non-zero), else remember it again (the memory is still held). */
+void hami_iso_forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, int freed);
+
+/* The container's view of `device`'s memory, from the driver's physical numbers (updated in place): total =
+ * min(limit, physical) (the limit itself when oversubscribing), free = min(total - used, physical free), never
+ * below zero; `used` (may be NULL) = what the container counted. Returns 0 and changes nothing without a limit.
+ * `free` may be NULL (a total-only query). */
+int hami_iso_memory_view(int device, uint64_t *total, uint64_t *free, uint64_t *used);
+
+/* The same for the common (size_t *free, size_t *total) query; `free` may be NULL. Returns what the above does. */
+int hami_iso_memory_view_sizes(int device, size_t *free, size_t *total);
+
+/* Timing launches with the vendor's events, for the limiter's measurements (HAMI_ISO_LAUNCH_TIME[_NOW]). The
+ * vendor adapts its event API to this table (each function returns 0 on success, like the APIs themselves). Every
+ * thread keeps HAMI_ISO_TIMINGS event pairs, created on first use and again when the thread's `owner` (its device,
+ * or its context where events belong to one) changes, so that a measurement waiting behind a deep queue does not
+ * keep the next kinds of work from being measured. */
+typedef struct hami_iso_events {
+    const char *api;                                      /* for messages: "hipEvent", "cuEvent", ... */
+    int (*create)(void **event);
+    void (*destroy)(void *event);
+    int (*record)(void *event, void *stream);
+    int (*query)(void *event);                            /* 0 once the device got past the event */
+    int (*elapsed_ms)(float *ms, void *start, void *end);
+    int (*synchronize)(void *event);
+    int (*capturing)(void *stream);                       /* optional: non-zero = never add events to `stream` */
+} hami_iso_events;
+
+#define HAMI_ISO_TIMINGS 8
+
+typedef struct hami_iso_timing hami_iso_timing;
+
+/* Before a launch the limiter wants timed: records a free pair's start event on `stream`; returns the pair, or
+ * NULL when this launch is not timed (no event API, every pair still waiting for the device, a captured stream). */
+hami_iso_timing *hami_iso_time_begin(const hami_iso_events *events, uint64_t owner, void *stream);
+
+/* After the launch: records the end event (when `launched` is 0, the API's success) and, for TIME_NOW, waits for
+ * it and reports the measurement at once; otherwise a later hami_iso_time_begin() of the thread reports it. */
+void hami_iso_time_end(const hami_iso_events *events, hami_iso_timing *timing, int decision, void *stream,
+                       int launched, const hami_iso_launch *launch);
+
+/* The body of a launch hook, after the vendor's entry checks: admit the launch (`kernel`, `work` units on `device`
+ * through `stream`), make the real call (`call`, an expression of type `result_type`; 0 is success), time it when
+ * the limiter asks (`owner` as for hami_iso_time_begin), and return its result. */
+#define HAMI_ISO_LAUNCH(events, device, owner, kernel, work, stream, result_type, call)                          \
+    do {                                                                                                       \
+        hami_iso_launch launch_;                                                                               \
+        int decision_ = hami_iso_launch_admit((device), (uint64_t)(uintptr_t)(kernel), (work),                 \
+                                              (void *)(stream), &launch_);                                     \
+        if (__builtin_expect(decision_ == HAMI_ISO_LAUNCH_GO, 1)) return call;                                 \
+        hami_iso_timing *timing_ = hami_iso_time_begin((events), (owner), (void *)(stream));                  \
+        result_type r_ = call;                                                                                 \
+        hami_iso_time_end((events), timing_, decision_, (void *)(stream), (int)r_, &launch_);                 \
+        return r_;                                                                                             \
+    } while (0)
 
 /* ------------------------------------------------------------------------------------------------------ */
 /* Lookups (lookup.c): the core defines dlvsym, dlopen and dlmopen; a vendor exports them (its version script)  */

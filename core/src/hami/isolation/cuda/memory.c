@@ -17,49 +17,46 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "vgpu.h"
+#include "hami_cuda.h"
 
 static inline CUresult reserve(int device, uint64_t bytes) {
     return hami_iso_memory_reserve(device, bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static void remember(uint32_t kind, uint64_t key, int device, uint64_t size, uint64_t owner) {
-    hami_iso_allocation a = {size, owner, device, kind};
-    if (hami_iso_track(kind, key, &a) != 0) hami_iso_memory_release(device, size); /* never freed: uncount */
+static inline void remember(uint32_t kind, uint64_t key, int device, uint64_t size, uint64_t owner) {
+    hami_iso_remember(kind, key, device, size, owner);
 }
 
 /* After the driver answered a free of (kind, key): release what was counted, or keep counting if it failed. */
-static void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, CUresult r) {
-    if (!known) return;
-    if (r == CUDA_SUCCESS) hami_iso_memory_release(a->device, a->size);
-    else hami_iso_track(kind, key, a);
+static inline void forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_allocation *a, CUresult r) {
+    hami_iso_forgotten(kind, key, known, a, r == CUDA_SUCCESS);
 }
 
 /* ---- linear memory ------------------------------------------------------------------------------------ */
 
-HAMI_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
-    HAMI_CUDA_ENTER(cuMemAlloc_v2);
-    int device = hami_nv_device();
+HAMI_EXPORT CUresult HAMI_CU(MemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemAlloc_v2));
+    int device = hami_cu_device();
     if (reserve(device, bytesize) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuMemAlloc_v2(dptr, bytesize);
+    CUresult r = hami_real.HAMI_CU(MemAlloc_v2)(dptr, bytesize);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bytesize);
         return r;
     }
-    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
 #define PITCH_ALIGNMENT 512u /* the largest pitch alignment drivers use */
 
-HAMI_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+HAMI_EXPORT CUresult HAMI_CU(MemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                         unsigned int ElementSizeBytes) {
-    HAMI_CUDA_ENTER(cuMemAllocPitch_v2);
-    int device = hami_nv_device();
+    HAMI_CUDA_ENTER(HAMI_CU(MemAllocPitch_v2));
+    int device = hami_cu_device();
     uint64_t row = ((uint64_t)WidthInBytes + PITCH_ALIGNMENT - 1) / PITCH_ALIGNMENT * PITCH_ALIGNMENT, bound;
     if (row < WidthInBytes || __builtin_mul_overflow(row, (uint64_t)Height, &bound)) bound = UINT64_MAX;
     if (reserve(device, bound) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    CUresult r = hami_real.HAMI_CU(MemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bound);
         return r;
@@ -68,46 +65,46 @@ HAMI_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_
     if (exact < bound) {
         hami_iso_memory_release(device, bound - exact);
     } else if (exact > bound && reserve(device, exact - bound) != CUDA_SUCCESS) {
-        hami_real.cuMemFree_v2(*dptr);
+        hami_real.HAMI_CU(MemFree_v2)(*dptr);
         hami_iso_memory_release(device, bound);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    remember(HAMI_ISO_POINTER, *dptr, device, exact, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_POINTER, *dptr, device, exact, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
-HAMI_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
-    HAMI_CUDA_ENTER(cuMemAllocManaged);
-    int device = hami_nv_device();
+HAMI_EXPORT CUresult HAMI_CU(MemAllocManaged)(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemAllocManaged));
+    int device = hami_cu_device();
     if (reserve(device, bytesize) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuMemAllocManaged(dptr, bytesize, flags);
+    CUresult r = hami_real.HAMI_CU(MemAllocManaged)(dptr, bytesize, flags);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bytesize);
         return r;
     }
-    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
-HAMI_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-    HAMI_CUDA_ENTER(cuMemFree_v2);
+HAMI_EXPORT CUresult HAMI_CU(MemFree_v2)(CUdeviceptr dptr) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemFree_v2));
     hami_iso_allocation a;
     int known = hami_iso_untrack(HAMI_ISO_POINTER, dptr, &a);
-    CUresult r = hami_real.cuMemFree_v2(dptr);
+    CUresult r = hami_real.HAMI_CU(MemFree_v2)(dptr);
     forgotten(HAMI_ISO_POINTER, dptr, known, &a, r);
     return r;
 }
 
 /* ---- virtual memory management ------------------------------------------------------------------------- */
 
-HAMI_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+HAMI_EXPORT CUresult HAMI_CU(MemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                                  unsigned long long flags) {
-    HAMI_CUDA_ENTER(cuMemCreate);
+    HAMI_CUDA_ENTER(HAMI_CU(MemCreate));
     if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return hami_real.cuMemCreate(handle, size, prop, flags);
+        return hami_real.HAMI_CU(MemCreate)(handle, size, prop, flags);
     int device = prop->location.id;
     if (reserve(device, size) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuMemCreate(handle, size, prop, flags);
+    CUresult r = hami_real.HAMI_CU(MemCreate)(handle, size, prop, flags);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, size);
         return r;
@@ -116,11 +113,11 @@ HAMI_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t si
     return r;
 }
 
-HAMI_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-    HAMI_CUDA_ENTER(cuMemRelease);
+HAMI_EXPORT CUresult HAMI_CU(MemRelease)(CUmemGenericAllocationHandle handle) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemRelease));
     hami_iso_allocation a;
     int known = hami_iso_untrack(HAMI_ISO_HANDLE, handle, &a);
-    CUresult r = hami_real.cuMemRelease(handle);
+    CUresult r = hami_real.HAMI_CU(MemRelease)(handle);
     forgotten(HAMI_ISO_HANDLE, handle, known, &a, r);
     return r;
 }
@@ -135,12 +132,12 @@ static int pool_device(CUmemoryPool pool) {
     for (int i = 0; i < MAX_POOLS; i++)
         if (atomic_load_explicit(&g_pool[i], memory_order_acquire) == (uintptr_t)pool)
             return atomic_load_explicit(&g_pool_device[i], memory_order_relaxed);
-    return hami_nv_device(); /* a device's default pool: the current device */
+    return hami_cu_device(); /* a device's default pool: the current device */
 }
 
-HAMI_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
-    HAMI_CUDA_ENTER(cuMemPoolCreate);
-    CUresult r = hami_real.cuMemPoolCreate(pool, poolProps);
+HAMI_EXPORT CUresult HAMI_CU(MemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemPoolCreate));
+    CUresult r = hami_real.HAMI_CU(MemPoolCreate)(pool, poolProps);
     if (r != CUDA_SUCCESS || !pool || !poolProps || poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return r;
     for (int i = 0; i < MAX_POOLS; i++) {
         uintptr_t empty = 0; /* claim the entry with a marker no pool handle equals, then fill it */
@@ -152,13 +149,13 @@ HAMI_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *p
     return r;
 }
 
-HAMI_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    HAMI_CUDA_ENTER(cuMemPoolDestroy);
+HAMI_EXPORT CUresult HAMI_CU(MemPoolDestroy)(CUmemoryPool pool) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemPoolDestroy));
     for (int i = 0; i < MAX_POOLS; i++) {
         uintptr_t mine = (uintptr_t)pool;
         if (mine && atomic_compare_exchange_strong(&g_pool[i], &mine, 0)) break;
     }
-    return hami_real.cuMemPoolDestroy(pool);
+    return hami_real.HAMI_CU(MemPoolDestroy)(pool);
 }
 
 #define ALLOC_ASYNC(name, device_expr, call)                                                                   \
@@ -170,42 +167,42 @@ HAMI_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
         hami_iso_memory_release(device, bytesize);                                                             \
         return r;                                                                                              \
     }                                                                                                          \
-    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_nv_tls.context);            \
+    remember(HAMI_ISO_POINTER, *dptr, device, bytesize, (uint64_t)(uintptr_t)hami_cu_tls.context);            \
     return r;
 
-HAMI_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ALLOC_ASYNC(cuMemAllocAsync, hami_nv_device(), cuMemAllocAsync(dptr, bytesize, hStream))
+HAMI_EXPORT CUresult HAMI_CU(MemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ALLOC_ASYNC(HAMI_CU(MemAllocAsync), hami_cu_device(), HAMI_CU(MemAllocAsync)(dptr, bytesize, hStream))
 }
 
-HAMI_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
-    ALLOC_ASYNC(cuMemAllocAsync_ptsz, hami_nv_device(), cuMemAllocAsync_ptsz(dptr, bytesize, hStream))
+HAMI_EXPORT CUresult HAMI_CU(MemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+    ALLOC_ASYNC(HAMI_CU(MemAllocAsync_ptsz), hami_cu_device(), HAMI_CU(MemAllocAsync_ptsz)(dptr, bytesize, hStream))
 }
 
-HAMI_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+HAMI_EXPORT CUresult HAMI_CU(MemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream) {
-    ALLOC_ASYNC(cuMemAllocFromPoolAsync, pool_device(pool), cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream))
+    ALLOC_ASYNC(HAMI_CU(MemAllocFromPoolAsync), pool_device(pool), HAMI_CU(MemAllocFromPoolAsync)(dptr, bytesize, pool, hStream))
 }
 
-HAMI_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+HAMI_EXPORT CUresult HAMI_CU(MemAllocFromPoolAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                                   CUstream hStream) {
-    ALLOC_ASYNC(cuMemAllocFromPoolAsync_ptsz, pool_device(pool),
-                cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream))
+    ALLOC_ASYNC(HAMI_CU(MemAllocFromPoolAsync_ptsz), pool_device(pool),
+                HAMI_CU(MemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream))
 }
 
-HAMI_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-    HAMI_CUDA_ENTER(cuMemFreeAsync);
+HAMI_EXPORT CUresult HAMI_CU(MemFreeAsync)(CUdeviceptr dptr, CUstream hStream) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemFreeAsync));
     hami_iso_allocation a;
     int known = hami_iso_untrack(HAMI_ISO_POINTER, dptr, &a);
-    CUresult r = hami_real.cuMemFreeAsync(dptr, hStream);
+    CUresult r = hami_real.HAMI_CU(MemFreeAsync)(dptr, hStream);
     forgotten(HAMI_ISO_POINTER, dptr, known, &a, r);
     return r;
 }
 
-HAMI_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-    HAMI_CUDA_ENTER(cuMemFreeAsync_ptsz);
+HAMI_EXPORT CUresult HAMI_CU(MemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemFreeAsync_ptsz));
     hami_iso_allocation a;
     int known = hami_iso_untrack(HAMI_ISO_POINTER, dptr, &a);
-    CUresult r = hami_real.cuMemFreeAsync_ptsz(dptr, hStream);
+    CUresult r = hami_real.HAMI_CU(MemFreeAsync_ptsz)(dptr, hStream);
     forgotten(HAMI_ISO_POINTER, dptr, known, &a, r);
     return r;
 }
@@ -254,110 +251,91 @@ static uint64_t array_bytes(size_t width, size_t height, size_t depth, CUarray_f
     return total;
 }
 
-HAMI_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
-    HAMI_CUDA_ENTER(cuArrayCreate_v2);
-    if (!pAllocateArray) return hami_real.cuArrayCreate_v2(pHandle, pAllocateArray);
-    int device = hami_nv_device();
+HAMI_EXPORT CUresult HAMI_CU(ArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    HAMI_CUDA_ENTER(HAMI_CU(ArrayCreate_v2));
+    if (!pAllocateArray) return hami_real.HAMI_CU(ArrayCreate_v2)(pHandle, pAllocateArray);
+    int device = hami_cu_device();
     uint64_t bytes = array_bytes(pAllocateArray->Width, pAllocateArray->Height, 0, pAllocateArray->Format,
                                  pAllocateArray->NumChannels, 0, 1);
     if (reserve(device, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuArrayCreate_v2(pHandle, pAllocateArray);
+    CUresult r = hami_real.HAMI_CU(ArrayCreate_v2)(pHandle, pAllocateArray);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bytes);
         return r;
     }
-    remember(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
-HAMI_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
-    HAMI_CUDA_ENTER(cuArray3DCreate_v2);
-    if (!pAllocateArray) return hami_real.cuArray3DCreate_v2(pHandle, pAllocateArray);
-    int device = hami_nv_device();
+HAMI_EXPORT CUresult HAMI_CU(Array3DCreate_v2)(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    HAMI_CUDA_ENTER(HAMI_CU(Array3DCreate_v2));
+    if (!pAllocateArray) return hami_real.HAMI_CU(Array3DCreate_v2)(pHandle, pAllocateArray);
+    int device = hami_cu_device();
     const CUDA_ARRAY3D_DESCRIPTOR *d = pAllocateArray;
     uint64_t bytes = array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags, 1);
     if (reserve(device, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuArray3DCreate_v2(pHandle, pAllocateArray);
+    CUresult r = hami_real.HAMI_CU(Array3DCreate_v2)(pHandle, pAllocateArray);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bytes);
         return r;
     }
-    remember(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
-HAMI_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
-    HAMI_CUDA_ENTER(cuArrayDestroy);
+HAMI_EXPORT CUresult HAMI_CU(ArrayDestroy)(CUarray hArray) {
+    HAMI_CUDA_ENTER(HAMI_CU(ArrayDestroy));
     hami_iso_allocation a;
     int known = hami_iso_untrack(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)hArray, &a);
-    CUresult r = hami_real.cuArrayDestroy(hArray);
+    CUresult r = hami_real.HAMI_CU(ArrayDestroy)(hArray);
     forgotten(HAMI_ISO_ARRAY, (uint64_t)(uintptr_t)hArray, known, &a, r);
     return r;
 }
 
-HAMI_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+HAMI_EXPORT CUresult HAMI_CU(MipmappedArrayCreate)(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                             unsigned int numMipmapLevels) {
-    HAMI_CUDA_ENTER(cuMipmappedArrayCreate);
-    if (!pMipmappedArrayDesc) return hami_real.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-    int device = hami_nv_device();
+    HAMI_CUDA_ENTER(HAMI_CU(MipmappedArrayCreate));
+    if (!pMipmappedArrayDesc) return hami_real.HAMI_CU(MipmappedArrayCreate)(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    int device = hami_cu_device();
     const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
     uint64_t bytes = array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, d->Flags, numMipmapLevels);
     if (reserve(device, bytes) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = hami_real.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    CUresult r = hami_real.HAMI_CU(MipmappedArrayCreate)(pHandle, pMipmappedArrayDesc, numMipmapLevels);
     if (r != CUDA_SUCCESS) {
         hami_iso_memory_release(device, bytes);
         return r;
     }
-    remember(HAMI_ISO_MIPMAP, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_nv_tls.context);
+    remember(HAMI_ISO_MIPMAP, (uint64_t)(uintptr_t)*pHandle, device, bytes, (uint64_t)(uintptr_t)hami_cu_tls.context);
     return r;
 }
 
-HAMI_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
-    HAMI_CUDA_ENTER(cuMipmappedArrayDestroy);
+HAMI_EXPORT CUresult HAMI_CU(MipmappedArrayDestroy)(CUmipmappedArray hMipmappedArray) {
+    HAMI_CUDA_ENTER(HAMI_CU(MipmappedArrayDestroy));
     hami_iso_allocation a;
     uint64_t key = (uint64_t)(uintptr_t)hMipmappedArray;
     int known = hami_iso_untrack(HAMI_ISO_MIPMAP, key, &a);
-    CUresult r = hami_real.cuMipmappedArrayDestroy(hMipmappedArray);
+    CUresult r = hami_real.HAMI_CU(MipmappedArrayDestroy)(hMipmappedArray);
     forgotten(HAMI_ISO_MIPMAP, key, known, &a, r);
     return r;
 }
 
 /* ---- queries -------------------------------------------------------------------------------------------- */
 
-/* The container's view of a device's memory, from the physical numbers; nothing changes without a limit. */
-static int limited_view(int device, uint64_t *total, uint64_t *free, uint64_t *used) {
-    uint64_t limit = hami_iso_memory_limit(device);
-    if (!limit) return 0;
-    uint64_t in_use = hami_iso_memory_used(device);
-    uint64_t physical_free = *free;
-    int over = hami_iso_oversubscribe();
-    *total = over || limit < *total ? limit : *total;
-    *free = in_use >= *total ? 0 : *total - in_use;
-    if (!over && *free > physical_free) *free = physical_free;
-    if (used) *used = in_use;
-    return 1;
-}
-
-HAMI_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
-    HAMI_CUDA_ENTER(cuMemGetInfo_v2);
-    CUresult r = hami_real.cuMemGetInfo_v2(free, total);
-    if (r != CUDA_SUCCESS || !free || !total) return r;
-    uint64_t t = *total, f = *free;
-    if (limited_view(hami_nv_device(), &t, &f, NULL)) {
-        *total = (size_t)t;
-        *free = (size_t)f;
-    }
+HAMI_EXPORT CUresult HAMI_CU(MemGetInfo_v2)(size_t *free, size_t *total) {
+    HAMI_CUDA_ENTER(HAMI_CU(MemGetInfo_v2));
+    CUresult r = hami_real.HAMI_CU(MemGetInfo_v2)(free, total);
+    if (r == CUDA_SUCCESS && free && total) hami_iso_memory_view_sizes(hami_cu_device(), free, total);
     return r;
 }
 
-HAMI_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-    HAMI_CUDA_ENTER(cuDeviceTotalMem_v2);
-    CUresult r = hami_real.cuDeviceTotalMem_v2(bytes, dev);
-    if (r != CUDA_SUCCESS || !bytes) return r;
-    uint64_t limit = hami_iso_memory_limit(dev);
-    if (limit && (hami_iso_oversubscribe() || limit < *bytes)) *bytes = (size_t)limit;
+HAMI_EXPORT CUresult HAMI_CU(DeviceTotalMem_v2)(size_t *bytes, CUdevice dev) {
+    HAMI_CUDA_ENTER(HAMI_CU(DeviceTotalMem_v2));
+    CUresult r = hami_real.HAMI_CU(DeviceTotalMem_v2)(bytes, dev);
+    if (r == CUDA_SUCCESS && bytes) hami_iso_memory_view_sizes(dev, NULL, bytes);
     return r;
 }
+
+#ifdef HAMI_CUDA_NVML_LIBRARIES /* the NVML-compatible management library's view of the same memory */
 
 #define NVML_HANDLES 16
 static _Atomic(uintptr_t) g_nvml_handle[NVML_HANDLES];
@@ -385,7 +363,7 @@ HAMI_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory
     nvmlReturn_t r = hami_real.nvmlDeviceGetMemoryInfo(device, memory);
     if (r != NVML_SUCCESS || !memory) return r;
     uint64_t total = memory->total, free = memory->free, used = memory->used;
-    if (limited_view(nvml_index(device), &total, &free, &used)) {
+    if (hami_iso_memory_view(nvml_index(device), &total, &free, &used)) {
         memory->total = total;
         memory->free = free;
         memory->used = used;
@@ -398,7 +376,7 @@ HAMI_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     nvmlReturn_t r = hami_real.nvmlDeviceGetMemoryInfo_v2(device, memory);
     if (r != NVML_SUCCESS || !memory) return r;
     uint64_t total = memory->total, free = memory->free, used = memory->used;
-    if (limited_view(nvml_index(device), &total, &free, &used)) {
+    if (hami_iso_memory_view(nvml_index(device), &total, &free, &used)) {
         uint64_t rest = total > used + free && used + free >= used ? total - used - free : 0;
         memory->total = total;
         memory->free = free;
@@ -407,3 +385,4 @@ HAMI_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     }
     return r;
 }
+#endif

@@ -1,10 +1,11 @@
 /*
- * cuda_api.h: the part of the CUDA driver API and NVML that libvgpu.so touches, declared from the published
- * facts (types, values and signatures of the documented API; no NVIDIA header is needed to build).
+ * cuda_api.h: the part of the CUDA driver API and NVML that the CUDA-compatible hook layer touches, declared from
+ * the published facts (types, values and signatures of the documented API; no vendor header is needed to build).
+ * Functions are named through HAMI_CU (hami_cuda.h), so a driver with CUDA's API under another prefix uses them too.
  * Only what is hooked or called is here. Keep values exactly as the driver defines them.
  */
-#ifndef HAMI_NV_CUDA_API_H
-#define HAMI_NV_CUDA_API_H
+#ifndef HAMI_CUDA_API_H
+#define HAMI_CUDA_API_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -120,74 +121,74 @@ typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 typedef struct CUctxCreateParams_st CUctxCreateParams;
 
 /* Hooked */
-CUresult cuInit(unsigned int flags);
-CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+CUresult HAMI_CU(Init)(unsigned int flags);
+CUresult HAMI_CU(GetProcAddress)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+CUresult HAMI_CU(GetProcAddress_v2)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+CUresult HAMI_CU(MemAlloc_v2)(CUdeviceptr *dptr, size_t bytesize);
+CUresult HAMI_CU(MemAllocPitch_v2)(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes);
-CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+CUresult HAMI_CU(MemAllocManaged)(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+CUresult HAMI_CU(MemFree_v2)(CUdeviceptr dptr);
+CUresult HAMI_CU(MemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                      unsigned long long flags);
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
-CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
-CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
-CUresult cuMemPoolDestroy(CUmemoryPool pool);
-CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
-CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
-CUresult cuArrayDestroy(CUarray hArray);
-CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+CUresult HAMI_CU(MemRelease)(CUmemGenericAllocationHandle handle);
+CUresult HAMI_CU(MemAllocAsync)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult HAMI_CU(MemAllocAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult HAMI_CU(MemFreeAsync)(CUdeviceptr dptr, CUstream hStream);
+CUresult HAMI_CU(MemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream);
+CUresult HAMI_CU(MemAllocFromPoolAsync)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult HAMI_CU(MemAllocFromPoolAsync_ptsz)(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult HAMI_CU(MemPoolCreate)(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+CUresult HAMI_CU(MemPoolDestroy)(CUmemoryPool pool);
+CUresult HAMI_CU(ArrayCreate_v2)(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
+CUresult HAMI_CU(Array3DCreate_v2)(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+CUresult HAMI_CU(ArrayDestroy)(CUarray hArray);
+CUresult HAMI_CU(MipmappedArrayCreate)(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                 unsigned int numMipmapLevels);
-CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
-CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+CUresult HAMI_CU(MipmappedArrayDestroy)(CUmipmappedArray hMipmappedArray);
+CUresult HAMI_CU(MemGetInfo_v2)(size_t *free, size_t *total);
+CUresult HAMI_CU(DeviceTotalMem_v2)(size_t *bytes, CUdevice dev);
+CUresult HAMI_CU(LaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                         unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                         unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+CUresult HAMI_CU(LaunchKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                              unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
-CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+CUresult HAMI_CU(LaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult HAMI_CU(LaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult HAMI_CU(LaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                    unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                    unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                    void **kernelParams);
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+CUresult HAMI_CU(LaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams);
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
-CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+CUresult HAMI_CU(GraphLaunch)(CUgraphExec hGraphExec, CUstream hStream);
+CUresult HAMI_CU(GraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream);
+CUresult HAMI_CU(CtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult HAMI_CU(CtxCreate_v3)(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                         CUdevice dev);
-CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
-CUresult cuCtxDestroy_v2(CUcontext ctx);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuCtxPushCurrent_v2(CUcontext ctx);
-CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
+CUresult HAMI_CU(CtxCreate_v4)(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+CUresult HAMI_CU(CtxDestroy_v2)(CUcontext ctx);
+CUresult HAMI_CU(CtxSetCurrent)(CUcontext ctx);
+CUresult HAMI_CU(CtxPushCurrent_v2)(CUcontext ctx);
+CUresult HAMI_CU(CtxPopCurrent_v2)(CUcontext *pctx);
+CUresult HAMI_CU(DevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
+CUresult HAMI_CU(DevicePrimaryCtxReset_v2)(CUdevice dev);
 
 /* Called, not hooked */
-CUresult cuDeviceGetCount(int *count);
-CUresult cuCtxGetCurrent(CUcontext *pctx);
-CUresult cuCtxGetDevice(CUdevice *device);
-CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
-CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
-CUresult cuEventQuery(CUevent hEvent);
-CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd);
-CUresult cuEventSynchronize(CUevent hEvent);
-CUresult cuEventDestroy_v2(CUevent hEvent);
-CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult HAMI_CU(DeviceGetCount)(int *count);
+CUresult HAMI_CU(CtxGetCurrent)(CUcontext *pctx);
+CUresult HAMI_CU(CtxGetDevice)(CUdevice *device);
+CUresult HAMI_CU(EventCreate)(CUevent *phEvent, unsigned int Flags);
+CUresult HAMI_CU(EventRecord)(CUevent hEvent, CUstream hStream);
+CUresult HAMI_CU(EventQuery)(CUevent hEvent);
+CUresult HAMI_CU(EventElapsedTime)(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult HAMI_CU(EventSynchronize)(CUevent hEvent);
+CUresult HAMI_CU(EventDestroy_v2)(CUevent hEvent);
+CUresult HAMI_CU(StreamIsCapturing)(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 
 /* ---- NVML ------------------------------------------------------------------------------------------------ */
 
@@ -215,4 +216,4 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 
-#endif /* HAMI_NV_CUDA_API_H */
+#endif /* HAMI_CUDA_API_H */

@@ -1,8 +1,9 @@
 /*
- * fake_nvml.c: the minimal fake NVML the isolation tests need (libnvidia-ml.so.1): device count, handles,
- * indices and the memory query, over the same fake hardware as fake_cuda.c (hami.testing's fake_device.c with
- * the FAKE_CUDA_ variables: FAKE_CUDA_DEVICES, FAKE_CUDA_MEMORY, and what is used from FAKE_CUDA_STATE). Not the
- * discovery fake of tests/fake_nvml/: this one only answers memory questions.
+ * fake_nvml.c: the minimal fake NVML-compatible management library a CUDA-compatible vendor's isolation tests
+ * need (NVML's names: libnvidia-ml.so.1, or a compatible library such as an ixML): device count, handles, indices
+ * and the memory query, over the same fake hardware as fake_cuda.c (fake_device.c with the FAKE_CUDA_ variables:
+ * FAKE_CUDA_DEVICES, FAKE_CUDA_MEMORY, and what is used from FAKE_CUDA_STATE). Not a discovery fake: this one only
+ * answers memory questions.
  */
 #define _GNU_SOURCE
 #include "fake_device.h"

@@ -1,6 +1,7 @@
 /*
- * fake_cuda.c: a fake CUDA driver, built by the tests as libcuda.so.1 and loaded behind libvgpu.so exactly as
- * the real one would be. It stands in for the hardware (hami.testing's fake_device.c, configured by the
+ * fake_cuda.c: a fake CUDA-compatible driver, built by a vendor's isolation tests as its libcuda.so.1 (or its
+ * driver's file name) and loaded behind the vendor's isolation library exactly as the real one would be; the
+ * names may carry another prefix (FAKE_CU_PREFIX) and the API stop at an older version (FAKE_CUDA_VERSION). It stands in for the hardware (hami.testing's fake_device.c, configured by the
  * FAKE_CUDA_ variables), so that what the isolation library claims can be checked against what "really" happened:
  *   - devices: FAKE_CUDA_DEVICES (default 1), each of FAKE_CUDA_MEMORY bytes (k/m/g suffix; default 16g);
  *   - allocations are backed by host memory (FAKE_CUDA_NO_BACKING=1 keeps only a small header, for the
@@ -25,6 +26,60 @@
 #include "fake_device.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* The driver's names: FAKE_CU(MemAlloc_v2) is cuMemAlloc_v2, or <FAKE_CU_PREFIX>MemAlloc_v2 for a driver with
+ * CUDA's API under another prefix (-DFAKE_CU_PREFIX=mu). */
+#ifndef FAKE_CU_PREFIX
+#define FAKE_CU_PREFIX cu
+#endif
+#define FAKE_PASTE(a, b) FAKE_PASTE_(a, b)
+#define FAKE_PASTE_(a, b) a##b
+#define FAKE_CU(suffix) FAKE_PASTE(FAKE_CU_PREFIX, suffix)
+#define FAKE_STR(x) FAKE_STR_(x)
+#define FAKE_STR_(x) #x
+
+/* The driver API version the fake implements (-DFAKE_CUDA_VERSION=10020 for a CUDA 10.2-level driver): what came
+ * later is not exported, cuGetProcAddress included, and cuDriverGetVersion reports it. */
+#ifndef FAKE_CUDA_VERSION
+#define FAKE_CUDA_VERSION 12080
+#endif
+#define SINCE_0 EXPORT
+#if FAKE_CUDA_VERSION >= 11000
+#define SINCE_11000 EXPORT
+#else
+#define SINCE_11000 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 11020
+#define SINCE_11020 EXPORT
+#else
+#define SINCE_11020 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 11030
+#define SINCE_11030 EXPORT
+#else
+#define SINCE_11030 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 11040
+#define SINCE_11040 EXPORT
+#else
+#define SINCE_11040 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 11060
+#define SINCE_11060 EXPORT
+#else
+#define SINCE_11060 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 12000
+#define SINCE_12000 EXPORT
+#else
+#define SINCE_12000 HIDDEN
+#endif
+#if FAKE_CUDA_VERSION >= 12050
+#define SINCE_12050 EXPORT
+#else
+#define SINCE_12050 HIDDEN
+#endif
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -133,57 +188,58 @@ static u64 array_size(size_t w0, size_t h0, size_t d0, int format, unsigned chan
 
 /* ---- the API: every function has an exported name and an internal address ------------------------------- */
 
-#define API(name, params, args)                                                                                \
+#define API_SINCE(since, name, params, args)                                                                    \
     static CUresult impl_##name params;                                                                        \
-    EXPORT CUresult name params { return impl_##name args; }                                                   \
+    SINCE_##since CUresult FAKE_CU(name) params { return impl_##name args; }                                   \
     static CUresult impl_##name params
+#define API(name, params, args) API_SINCE(0, name, params, args)
 
-API(cuInit, (unsigned flags), (flags)) {
+API(Init, (unsigned flags), (flags)) {
     (void)flags;
     return SUCCESS;
 }
 
-API(cuDriverGetVersion, (int *v), (v)) {
+API(DriverGetVersion, (int *v), (v)) {
     if (!v) return INVALID_VALUE;
-    *v = 12080;
+    *v = FAKE_CUDA_VERSION;
     return SUCCESS;
 }
 
-API(cuDeviceGetCount, (int *n), (n)) {
+API(DeviceGetCount, (int *n), (n)) {
     if (!n) return INVALID_VALUE;
     *n = fake.devices;
     return SUCCESS;
 }
 
-API(cuDeviceGet, (CUdevice *d, int ordinal), (d, ordinal)) {
+API(DeviceGet, (CUdevice *d, int ordinal), (d, ordinal)) {
     if (!d || ordinal < 0 || ordinal >= fake.devices) return INVALID_DEVICE;
     *d = ordinal;
     return SUCCESS;
 }
 
-API(cuDeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev)) {
+API(DeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev)) {
     if (!bytes) return INVALID_VALUE;
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
     *bytes = fake.memory;
     return SUCCESS;
 }
 
-API(cuDevicePrimaryCtxRetain, (struct ctx **pctx, CUdevice dev), (pctx, dev)) {
+API(DevicePrimaryCtxRetain, (struct ctx **pctx, CUdevice dev), (pctx, dev)) {
     if (!pctx) return INVALID_VALUE;
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
     *pctx = &g_primary[dev];
     return SUCCESS;
 }
 
-API(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev)) { return dev >= 0 && dev < fake.devices ? SUCCESS : INVALID_DEVICE; }
+API_SINCE(11000, DevicePrimaryCtxRelease_v2, (CUdevice dev), (dev)) { return dev >= 0 && dev < fake.devices ? SUCCESS : INVALID_DEVICE; }
 
-API(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev)) {
+API_SINCE(11000, DevicePrimaryCtxReset_v2, (CUdevice dev), (dev)) {
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
     fake_reset_device(dev); /* like the driver: everything of the context is gone */
     return SUCCESS;
 }
 
-API(cuCtxCreate_v2, (struct ctx **pctx, unsigned flags, CUdevice dev), (pctx, flags, dev)) {
+API(CtxCreate_v2, (struct ctx **pctx, unsigned flags, CUdevice dev), (pctx, flags, dev)) {
     (void)flags;
     if (!pctx) return INVALID_VALUE;
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
@@ -193,62 +249,62 @@ API(cuCtxCreate_v2, (struct ctx **pctx, unsigned flags, CUdevice dev), (pctx, fl
     return SUCCESS;
 }
 
-API(cuCtxCreate_v3, (struct ctx **pctx, void *params, int n, unsigned flags, CUdevice dev), (pctx, params, n, flags, dev)) {
+API_SINCE(11040, CtxCreate_v3, (struct ctx **pctx, void *params, int n, unsigned flags, CUdevice dev), (pctx, params, n, flags, dev)) {
     (void)params;
     (void)n;
-    return impl_cuCtxCreate_v2(pctx, flags, dev);
+    return impl_CtxCreate_v2(pctx, flags, dev);
 }
 
-API(cuCtxCreate_v4, (struct ctx **pctx, void *params, unsigned flags, CUdevice dev), (pctx, params, flags, dev)) {
+API_SINCE(12050, CtxCreate_v4, (struct ctx **pctx, void *params, unsigned flags, CUdevice dev), (pctx, params, flags, dev)) {
     (void)params;
-    return impl_cuCtxCreate_v2(pctx, flags, dev);
+    return impl_CtxCreate_v2(pctx, flags, dev);
 }
 
-API(cuCtxDestroy_v2, (struct ctx *c), (c)) {
+API(CtxDestroy_v2, (struct ctx *c), (c)) {
     if (!c) return INVALID_VALUE;
     if (t_current == c) t_current = NULL;
     if (c < g_primary || c >= g_primary + FAKE_MAX_DEVICES) free(c);
     return SUCCESS;
 }
 
-API(cuCtxSetCurrent, (struct ctx *c), (c)) {
+API(CtxSetCurrent, (struct ctx *c), (c)) {
     t_current = c;
     return SUCCESS;
 }
 
-API(cuCtxGetCurrent, (struct ctx **pc), (pc)) {
+API(CtxGetCurrent, (struct ctx **pc), (pc)) {
     if (!pc) return INVALID_VALUE;
     *pc = t_current;
     return SUCCESS;
 }
 
-API(cuCtxPushCurrent_v2, (struct ctx *c), (c)) {
+API(CtxPushCurrent_v2, (struct ctx *c), (c)) {
     if (t_depth >= 16) return INVALID_VALUE;
     t_stack[t_depth++] = t_current;
     t_current = c;
     return SUCCESS;
 }
 
-API(cuCtxPopCurrent_v2, (struct ctx **pc), (pc)) {
+API(CtxPopCurrent_v2, (struct ctx **pc), (pc)) {
     if (!t_depth) return INVALID_CONTEXT;
     if (pc) *pc = t_current;
     t_current = t_stack[--t_depth];
     return SUCCESS;
 }
 
-API(cuCtxGetDevice, (CUdevice *d), (d)) {
+API(CtxGetDevice, (CUdevice *d), (d)) {
     if (!d) return INVALID_VALUE;
     if (!t_current) return INVALID_CONTEXT;
     *d = t_current->device;
     return SUCCESS;
 }
 
-API(cuCtxSynchronize, (void), ()) {
+API(CtxSynchronize, (void), ()) {
     fake_synchronize();
     return SUCCESS;
 }
 
-API(cuMemGetInfo_v2, (size_t *free, size_t *total), (free, total)) {
+API(MemGetInfo_v2, (size_t *free, size_t *total), (free, total)) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!free || !total) return INVALID_VALUE;
@@ -258,7 +314,7 @@ API(cuMemGetInfo_v2, (size_t *free, size_t *total), (free, total)) {
     return SUCCESS;
 }
 
-API(cuMemAlloc_v2, (CUdeviceptr *p, size_t size), (p, size)) {
+API(MemAlloc_v2, (CUdeviceptr *p, size_t size), (p, size)) {
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
     if (!p || !size) return INVALID_VALUE;
@@ -268,7 +324,7 @@ API(cuMemAlloc_v2, (CUdeviceptr *p, size_t size), (p, size)) {
     return SUCCESS;
 }
 
-API(cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned element),
+API(MemAllocPitch_v2, (CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned element),
     (p, pitch, width, height, element)) {
     (void)element;
     int dev = current_device();
@@ -282,14 +338,14 @@ API(cuMemAllocPitch_v2, (CUdeviceptr *p, size_t *pitch, size_t width, size_t hei
     return SUCCESS;
 }
 
-API(cuMemAllocManaged, (CUdeviceptr *p, size_t size, unsigned flags), (p, size, flags)) {
+API(MemAllocManaged, (CUdeviceptr *p, size_t size, unsigned flags), (p, size, flags)) {
     (void)flags;
-    return impl_cuMemAlloc_v2(p, size);
+    return impl_MemAlloc_v2(p, size);
 }
 
-API(cuMemFree_v2, (CUdeviceptr p), (p)) { return free_block((void *)(uintptr_t)p); }
+API(MemFree_v2, (CUdeviceptr p), (p)) { return free_block((void *)(uintptr_t)p); }
 
-API(cuMemCreate, (u64 *handle, size_t size, const struct alloc_prop *prop, u64 flags), (handle, size, prop, flags)) {
+API(MemCreate, (u64 *handle, size_t size, const struct alloc_prop *prop, u64 flags), (handle, size, prop, flags)) {
     (void)flags;
     if (!handle || !prop || !size) return INVALID_VALUE;
     int device_memory = prop->location.type == 1;
@@ -300,9 +356,9 @@ API(cuMemCreate, (u64 *handle, size_t size, const struct alloc_prop *prop, u64 f
     return SUCCESS;
 }
 
-API(cuMemRelease, (u64 handle), (handle)) { return free_block((void *)(uintptr_t)handle); }
+API(MemRelease, (u64 handle), (handle)) { return free_block((void *)(uintptr_t)handle); }
 
-API(cuMemPoolCreate, (struct pool **pool, const struct pool_props *props), (pool, props)) {
+API_SINCE(11020, MemPoolCreate, (struct pool **pool, const struct pool_props *props), (pool, props)) {
     if (!pool || !props || props->location.type != 1) return INVALID_VALUE;
     if (props->location.id < 0 || props->location.id >= fake.devices) return INVALID_DEVICE;
     *pool = malloc(sizeof **pool);
@@ -310,19 +366,19 @@ API(cuMemPoolCreate, (struct pool **pool, const struct pool_props *props), (pool
     return SUCCESS;
 }
 
-API(cuMemPoolDestroy, (struct pool *pool), (pool)) {
+API_SINCE(11020, MemPoolDestroy, (struct pool *pool), (pool)) {
     free(pool);
     return SUCCESS;
 }
 
-API(cuMemAllocAsync, (CUdeviceptr *p, size_t size, void *stream), (p, size, stream)) {
+API_SINCE(11020, MemAllocAsync, (CUdeviceptr *p, size_t size, void *stream), (p, size, stream)) {
     (void)stream;
-    return impl_cuMemAlloc_v2(p, size);
+    return impl_MemAlloc_v2(p, size);
 }
 
-API(cuMemAllocAsync_ptsz, (CUdeviceptr *p, size_t size, void *stream), (p, size, stream)) {
+API_SINCE(11020, MemAllocAsync_ptsz, (CUdeviceptr *p, size_t size, void *stream), (p, size, stream)) {
     (void)stream;
-    return impl_cuMemAlloc_v2(p, size);
+    return impl_MemAlloc_v2(p, size);
 }
 
 static CUresult alloc_from_pool(CUdeviceptr *p, size_t size, struct pool *pool) {
@@ -333,23 +389,23 @@ static CUresult alloc_from_pool(CUdeviceptr *p, size_t size, struct pool *pool) 
     return SUCCESS;
 }
 
-API(cuMemAllocFromPoolAsync, (CUdeviceptr *p, size_t size, struct pool *pool, void *stream), (p, size, pool, stream)) {
+API_SINCE(11020, MemAllocFromPoolAsync, (CUdeviceptr *p, size_t size, struct pool *pool, void *stream), (p, size, pool, stream)) {
     (void)stream;
     return alloc_from_pool(p, size, pool);
 }
 
-API(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr *p, size_t size, struct pool *pool, void *stream),
+API_SINCE(11020, MemAllocFromPoolAsync_ptsz, (CUdeviceptr *p, size_t size, struct pool *pool, void *stream),
     (p, size, pool, stream)) {
     (void)stream;
     return alloc_from_pool(p, size, pool);
 }
 
-API(cuMemFreeAsync, (CUdeviceptr p, void *stream), (p, stream)) {
+API_SINCE(11020, MemFreeAsync, (CUdeviceptr p, void *stream), (p, stream)) {
     (void)stream;
     return free_block((void *)(uintptr_t)p);
 }
 
-API(cuMemFreeAsync_ptsz, (CUdeviceptr p, void *stream), (p, stream)) {
+API_SINCE(11020, MemFreeAsync_ptsz, (CUdeviceptr p, void *stream), (p, stream)) {
     (void)stream;
     return free_block((void *)(uintptr_t)p);
 }
@@ -364,28 +420,28 @@ static CUresult new_array(void **handle, u64 size) {
     return SUCCESS;
 }
 
-API(cuArrayCreate_v2, (void **handle, const struct array_desc *d), (handle, d)) {
+API(ArrayCreate_v2, (void **handle, const struct array_desc *d), (handle, d)) {
     if (!d) return INVALID_VALUE;
     return new_array(handle, array_size(d->width, d->height, 0, d->format, d->channels, 0, 1));
 }
 
-API(cuArray3DCreate_v2, (void **handle, const struct array3d_desc *d), (handle, d)) {
+API(Array3DCreate_v2, (void **handle, const struct array3d_desc *d), (handle, d)) {
     if (!d) return INVALID_VALUE;
     return new_array(handle, array_size(d->width, d->height, d->depth, d->format, d->channels, d->flags, 1));
 }
 
-API(cuArrayDestroy, (void *handle), (handle)) { return free_block(handle); }
+API(ArrayDestroy, (void *handle), (handle)) { return free_block(handle); }
 
-API(cuMipmappedArrayCreate, (void **handle, const struct array3d_desc *d, unsigned levels), (handle, d, levels)) {
+API(MipmappedArrayCreate, (void **handle, const struct array3d_desc *d, unsigned levels), (handle, d, levels)) {
     if (!d) return INVALID_VALUE;
     return new_array(handle, array_size(d->width, d->height, d->depth, d->format, d->channels, d->flags, levels));
 }
 
-API(cuMipmappedArrayDestroy, (void *handle), (handle)) { return free_block(handle); }
+API(MipmappedArrayDestroy, (void *handle), (handle)) { return free_block(handle); }
 
 /* ---- streams, events, launches -------------------------------------------------------------------------- */
 
-API(cuStreamCreate, (struct stream **s, unsigned flags), (s, flags)) {
+API(StreamCreate, (struct stream **s, unsigned flags), (s, flags)) {
     (void)flags;
     if (!s) return INVALID_VALUE;
     *s = malloc(sizeof **s);
@@ -393,39 +449,39 @@ API(cuStreamCreate, (struct stream **s, unsigned flags), (s, flags)) {
     return SUCCESS;
 }
 
-API(cuStreamDestroy_v2, (struct stream *s), (s)) {
+API(StreamDestroy_v2, (struct stream *s), (s)) {
     if ((uintptr_t)s > 2) free(s);
     return SUCCESS;
 }
 
-API(cuStreamSynchronize, (void *s), (s)) {
+API(StreamSynchronize, (void *s), (s)) {
     (void)s;
     fake_synchronize();
     return SUCCESS;
 }
 
-API(cuStreamIsCapturing, (void *s, int *status), (s, status)) {
+API(StreamIsCapturing, (void *s, int *status), (s, status)) {
     (void)s;
     if (!status) return INVALID_VALUE;
     *status = 0;
     return SUCCESS;
 }
 
-API(cuStreamIsCapturing_ptsz, (void *s, int *status), (s, status)) { return impl_cuStreamIsCapturing(s, status); }
+API(StreamIsCapturing_ptsz, (void *s, int *status), (s, status)) { return impl_StreamIsCapturing(s, status); }
 
-API(cuEventCreate, (struct event **e, unsigned flags), (e, flags)) {
+API(EventCreate, (struct event **e, unsigned flags), (e, flags)) {
     (void)flags;
     if (!e) return INVALID_VALUE;
     *e = calloc(1, sizeof **e);
     return SUCCESS;
 }
 
-API(cuEventDestroy_v2, (struct event *e), (e)) {
+API(EventDestroy_v2, (struct event *e), (e)) {
     free(e);
     return SUCCESS;
 }
 
-API(cuEventRecord, (struct event *e, void *stream), (e, stream)) {
+API(EventRecord, (struct event *e, void *stream), (e, stream)) {
     (void)stream;
     int dev = current_device();
     if (dev < 0) return INVALID_CONTEXT;
@@ -435,20 +491,20 @@ API(cuEventRecord, (struct event *e, void *stream), (e, stream)) {
     return SUCCESS;
 }
 
-API(cuEventRecord_ptsz, (struct event *e, void *stream), (e, stream)) { return impl_cuEventRecord(e, stream); }
+API(EventRecord_ptsz, (struct event *e, void *stream), (e, stream)) { return impl_EventRecord(e, stream); }
 
-API(cuEventQuery, (struct event *e), (e)) {
+API(EventQuery, (struct event *e), (e)) {
     if (!e) return INVALID_HANDLE;
     return fake_now_ns() >= e->t ? SUCCESS : NOT_READY;
 }
 
-API(cuEventSynchronize, (struct event *e), (e)) {
+API(EventSynchronize, (struct event *e), (e)) {
     if (!e) return INVALID_HANDLE;
     fake_sleep_until(e->t);
     return SUCCESS;
 }
 
-API(cuEventElapsedTime, (float *ms, struct event *a, struct event *b), (ms, a, b)) {
+API(EventElapsedTime, (float *ms, struct event *a, struct event *b), (ms, a, b)) {
     if (!ms || !a || !b || !a->recorded || !b->recorded) return INVALID_HANDLE;
     if (fake_now_ns() < a->t || fake_now_ns() < b->t) return NOT_READY;
     *ms = (float)(((double)b->t - (double)a->t) / 1e6);
@@ -464,7 +520,7 @@ static CUresult run(u64 duration) {
 
 static u64 kernel_time(u64 x, u64 y, u64 z) { return fake_kernel_ns(x * y * z); }
 
-API(cuLaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+API(LaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                      unsigned shmem, void *stream, void **params, void **extra),
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)) {
     (void)bx, (void)by, (void)bz, (void)shmem, (void)stream, (void)params, (void)extra;
@@ -472,42 +528,42 @@ API(cuLaunchKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
     return run(kernel_time(gx, gy, gz));
 }
 
-API(cuLaunchKernel_ptsz, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+API(LaunchKernel_ptsz, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, void *stream, void **params, void **extra),
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)) {
-    return impl_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+    return impl_LaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
 }
 
-API(cuLaunchCooperativeKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+API(LaunchCooperativeKernel, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                 unsigned bz, unsigned shmem, void *stream, void **params),
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params)) {
-    return impl_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+    return impl_LaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
 
-API(cuLaunchCooperativeKernel_ptsz, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+API(LaunchCooperativeKernel_ptsz, (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                      unsigned bz, unsigned shmem, void *stream, void **params),
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params)) {
-    return impl_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+    return impl_LaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
 
-API(cuLaunchKernelEx, (const struct launch_config *c, void *f, void **params, void **extra), (c, f, params, extra)) {
+API_SINCE(11060, LaunchKernelEx, (const struct launch_config *c, void *f, void **params, void **extra), (c, f, params, extra)) {
     (void)params, (void)extra;
     if (!c || !f) return INVALID_VALUE;
     return run(kernel_time(c->grid_x, c->grid_y, c->grid_z));
 }
 
-API(cuLaunchKernelEx_ptsz, (const struct launch_config *c, void *f, void **params, void **extra),
+API_SINCE(11060, LaunchKernelEx_ptsz, (const struct launch_config *c, void *f, void **params, void **extra),
     (c, f, params, extra)) {
-    return impl_cuLaunchKernelEx(c, f, params, extra);
+    return impl_LaunchKernelEx(c, f, params, extra);
 }
 
-API(cuGraphLaunch, (void *graph, void *stream), (graph, stream)) {
+API(GraphLaunch, (void *graph, void *stream), (graph, stream)) {
     (void)stream;
     if (!graph) return INVALID_HANDLE;
     return run(g_graph_ns);
 }
 
-API(cuGraphLaunch_ptsz, (void *graph, void *stream), (graph, stream)) { return impl_cuGraphLaunch(graph, stream); }
+API(GraphLaunch_ptsz, (void *graph, void *stream), (graph, stream)) { return impl_GraphLaunch(graph, stream); }
 
 /* ---- cuGetProcAddress ------------------------------------------------------------------------------------ */
 
@@ -519,77 +575,77 @@ struct proc {
     void *internal;
 };
 
-#define P(name, version, pt, symbol) {name, version, pt, (void *)symbol, (void *)impl_##symbol}
+#define P(name, version, pt, symbol) {FAKE_STR(FAKE_CU(name)), version, pt, (void *)&FAKE_CU(symbol), (void *)impl_##symbol}
 
-static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status);
-EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status);
-static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int version, u64 flags);
-EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, u64 flags);
+static CUresult impl_GetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status);
+SINCE_12000 CUresult FAKE_CU(GetProcAddress_v2)(const char *symbol, void **pfn, int version, u64 flags, int *status);
+static CUresult impl_GetProcAddress(const char *symbol, void **pfn, int version, u64 flags);
+SINCE_11030 CUresult FAKE_CU(GetProcAddress)(const char *symbol, void **pfn, int version, u64 flags);
 
 static const struct proc g_procs[] = {
-    P("cuInit", 2000, 0, cuInit),
-    P("cuDriverGetVersion", 2020, 0, cuDriverGetVersion),
-    P("cuGetProcAddress", 11030, 0, cuGetProcAddress),
-    P("cuGetProcAddress", 12000, 0, cuGetProcAddress_v2),
-    P("cuDeviceGetCount", 2000, 0, cuDeviceGetCount),
-    P("cuDeviceGet", 2000, 0, cuDeviceGet),
-    P("cuDeviceTotalMem", 3020, 0, cuDeviceTotalMem_v2),
-    P("cuDevicePrimaryCtxRetain", 7000, 0, cuDevicePrimaryCtxRetain),
-    P("cuDevicePrimaryCtxRelease", 11000, 0, cuDevicePrimaryCtxRelease_v2),
-    P("cuDevicePrimaryCtxReset", 11000, 0, cuDevicePrimaryCtxReset_v2),
-    P("cuCtxCreate", 3020, 0, cuCtxCreate_v2),
-    P("cuCtxCreate", 11040, 0, cuCtxCreate_v3),
-    P("cuCtxCreate", 12050, 0, cuCtxCreate_v4),
-    P("cuCtxDestroy", 4000, 0, cuCtxDestroy_v2),
-    P("cuCtxSetCurrent", 4000, 0, cuCtxSetCurrent),
-    P("cuCtxGetCurrent", 4000, 0, cuCtxGetCurrent),
-    P("cuCtxPushCurrent", 4000, 0, cuCtxPushCurrent_v2),
-    P("cuCtxPopCurrent", 4000, 0, cuCtxPopCurrent_v2),
-    P("cuCtxGetDevice", 2000, 0, cuCtxGetDevice),
-    P("cuCtxSynchronize", 2000, 0, cuCtxSynchronize),
-    P("cuMemGetInfo", 3020, 0, cuMemGetInfo_v2),
-    P("cuMemAlloc", 3020, 0, cuMemAlloc_v2),
-    P("cuMemAllocPitch", 3020, 0, cuMemAllocPitch_v2),
-    P("cuMemAllocManaged", 6000, 0, cuMemAllocManaged),
-    P("cuMemFree", 3020, 0, cuMemFree_v2),
-    P("cuMemCreate", 10020, 0, cuMemCreate),
-    P("cuMemRelease", 10020, 0, cuMemRelease),
-    P("cuMemPoolCreate", 11020, 0, cuMemPoolCreate),
-    P("cuMemPoolDestroy", 11020, 0, cuMemPoolDestroy),
-    P("cuMemAllocAsync", 11020, 0, cuMemAllocAsync),
-    P("cuMemAllocAsync", 11020, 1, cuMemAllocAsync_ptsz),
-    P("cuMemAllocFromPoolAsync", 11020, 0, cuMemAllocFromPoolAsync),
-    P("cuMemAllocFromPoolAsync", 11020, 1, cuMemAllocFromPoolAsync_ptsz),
-    P("cuMemFreeAsync", 11020, 0, cuMemFreeAsync),
-    P("cuMemFreeAsync", 11020, 1, cuMemFreeAsync_ptsz),
-    P("cuArrayCreate", 3020, 0, cuArrayCreate_v2),
-    P("cuArray3DCreate", 3020, 0, cuArray3DCreate_v2),
-    P("cuArrayDestroy", 2000, 0, cuArrayDestroy),
-    P("cuMipmappedArrayCreate", 5000, 0, cuMipmappedArrayCreate),
-    P("cuMipmappedArrayDestroy", 5000, 0, cuMipmappedArrayDestroy),
-    P("cuStreamCreate", 2000, 0, cuStreamCreate),
-    P("cuStreamDestroy", 4000, 0, cuStreamDestroy_v2),
-    P("cuStreamSynchronize", 2000, 0, cuStreamSynchronize),
-    P("cuStreamIsCapturing", 10000, 0, cuStreamIsCapturing),
-    P("cuStreamIsCapturing", 10000, 1, cuStreamIsCapturing_ptsz),
-    P("cuEventCreate", 2000, 0, cuEventCreate),
-    P("cuEventDestroy", 4000, 0, cuEventDestroy_v2),
-    P("cuEventRecord", 2000, 0, cuEventRecord),
-    P("cuEventRecord", 7000, 1, cuEventRecord_ptsz),
-    P("cuEventQuery", 2000, 0, cuEventQuery),
-    P("cuEventSynchronize", 2000, 0, cuEventSynchronize),
-    P("cuEventElapsedTime", 2000, 0, cuEventElapsedTime),
-    P("cuLaunchKernel", 4000, 0, cuLaunchKernel),
-    P("cuLaunchKernel", 7000, 1, cuLaunchKernel_ptsz),
-    P("cuLaunchKernelEx", 11060, 0, cuLaunchKernelEx),
-    P("cuLaunchKernelEx", 11060, 1, cuLaunchKernelEx_ptsz),
-    P("cuLaunchCooperativeKernel", 9000, 0, cuLaunchCooperativeKernel),
-    P("cuLaunchCooperativeKernel", 9000, 1, cuLaunchCooperativeKernel_ptsz),
-    P("cuGraphLaunch", 10000, 0, cuGraphLaunch),
-    P("cuGraphLaunch", 10000, 1, cuGraphLaunch_ptsz),
+    P(Init, 2000, 0, Init),
+    P(DriverGetVersion, 2020, 0, DriverGetVersion),
+    P(GetProcAddress, 11030, 0, GetProcAddress),
+    P(GetProcAddress, 12000, 0, GetProcAddress_v2),
+    P(DeviceGetCount, 2000, 0, DeviceGetCount),
+    P(DeviceGet, 2000, 0, DeviceGet),
+    P(DeviceTotalMem, 3020, 0, DeviceTotalMem_v2),
+    P(DevicePrimaryCtxRetain, 7000, 0, DevicePrimaryCtxRetain),
+    P(DevicePrimaryCtxRelease, 11000, 0, DevicePrimaryCtxRelease_v2),
+    P(DevicePrimaryCtxReset, 11000, 0, DevicePrimaryCtxReset_v2),
+    P(CtxCreate, 3020, 0, CtxCreate_v2),
+    P(CtxCreate, 11040, 0, CtxCreate_v3),
+    P(CtxCreate, 12050, 0, CtxCreate_v4),
+    P(CtxDestroy, 4000, 0, CtxDestroy_v2),
+    P(CtxSetCurrent, 4000, 0, CtxSetCurrent),
+    P(CtxGetCurrent, 4000, 0, CtxGetCurrent),
+    P(CtxPushCurrent, 4000, 0, CtxPushCurrent_v2),
+    P(CtxPopCurrent, 4000, 0, CtxPopCurrent_v2),
+    P(CtxGetDevice, 2000, 0, CtxGetDevice),
+    P(CtxSynchronize, 2000, 0, CtxSynchronize),
+    P(MemGetInfo, 3020, 0, MemGetInfo_v2),
+    P(MemAlloc, 3020, 0, MemAlloc_v2),
+    P(MemAllocPitch, 3020, 0, MemAllocPitch_v2),
+    P(MemAllocManaged, 6000, 0, MemAllocManaged),
+    P(MemFree, 3020, 0, MemFree_v2),
+    P(MemCreate, 10020, 0, MemCreate),
+    P(MemRelease, 10020, 0, MemRelease),
+    P(MemPoolCreate, 11020, 0, MemPoolCreate),
+    P(MemPoolDestroy, 11020, 0, MemPoolDestroy),
+    P(MemAllocAsync, 11020, 0, MemAllocAsync),
+    P(MemAllocAsync, 11020, 1, MemAllocAsync_ptsz),
+    P(MemAllocFromPoolAsync, 11020, 0, MemAllocFromPoolAsync),
+    P(MemAllocFromPoolAsync, 11020, 1, MemAllocFromPoolAsync_ptsz),
+    P(MemFreeAsync, 11020, 0, MemFreeAsync),
+    P(MemFreeAsync, 11020, 1, MemFreeAsync_ptsz),
+    P(ArrayCreate, 3020, 0, ArrayCreate_v2),
+    P(Array3DCreate, 3020, 0, Array3DCreate_v2),
+    P(ArrayDestroy, 2000, 0, ArrayDestroy),
+    P(MipmappedArrayCreate, 5000, 0, MipmappedArrayCreate),
+    P(MipmappedArrayDestroy, 5000, 0, MipmappedArrayDestroy),
+    P(StreamCreate, 2000, 0, StreamCreate),
+    P(StreamDestroy, 4000, 0, StreamDestroy_v2),
+    P(StreamSynchronize, 2000, 0, StreamSynchronize),
+    P(StreamIsCapturing, 10000, 0, StreamIsCapturing),
+    P(StreamIsCapturing, 10000, 1, StreamIsCapturing_ptsz),
+    P(EventCreate, 2000, 0, EventCreate),
+    P(EventDestroy, 4000, 0, EventDestroy_v2),
+    P(EventRecord, 2000, 0, EventRecord),
+    P(EventRecord, 7000, 1, EventRecord_ptsz),
+    P(EventQuery, 2000, 0, EventQuery),
+    P(EventSynchronize, 2000, 0, EventSynchronize),
+    P(EventElapsedTime, 2000, 0, EventElapsedTime),
+    P(LaunchKernel, 4000, 0, LaunchKernel),
+    P(LaunchKernel, 7000, 1, LaunchKernel_ptsz),
+    P(LaunchKernelEx, 11060, 0, LaunchKernelEx),
+    P(LaunchKernelEx, 11060, 1, LaunchKernelEx_ptsz),
+    P(LaunchCooperativeKernel, 9000, 0, LaunchCooperativeKernel),
+    P(LaunchCooperativeKernel, 9000, 1, LaunchCooperativeKernel_ptsz),
+    P(GraphLaunch, 10000, 0, GraphLaunch),
+    P(GraphLaunch, 10000, 1, GraphLaunch_ptsz),
 };
 
-static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status) {
+static CUresult impl_GetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status) {
     if (!symbol || !pfn) return INVALID_VALUE;
     int want = (flags & 2) ? 1 : 0, known = 0;
     const struct proc *best = NULL;
@@ -598,7 +654,7 @@ static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver
             const struct proc *p = &g_procs[i];
             if (strcmp(p->name, symbol)) continue;
             known = 1;
-            if (p->per_thread != pass || p->version > version) continue;
+            if (p->per_thread != pass || p->version > version || p->version > FAKE_CUDA_VERSION) continue;
             if (!best || p->version > best->version) best = p;
         }
     *pfn = best ? (g_private_procs ? best->internal : best->exported) : NULL;
@@ -606,14 +662,14 @@ static CUresult impl_cuGetProcAddress_v2(const char *symbol, void **pfn, int ver
     return best ? SUCCESS : NOT_FOUND;
 }
 
-EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, u64 flags, int *status) {
-    return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+SINCE_12000 CUresult FAKE_CU(GetProcAddress_v2)(const char *symbol, void **pfn, int version, u64 flags, int *status) {
+    return impl_GetProcAddress_v2(symbol, pfn, version, flags, status);
 }
 
-static CUresult impl_cuGetProcAddress(const char *symbol, void **pfn, int version, u64 flags) {
-    return impl_cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+static CUresult impl_GetProcAddress(const char *symbol, void **pfn, int version, u64 flags) {
+    return impl_GetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }
 
-EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, u64 flags) {
-    return impl_cuGetProcAddress(symbol, pfn, version, flags);
+SINCE_11030 CUresult FAKE_CU(GetProcAddress)(const char *symbol, void **pfn, int version, u64 flags) {
+    return impl_GetProcAddress(symbol, pfn, version, flags);
 }

@@ -1,0 +1,130 @@
+/*
+ * launch.c: every way work reaches the device (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel,
+ * cuGraphLaunch, and their per-thread-default-stream variants) passes the core's compute limiter first.
+ *
+ * When the limiter asks for a measurement, the core's launch timer (hookkit.c) brackets the launch by two of the
+ * driver's events on its own stream (event pairs per thread, created once per context); the elapsed time between
+ * them is the device's time for that launch, read later without waiting, or at once when the limiter has no
+ * estimate yet. A stream being captured into a graph is never bracketed (that would add nodes to the user's
+ * graph). Without a limit the fast path is one call into the core and the driver's launch.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+
+#include "hami_cuda.h"
+
+int hami_cu_stream_capturing(void *stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!hami_real.HAMI_CU(StreamIsCapturing)) return 0;
+    if (hami_real.HAMI_CU(StreamIsCapturing)((CUstream)stream, &status) != CUDA_SUCCESS) return 0;
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* The driver's events, for the core's launch timer (hookkit.c). */
+static int event_create(void **event) { return hami_real.HAMI_CU(EventCreate)((CUevent *)event, CU_EVENT_DEFAULT); }
+static void event_destroy(void *event) {
+    if (hami_real.HAMI_CU(EventDestroy_v2)) hami_real.HAMI_CU(EventDestroy_v2)((CUevent)event);
+}
+static int event_record(void *event, void *stream) { return hami_real.HAMI_CU(EventRecord)((CUevent)event, (CUstream)stream); }
+static int event_query(void *event) { return hami_real.HAMI_CU(EventQuery)((CUevent)event); }
+static int event_elapsed(float *ms, void *start, void *end) {
+    return hami_real.HAMI_CU(EventElapsedTime)(ms, (CUevent)start, (CUevent)end);
+}
+static int event_synchronize(void *event) { return hami_real.HAMI_CU(EventSynchronize)((CUevent)event); }
+
+static hami_iso_events g_events = {
+    .api = HAMI_STR(HAMI_CU(Event)),
+    .destroy = event_destroy,
+    .capturing = hami_cu_stream_capturing,
+};
+static pthread_once_t g_events_once = PTHREAD_ONCE_INIT;
+
+static void find_events(void) { /* the event table lists only the functions the driver has */
+    if (hami_real.HAMI_CU(EventCreate)) g_events.create = event_create;
+    if (hami_real.HAMI_CU(EventRecord)) g_events.record = event_record;
+    if (hami_real.HAMI_CU(EventQuery)) g_events.query = event_query;
+    if (hami_real.HAMI_CU(EventElapsedTime)) g_events.elapsed_ms = event_elapsed;
+    if (hami_real.HAMI_CU(EventSynchronize)) g_events.synchronize = event_synchronize;
+}
+
+/* The events' owner is the thread's context (events belong to one); with none the launch fails anyway: untimed. */
+static const hami_iso_events *events_for_thread(void) {
+    pthread_once(&g_events_once, find_events);
+    (void)hami_cu_device();
+    return hami_cu_tls.valid ? &g_events : NULL;
+}
+
+static inline CUstream event_stream(CUstream stream, int per_thread) {
+    return (per_thread && !stream) ? CU_STREAM_PER_THREAD : stream;
+}
+
+#define LAUNCH(name, per_thread, kernel, work, stream, call)                                                   \
+    HAMI_CUDA_ENTER(name);                                                                                     \
+    HAMI_ISO_LAUNCH(events_for_thread(), hami_cu_device(), (uint64_t)(uintptr_t)hami_cu_tls.context, (kernel), \
+                    (work), event_stream((stream), (per_thread)), CUresult, hami_real.call);
+
+#define BLOCKS(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
+                                    void **extra) {
+    LAUNCH(HAMI_CU(LaunchKernel), 0, f, BLOCKS(gridDimX, gridDimY, gridDimZ), hStream,
+           HAMI_CU(LaunchKernel)(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                          kernelParams, extra))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                         void **kernelParams, void **extra) {
+    LAUNCH(HAMI_CU(LaunchKernel_ptsz), 1, f, BLOCKS(gridDimX, gridDimY, gridDimZ), hStream,
+           HAMI_CU(LaunchKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                               hStream, kernelParams, extra))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
+    if (!config) {
+        HAMI_CUDA_ENTER(HAMI_CU(LaunchKernelEx));
+        return hami_real.HAMI_CU(LaunchKernelEx)(config, f, kernelParams, extra);
+    }
+    LAUNCH(HAMI_CU(LaunchKernelEx), 0, f, BLOCKS(config->gridDimX, config->gridDimY, config->gridDimZ), config->hStream,
+           HAMI_CU(LaunchKernelEx)(config, f, kernelParams, extra))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                           void **extra) {
+    if (!config) {
+        HAMI_CUDA_ENTER(HAMI_CU(LaunchKernelEx_ptsz));
+        return hami_real.HAMI_CU(LaunchKernelEx_ptsz)(config, f, kernelParams, extra);
+    }
+    LAUNCH(HAMI_CU(LaunchKernelEx_ptsz), 1, f, BLOCKS(config->gridDimX, config->gridDimY, config->gridDimZ),
+           config->hStream, HAMI_CU(LaunchKernelEx_ptsz)(config, f, kernelParams, extra))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams) {
+    LAUNCH(HAMI_CU(LaunchCooperativeKernel), 0, f, BLOCKS(gridDimX, gridDimY, gridDimZ), hStream,
+           HAMI_CU(LaunchCooperativeKernel)(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+                                     hStream, kernelParams))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(LaunchCooperativeKernel_ptsz)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes, CUstream hStream,
+                                                    void **kernelParams) {
+    LAUNCH(HAMI_CU(LaunchCooperativeKernel_ptsz), 1, f, BLOCKS(gridDimX, gridDimY, gridDimZ), hStream,
+           HAMI_CU(LaunchCooperativeKernel_ptsz)(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ,
+                                          sharedMemBytes, hStream, kernelParams))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(GraphLaunch)(CUgraphExec hGraphExec, CUstream hStream) {
+    LAUNCH(HAMI_CU(GraphLaunch), 0, hGraphExec, 1, hStream, HAMI_CU(GraphLaunch)(hGraphExec, hStream))
+}
+
+HAMI_EXPORT CUresult HAMI_CU(GraphLaunch_ptsz)(CUgraphExec hGraphExec, CUstream hStream) {
+    LAUNCH(HAMI_CU(GraphLaunch_ptsz), 1, hGraphExec, 1, hStream, HAMI_CU(GraphLaunch_ptsz)(hGraphExec, hStream))
+}

@@ -19,6 +19,9 @@ Owns what the node daemon does inside the kubelet's Allocate for MLUs, and its u
 * `release` and `reconcile`: the pod's sMLU instances destroyed when it finishes, and after a restart those of
   pods no longer on the node.
 
+A node in the soft mode (``mluMode: hami-core``) makes no sMLU: the cards are passed through whole and the
+isolation library enforces the share (`hami_vendor_cambricon.soft`: accounting directory, library, grant).
+
 On simulated cards (no CNDev, no cnmon: `hami demo`) no instance can be made: a share is then served as a whole
 card and the log says so. A node that reads its cards from cnmon refuses shares (no CNDev, no sMLU).
 """
@@ -30,12 +33,12 @@ import os
 from collections.abc import Sequence
 
 from hami.errors import HamiError
-from hami.model import Allocation, ContainerEdits, ContainerPlacement, DeviceNode, Mount, Pod
-from hami_vendor_cambricon import smlu
+from hami.model import Allocation, ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
+from hami_vendor_cambricon import smlu, soft
 from hami_vendor_cambricon.cndev import MluCard, SmluInstance
 from hami_vendor_cambricon.discovery import NodeRuntime, runtime_for
 from hami_vendor_cambricon.fit import ASSIGNED_ANNOTATIONS
-from hami_vendor_cambricon.settings import CambriconSettings
+from hami_vendor_cambricon.settings import SOFT, CambriconSettings
 
 __all__ = [
     "CONTROL_DEVICE",
@@ -95,6 +98,10 @@ def allocate(settings: CambriconSettings, pod: Pod, container_index: int, device
     runtime = runtime_for(settings)
     resolved = tuple(d.model_copy(update={"uuid": runtime.card_of(d.uuid).uuid}) for d in devices)
     annotations = dict.fromkeys(ASSIGNED_ANNOTATIONS, "true")
+    if settings.mlu_mode == SOFT:
+        if resolved:
+            soft.prepare(settings, pod, container_index)
+        return Allocation(devices=resolved, pod_annotations=annotations, node_annotations={LOCK_ANNOTATION: None})
     with runtime.lock:
         card = _share_of(runtime, resolved)
         if card is not None and runtime.cndev is None and runtime.source == "cnmon":
@@ -113,7 +120,10 @@ def allocate(settings: CambriconSettings, pod: Pod, container_index: int, device
 
 
 def release(settings: CambriconSettings, pod: Pod) -> None:
-    """Destroy the pod's sMLU instances (none: nothing to do)."""
+    """Destroy the pod's sMLU instances and remove its soft-mode directories (none: nothing to do)."""
+    soft.release(settings, pod)
+    if settings.mlu_mode == SOFT:
+        return
     runtime = runtime_for(settings)
     with runtime.lock:
         if runtime.cndev is None and not runtime.read_cards():
@@ -136,13 +146,18 @@ def _node(path: str) -> DeviceNode:
 
 
 def container_edits(
-    settings: CambriconSettings, pod: Pod, container_index: int, devices: ContainerPlacement
+    settings: CambriconSettings,
+    pod: Pod,
+    container_index: int,
+    devices: ContainerPlacement,
+    library: IsolationLibrary | None = None,
 ) -> ContainerEdits:
-    """The env, device nodes and mounts of a container given these cards (or its share of one)."""
+    """The env, device nodes and mounts of a container given these cards (or its share of one); in the soft mode
+    the whole cards plus the isolation library's edits."""
     runtime = runtime_for(settings)
     with runtime.lock:
         indices = [runtime.card_of(d.uuid).index for d in devices]
-        instance = _instance(runtime, pod, container_index, devices)
+        instance = None if settings.mlu_mode == SOFT else _instance(runtime, pod, container_index, devices)
     mounts = []
     if settings.cnmon_path:
         mounts.append(Mount(container_path=settings.cnmon_path, host_path=settings.cnmon_path, read_only=True))
@@ -156,6 +171,9 @@ def container_edits(
         return ContainerEdits(env={VIRTUAL_DEVICES: ",".join(paths)}, devices=tuple(nodes), mounts=tuple(mounts))
     nodes = [_node(f"/dev/cambricon_dev{i}") for i in indices]
     nodes.append(_node(CONTROL_DEVICE))
-    return ContainerEdits(
+    cards = ContainerEdits(
         env={VISIBLE_DEVICES: ",".join(str(i) for i in indices)}, devices=tuple(nodes), mounts=tuple(mounts)
     )
+    if settings.mlu_mode == SOFT and devices:
+        return soft.container_edits(settings, pod, container_index, devices, cards, library)
+    return cards

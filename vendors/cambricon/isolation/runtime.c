@@ -10,11 +10,11 @@
  *
  * Counting once: CNRT is built on CNDrv, so cnrtMalloc may reach cnMalloc (through the PLT or through
  * cnGetExportFunction). Every hook checks its caller's return address against the mapped ranges of the real
- * libcndrv.so and libcnrt.so (found once, with dl_iterate_phdr) and of libvmlu.so itself, and passes a call from
+ * libcndrv.so and libcnrt.so (found once, with the core's hami_iso_object_range) and of libvmlu.so itself, and passes a call from
  * inside them straight to the real function: the allocation is counted at the API the application called.
  *
- * Ways out: the real functions are resolved on the first hooked call, never at load time: dlsym(RTLD_NEXT) (another
- * interposer first, as it should), else the library opened by name (libcndrv.so, libcnrt.so, then Neuware's
+ * Ways out: the real functions are resolved on the first hooked call, never at load time (the core's
+ * hami_iso_resolve: dlsym(RTLD_NEXT), another interposer first, as it should), else the library opened by name (libcndrv.so, libcnrt.so, then Neuware's
  * /usr/local/neuware/lib64). Neither library: every hook answers its API's "not initialized" code; a function the
  * installed library lacks, its "not supported" code.
  *
@@ -22,8 +22,6 @@
  * the core's dlvsym asks (hami_iso_hook_for_symbol).
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -51,51 +49,13 @@ static const hami_iso_vendor g_vendor = {
 static const char *const CNDRV[] = {"libcndrv.so", "/usr/local/neuware/lib64/libcndrv.so"};
 static const char *const CNRT[] = {"libcnrt.so", "/usr/local/neuware/lib64/libcnrt.so"};
 
-static void *resolve(void **library, const char *const *names, size_t count, const char *name) {
-    void *found = dlsym(RTLD_NEXT, name);
-    if (found) return found;
-    for (size_t i = 0; !*library && i < count; i++) {
-        *library = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
-        if (!*library) *library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    }
-    return *library ? dlsym(*library, name) : NULL;
-}
-
-struct range_query {
-    uintptr_t base, lo, hi;
-};
-
-static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct range_query *q = data;
-    if (info->dlpi_addr != q->base) return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (!q->lo || lo < q->lo) q->lo = lo;
-        if (hi > q->hi) q->hi = hi;
-    }
-    return 1;
-}
-
-/* The mapped range of the object holding `probe` (nothing when `probe` is NULL). */
-static void range_of(const void *probe, int slot) {
-    Dl_info info;
-    if (!probe || !dladdr(probe, &info) || !info.dli_fbase) return;
-    struct range_query q = {(uintptr_t)info.dli_fbase, 0, 0};
-    dl_iterate_phdr(find_range, &q);
-    hami_vmlu_lo[slot] = q.lo;
-    hami_vmlu_hi[slot] = q.hi;
-}
-
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void load_once(void) {
     hami_iso_init(&g_vendor);
     void *cndrv = NULL, *cnrt = NULL;
-#define HAMI_RESOLVE_CN(name) hami_real.name = (__typeof__(hami_real.name))resolve(&cndrv, CNDRV, 2, #name);
-#define HAMI_RESOLVE_CNRT(name) hami_real.name = (__typeof__(hami_real.name))resolve(&cnrt, CNRT, 2, #name);
+#define HAMI_RESOLVE_CN(name) hami_real.name = (__typeof__(hami_real.name))hami_iso_resolve(&cndrv, CNDRV, 2, #name);
+#define HAMI_RESOLVE_CNRT(name) hami_real.name = (__typeof__(hami_real.name))hami_iso_resolve(&cnrt, CNRT, 2, #name);
     HAMI_CN_HOOKS(HAMI_RESOLVE_CN)
     HAMI_CN_CALLS(HAMI_RESOLVE_CN)
     HAMI_CNRT_HOOKS(HAMI_RESOLVE_CNRT)
@@ -107,9 +67,9 @@ static void load_once(void) {
         atomic_store_explicit(&hami_vmlu_state, -1, memory_order_release);
         return;
     }
-    range_of((const void *)hami_real.cnMalloc, 0);
-    range_of((const void *)hami_real.cnrtMalloc, 1);
-    range_of((const void *)&load_once, 2);
+    hami_iso_object_range((const void *)hami_real.cnMalloc, &hami_vmlu_lo[0], &hami_vmlu_hi[0]);
+    hami_iso_object_range((const void *)hami_real.cnrtMalloc, &hami_vmlu_lo[1], &hami_vmlu_hi[1]);
+    hami_iso_object_range((const void *)&load_once, &hami_vmlu_lo[2], &hami_vmlu_hi[2]);
     int count = 0;
     unsigned int rt_count = 0;
     if (hami_real.cnrtGetDeviceCount && hami_real.cnrtGetDeviceCount(&rt_count) == cnrtSuccess)

@@ -5,6 +5,7 @@ Owns, for a node in this project's soft mode:
 * `prepare` (at Allocate): the container's accounting directory ``<hookPath>/containers/<pod uid>_<container>``,
   emptied and made world-writable, so that whatever user the container runs as creates its accounting file there;
 * `release`: a finished pod's accounting directories and grants removed (a hostile pod UID never reaches a glob);
+  both through core's `hami.isolation.hostdirs`;
 * `container_edits`: the device nodes of the whole cards (`hami_vendor_cambricon.allocation`'s), the isolation
   library ``libvmlu.so`` and the ``/etc/ld.so.preload`` naming it (the library the node daemon installed, else
   ``libraryDir``), the accounting directory at ``/hami-vmlu-shmem``, the library's environment
@@ -19,95 +20,38 @@ No sMLU instance is made in this mode: the cards are passed through whole and th
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from hami.errors import HamiError
-from hami.hostpaths import HostPathError, path_component, pod_path
+from hami.hostpaths import HostPathError
+from hami.isolation import hostdirs
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_cambricon.settings import CambriconSettings
 
 __all__ = ["ACCOUNTING_FILE", "LIBRARY_FILE", "SHMEM_DIR", "accounting_dir", "container_edits", "prepare", "release"]
 
-log = logging.getLogger("hami_vendor_cambricon")
-
 LIBRARY_FILE = "libvmlu.so"
-PRELOAD_FILE = "ld.so.preload"
 SHMEM_DIR = "/hami-vmlu-shmem"
 ACCOUNTING_FILE = "vmlu.cache"
-
-
-def _container(pod: Pod, index: int) -> str:
-    containers = pod.all_containers
-    return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
-
-
-def _pod_key(pod: Pod) -> tuple[str, str]:
-    return (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
 
 
 def accounting_dir(settings: CambriconSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s accounting file (mounted writable into it).
 
     :raises HostPathError: the pod UID or container name would leave the containers directory."""
-    return Path(pod_path(settings.containers_dir, _pod_key(pod), (_container(pod, index), "container name")))
-
-
-def _grant_dir(settings: CambriconSettings, pod: Pod, index: int) -> PurePosixPath:
-    """Where container `index`'s grant is written: outside its accounting directory, mounted read-only."""
-    return pod_path(settings.hook_path / "grants", _pod_key(pod), (_container(pod, index), "container name"))
+    return hostdirs.accounting_dir(settings.containers_dir, pod, index)
 
 
 def prepare(settings: CambriconSettings, pod: Pod, index: int) -> None:
-    """The container's accounting directory, empty and writable by any user.
-
-    :raises HamiError: it cannot be made (or the pod's UID or container name would leave the directory)."""
-    try:
-        path = accounting_dir(settings, pod, index)
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o777)
-    except (HostPathError, OSError) as exc:
-        raise HamiError(f"pod {pod.namespace}/{pod.name}: cannot prepare its MLU accounting directory: {exc}") from None
+    """The container's accounting directory, empty and writable by any user. :raises HamiError: it cannot be."""
+    hostdirs.prepare_accounting_dir(settings.containers_dir, pod, index)
 
 
 def release(settings: CambriconSettings, pod: Pod) -> None:
     """Remove the pod's accounting directories and grants (none: nothing to do)."""
-    key = pod.uid or pod.name
-    try:
-        path_component(key, "pod UID")  # a hostile UID (`../x`, `*`) must not reach the glob below
-    except HostPathError as exc:
-        log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
-        return
-    for directory in (settings.containers_dir, settings.hook_path / "grants"):
-        try:
-            found = sorted(directory.glob(f"{key}_*"))
-        except OSError:
-            continue
-        for path in found:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _library_mounts(settings: CambriconSettings, library: IsolationLibrary | None) -> list[Mount]:
-    if library is not None and settings.library_dir is None:
-        return [
-            Mount(container_path=library.path, host_path=library.path),
-            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
-        ]
-    if settings.library_dir is None:
-        raise HamiError(
-            "mluMode hami-core needs libvmlu.so: the node daemon installed none (is hami-vendor-cambricon installed "
-            "with its library?) and cambricon.libraryDir is not set"
-        )
-    directory = PurePosixPath(settings.library_dir)
-    return [
-        Mount(container_path=str(directory / LIBRARY_FILE), host_path=str(directory / LIBRARY_FILE)),
-        Mount(container_path="/etc/ld.so.preload", host_path=str(directory / PRELOAD_FILE)),
-    ]
+    hostdirs.release_pod(pod, (settings.containers_dir, settings.hook_path / "grants"))
 
 
 def container_edits(
@@ -133,10 +77,12 @@ def container_edits(
         env["LIBVMLU_LOG_LEVEL"] = settings.libvmlu_log_level
     try:
         host_dir = accounting_dir(settings, pod, index)
-        grant_mount, files = grant_edits(_grant_dir(settings, pod, index), "cambricon", from_limits(limits))
+        grant_mount, files = grant_edits(hostdirs.grant_dir(settings.hook_path, pod, index), "cambricon",
+                                         from_limits(limits))  # fmt: skip
     except HostPathError as exc:
         raise HamiError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
-    mounts = [*cards.mounts, *_library_mounts(settings, library)]
+    library_mounts = hostdirs.library_mounts(library, settings.library_dir, LIBRARY_FILE, "cambricon.libraryDir")
+    mounts = [*cards.mounts, *library_mounts]
     mounts += [Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False), grant_mount]
     return ContainerEdits(env=env, devices=cards.devices, mounts=tuple(mounts),
                           accounting_file=str(host_dir / ACCOUNTING_FILE), files=files)  # fmt: skip

@@ -6,8 +6,9 @@ sMLU profiles and instances kept in a state file as a driver keeps them), exactl
 library. The node's capacity is what HAMi's scheduler reads for MLUs (vcore 100 per card, vmemory in 256 MiB
 units); this scheduler fits from the per-card register. The driver starts with an instance a crashed daemon left
 for a pod that no longer exists: `hami node` destroys it at start. The pod's share gets its own sMLU instance of
-exactly its size, which goes when the pod is deleted. The test skips, saying why, while the Cambricon plugin or its
-fake CNDev is not there.
+exactly its size, which goes when the pod is deleted. A second node runs in the soft mode (``mluMode: hami-core``):
+its share gets the card whole with ``libvmlu.so`` (installed by ``hami node``), the limits and the node's grant.
+The test skips, saying why, while the Cambricon plugin or its fake CNDev is not there.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ MIB = 1024 * 1024
 
 def driver_state(node: DeviceNode) -> list[list[str]]:
     """The fake driver's sMLU profiles (``P card id quota bytes``) and instances (``I card id profile name``)."""
-    path = node.dir / "cndev-state.txt"
+    path = node.dir / "cndev-state.txt"  # the nodes' directories are stack.dir / "nodes" / <name>
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -84,16 +85,75 @@ def mlu_node(stack: HamiStack) -> Iterator[DeviceNode]:
     stack.admin.delete("Node", node.name)  # the node leaves the cluster: later tests see the GPU nodes only
 
 
+SOFT_UUIDS = [f"b1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def soft_node(stack: HamiStack) -> Iterator[DeviceNode]:
+    _require_cambricon()
+    root = stack.dir / "nodes" / "mlu-soft-1"
+    library = _build_fake_cndev(root / "fake-cndev")
+    machine = root / "machine.txt"
+    machine.write_text("".join(f"{u} MLU370-X8 24576 8 1 1\n" for u in SOFT_UUIDS))
+    node = DeviceNode(
+        stack,
+        "mlu-soft-1",
+        {"cambricon": {"cndevLibrary": str(library), "mluMode": "hami-core", "hookPath": str(root / "mlu-hook")}},
+        {"FAKE_CNDEV_CONFIG": str(machine), "FAKE_CNDEV_STATE": str(root / "cndev-state.txt")},
+        {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "192"},
+        ("hami.io/node-cambricon-mlu-register",),
+    )
+    stack.add_node(node)
+    yield node
+    node.stop()
+    del stack.nodes[node.name]
+    stack.admin.delete("Node", node.name)
+
+
+def test_on_a_soft_mode_node_the_share_gets_libvmlu_its_limits_and_the_grant(
+    stack: HamiStack, soft_node: DeviceNode, ns: str
+) -> None:
+    api = stack.admin
+    limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "30", "cambricon.com/mlu.smlu.vmemory": "8"}
+    wanted = f"MLU-{SOFT_UUIDS[1]}"  # a card of the soft node only
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "soft", "namespace": ns, "annotations": {"cambricon.com/use-gpuuuid": wanted}},
+            "spec": {"containers": [{"name": "infer", "image": "pytorch-mlu", "resources": {"limits": limits}}]},
+        }
+    )
+    got = stack.wait_running(ns, "soft")
+    assert got["spec"]["nodeName"] == soft_node.name
+    uid = got["metadata"]["uid"]
+    edits = soft_node.kubelet.started[uid].edits["infer"]["cambricon.com/vmlu"]
+    assert edits.env["CAMBRICON_VISIBLE_DEVICES"] == "1"  # the card whole: no sMLU in this mode
+    assert "VIRTUAL_DEVICES" not in edits.env
+    assert (edits.env["CAMBRICON_DEVICE_MEMORY_LIMIT_0"], edits.env["CAMBRICON_DEVICE_CORE_LIMIT_0"]) == ("2048m", "30")
+    mounts = {m.container_path: m.host_path for m in edits.mounts}
+    library = Path(mounts["/etc/ld.so.preload"]).read_text().strip()
+    assert Path(library).name == "libvmlu.so"
+    assert Path(library).resolve().is_file()  # installed by hami node
+    grant = Path(mounts["/etc/hami/grant"]) / "cambricon.grant"
+    assert f"device 0 {2048 << 20} 30 {wanted}\n" in grant.read_text()
+    assert Path(mounts["/hami-vmlu-shmem"]).is_dir()
+    assert driver_state(soft_node) == []  # nothing made in the driver
+    api.delete("Pod", "soft", ns)
+
+
 def test_a_dsmlu_share_runs_with_its_profile_and_cambricons_env(
     stack: HamiStack, mlu_node: DeviceNode, ns: str
 ) -> None:
     api = stack.admin
     limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "25", "cambricon.com/mlu.smlu.vmemory": "16"}
+    ours = ",".join(f"MLU-{u}" for u in UUIDS)
     api.create(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "mlu", "namespace": ns},
+            # this node's cards (the soft-mode node of the other test may still be up)
+            "metadata": {"name": "mlu", "namespace": ns, "annotations": {"cambricon.com/use-gpuuuid": ours}},
             "spec": {"containers": [{"name": "infer", "image": "pytorch-mlu", "resources": {"limits": limits}}]},
         }
     )

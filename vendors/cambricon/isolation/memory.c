@@ -139,6 +139,7 @@ HAMI_EXPORT CNresult cnMemGetInfo(cn_uint64_t *free, cn_uint64_t *total) {
 HAMI_EXPORT cnrtRet_t cnrtMemGetInfo(size_t *free, size_t *total) {
     HAMI_CNRT_ENTER(cnrtMemGetInfo);
     cnrtRet_t r = hami_real.cnrtMemGetInfo(free, total);
-    if (r == cnrtSuccess && free && total && !FROM_INSIDE()) hami_iso_memory_view_sizes(hami_vmlu_device(), free, total);
+    if (r == cnrtSuccess && free && total && !FROM_INSIDE())
+        hami_iso_memory_view_sizes(hami_vmlu_device(), free, total);
     return r;
 }

@@ -10,13 +10,14 @@
  *
  * Counting once: CNRT is built on CNDrv, so cnrtMalloc may reach cnMalloc (through the PLT or through
  * cnGetExportFunction). Every hook checks its caller's return address against the mapped ranges of the real
- * libcndrv.so and libcnrt.so (found once, with the core's hami_iso_object_range) and of libvmlu.so itself, and passes a call from
- * inside them straight to the real function: the allocation is counted at the API the application called.
+ * libcndrv.so and libcnrt.so (found once, with the core's hami_iso_object_range) and of libvmlu.so itself, and
+ * passes a call from inside them straight to the real function: the allocation is counted at the API the
+ * application called.
  *
  * Ways out: the real functions are resolved on the first hooked call, never at load time (the core's
- * hami_iso_resolve: dlsym(RTLD_NEXT), another interposer first, as it should), else the library opened by name (libcndrv.so, libcnrt.so, then Neuware's
- * /usr/local/neuware/lib64). Neither library: every hook answers its API's "not initialized" code; a function the
- * installed library lacks, its "not supported" code.
+ * hami_iso_resolve: dlsym(RTLD_NEXT), another interposer first, as it should), else the library opened by name
+ * (libcndrv.so, libcnrt.so, then Neuware's /usr/local/neuware/lib64). Neither library: every hook answers its
+ * API's "not initialized" code; a function the installed library lacks, its "not supported" code.
  *
  * Also here: cnrtSetDevice (it keeps the per-thread device cache honest), cnGetExportFunction, and the hook table
  * the core's dlvsym asks (hami_iso_hook_for_symbol).

@@ -10,22 +10,21 @@
  * Why preload and not LD_AUDIT (HAMi's AMD library uses LD_AUDIT because a preloaded library broke HIP's
  * initialisation on recent ROCm): the failure comes from HIP calling its own exported functions through the global
  * scope during start-up and meeting the interposer there. Here every hook checks its caller's return address
- * against the real runtime's mapped range (found once, with dl_iterate_phdr) and passes a call from inside HIP
- * straight to the real function: HIP's internal calls never reach the accounting, which is exactly the rule
+ * against the real runtime's mapped range (found once, with the core's hami_iso_object_range) and passes a call
+ * from inside HIP straight to the real function: HIP's internal calls never reach the accounting, which is the rule
  * LD_AUDIT's "redirect only bindings whose caller is not HIP" gives. Preload is kept because it is enforced from
  * outside the tenant's processes (a read-only mounted file), whereas LD_AUDIT can only be set through the
  * environment, which any process of the container may drop for its children.
  *
  * Ways out: the real functions are resolved on the first hooked call, never at load time (a runtime loaded later
- * is then found): dlsym(RTLD_NEXT) (another interposer first, as it should), else DTK's runtime opened by name
- * (libgalaxyhip.so.5, libgalaxyhip.so, then the upstream name libamdhip64.so some DTK builds also ship). No runtime:
+ * is then found), through the core's hami_iso_resolve: dlsym(RTLD_NEXT) (another interposer first, as it should),
+ * else DTK's runtime opened by name (libgalaxyhip.so.5, libgalaxyhip.so, then the upstream name libamdhip64.so some
+ * DTK builds also ship). No runtime:
  * every hook answers hipErrorNotInitialized; a function the installed runtime lacks, hipErrorNotSupported.
  *
  * Also here: hipSetDevice, which keeps the per-thread device cache honest, and hipGetProcAddress.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -59,51 +58,16 @@ static const hami_iso_vendor g_vendor = {
 static const char *const RUNTIMES[] = {"libgalaxyhip.so.5", "libgalaxyhip.so", "libamdhip64.so"};
 
 static void *resolve(void **library, const char *name) {
-    void *found = dlsym(RTLD_NEXT, name);
-    if (found) return found;
-    for (size_t i = 0; !*library && i < sizeof RUNTIMES / sizeof *RUNTIMES; i++) {
-        *library = dlopen(RUNTIMES[i], RTLD_NOW | RTLD_NOLOAD);
-        if (!*library) *library = dlopen(RUNTIMES[i], RTLD_NOW | RTLD_LOCAL);
-    }
-    return *library ? dlsym(*library, name) : NULL;
-}
-
-/* The mapped range of the object loaded at `base` (all its PT_LOAD segments). */
-struct range_query {
-    uintptr_t base, lo, hi;
-};
-
-static int find_range(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct range_query *q = data;
-    if (info->dlpi_addr != q->base) return 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (!q->lo || lo < q->lo) q->lo = lo;
-        if (hi > q->hi) q->hi = hi;
-    }
-    return 1;
-}
-
-/* The mapped range of the object holding `probe`. */
-static void range_of(const void *probe, uintptr_t *lo, uintptr_t *hi) {
-    Dl_info info;
-    if (!probe || !dladdr(probe, &info) || !info.dli_fbase) return;
-    struct range_query q = {(uintptr_t)info.dli_fbase, 0, 0};
-    dl_iterate_phdr(find_range, &q);
-    *lo = q.lo;
-    *hi = q.hi;
+    return hami_iso_resolve(library, RUNTIMES, sizeof RUNTIMES / sizeof *RUNTIMES, name);
 }
 
 /* HIP's range, and this library's own: a real function that tail-calls one of its exported functions makes that
  * call return into the hook that called the real function, so a return address inside libvdcu.so also means
  * "from inside HIP" (the hooks never call each other). */
 static void find_hip_range(void) {
-    range_of(hami_real.hipMalloc ? (void *)hami_real.hipMalloc : (void *)hami_real.hipGetDevice, &hami_vdcu_hip_lo,
-             &hami_vdcu_hip_hi);
-    range_of((const void *)&find_hip_range, &hami_vdcu_self_lo, &hami_vdcu_self_hi);
+    hami_iso_object_range(hami_real.hipMalloc ? (void *)hami_real.hipMalloc : (void *)hami_real.hipGetDevice,
+                          &hami_vdcu_hip_lo, &hami_vdcu_hip_hi);
+    hami_iso_object_range((const void *)&find_hip_range, &hami_vdcu_self_lo, &hami_vdcu_self_hi);
 }
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -24,14 +24,23 @@ from hami.errors import HamiError
 from hami.hostpaths import HostPathError, path_component, pod_path
 from hami.model import IsolationLibrary, Mount, Pod
 
-__all__ = ["PRELOAD_FILE", "accounting_dir", "grant_dir", "library_mounts", "prepare_accounting_dir", "release_pod"]
+__all__ = [
+    "PRELOAD_FILE",
+    "accounting_dir",
+    "container_name",
+    "grant_dir",
+    "library_mounts",
+    "prepare_accounting_dir",
+    "release_pod",
+]
 
 log = logging.getLogger(__name__)
 
 PRELOAD_FILE = "ld.so.preload"
 
 
-def _container(pod: Pod, index: int) -> str:
+def container_name(pod: Pod, index: int) -> str:
+    """The name of container `index` (init containers first), or ``container-<index>`` past the pod's list."""
     containers = pod.all_containers
     return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
 
@@ -42,12 +51,12 @@ def _key(pod: Pod) -> tuple[str, str]:
 
 def accounting_dir(containers_dir: Path, pod: Pod, index: int) -> Path:
     """Container `index`'s accounting directory. :raises HostPathError: a name would leave `containers_dir`."""
-    return Path(pod_path(containers_dir, _key(pod), (_container(pod, index), "container name")))
+    return Path(pod_path(containers_dir, _key(pod), (container_name(pod, index), "container name")))
 
 
 def grant_dir(hook_path: Path, pod: Pod, index: int) -> PurePosixPath:
     """Container `index`'s grant directory. :raises HostPathError: a name would leave ``<hook_path>/grants``."""
-    return pod_path(hook_path / "grants", _key(pod), (_container(pod, index), "container name"))
+    return pod_path(hook_path / "grants", _key(pod), (container_name(pod, index), "container name"))
 
 
 def prepare_accounting_dir(containers_dir: Path, pod: Pod, index: int) -> Path:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import scripted_vendor
 
 from hami.cluster import MemoryCluster
 from hami.errors import ConfigError
@@ -59,3 +60,21 @@ def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings,
         daemon = NodeDaemon(settings.model_copy(update={"metrics_listen": f"127.0.0.1:{port}"}), host, MemoryCluster())
         with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"):
             asyncio.run(daemon.serve(asyncio.Event()))
+
+
+def test_at_start_up_the_vendors_are_told_which_pods_are_still_on_the_node(
+    settings: NodeSettings, host: VendorHost
+) -> None:
+    # `hami_reconcile`: a restarted daemon lets each vendor undo what it made for pods deleted while it was down
+    cluster = MemoryCluster()
+    here = settings.node_name
+    pods = [("here", here, "Running"), ("pending", here, "Pending"), ("done", here, "Succeeded"),
+            ("elsewhere", "other", "Running")]  # fmt: skip
+    for name, node, phase in pods:
+        spec = {"metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node}}
+        cluster.create("pods", {**spec, "status": {"phase": phase}})
+    scripted_vendor.RECONCILED.clear()
+    NodeDaemon(settings, host, cluster)._start_up()
+    assert scripted_vendor.RECONCILED
+    assert all(pods == ["here", "pending"] for _, pods in scripted_vendor.RECONCILED)
+    assert sorted(kind for kind, _ in scripted_vendor.RECONCILED) == sorted(k.common_word for k in host.kinds)

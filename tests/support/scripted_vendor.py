@@ -94,6 +94,8 @@ RESERVED = "scripted.example/reserved"
 
 RELEASED: list[tuple[str, str, int]] = []
 """(kind, pod name, containers with devices) for every `hami_release` call in this process."""
+RECONCILED: list[tuple[str, list[str]]] = []
+"""(kind, names of the pods given) for every `hami_reconcile` call in this process."""
 CONCURRENCY = {"now": 0, "max": 0}
 _guard = threading.Lock()
 
@@ -183,6 +185,11 @@ def hami_allocate(
 @hookimpl
 def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
     RELEASED.append((kind.common_word, pod.name, sum(1 for p in placements if p)))
+
+
+@hookimpl
+def hami_reconcile(kind: DeviceKind, pods: Sequence[Pod]) -> None:
+    RECONCILED.append((kind.common_word, sorted(p.name for p in pods)))
 
 
 @hookimpl

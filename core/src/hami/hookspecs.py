@@ -244,6 +244,17 @@ def hami_release(kind: DeviceKind, pod: Pod, placements: Sequence[ContainerPlace
     """
 
 
+@hookspec
+def hami_reconcile(kind: DeviceKind, pods: Sequence[Pod], settings: Any) -> None:
+    """After a restart of the node daemon: undo what `hami_allocate` made for pods that are no longer here.
+
+    Routed; optional. Called once at the daemon's start, when it could list the pods, with every pod bound to
+    this node that has not finished (pending ones included). Whatever `hami_allocate` made for a pod not in
+    ``pods`` (deleted while the daemon was down, or left by an Allocate that died half-way) is to be undone;
+    a pod's own annotations are not to be trusted for it (the pod's owner may have written them).
+    """
+
+
 # --------------------------------------------------------------------------------------------------------
 # Dynamic Resource Allocation (node side, hami.dra)
 # --------------------------------------------------------------------------------------------------------

@@ -151,6 +151,13 @@ class DeviceKind(_Model):
         description="the word in HAMi's capacity-derived device names `<node>-<word>-<i>` (MetaX: "
         "`metax`); the common word when unset",
     )
+    node_lock: str | None = Field(
+        default=None,
+        description="node annotation of the vendor's own node lock (an RFC 3339 time) that HAMi's scheduler takes "
+        "at bind for pods of this kind and the vendor's node side removes once it served the pod; this scheduler "
+        "takes it in the same write as its own lock, and waits while one is younger than `node_lock_seconds`",
+    )
+    node_lock_seconds: int = Field(default=120, gt=0, description="age at which `node_lock` is taken over")
 
 
 class VendorInfo(_Model):

@@ -390,6 +390,10 @@ class VendorHost:
     def release(self, common_word: str, pod: Pod, placements: Sequence[ContainerPlacement]) -> None:
         self._routed(common_word, "hami_release", pod=pod, placements=placements)
 
+    def reconcile(self, common_word: str, pods: Sequence[Pod]) -> None:
+        """The vendor's clean-up after a daemon restart, given the pods still on this node (`hami_reconcile`)."""
+        self._routed(common_word, "hami_reconcile", pods=pods)
+
     def container_edits(
         self,
         common_word: str,

@@ -10,10 +10,11 @@
  * a hooked runtime function; memory.c and launch.c make sure nothing is counted twice.
  *
  * Ways out: the real functions are resolved on the first hooked call of their library, never at load time (a
- * runtime loaded later by dlopen is then found): by dlsym(RTLD_NEXT), which finds them in the global scope after
- * us (another interposer first, as it should), else in libruntime.so / libascendcl.so opened by name (already
- * loaded, even privately, or loaded now). A missing library makes every hook of it return
- * ACL_ERROR_RT_INTERNAL_ERROR (507000); a function the installed version lacks, ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
+ * runtime loaded later by dlopen is then found): by the core's hami_iso_resolve, dlsym(RTLD_NEXT), which finds
+ * them in the global scope after us (another interposer first, as it should), else in libruntime.so /
+ * libascendcl.so opened by name (already loaded, even privately, or loaded now). A missing library makes every
+ * hook of it return ACL_ERROR_RT_INTERNAL_ERROR (507000); a function the installed version lacks,
+ * ACL_ERROR_RT_FEATURE_NOT_SUPPORT.
  *
  * Also here: the hooks that change the calling thread's device (rtSetDevice, aclrtSetDevice, and setting a
  * context), which keep the per-thread device cache honest.
@@ -46,11 +47,7 @@ static const hami_iso_vendor g_vendor = {
 /* The real function `name` of the library called `soname`: the next definition in the global scope, else the
  * library's own (opened by name: found if already loaded anywhere, loaded otherwise). */
 static void *resolve(void **library, const char *soname, const char *name) {
-    void *found = dlsym(RTLD_NEXT, name);
-    if (found) return found;
-    if (!*library) *library = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
-    if (!*library) *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    return *library ? dlsym(*library, name) : NULL;
+    return hami_iso_resolve(library, &soname, 1, name);
 }
 
 static pthread_once_t g_runtime_once = PTHREAD_ONCE_INIT;

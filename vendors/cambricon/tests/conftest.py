@@ -24,8 +24,9 @@ from hami.plugins import VendorHost
 SOURCE = Path(__file__).parent / "fake_cndev" / "fake_cndev.c"
 
 
-Card = tuple[str, str, int, int, int]
-"""One card of a fake machine: UUID (without ``MLU-``), card name, memory MB, MLU cores, health (1 healthy)."""
+Card = tuple[Any, ...]
+"""One card of a fake machine: UUID (without ``MLU-``), card name, memory MB, MLU cores, health (1 healthy), and
+optionally sMLU mode (1 on, the default) and the MLU-Link peers (comma-joined UUIDs, ``-`` a port down)."""
 
 
 def four_mlu370() -> list[Card]:
@@ -69,6 +70,7 @@ def mlu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MachineHost:
         machine = tmp_path / "machine.txt"
         write_machine(machine, four_mlu370() if cards is None else cards)
         monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(machine))
+        monkeypatch.setenv("FAKE_CNDEV_STATE", str(tmp_path / "driver-state.txt"))
         section = {"cndevLibrary": str(build_fake_cndev(variant)), **config}
         return VendorHost.from_plugins({"cambricon": plugin}, config={"cambricon": section})
 

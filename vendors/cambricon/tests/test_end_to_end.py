@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from hami.cluster import MemoryCluster, meta
-from hami.node.allocate import Allocator
+from hami.node.allocate import AllocationError, Allocator
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.service import SchedulerService
 from hami_vendor_cambricon import plugin
+from hami_vendor_cambricon.cndev import Cndev
 
 NODE = "mlu-node"
 UUIDS = [f"MLU-a1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(4)]
@@ -73,14 +75,16 @@ def test_a_dsmlu_share_from_filter_to_the_container(world: World) -> None:
     )
     uid = meta(world.cluster.get("pods", "share", "default"))["uid"]
     assert world.scheduler.extender.bind("default", "share", uid, NODE).error == ""
-    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": "2026-12-01T23:00:00Z"})
+    assert "cambricon.com/dsmlu.lock" in world.annotations("nodes", NODE)  # taken at bind, as HAMi's scheduler does
 
     (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
-    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
-    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev0", "/dev/cambricon_ctl"]
+    cap = "/dev/cambricon-caps/cap_dev0_mi1"  # the sMLU instance made for the container
+    assert dict(edits.env) == {"VIRTUAL_DEVICES": f"/dev/cambricon_dev0,/dev/cambricon_ipcm0,{cap}"}
+    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev0", cap, "/dev/cambricon_ctl"]
     after = world.annotations("pods", "share", "default")
     assert (after[BIND_PHASE], after[TO_ALLOCATE]) == ("success", ";")
     assert after["CAMBRICON_DSMLU_ASSIGNED"] == after["CAMBRICON_DSMLU_ASSIGHED"] == "true"
+    assert after["CAMBRICON_DSMLU_PROFILE_INSTANCE"] == "1_256_0_1"
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
 
 
@@ -98,3 +102,38 @@ def test_a_pod_placed_by_hamis_scheduler_is_served_on_the_named_card(world: Worl
     assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "2"}
     assert world.annotations("pods", "from-hami", "default")[BIND_PHASE] == "success"
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
+
+
+def test_a_dsmlu_lock_of_hamis_scheduler_holds_our_bind_until_it_is_released(world: World) -> None:
+    # A mixed fleet: HAMi's scheduler bound an MLU pod here and took only cambricon.com/dsmlu.lock.
+    fresh = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": fresh})
+    world.cluster.create("pods", mlu_pod("whole", {"cambricon.com/vmlu": "1"}))
+    assert world.scheduler.extender.filter(world.cluster.get("pods", "whole", "default"), [NODE]).node == NODE
+    uid = meta(world.cluster.get("pods", "whole", "default"))["uid"]
+    refused = world.scheduler.extender.bind("default", "whole", uid, NODE).error
+    assert "locked by cambricon.com/dsmlu.lock" in refused
+    assert "retry" in refused
+    assert "nodeName" not in world.cluster.get("pods", "whole", "default")["spec"]
+    world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": None})  # HAMi's pod served
+    assert world.scheduler.extender.bind("default", "whole", uid, NODE).error == ""
+    (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
+    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
+    assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
+
+
+def test_an_allocate_that_fails_leaves_neither_lock_behind(world: World) -> None:
+    # the card is full of other sMLUs (made outside this scheduler's view): the share cannot be made at Allocate
+    session = Cndev.open(world.node_host.vendor("cambricon").settings.cndev_library)
+    session.create_instance(0, session.create_profile(0, 90, 1024 * 1024 * 1024), "made-by-an-admin")
+    limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "25", "cambricon.com/mlu.smlu.vmemory": "4"}
+    world.cluster.create("pods", mlu_pod("share", limits, {"cambricon.com/use-gpuuuid": UUIDS[0]}))
+    assert world.scheduler.extender.filter(world.cluster.get("pods", "share", "default"), [NODE]).node == NODE
+    uid = meta(world.cluster.get("pods", "share", "default"))["uid"]
+    assert world.scheduler.extender.bind("default", "share", uid, NODE).error == ""
+    with pytest.raises(AllocationError, match=r"making an sMLU of 25 % and 1024 MiB on MLU 0 .*insufficient space"):
+        world.allocator.allocate("MLU", [[UUIDS[0]]])
+    assert world.annotations("pods", "share", "default")[BIND_PHASE] == "failed"
+    held = world.annotations("nodes", NODE)
+    assert "hami.io/mutex.lock" not in held
+    assert "cambricon.com/dsmlu.lock" not in held  # taken with the mutex at bind, released with it

@@ -56,6 +56,14 @@ def test_cards_are_read_through_cndev(mlu_node: MachineHost) -> None:
     ]
 
 
+def test_each_card_has_its_numa_node_and_older_drivers_say_0(mlu_node: MachineHost) -> None:
+    cards = [("u-0", "MLU370-X8", 24576, 8, 1, 1, "-", 0), ("u-1", "MLU370-X8", 24576, 8, 1, 1, "-", 1)]
+    (found,) = mlu_node(cards).discover()["cambricon"]
+    assert [d.numa for d in found.devices] == [0, 1]
+    (old,) = mlu_node(cards, variant="old").discover()["cambricon"]
+    assert [d.numa for d in old.devices] == [0, 0]
+
+
 def test_older_drivers_without_memory_v2_give_the_same_cards(mlu_node: MachineHost) -> None:
     current = mlu_node().discover()["cambricon"]
     old = mlu_node(variant="old").discover()["cambricon"]
@@ -128,10 +136,12 @@ def req(count: int = 1, memory: int = 0, cores: int = 100) -> ContainerRequest:
                             cores=cores)  # fmt: skip
 
 
-def pod(n: int = 1, annotations: dict[str, str] | None = None) -> Pod:
-    return Pod.model_validate(
-        {"name": "p", "annotations": annotations or {}, "containers": [{"name": f"c{i}"} for i in range(n)]}
-    )
+UID = "0a1b2c3d-0000-4000-8000-000000000001"
+
+
+def pod(n: int = 1, annotations: dict[str, str] | None = None, uid: str = UID) -> Pod:
+    containers = [{"name": f"c{i}"} for i in range(n)]
+    return Pod.model_validate({"name": "p", "uid": uid, "annotations": annotations or {}, "containers": containers})
 
 
 def fit(requests: list[ContainerRequest | None], node: NodeView, p: Pod | None = None) -> tuple[str, object, dict]:
@@ -188,7 +198,11 @@ def test_allocation_resolves_hami_capacity_names_and_marks_the_pod_assigned(mlu_
     allocation = host.allocate("MLU", pod(), 0, placed)
     assert [d.uuid for d in allocation.devices] == ["MLU-a1b2c3d4-0000-0000-0000-000000000002"]
     assert allocation.devices[0].usedmem == 1024
-    assert allocation.pod_annotations == {"CAMBRICON_DSMLU_ASSIGNED": "true", "CAMBRICON_DSMLU_ASSIGHED": "true"}
+    assert allocation.pod_annotations == {
+        "CAMBRICON_DSMLU_ASSIGNED": "true",
+        "CAMBRICON_DSMLU_ASSIGHED": "true",
+        "CAMBRICON_DSMLU_PROFILE_INSTANCE": "1_258_2_1",  # profile 1, handle 1<<8|2, card 2, instance 1
+    }
     assert allocation.node_annotations == {"cambricon.com/dsmlu.lock": None}  # HAMi's MLU node lock, released
     real = (ContainerDevice(uuid=UUID0, type="MLU"),)
     assert host.allocate("MLU", pod(), 0, real).devices == real
@@ -222,9 +236,12 @@ def test_a_tenants_own_profile_annotation_changes_nothing_the_container_gets(mlu
     host = mlu_node()
     tenant = pod(annotations={"CAMBRICON_DSMLU_PROFILE": "3_100_96", "CAMBRICON_DSMLU_ASSIGNED": "true"})
     placed = (ContainerDevice(uuid="MLU-a1b2c3d4-0000-0000-0000-000000000001", type="MLU", usedmem=256, usedcores=10),)
+    host.allocate("MLU", tenant, 0, placed)
     edits = host.container_edits("MLU", tenant, 0, placed, None)
-    assert edits.env == {"CAMBRICON_VISIBLE_DEVICES": "1"}
+    assert edits.env == {"VIRTUAL_DEVICES": "/dev/cambricon_dev1,/dev/cambricon_ipcm1,/dev/cambricon-caps/cap_dev1_mi1"}
     assert "/dev/cambricon_dev3" not in {d.host_path for d in edits.devices}
+    (made,) = Cndev.open(host.vendor("cambricon").settings.cndev_library).instances(1)
+    assert (made.quota, made.memory_bytes) == (10, 256 * 1024 * 1024)  # the placement's share, not the profile's
 
 
 @settings(max_examples=200, deadline=None)

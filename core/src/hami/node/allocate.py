@@ -61,7 +61,7 @@ from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks
+from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks, vendor_locks_of
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, SignedPlacement
 
 __all__ = ["AllocationError", "Allocator"]
@@ -437,8 +437,8 @@ class Allocator:
             self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "failed"})
         with contextlib.suppress(Exception):
             self.cluster.record_event(target.obj, "DeviceAllocationFailed", message, warning=True)
-        try:
-            self.locks.release(self.node, pod.namespace, pod.name)
+        try:  # with the vendor locks bind took with it
+            self.locks.release(self.node, pod.namespace, pod.name, vendor_locks_of(self.host.kinds))
         except Exception:
             log.exception("could not release the lock of node %s held by %s/%s", self.node, pod.namespace, pod.name)
 

@@ -45,7 +45,7 @@ from hami.config import HamiConfig, parse_address
 from hami.dra.plugin import DraPlugin
 from hami.dra.slices import SlicePublisher
 from hami.errors import ConfigError
-from hami.model import NodeInventory
+from hami.model import NodeInventory, Pod
 from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
@@ -54,7 +54,7 @@ from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
 from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
 from hami.node.plugin import ResourcePlugin
-from hami.node.pods import ServedPods
+from hami.node.pods import ServedPods, finished, node_of
 from hami.node.register import NodeRegistrar
 from hami.node.usage import AccountingReader
 from hami.plugins import VendorHost
@@ -242,6 +242,13 @@ class NodeDaemon:
                 log.info("node %s already serves %d container(s)", self.node, found)
         except ClusterError as exc:
             log.warning("cannot list the pods already on node %s (%s); metrics start with none", self.node, exc)
+            return
+        here = [Pod.from_api(p) for p in pods if node_of(p) == self.node and not finished(p)]
+        for kind in self.host.kinds:
+            try:
+                self.host.reconcile(kind.common_word, here)
+            except Exception:  # one vendor's clean-up must not stop the daemon
+                log.exception("reconciling the %s devices of node %s failed", kind.common_word, self.node)
 
     # ---------------------------------------------------------------------------------- discovery
 

@@ -21,7 +21,7 @@ from hami.codec import AnnotationError, decode_pod_devices
 from hami.model import ContainerPlacement, Pod
 from hami.plugins import VendorHost
 
-__all__ = ["ServedContainer", "ServedPods", "node_of"]
+__all__ = ["ServedContainer", "ServedPods", "finished", "node_of"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,11 @@ def node_of(obj: KubeObject) -> str:
     if node:
         return str(node)
     return str((meta(obj).get("annotations") or {}).get(VGPU_NODE) or "")
+
+
+def finished(obj: KubeObject) -> bool:
+    """Whether the pod has finished (Succeeded or Failed)."""
+    return (obj.get("status") or {}).get("phase") in _FINISHED
 
 
 class ServedPods:

@@ -35,7 +35,7 @@ from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
-from hami.scheduler.locks import NodeBusy, NodeLocks
+from hami.scheduler.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
 from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
@@ -491,9 +491,12 @@ class Extender:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
         started = time.monotonic()
+        vendor_locks = self._vendor_locks(namespace, name)
         try:
-            waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
-        except NodeBusy as exc:
+            waited = self.locks.acquire(
+                node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds, vendor_locks=vendor_locks
+            )
+        except (NodeBusy, VendorLockBusy) as exc:
             self.on_lock_wait(time.monotonic() - started)
             return BindResult(error=f"{exc}; kube-scheduler will retry the pod")
         except ClusterError as exc:
@@ -505,11 +508,26 @@ class Extender:
             )
             self.cluster.bind(namespace, name, uid, node)
         except ClusterError as exc:
-            self.locks.release(node, namespace, name)
+            self.locks.release(node, namespace, name, vendor_locks)
             with contextlib.suppress(ClusterError):
                 self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
             return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
         return BindResult(lock_wait=waited)
+
+    def _every_vendor_lock(self) -> list[VendorLock]:
+        return vendor_locks_of(self.host.kinds)
+
+    def _vendor_locks(self, namespace: str, name: str) -> list[VendorLock]:
+        """The vendors' own node locks (`DeviceKind.node_lock`) of the kinds the pod was placed with."""
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(namespace, name))
+            kinds = sorted(record.allocation) if record is not None else None
+        if kinds is None:  # not seen by this replica's filter (e.g. a restart in between): ask the pod
+            try:
+                kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
+            except (ClusterError, HamiError, ValueError):
+                kinds = []
+        return vendor_locks_of(self.host.kind(k) for k in kinds)
 
     # ---------------------------------------------------------------------------------- locks
 
@@ -548,7 +566,7 @@ class Extender:
             if (
                 lock is not None
                 and self.lock_holder_done(lock, node)
-                and self.locks.release(node, lock.namespace, lock.name)
+                and self.locks.release(node, lock.namespace, lock.name, self._every_vendor_lock())
             ):
                 log.info(
                     "released lock of %s on node %s: its owner no longer needs it",

@@ -9,8 +9,18 @@ loaded ``RTLD_LAZY | RTLD_GLOBAL``, then ``cndevInit(0)``; ``cndevGetDeviceCount
 number); per card ``cndevGetDeviceHandleByIndex``, ``cndevGetUUID`` (``cndevUUID_t``: version, a 37-byte
 NUL-terminated string, the 64-bit NCS id), ``cndevGetCardNameStringByDevId``, the memory from
 ``cndevGetMemoryUsageV2`` (no version field; MB) where the library has it, else ``cndevGetMemoryUsage`` (versioned;
-MB), ``cndevGetCardHealthState`` (``health`` 0 is a card in trouble) and ``cndevGetCoreCount``. Every versioned
-struct is sent with ``version = CNDEV_VERSION_6``.
+MB), ``cndevGetCardHealthState`` (``health`` 0 is a card in trouble), ``cndevGetCoreCount`` and, where the
+library has it, ``cndevGetNUMANodeIdByDevId`` (else NUMA 0). Every versioned struct is sent with
+``version = CNDEV_VERSION_6``.
+
+The driver's slices (sMLU, what Cambricon's dynamic-sMLU plugin makes at Allocate) go through the same session:
+``cndevGetSMLUMode``, ``cndevGetSMluProfileIdInfo`` / ``cndevGetSMluProfileInfo`` (profiles: a quota in percent
+and a memory size in bytes), ``cndevCreateSMluProfileInfo`` / ``cndevDestroySMluProfileInfo``,
+``cndevCreateSMluInstanceByProfileId`` (a named instance; its handle is ``(instance id << 8) | card``),
+``cndevGetAllSMluInstanceInfo`` (asked again with the count CNDev answers when 128 entries are too few) and
+``cndevDestroySMluInstanceByHandle``. MLU-Link peers come from ``cndevGetMLULinkPortNumber``,
+``cndevGetMLULinkStatusV2`` (a port whose MAC is down is skipped) and ``cndevGetMLULinkRemoteInfo`` (the peer's
+UUID), as Cambricon's plugin reads them. A driver without these calls answers `CndevError` ``not supported``.
 
 A missing library raises `CndevUnavailable`; a failing call `CndevError` naming the call and CNDev's code.
 Calls are serialized by a lock. Nothing here decides anything: no health policy, no annotations.
@@ -24,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DRIVER_LIBRARY", "Cndev", "CndevError", "CndevUnavailable", "MluCard"]
+__all__ = ["DRIVER_LIBRARY", "Cndev", "CndevError", "CndevUnavailable", "MluCard", "SmluInstance", "SmluProfile"]
 
 LIBRARY_NAME = "libcndev.so"
 DRIVER_LIBRARY = Path("/usr/local/neuware/lib64/libcndev.so")
@@ -37,10 +47,20 @@ _ERRORS = {
     5: "invalid argument",
     6: "invalid device id",
     7: "unknown",
+    9: "insufficient space",
     10: "not supported",
+    11: "invalid link",
     12: "no devices",
     13: "no permission",
+    14: "not found",
+    15: "in use",
+    16: "duplicate",
+    18: "in problem",
 }
+NOT_SUPPORTED = 10
+INSUFFICIENT_SPACE = 9
+NAME_SIZE = 100
+"""CNDEV_MLUINSTANCE_PROFILE_NAME_BUFFER_SIZE and CNDEV_MLUINSTANCE_DEVICE_NODE_NAME_BUFFER_SIZE."""
 
 
 class CndevError(Exception):
@@ -104,6 +124,119 @@ class _CoreCount(ctypes.Structure):
     _fields_ = [("version", ctypes.c_int32), ("count", ctypes.c_int32)]
 
 
+class _Numa(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("nodeId", ctypes.c_int32)]
+
+
+class _SmluMode(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("smluMode", ctypes.c_int32)]
+
+
+class _SmluSet(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("mluQuota", ctypes.c_uint32), ("memorySize", ctypes.c_uint64)]
+
+
+class _SmluInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("profileId", ctypes.c_int32),
+        ("instanceId", ctypes.c_int32),
+        ("uuid", ctypes.c_uint8 * UUID_SIZE),
+        ("domain", ctypes.c_int32),
+        ("bus", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("function", ctypes.c_int32),
+        ("profileName", ctypes.c_char * NAME_SIZE),
+        ("instanceName", ctypes.c_char * NAME_SIZE),
+        ("devNodeName", ctypes.c_char * NAME_SIZE),
+        ("mluQuota", ctypes.c_uint32 * 2),
+        ("memorySize", ctypes.c_uint64 * 2),
+        ("reserved", ctypes.c_uint32 * 128),
+    ]
+
+
+class _SmluProfileIds(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("count", ctypes.c_int32), ("profileId", ctypes.c_int32 * 128)]
+
+
+class _SmluProfileInfo(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("profileId", ctypes.c_int32),
+        ("name", ctypes.c_char * NAME_SIZE),
+        ("totalCapacity", ctypes.c_uint32),
+        ("remainCapacity", ctypes.c_uint32),
+        ("mluQuota", ctypes.c_uint32 * 2),
+        ("memorySize", ctypes.c_uint64 * 2),
+    ]
+
+
+class _LinkStatusV2(ctypes.Structure):
+    _fields_ = [
+        ("macState", ctypes.c_int32),
+        ("serdesState", ctypes.c_int32),
+        ("presenceState", ctypes.c_int32),
+        ("serdesProgress", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 7),
+    ]
+
+
+class _LinkRemote(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_int32),
+        ("mcSn", ctypes.c_uint64),
+        ("baSn", ctypes.c_uint64),
+        ("slotId", ctypes.c_uint32),
+        ("portId", ctypes.c_uint32),
+        ("devIp", ctypes.c_uint8 * 16),
+        ("uuid", ctypes.c_uint8 * UUID_SIZE),
+        ("devIpVersion", ctypes.c_uint32),
+        ("isIpValid", ctypes.c_uint32),
+        ("connectType", ctypes.c_int32),
+        ("ncsUUID64", ctypes.c_uint64),
+        ("mac_addr", ctypes.c_uint8 * 6),
+        ("port_name", ctypes.c_char * 256),
+    ]
+
+
+def _text(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class SmluProfile:
+    """An sMLU profile of one card: what each instance made from it gets."""
+
+    id: int
+    quota: int
+    """Percent of the card's compute."""
+    memory_bytes: int
+    remaining: int
+    """How many more instances the card can make from it."""
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class SmluInstance:
+    """An sMLU instance (a driver-enforced slice of one card)."""
+
+    card: int
+    instance_id: int
+    profile_id: int
+    name: str
+    uuid: str
+    """``MLU-<uuid>`` of the instance."""
+    device_node: str
+    """e.g. ``/dev/cambricon-caps/cap_dev0_mi1``."""
+    quota: int
+    memory_bytes: int
+
+    @property
+    def handle(self) -> int:
+        """The instance handle CNDev's calls take: ``(instance id << 8) | card``."""
+        return self.instance_id << 8 | self.card
+
+
 @dataclass(frozen=True, slots=True)
 class MluCard:
     """One MLU card as CNDev describes it."""
@@ -117,6 +250,9 @@ class MluCard:
     memory_mib: int
     cores: int
     healthy: bool
+    links: tuple[str, ...] = ()
+    """The UUIDs this card's MLU-Link ports reach, one entry per port that is up (`Cndev.link_peers`)."""
+    numa: int = 0
 
 
 class Cndev:
@@ -154,6 +290,16 @@ class Cndev:
         if code != 0:
             raise CndevError(name, code)
 
+    def _handle(self, index: int) -> ctypes.c_int32:
+        handle = ctypes.c_int32(0)
+        self._call("cndevGetDeviceHandleByIndex", ctypes.c_int32(index), ctypes.byref(handle))
+        return handle
+
+    def _has(self, *names: str) -> None:
+        for name in names:
+            if not hasattr(self._lib, name):
+                raise CndevError(name, NOT_SUPPORTED)
+
     def _memory_mib(self, handle: ctypes.c_int32) -> int:
         if hasattr(self._lib, "cndevGetMemoryUsageV2"):
             v2 = _MemoryV2()
@@ -183,6 +329,9 @@ class Cndev:
                 self._call("cndevGetCardHealthState", ctypes.byref(health), handle)
                 cores = _CoreCount(version=CNDEV_VERSION_6)
                 self._call("cndevGetCoreCount", ctypes.byref(cores), handle)
+                numa = _Numa(version=CNDEV_VERSION_6)
+                if hasattr(self._lib, "cndevGetNUMANodeIdByDevId"):
+                    self._call("cndevGetNUMANodeIdByDevId", ctypes.byref(numa), handle)
                 out.append(
                     MluCard(
                         index=i,
@@ -191,6 +340,127 @@ class Cndev:
                         memory_mib=self._memory_mib(handle),
                         cores=int(cores.count),
                         healthy=health.health != 0,
+                        numa=max(0, int(numa.nodeId)),
                     )
                 )
             return out
+
+    # ------------------------------------------------------------------------------------------ sMLU
+
+    def smlu_enabled(self, index: int) -> bool:
+        """Whether card `index` is in sMLU mode (False where the driver has no sMLU at all)."""
+        with self._lock:
+            if not hasattr(self._lib, "cndevGetSMLUMode"):
+                return False
+            mode = _SmluMode(version=CNDEV_VERSION_6)
+            self._call("cndevGetSMLUMode", ctypes.byref(mode), self._handle(index))
+            return bool(mode.smluMode == 1)
+
+    def profiles(self, index: int) -> list[SmluProfile]:
+        """The sMLU profiles of card `index`."""
+        with self._lock:
+            self._has("cndevGetSMluProfileIdInfo", "cndevGetSMluProfileInfo")
+            handle = self._handle(index)
+            ids = _SmluProfileIds(version=CNDEV_VERSION_6)
+            self._call("cndevGetSMluProfileIdInfo", ctypes.byref(ids), handle)
+            out = []
+            for i in range(max(0, min(ids.count, 128))):
+                info = _SmluProfileInfo(version=CNDEV_VERSION_6)
+                self._call("cndevGetSMluProfileInfo", ctypes.byref(info), ctypes.c_int32(ids.profileId[i]), handle)
+                out.append(
+                    SmluProfile(
+                        id=int(ids.profileId[i]),
+                        quota=int(info.mluQuota[0]),
+                        memory_bytes=int(info.memorySize[0]),
+                        remaining=int(info.remainCapacity),
+                        total=int(info.totalCapacity),
+                    )
+                )
+            return out
+
+    def create_profile(self, index: int, quota: int, memory_bytes: int) -> int:
+        """A new profile on card `index`; its id."""
+        with self._lock:
+            self._has("cndevCreateSMluProfileInfo")
+            wanted = _SmluSet(version=CNDEV_VERSION_6, mluQuota=quota, memorySize=memory_bytes)
+            profile = ctypes.c_int32(0)
+            self._call("cndevCreateSMluProfileInfo", ctypes.byref(wanted), ctypes.byref(profile), self._handle(index))
+            return int(profile.value)
+
+    def destroy_profile(self, index: int, profile: int) -> None:
+        with self._lock:
+            self._has("cndevDestroySMluProfileInfo")
+            self._call("cndevDestroySMluProfileInfo", ctypes.c_int32(profile), self._handle(index))
+
+    def create_instance(self, index: int, profile: int, name: str) -> int:
+        """A new instance of `profile` on card `index`, named `name`; its handle."""
+        with self._lock:
+            self._has("cndevCreateSMluInstanceByProfileId")
+            handle = ctypes.c_int32(0)
+            self._call(
+                "cndevCreateSMluInstanceByProfileId",
+                ctypes.byref(handle),
+                ctypes.c_uint32(profile),
+                self._handle(index),
+                ctypes.create_string_buffer(name.encode("ascii")),
+            )
+            return int(handle.value)
+
+    def destroy_instance(self, handle: int) -> None:
+        with self._lock:
+            self._has("cndevDestroySMluInstanceByHandle")
+            self._call("cndevDestroySMluInstanceByHandle", ctypes.c_int32(handle))
+
+    def instances(self, index: int) -> list[SmluInstance]:
+        """Every sMLU instance of card `index`."""
+        with self._lock:
+            self._has("cndevGetAllSMluInstanceInfo")
+            handle = self._handle(index)
+            count = ctypes.c_int32(128)
+            for _ in range(3):
+                size = max(1, count.value)
+                infos = (_SmluInfo * size)()
+                for info in infos:
+                    info.version = CNDEV_VERSION_6
+                code = int(self._lib.cndevGetAllSMluInstanceInfo(ctypes.byref(count), infos, handle))
+                if code == INSUFFICIENT_SPACE and count.value > size:
+                    continue  # CNDev answered how many there are: ask again with room for them
+                if code != 0:
+                    raise CndevError("cndevGetAllSMluInstanceInfo", code)
+                return [
+                    SmluInstance(
+                        card=index,
+                        instance_id=int(info.instanceId),
+                        profile_id=int(info.profileId),
+                        name=_text(bytes(info.instanceName)),
+                        uuid=f"MLU-{_text(bytes(info.uuid))}",
+                        device_node=_text(bytes(info.devNodeName)),
+                        quota=int(info.mluQuota[0]),
+                        memory_bytes=int(info.memorySize[0]),
+                    )
+                    for info in infos[: max(0, min(count.value, size))]
+                ]
+            raise CndevError("cndevGetAllSMluInstanceInfo", INSUFFICIENT_SPACE)
+
+    # -------------------------------------------------------------------------------------- MLU-Link
+
+    def link_peers(self, index: int) -> list[str]:
+        """The UUIDs (``MLU-<uuid>``) card `index`'s MLU-Link ports reach, one entry per port that is up."""
+        with self._lock:
+            if not hasattr(self._lib, "cndevGetMLULinkPortNumber"):
+                return []
+            self._has("cndevGetMLULinkStatusV2", "cndevGetMLULinkRemoteInfo")
+            handle = self._handle(index)
+            ports = int(self._lib.cndevGetMLULinkPortNumber(handle))
+            peers = []
+            for port in range(max(0, ports)):
+                status = _LinkStatusV2()
+                self._call("cndevGetMLULinkStatusV2", ctypes.byref(status), handle, ctypes.c_int32(port))
+                if status.macState == 0:
+                    continue  # the port is down
+                remote = _LinkRemote(version=CNDEV_VERSION_6)
+                self._call("cndevGetMLULinkRemoteInfo", ctypes.byref(remote), handle, ctypes.c_int32(port))
+                uuid = _text(bytes(remote.uuid))
+                if uuid:
+                    peers.append(f"MLU-{uuid}")
+            return peers

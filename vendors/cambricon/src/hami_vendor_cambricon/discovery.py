@@ -4,7 +4,7 @@ Owns the node runtime (`NodeRuntime`: the CNDev session, opened on first use and
 cards of the last read, which allocation and container edits use to turn a placement into card indices) and the
 `NodeInventory` of kind ``MLU``: per card the UUID (``MLU-<uuid>``, as Cambricon's device plugin names it), its
 CNDev index, 100 slots (HAMi's ``Count`` for an MLU), the memory in MiB, 100 % compute, the card name as type
-(``MLU370-X8``, which ``cambricon.com/use-mlutype`` matches), NUMA 0 and health.
+(``MLU370-X8``, which ``cambricon.com/use-mlutype`` matches), its NUMA node and health.
 
 What is published, and why: HAMi v2.10 has no register annotation for MLUs; its scheduler counts the MLUs from
 the node's ``cambricon.com/mlu.smlu.vcore`` capacity (100 per card) and splits the
@@ -12,6 +12,12 @@ the node's ``cambricon.com/mlu.smlu.vcore`` capacity (100 per card) and splits t
 The node daemon serves those two resources so HAMi's scheduler reads this node; it also publishes the JSON register
 annotation `REGISTER_ANNOTATION` with the real cards, which this project's scheduler reads before the capacity, so
 it fits per card (real UUIDs, memory and health of each card). A card CNDev gives no UUID is not published.
+
+Where CNDev cannot be loaded, the cards come from ``cnmon``'s table (`hami_vendor_cambricon.cnmon`: named after
+their bus id, no cores, no health; rows it cannot read are said in the log and the other cards are served), and
+no sMLU can be made. MLU-Link: each card's peers (`Cndev.link_peers`) become pairwise link scores, the number of
+ports joining two cards, published as `LINK_ANNOTATION` (HAMi's link-score form) for core's topology-aware choice;
+a card whose links cannot be read has none, said in the log.
 """
 
 from __future__ import annotations
@@ -20,14 +26,26 @@ import logging
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from hami.codec import encode_link_scores
 from hami.errors import HamiError
 from hami.model import Device, NodeInventory
+from hami_vendor_cambricon import cnmon, smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, CndevUnavailable, MluCard
+from hami_vendor_cambricon.fit import LINK_ANNOTATION
 from hami_vendor_cambricon.settings import CambriconSettings
 
-__all__ = ["CAPACITY_NAME", "REGISTER_ANNOTATION", "NodeRuntime", "discover", "inventory", "runtime_for"]
+__all__ = [
+    "CAPACITY_NAME",
+    "LINK_ANNOTATION",
+    "REGISTER_ANNOTATION",
+    "NodeRuntime",
+    "discover",
+    "inventory",
+    "link_scores",
+    "runtime_for",
+]
 
 log = logging.getLogger("hami_vendor_cambricon")
 
@@ -47,7 +65,26 @@ class NodeRuntime:
     lock: threading.RLock = field(default_factory=threading.RLock)
     cndev: Cndev | None = None
     cards: list[MluCard] = field(default_factory=list)
+    source: str = ""
+    """Where the cards were last read from: ``cndev``, ``cnmon`` or ``""`` (nowhere)."""
+    problems: list[str] = field(default_factory=list)
+    """What the last read could not use (cnmon rows, links)."""
+    live_pods: set[str] | None = None
+    """UIDs of the pods on this node when the daemon started (`hami_reconcile`); None until told."""
+    reconciled: bool = False
     _said: str = ""
+
+    def reconcile_once(self) -> None:
+        """Once the daemon said which pods are here: destroy the sMLU instances of any other pod (a crash)."""
+        with self.lock:
+            if self.reconciled or self.live_pods is None:
+                return
+            if self.cndev is None:
+                self.read_cards()
+            if self.cndev is None:
+                return
+            self.reconciled = True
+            smlu.reconcile(self.cndev, self.cards, self.live_pods)
 
     def _say(self, level: int, message: str) -> None:
         if message != self._said:
@@ -57,19 +94,41 @@ class NodeRuntime:
     def read_cards(self) -> list[MluCard]:
         """This node's cards now; none (said once in the log) when CNDev is missing or fails."""
         with self.lock:
+            self.problems = []
             try:
                 if self.cndev is None:
                     self.cndev = Cndev.open(self.settings.cndev_library)
-                self.cards = self.cndev.cards()
+                self.cards = [replace(c, links=self._links(self.cndev, c)) for c in self.cndev.cards()]
+                self.source = "cndev"
                 self._say(logging.INFO, f"MLU cards read through CNDev ({len(self.cards)} found)")
             except CndevUnavailable as exc:
-                self.cards = []
-                self._say(logging.WARNING, f"no CNDev ({exc}): this node reports no Cambricon devices")
+                self._from_cnmon(f"no CNDev ({exc})")
             except CndevError as exc:
                 self.cndev = None  # reopened next time
-                self.cards = []
+                self.cards, self.source = [], ""
                 self._say(logging.WARNING, f"reading the MLU cards failed ({exc}): this node reports none")
+            for problem in self.problems:
+                log.error("%s", problem)
             return self.cards
+
+    def _links(self, cndev: Cndev, card: MluCard) -> tuple[str, ...]:
+        try:
+            return tuple(cndev.link_peers(card.index))
+        except CndevError as exc:
+            self.problems.append(f"MLU {card.index}: its MLU-Link peers cannot be read ({exc}); it has no links")
+            return ()
+
+    def _from_cnmon(self, why: str) -> None:
+        command = self.settings.cnmon_path or "cnmon"
+        try:
+            report = cnmon.read_cards(command)
+        except cnmon.CnmonError as exc:
+            self.cards, self.source = [], ""
+            self._say(logging.WARNING, f"{why}, and {exc}: this node reports no Cambricon devices")
+            return
+        self.cards, self.source = report.cards, "cnmon"
+        self.problems.extend(report.problems)
+        self._say(logging.WARNING, f"{why}: MLU cards read from {command} ({len(self.cards)} found; no sMLU)")
 
     def card_of(self, uuid: str) -> MluCard:
         """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-cambricon-mlu-<index>``.
@@ -87,7 +146,7 @@ class NodeRuntime:
                     if card.uuid == uuid or (match and card.index == int(match.group(1))):
                         return card
             index = _TRAILING_INDEX.fullmatch(uuid)
-            if self.cndev is None and index:
+            if self.cndev is None and not self.source and index:
                 self._say(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
                 return MluCard(int(index.group(1)), uuid, "", 0, 0, True)
             known = ", ".join(c.uuid for c in self.cards) or "no MLU"
@@ -116,11 +175,25 @@ def inventory(cards: Sequence[MluCard]) -> NodeInventory:
                 devmem=card.memory_mib,
                 devcore=100,
                 type=card.name or "MLU",
-                numa=0,
+                numa=card.numa,
                 health=card.healthy,
             )
         )
-    return NodeInventory(kind="MLU", devices=tuple(devices))
+    scores = link_scores(cards)
+    extra = {LINK_ANNOTATION: encode_link_scores(scores)} if scores else {}
+    return NodeInventory(kind="MLU", devices=tuple(devices), link_scores=scores, annotations=extra)
+
+
+def link_scores(cards: Sequence[MluCard]) -> dict[str, dict[str, int]]:
+    """Card UUID → peer UUID → the number of MLU-Link ports joining them (only cards of this node)."""
+    known = {c.uuid for c in cards if c.uuid}
+    scores: dict[str, dict[str, int]] = {}
+    for card in cards:
+        for peer in card.links:
+            if card.uuid in known and peer in known and peer != card.uuid:
+                row = scores.setdefault(card.uuid, {})
+                row[peer] = row.get(peer, 0) + 1
+    return scores
 
 
 def discover(settings: CambriconSettings) -> list[NodeInventory]:

@@ -1,7 +1,9 @@
 """Fitting MLUs: core's share fitter with the dynamic-sMLU rules, and the pod annotations the profile needs.
 
-Owns the Cambricon rules layered on `hami.fitting.ShareFitter` (health, selectors ``cambricon.com/use-gpuuuid``
-/ ``use-mlutype`` and their ``nouse`` forms, slots, memory, cores, exclusive use at 100 % cores, device policies):
+Owns the Cambricon rules layered on `hami.topology.TopologyFitter` (core's share fitter: health, selectors
+``cambricon.com/use-gpuuuid`` / ``use-mlutype`` and their ``nouse`` forms, slots, memory, cores, exclusive use at
+100 % cores, device policies; with ``topology-aware`` in the device policy, the best MLU-Link-connected set of
+cards from the node's ``hami.io/node-cambricon-mlu-score``):
 
 * HAMi's dynamic sMLU gives a pod one profile, ``CAMBRICON_DSMLU_PROFILE`` = ``<index>_<vcore>_<vmem in 256 MiB>``,
   which describes one card. A *share* (less than a whole card's compute or memory) therefore must be the pod's only
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami.fitting import ShareFitter
 from hami.model import (
     ContainerDevice,
     ContainerPlacement,
@@ -28,12 +29,15 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
+from hami.topology import TopologyFitter, scores_from_annotation
 
 __all__ = ["ASSIGNED_ANNOTATIONS", "PROFILE_ANNOTATION", "fit_nodes", "profile_of", "share_problem"]
 
 PROFILE_ANNOTATION = "CAMBRICON_DSMLU_PROFILE"
 ASSIGNED_ANNOTATIONS = ("CAMBRICON_DSMLU_ASSIGNED", "CAMBRICON_DSMLU_ASSIGHED")
 MEMORY_UNIT_MIB = 256
+LINK_ANNOTATION = "hami.io/node-cambricon-mlu-score"
+"""The node's MLU-Link scores (published by `hami_vendor_cambricon.discovery`)."""
 
 
 def _is_share(request: ContainerRequest) -> bool:
@@ -77,7 +81,7 @@ def fit_nodes(
     problem = share_problem(requests)
     if problem:
         return [NodeFit(node=n.name, reason=f"pod: {problem}") for n in nodes]
-    fits = ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+    fits = TopologyFitter(kind, links=scores_from_annotation(LINK_ANNOTATION)).fit_nodes(pod, requests, nodes, policy)
     by_name = {n.name: n for n in nodes}
     out = []
     for fit in fits:

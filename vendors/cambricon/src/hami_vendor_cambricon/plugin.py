@@ -9,7 +9,9 @@ owns the rule:
   container that names memory but not `cambricon.com/mlu.smlu.vcore` gets the whole compute of its MLU
   (`defaultCores`, 100), since Cambricon's dynamic sMLU needs a compute share for every slice;
 * fitting on core's share fitter with the dynamic-sMLU profile rules (`hami_vendor_cambricon.fit`);
-* allocation and container edits as Cambricon's device plugin gives them (`hami_vendor_cambricon.allocation`).
+* allocation and container edits as Cambricon's device plugin gives them (`hami_vendor_cambricon.allocation`,
+  the sMLU instance in `hami_vendor_cambricon.smlu`), or, on a node in the soft mode (``mluMode: hami-core``), the
+  isolation library ``libvmlu.so`` (`hami_vendor_cambricon.soft`).
 
 HAMi publishes no register annotation for MLUs: its scheduler derives them from the node's cores and memory
 capacity (`DeviceKind.capacity_by_cores`); this daemon serves that capacity and also publishes a per-card register
@@ -41,7 +43,7 @@ from hami.model import (
     VendorInfo,
 )
 from hami.requests import read_share_request
-from hami_vendor_cambricon import allocation, discovery, fit
+from hami_vendor_cambricon import allocation, discovery, fit, soft
 from hami_vendor_cambricon.settings import CambriconSettings
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "hami_container_request",
     "hami_discover_devices",
     "hami_fit_nodes",
+    "hami_reconcile",
+    "hami_release",
     "hami_vendor_info",
     "hami_vendor_settings",
 ]
@@ -76,9 +80,10 @@ KIND = DeviceKind(
     ),
     register_format=RegisterFormat.CAPACITY,
     capacity_by_cores=discovery.CAPACITY_NAME,
+    node_lock=allocation.LOCK_ANNOTATION,  # taken at bind as HAMi's scheduler takes it, released at Allocate
 )
 
-INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,))
+INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,), isolation_library=soft.LIBRARY_FILE)
 
 
 @hookimpl
@@ -121,7 +126,17 @@ def hami_fit_nodes(
 def hami_allocate(
     kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: CambriconSettings
 ) -> Allocation:
-    return allocation.allocate(settings, pod, devices)
+    return allocation.allocate(settings, pod, container_index, devices)
+
+
+@hookimpl
+def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: CambriconSettings) -> None:
+    allocation.release(settings, pod)
+
+
+@hookimpl
+def hami_reconcile(pods: Sequence[Pod], settings: CambriconSettings) -> None:
+    allocation.reconcile(settings, pods)
 
 
 @hookimpl
@@ -133,4 +148,4 @@ def hami_container_edits(
     settings: CambriconSettings,
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
-    return allocation.container_edits(settings, devices)
+    return allocation.container_edits(settings, pod, container_index, devices, library)

@@ -1,17 +1,28 @@
-"""The `cambricon` section of the configuration: HAMi's request defaults and where CNDev is.
+"""The `cambricon` section of the configuration: HAMi's request defaults, where CNDev is, and the node's mode.
 
-Owns the settings model; the node runtime (`hami_vendor_cambricon.discovery.NodeRuntime`: the CNDev session and the
-cards last read) is kept with it through core's `hami.vendorstate.RuntimeSettings`.
+Owns the settings model: ``defaultMem``/``defaultCores`` (HAMi's request defaults), ``cndevLibrary`` and
+``cnmonPath`` (discovery), and the node side's ``mluMode``, how this node shares an MLU: ``dynamic-smlu`` (HAMi's,
+the default: the driver's sMLU instance made through CNDev) or ``hami-core`` (this project's isolation library
+``libvmlu.so`` over CNDrv and CNRT), with the soft mode's ``hookPath``, ``libraryDir`` and ``libvmluLogLevel``. The
+node runtime (`hami_vendor_cambricon.discovery.NodeRuntime`: the CNDev session and the cards last read) is kept
+with it through core's `hami.vendorstate.RuntimeSettings`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Final, Literal
 
 from pydantic import Field
 
 from hami.requests import ShareDefaults
 from hami.vendorstate import RuntimeSettings
 
-__all__ = ["CambriconSettings"]
+__all__ = ["DYNAMIC_SMLU", "SOFT", "CambriconSettings", "MluMode"]
+
+MluMode = Literal["dynamic-smlu", "hami-core"]
+DYNAMIC_SMLU: Final = "dynamic-smlu"
+SOFT: Final = "hami-core"
 
 
 class CambriconSettings(ShareDefaults, RuntimeSettings):
@@ -30,3 +41,28 @@ class CambriconSettings(ShareDefaults, RuntimeSettings):
         alias="cnmonPath",
         description="host path of cnmon to mount read-only at the same path in MLU containers (empty: none)",
     )
+    mlu_mode: MluMode = Field(
+        default=DYNAMIC_SMLU,
+        alias="mluMode",
+        description="how this node shares an MLU: dynamic-smlu (HAMi's: the driver's sMLU instance) or hami-core "
+        "(the isolation library libvmlu.so)",
+    )
+    hook_path: Path = Field(
+        default=Path("/usr/local/vgpu/mlu-hami-core"),
+        alias="hookPath",
+        description="soft mode: where the containers' accounting directories and grants live on the host",
+    )
+    library_dir: Path | None = Field(
+        default=None,
+        alias="libraryDir",
+        description="soft mode: a host directory holding libvmlu.so and ld.so.preload (empty: the one the node "
+        "daemon installed)",
+    )
+    libvmlu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
+        default="", alias="libvmluLogLevel", description="soft mode: LIBVMLU_LOG_LEVEL for the containers"
+    )
+
+    @property
+    def containers_dir(self) -> Path:
+        """``<hookPath>/containers``: one accounting directory per soft-mode container."""
+        return self.hook_path / "containers"

@@ -13,10 +13,9 @@ that is missing, fails or prints no device line raises `HySmiError`.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 
+from hami.vendortool import ToolError, run_tool
 from hami_vendor_hygon.dtk import Dcu
 
 __all__ = ["ARGS", "HySmiError", "HySmiReport", "parse", "read_devices"]
@@ -27,7 +26,7 @@ _FIELD = re.compile(r"^([^:]+?)\s*:\s*(.*?)\s*$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
-class HySmiError(Exception):
+class HySmiError(ToolError):
     """hy-smi could not be run or printed nothing usable."""
 
 
@@ -100,13 +99,8 @@ def parse(output: str, tool: str = "hy-smi") -> HySmiReport:
 
 def read_devices(command: str = "hy-smi", timeout: float = 30.0) -> HySmiReport:
     """Run hy-smi and read its devices."""
-    exe = shutil.which(command)
-    if exe is None:
-        raise HySmiError(f"{command} not found")
     try:
-        done = subprocess.run([exe, *ARGS], capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise HySmiError(f"{command} could not be run: {exc}") from None
-    if done.returncode != 0:
-        raise HySmiError(f"{command} exited with {done.returncode}: {done.stderr.strip()[:200]}")
-    return parse(done.stdout, command)
+        output = run_tool(command, ARGS, timeout)
+    except ToolError as exc:
+        raise HySmiError(str(exc)) from None
+    return parse(output, command)

@@ -228,9 +228,17 @@ void *hami_iso_lookup_hook(const char *name);
  * interposes it (never ask dlsym or dlvsym for it: in this library they are ours). */
 void *hami_iso_libc_symbol(const char *name);
 
-/* The address range [*lo, *hi) of the loaded object (a library, the program) holding `probe`: all its PT_LOAD
- * segments; unchanged when `probe` is NULL or in none (objrange.c). For hooks that pass a call straight through when
- * its return address is inside the vendor's runtime, the runtime calling its own exported functions. */
+/* ------------------------------------------------------------------------------------------------------ */
+/* The vendor's libraries (objects.c), for hooks that resolve their real functions themselves              */
+/* ------------------------------------------------------------------------------------------------------ */
+
+/* The real `name`: the next definition after the isolation library (dlsym(RTLD_NEXT), so another interposer
+ * comes first), else from the first of `names` (`count` library names or paths) that is loaded or loads; the
+ * library found is kept in *library for the next names. NULL when none has it. */
+void *hami_iso_resolve(void **library, const char *const *names, size_t count, const char *name);
+
+/* The mapped address range [*lo, *hi) of the loaded object holding `probe` (all its PT_LOAD segments), for the
+ * "called from inside the vendor's library" check of hooks; left unchanged when `probe` is NULL or unknown. */
 void hami_iso_object_range(const void *probe, uintptr_t *lo, uintptr_t *hi);
 
 /* ------------------------------------------------------------------------------------------------------ */

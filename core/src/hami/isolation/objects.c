@@ -1,12 +1,24 @@
 /*
- * objrange.c: where a loaded object lies in memory (hami_iso_object_range), for vendor hooks that tell a call from
- * inside their runtime (its return address within the runtime's range) from an application's.
+ * objects.c: finding a vendor's real libraries and where they are mapped, for the vendors whose hooks resolve their
+ * real functions themselves (hami_isolation.h, "The vendor's libraries"): the next definition of a name, else the
+ * library opened by name; and the address range of a loaded object, which a hook compares its return address with
+ * to pass the vendor library's calls to its own exported functions straight through (counted once).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <link.h>
 
 #include "internal.h"
+
+void *hami_iso_resolve(void **library, const char *const *names, size_t count, const char *name) {
+    void *found = dlsym(RTLD_NEXT, name);
+    if (found) return found;
+    for (size_t i = 0; !*library && i < count; i++) {
+        *library = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
+        if (!*library) *library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    }
+    return *library ? dlsym(*library, name) : NULL;
+}
 
 struct range_query {
     uintptr_t base, lo, hi;

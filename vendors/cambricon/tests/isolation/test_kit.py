@@ -1,0 +1,27 @@
+"""The checks every isolation library passes (hami.testing.isolation), against libvmlu.so over the fake CNDrv and
+CNRT: crashes anywhere (even inside the accounting lock) leave nothing held, hundreds of processes start at once
+with their limits on, the node's grant cannot be lifted from inside the container, and the linker's other doors
+(dlvsym, dlmopen) are closed."""
+
+from __future__ import annotations
+
+from hami.testing.isolation import CrashTests, GrantTests, LookupTests, StartupTests
+
+
+class TestCrashes(CrashTests):
+    allocate_5_mib = (
+        "rt = load_cnrt(); use_device(rt); p = c_void_p()\nassert rt.cnrtMalloc(byref(p), c_size_t(5 << 20)) == 0\n"
+    )
+
+
+class TestStartup(StartupTests):
+    pass
+
+
+class TestGrant(GrantTests):
+    policy_variable = "CAMBRICON_CORE_UTILIZATION_POLICY"
+    out_of_memory = 100100  # cnrtErrorNoMem
+
+
+class TestLookups(LookupTests):
+    driver_library = "libcndrv.so"

@@ -41,6 +41,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -304,6 +305,20 @@ def hami_container_edits(
 # --------------------------------------------------------------------------------------------------------
 # Outside Kubernetes (`hami run`, a process tree on the host)
 # --------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def hami_device_processes(kind: DeviceKind, settings: Any) -> Sequence[DeviceProcess] | None:
+    """The processes using this node's devices of `kind`, each with the device memory it holds.
+
+    Routed, optional, node daemon only. The node-side backstop (`hami.node.backstop`) compares what the driver
+    counts per process with what each container was granted: the driver's count cannot be changed from inside a
+    container, so it catches what the in-process isolation library cannot (a static binary, raw device calls, a
+    process that patched its own memory). Answer from the management library the vendor's device plugin uses
+    (NVML's ``nvmlDeviceGetComputeRunningProcesses``); PIDs in the host's namespace, as those libraries give them.
+
+    :returns: the processes (an empty list when none), or None when the vendor cannot say this round.
+    """
 
 
 @hookspec(firstresult=True)

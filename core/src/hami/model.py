@@ -35,6 +35,7 @@ __all__ = [
     "Device",
     "DeviceKind",
     "DeviceNode",
+    "DeviceProcess",
     "DeviceUsage",
     "DraDevice",
     "IsolationLibrary",
@@ -604,6 +605,15 @@ class ContainerEdits(_Model):
 
 DraAttribute = str | int | bool
 """A value of a DRA device attribute: ResourceSlice attributes are typed strings, integers or booleans."""
+
+
+class DeviceProcess(_Model):
+    """A process on a device and the device memory it holds, as the vendor's management library counts it (the
+    driver's own figure, the context's reservation included): what the node-side backstop checks grants against."""
+
+    device_uuid: str = Field(min_length=1, description="the device's id, as discovery reports it (`Device.id`)")
+    pid: int = Field(gt=0, description="the process id in the host's PID namespace")
+    used_bytes: int = Field(ge=0, description="device memory the process holds")
 
 
 class DraDevice(_Model):

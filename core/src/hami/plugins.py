@@ -36,6 +36,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -371,6 +372,12 @@ class VendorHost:
             common_word, "hami_score_nodes", pod=pod, fits=fits, nodes=nodes, policy=policy
         )
         return result
+
+    def device_processes(self, common_word: str) -> list[DeviceProcess] | None:
+        """The processes on this node's devices of kind `common_word` (`hami_device_processes`); None when the
+        vendor does not say (no hook, or not this round)."""
+        result = self._routed(common_word, "hami_device_processes")
+        return None if result is None else list(result)
 
     def dra_device(self, common_word: str, device: Device) -> DraDevice:
         """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""

@@ -1,7 +1,7 @@
 """The node daemon assembled: settings, the event loop, the periodic work, and an orderly SIGTERM.
 
 One asyncio event loop runs everything that waits: the device-plugin servers (`hami.node.plugin`), and
-three periodic tasks:
+these periodic tasks:
 
 * **discovery** (`discoveryIntervalSeconds`): every vendor's `hami_discover_devices`, in a worker thread (or,
   with `simulatedInventory`, the node's entry of that file instead: `hami.node.simulated`);
@@ -10,7 +10,9 @@ three periodic tasks:
 * **kubelet** (`kubeletPollSeconds`): one `stat` of `kubelet.sock`; a new kubelet, or a plugin socket the
   kubelet removed, makes the affected plugins listen again and register again, without a restart;
 * **node** (`registerIntervalSeconds`): the register and handshake annotations compared and repaired
-  (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`).
+  (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`);
+* **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
+  the driver's per-process memory checked against each served container's grant (`hami.node.backstop`).
 
 Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
 per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
@@ -48,6 +50,7 @@ from hami.errors import ConfigError
 from hami.model import NodeInventory, Pod
 from hami.node import simulated
 from hami.node.allocate import Allocator
+from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
@@ -94,6 +97,10 @@ class NodeSettings(BaseModel):
     dra_plugin_dir: Path = Field(default=Path("/var/lib/kubelet/plugins"), alias="draPluginDir")
     plugin_registry_dir: Path = Field(default=Path("/var/lib/kubelet/plugins_registry"), alias="pluginRegistryDir")
     cdi_dir: Path = Field(default=Path("/var/run/cdi"), alias="cdiDir", description="where the CDI spec files go")
+    backstop: BackstopSettings = Field(
+        default_factory=BackstopSettings,
+        description="the driver's per-process memory checked against each container's grant (hami.node.backstop)",
+    )
 
     @field_validator("metrics_listen")
     @classmethod
@@ -150,6 +157,10 @@ class NodeDaemon:
             self.served.containers,
             container_usage=container_usage or AccountingReader(self.served.containers),
         )
+        self.backstop: Backstop | None = None
+        if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
+            self.backstop = Backstop(host, cluster, self.served.containers, settings.backstop)
+            self.monitor.registry.register(self.backstop)
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}
         self.metrics: MonitorServer | None = None
@@ -201,6 +212,9 @@ class NodeDaemon:
                 asyncio.create_task(self._every(s.kubelet_poll_seconds, self.check_kubelet), name="kubelet"),
                 asyncio.create_task(self._every(s.register_interval_seconds, self.node_work), name="node"),
             ]
+            if self.backstop is not None:
+                every = s.backstop.interval_seconds
+                tasks.append(asyncio.create_task(self._every(every, self.check_backstop), name="backstop"))
             await stop.wait()
         finally:
             log.info("node daemon shutting down")
@@ -219,6 +233,11 @@ class NodeDaemon:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+
+    async def check_backstop(self) -> None:
+        """One round of the node-side backstop (hami.node.backstop)."""
+        if self.backstop is not None:
+            await asyncio.to_thread(self.backstop.check)
 
     @staticmethod
     async def _every(seconds: float, work: Callable[[], Awaitable[None]]) -> None:

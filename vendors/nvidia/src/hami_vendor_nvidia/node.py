@@ -4,7 +4,7 @@ Owns the session's lifecycle (opened on first use, reopened after the driver com
 `NodeRuntime.close`), the "no NVML here" message (logged once, and once more when NVML appears), the health
 memory (a GPU that raised a critical XID or was lost stays unhealthy until the daemon restarts, as with
 NVIDIA's device plugin), and the record of MIG instances created for each pod, so release can destroy exactly
-what allocation made.
+what allocation made. Also the compute processes on each GPU, for the node-side backstop (`device_processes`).
 
 One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded, so it
 lives as long as that host and two hosts (two tests) never share one. Calls into NVML are serialized by the
@@ -17,10 +17,11 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from hami.model import DeviceProcess
 from hami_vendor_nvidia.nvml import GpuInfo, MigInstance, Nvml, NvmlError, NvmlUnavailable
 from hami_vendor_nvidia.settings import NvidiaSettings
 
-__all__ = ["NodeRuntime", "Realized", "runtime_for"]
+__all__ = ["NodeRuntime", "Realized", "device_processes", "runtime_for"]
 
 log = logging.getLogger("hami_vendor_nvidia")
 
@@ -122,3 +123,25 @@ def runtime_for(settings: NvidiaSettings) -> NodeRuntime:
             runtime = NodeRuntime(settings)
             settings.attach_runtime(runtime)
         return runtime
+
+
+def device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:
+    """Each compute process on this node's GPUs and the memory NVML counts for it; None without NVML, or when
+    NVML fails this round (the backstop then checks nothing rather than something half-read)."""
+    runtime = runtime_for(settings)
+    nvml = runtime.session()
+    if nvml is None:
+        return None
+    found = []
+    try:
+        for gpu in runtime.known_gpus().values():
+            if gpu.lost or gpu.mig_enabled:  # MIG: NVML reports processes per GPU instance, not per GPU
+                continue
+            found += [
+                DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
+                for pid, used in nvml.compute_processes(gpu.index)
+            ]
+    except NvmlError as exc:
+        log.warning("cannot read the GPUs' compute processes this round: %s", exc)
+        return None
+    return found

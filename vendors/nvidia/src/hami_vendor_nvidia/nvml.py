@@ -282,6 +282,13 @@ class Nvml:
     def gpus(self) -> list[GpuInfo]:
         return [self.gpu(i) for i in range(self.count)]
 
+    def compute_processes(self, index: int) -> list[tuple[int, int]]:
+        """(pid, device memory in bytes) of each compute process on GPU `index`
+        (``nvmlDeviceGetComputeRunningProcesses_v3``); a figure NVML cannot give (Windows' WDDM) counts as 0."""
+        h = self._handle(index)
+        found = self._call("nvmlDeviceGetComputeRunningProcesses", pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+        return [(int(p.pid), int(p.usedGpuMemory or 0)) for p in found]
+
     def _mig_profiles(self, h: Any) -> tuple[MigProfileInfo, ...]:
         out = []
         for pid in _GI_PROFILE_IDS:

@@ -29,6 +29,7 @@ from hami.model import (
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    DeviceProcess,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -38,7 +39,7 @@ from hami.model import (
     SchedulingPolicy,
     VendorInfo,
 )
-from hami_vendor_nvidia import admission, allocation, discovery, edits
+from hami_vendor_nvidia import admission, allocation, discovery, edits, node
 from hami_vendor_nvidia.fit import NvidiaFitter
 from hami_vendor_nvidia.settings import NvidiaSettings
 
@@ -170,6 +171,11 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:
+    return node.device_processes(settings)
 
 
 @hookimpl

@@ -998,3 +998,46 @@ nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int 
     }
     return NVML_ERROR_TIMEOUT;
 }
+
+/* ---- running compute processes ------------------------------------------------------------------------------ */
+
+/* nvml.h (R520+): one entry of nvmlDeviceGetComputeRunningProcesses_v3. usedGpuMemory is in bytes (the context's
+ * reservation included, as the driver reports it); gpuInstanceId/computeInstanceId are 0xFFFFFFFF off MIG. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* The compute processes of a device: the lines "<device index> <pid> <used bytes>" of the file FAKE_NVML_PROCESSES,
+ * read at every call (a test rewrites it as processes come and go). As NVML documents: *infoCount is the capacity
+ * of `infos` on the way in and the number of processes on the way out; too small a buffer (a NULL one with count
+ * 0 is how callers ask the size) gives NVML_ERROR_INSUFFICIENT_SIZE with *infoCount set to the number needed. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
+    NEED_INIT();
+    gpu_t *g = as_gpu(device);
+    if (!g || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->lost) return NVML_ERROR_GPU_IS_LOST;
+    const char *path = getenv("FAKE_NVML_PROCESSES");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    unsigned int found = 0;
+    char line[128];
+    while (f && fgets(line, sizeof(line), f)) {
+        int index;
+        unsigned int pid;
+        unsigned long long used;
+        if (sscanf(line, "%d %u %llu", &index, &pid, &used) != 3 || index != g->index) continue;
+        if (infos && found < *infoCount) {
+            infos[found].pid = pid;
+            infos[found].usedGpuMemory = used;
+            infos[found].gpuInstanceId = 0xFFFFFFFFu;
+            infos[found].computeInstanceId = 0xFFFFFFFFu;
+        }
+        found++;
+    }
+    if (f) fclose(f);
+    unsigned int room = infos ? *infoCount : 0;
+    *infoCount = found;
+    return found > room ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}

@@ -1,0 +1,244 @@
+"""The node-side backstop: what each container really holds on its devices, by the driver's count, against its grant.
+
+The isolation libraries hold limits inside a container's processes, where a process that never loads them (a static
+binary, raw calls on the device node) or that patches its own memory escapes them. The driver's count per process
+cannot be changed from inside a container, so at each round the daemon
+
+1. asks each vendor serving a container here for its devices' processes (`hami_device_processes`: PID and device
+   memory, the context's reservation included, as the driver counts it);
+2. maps each process to the container it runs in through the kernel's record, `/proc/<pid>/cgroup`: the pod UID
+   the kubelet puts in the cgroup path (`...pod<uid>...`), then, when several containers of the pod hold the same
+   device, the container id at the end of the path matched with the pod's `status.containerStatuses` (one GET).
+   A container cannot move itself out of its cgroup (the cgroup tree is read-only in it), and a process this
+   daemon did not serve (a host process, another device plugin's pod) is none of its business;
+3. sums each container's processes per device and compares the sum with the memory the container was granted on
+   that device (the scheduler's placement, as `hami_vgpu_memory_limit_bytes` reports it). Over it, the daemon
+   records a Warning event `DeviceMemoryOverLimit` on the pod, counts it in `hami_backstop_overruns_total` and,
+   unless `backstop.kill` is false, kills (SIGKILL) the container's processes on that device. A process whose
+   container cannot be told apart is checked with its pod's total against the pod's total grant, and not killed.
+
+`hami_backstop_device_memory_bytes` exports the driver's figure for every served container and device. The round
+runs every `backstop.intervalSeconds` (default 5 s) in the daemon's worker thread. What it does not see: memory a
+vendor's library does not report per process, and a container over its limit for less than one round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, ConfigDict, Field
+
+from hami.cluster.port import Cluster, ClusterError
+from hami.model import DeviceProcess
+from hami.node.pods import ServedContainer
+from hami.plugins import VendorHost
+
+__all__ = ["Backstop", "BackstopSettings", "Overrun", "owner_of"]
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_CONTAINER_ID = re.compile(r"(?:^|[-/])([0-9a-f]{64})(?:\.scope)?$")
+_LABELS = ["namespace", "pod", "container", "device_uuid"]
+
+
+class BackstopSettings(BaseModel):
+    """`node.backstop` in the configuration file."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    enabled: bool = True
+    kill: bool = Field(default=True, description="kill a container's processes on a device it holds too much of")
+    interval_seconds: float = Field(default=5.0, gt=0, alias="intervalSeconds")
+    proc_root: Path = Field(default=Path("/proc"), alias="procRoot", description="the host's /proc")
+
+
+def owner_of(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str] | None:
+    """(pod UID, container id or "") of a process, from its cgroup path; None when it is in no pod's cgroup."""
+    try:
+        text = (proc_root / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None  # gone already, or not visible from here
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        found = _POD_UID.search(path)
+        if found:
+            container = _CONTAINER_ID.search(path.rstrip("/"))
+            return found.group(1).replace("_", "-"), container.group(1) if container else ""
+    return None
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """A container holding more device memory than it was granted."""
+
+    container: ServedContainer
+    device_uuid: str
+    used_bytes: int
+    limit_bytes: int
+    pids: tuple[int, ...]
+    killed: bool
+
+
+@dataclass
+class _Holding:
+    used: int = 0
+    pids: list[int] = field(default_factory=list)
+
+
+class Backstop(Collector):
+    """One node's backstop. `check()` runs one round; as a Collector it exports the backstop's families."""
+
+    def __init__(
+        self,
+        host: VendorHost,
+        cluster: Cluster,
+        containers: Callable[[], Iterable[ServedContainer]],
+        settings: BackstopSettings | None = None,
+        *,
+        kill: Callable[[int], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.cluster = cluster
+        self.containers = containers
+        self.settings = settings or BackstopSettings()
+        self._kill = kill or (lambda pid: os.kill(pid, signal.SIGKILL))
+        self.overruns: dict[tuple[str, str, str, str], int] = {}
+        """(namespace, pod, container, device) → overruns found."""
+        self.used: dict[tuple[str, str, str, str], int] = {}
+        """(namespace, pod, container, device) → device memory the driver counted at the last round."""
+
+    # ---------------------------------------------------------------------------------- one round
+
+    def check(self) -> list[Overrun]:
+        """Read every served container's processes, report and (by default) stop each one over its grant."""
+        served = list(self.containers())
+        by_pod: dict[str, list[ServedContainer]] = {}
+        for c in served:
+            by_pod.setdefault(c.pod_uid, []).append(c)
+        processes = self._processes({c.kind for c in served})
+        holdings: dict[tuple[str, str, str], _Holding] = {}
+        chosen_of: dict[tuple[str, str, str], ServedContainer] = {}
+        pod_level: dict[tuple[str, str], _Holding] = {}
+        for process in processes:
+            owner = owner_of(process.pid, self.settings.proc_root)
+            if owner is None or owner[0] not in by_pod:
+                continue
+            pod_uid, container_id = owner
+            candidates = [c for c in by_pod[pod_uid] if any(d.uuid == process.device_uuid for d in c.devices)]
+            if not candidates:
+                candidates = by_pod[pod_uid]  # on a device the pod was not given: its containers' business still
+            chosen = candidates[0] if len(candidates) == 1 else self._by_container_id(candidates, container_id)
+            if chosen is None:
+                held = pod_level.setdefault((pod_uid, process.device_uuid), _Holding())
+            else:
+                key = (chosen.pod_uid, chosen.container, process.device_uuid)
+                chosen_of[key] = chosen
+                held = holdings.setdefault(key, _Holding())
+            held.used += process.used_bytes
+            held.pids.append(process.pid)
+        self.used = {_key(chosen_of[k], k[2]): h.used for k, h in holdings.items()}
+        found = [self._judge(chosen_of[k], k[2], h) for k, h in holdings.items()]
+        for (pod_uid, uuid), h in pod_level.items():
+            found.append(self._judge_pod(by_pod[pod_uid], uuid, h))
+        return [o for o in found if o is not None]
+
+    def _processes(self, kinds: Iterable[str]) -> list[DeviceProcess]:
+        found: list[DeviceProcess] = []
+        for kind in sorted(kinds):
+            try:
+                answer = self.host.device_processes(kind)
+            except Exception:
+                log.exception("the %s plugin failed to list its devices' processes; not checked this round", kind)
+                continue
+            found += answer or []
+        return found
+
+    def _by_container_id(self, candidates: Sequence[ServedContainer], container_id: str) -> ServedContainer | None:
+        if not container_id:
+            return None
+        first = candidates[0]
+        try:
+            pod = self.cluster.get("pods", first.pod, first.namespace)
+        except ClusterError as exc:
+            log.warning("cannot read pod %s/%s to tell its containers apart: %s", first.namespace, first.pod, exc)
+            return None
+        status = pod.get("status") or {}
+        for entry in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            if str(entry.get("containerID") or "").rpartition("://")[2] == container_id:
+                return next((c for c in candidates if c.container == entry.get("name")), None)
+        return None
+
+    def _judge(self, c: ServedContainer, uuid: str, held: _Holding) -> Overrun | None:
+        limit = sum(d.usedmem for d in c.devices if d.uuid == uuid) * MiB
+        if held.used <= limit:
+            return None
+        killed = self.settings.kill
+        if killed:
+            for pid in held.pids:
+                try:
+                    self._kill(pid)
+                except ProcessLookupError:
+                    pass  # it ended by itself
+                except OSError as exc:
+                    log.error("cannot kill process %d of %s/%s: %s", pid, c.namespace, c.pod, exc)
+                    killed = False
+        overrun = Overrun(c, uuid, held.used, limit, tuple(held.pids), killed)
+        self._report(overrun, c.container)
+        return overrun
+
+    def _judge_pod(self, containers: Sequence[ServedContainer], uuid: str, held: _Holding) -> Overrun | None:
+        """Processes whose container could not be told apart: the pod's sum against the pod's grant, no kill."""
+        limit = sum(d.usedmem for c in containers for d in c.devices if d.uuid == uuid) * MiB
+        if held.used <= limit:
+            return None
+        overrun = Overrun(containers[0], uuid, held.used, limit, tuple(held.pids), killed=False)
+        self._report(overrun, "")
+        return overrun
+
+    def _report(self, overrun: Overrun, container: str) -> None:
+        c = overrun.container
+        key = (c.namespace, c.pod, container, overrun.device_uuid)
+        self.overruns[key] = self.overruns.get(key, 0) + 1
+        who = f"container {container}" if container else "its containers"
+        done = f"killed processes {', '.join(map(str, overrun.pids))}" if overrun.killed else "nothing was killed"
+        message = (
+            f"{who} held {overrun.used_bytes // MiB} MiB on device {overrun.device_uuid}, by the driver's count, "
+            f"over the {overrun.limit_bytes // MiB} MiB it was granted; {done}"
+        )
+        log.warning("pod %s/%s: %s", c.namespace, c.pod, message)
+        obj = {"metadata": {"name": c.pod, "namespace": c.namespace, "uid": c.pod_uid}, "kind": "Pod"}
+        self.cluster.record_event(obj, "DeviceMemoryOverLimit", message, warning=True)
+
+    # ---------------------------------------------------------------------------------- metrics
+
+    def collect(self) -> Iterable[Metric]:
+        used = GaugeMetricFamily(
+            "hami_backstop_device_memory_bytes",
+            "device memory a container's processes hold, by the driver's count (the backstop's last round)",
+            labels=_LABELS,
+        )
+        for (namespace, pod, container, uuid), value in sorted(self.used.items()):
+            used.add_metric([namespace, pod, container, uuid], value)
+        overruns = CounterMetricFamily(
+            "hami_backstop_overruns",
+            "rounds in which a container held more device memory than it was granted",
+            labels=_LABELS,
+        )
+        for (namespace, pod, container, uuid), count in sorted(self.overruns.items()):
+            overruns.add_metric([namespace, pod, container, uuid], count)
+        yield used
+        yield overruns
+
+
+def _key(c: ServedContainer, uuid: str) -> tuple[str, str, str, str]:
+    return (c.namespace, c.pod, c.container, uuid)

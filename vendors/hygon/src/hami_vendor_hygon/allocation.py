@@ -18,13 +18,12 @@ the first use of the node runtime reconciles the driver's virtual devices with t
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from hami.errors import HamiError
-from hami.hostpaths import HostPathError, path_component, pod_path
+from hami.hostpaths import HostPathError, path_component
+from hami.isolation.containers import ContainerDirs, container_name
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import SOFT, HygonSettings
@@ -35,27 +34,21 @@ __all__ = ["accounting_dir", "allocate", "container_name", "gets_vdcu", "release
 log = logging.getLogger("hami_vendor_hygon")
 
 
-def container_name(pod: Pod, index: int) -> str:
-    containers = pod.all_containers
-    return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
-
-
-def _pod_key(pod: Pod) -> tuple[str, str]:
-    return (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
+def _dirs(settings: HygonSettings) -> ContainerDirs:
+    return ContainerDirs(settings.hook_path, "DCU")
 
 
 def accounting_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s accounting file (mounted writable into it).
 
     :raises HostPathError: the pod UID or container name would leave `containers_dir`."""
-    return Path(pod_path(settings.containers_dir, _pod_key(pod), (container_name(pod, index), "container name")))
+    return _dirs(settings).accounting_dir(pod, index)
 
 
 def grant_host_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s grant (`hami.isolation.grant`), mounted read-only, outside its
     accounting directory. :raises HostPathError: as `accounting_dir`."""
-    grants = settings.hook_path / "grants"
-    return Path(pod_path(grants, _pod_key(pod), (container_name(pod, index), "container name")))
+    return Path(_dirs(settings).grant_dir(pod, index))
 
 
 def state_of(settings: HygonSettings) -> VdcuState:
@@ -76,13 +69,7 @@ def allocate(settings: HygonSettings, pod: Pod, container_index: int, devices: C
     runtime = runtime_for(settings)
     if settings.dcu_mode == SOFT:
         runtime.by_uuid([d.uuid for d in devices])
-        path = accounting_dir(settings, pod, container_index)
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-            path.mkdir(parents=True, exist_ok=True)
-            os.chmod(path, 0o777)
-        except OSError as exc:
-            raise HamiError(f"cannot prepare the DCU accounting directory {path}: {exc}") from None
+        _dirs(settings).prepare(pod, container_index)
         return
     if not gets_vdcu(settings, devices):
         return
@@ -105,17 +92,11 @@ def release(settings: HygonSettings, pod: Pod, placements: Sequence[ContainerPla
     if not key or "_" in key:
         return
     try:
-        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the glob below
+        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the vDCU state's glob
     except HostPathError as exc:
         log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
         return
     runtime = runtime_for(settings)
     with runtime.lock:
         state_of(settings).release(key, runtime.dmi())
-    for directory in (settings.containers_dir, settings.hook_path / "grants"):
-        try:
-            found = sorted(directory.glob(f"{key}_*"))
-        except OSError:
-            continue
-        for path in found:
-            shutil.rmtree(path, ignore_errors=True)
+    _dirs(settings).release(pod)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami.codec import decode_legacy_register, encode_legacy_register
 from hami_vendor_iluvatar.discovery import chip_of
+from hami_vendor_iluvatar.ixml import sysfs_bus_id
 from hami_vendor_iluvatar.plugin import CHIPS
 
 A = "GPU-1a2b3c4d-0000-4000-8000-00000000000a"
@@ -104,3 +107,16 @@ def test_the_soft_mode_is_published(ix, machine):
     node = machine(ix.Chip(A))
     (inventory,) = ix.host(node.config(iluvatarMode="hami-core")).discover()["iluvatar"]
     assert inventory.annotations == {"hami.io/iluvatar-mode": "hami-core"}
+
+
+@given(st.text(max_size=64))
+@settings(max_examples=200, deadline=None)
+def test_any_name_or_bus_id_ixml_gives_is_read_without_an_error(text):
+    chip = chip_of(text, CHIPS)
+    assert chip is None or (chip in CHIPS and chip.upper() in text.upper())
+    assert isinstance(sysfs_bus_id(text), str)
+
+
+def test_ixmls_bus_id_is_read_as_sysfs_spells_it():
+    assert sysfs_bus_id("00000000:8A:00.0") == "0000:8a:00.0"
+    assert sysfs_bus_id("0000:8a:00.0") == "0000:8a:00.0"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable"]
+__all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "sysfs_bus_id"]
 
 DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
 SUCCESS = 0
@@ -63,7 +63,7 @@ class Gpu:
     healthy: bool = True
 
 
-def _sysfs_bus_id(raw: str) -> str:
+def sysfs_bus_id(raw: str) -> str:
     """ixML's ``00000000:8A:00.0`` as sysfs spells it (``0000:8a:00.0``)."""
     parts = raw.strip().lower().split(":")
     if len(parts) == 3 and len(parts[0]) > 4:
@@ -151,7 +151,7 @@ class Ixml:
         except IxmlError:
             healthy = False
         return Gpu(index=index, uuid=uuid, name=name, minor=minor.value, memory_total=memory.total,
-                   bus_id=_sysfs_bus_id(pci.bus_id.decode(errors="replace")), healthy=healthy)  # fmt: skip
+                   bus_id=sysfs_bus_id(pci.bus_id.decode(errors="replace")), healthy=healthy)  # fmt: skip
 
     def driver_version(self) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)

@@ -43,7 +43,7 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
     if "iluvatar" not in {v.name for v in VendorHost.load().vendors}:
         pytest.skip("the Iluvatar vendor plugin (hami-vendor-iluvatar) is not installed")
     if "iluvatar" in stack.disabled_vendors().split(","):
-        pytest.skip("the chart rendered for this stack disables Iluvatar (devices.iluvatar.enabled)")
+        pytest.skip("the chart rendered for this stack disables Iluvatar (vendors.iluvatar.enabled)")
     cc = which_cc()
     if cc is None:
         pytest.skip("no C compiler to build the fake ixML")

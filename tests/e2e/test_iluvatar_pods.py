@@ -52,9 +52,9 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
     ixml.parent.mkdir(parents=True, exist_ok=True)
     argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(ixml), str(FAKE_IXML)]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    # uuid minor memory-MiB bus-id health name (fake_ixml.c's format)
+    # uuid minor memory-MiB bus-id board health name (fake_ixml.c's format): one board, two chips
     (ixml.parent / "fake_ixml.machine").write_text(
-        "".join(f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 ok Iluvatar BI-V150S\n" for i, u in enumerate(UUIDS))
+        "".join(f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 0 ok Iluvatar BI-V150S\n" for i, u in enumerate(UUIDS))
     )
     settings = {"ixmlLibrary": str(ixml), "iluvatarMode": "hami-core", "sysfsRoot": str(root / "sys"),
                 "hookPath": str(root / "vgpu-iluvatar")}  # fmt: skip

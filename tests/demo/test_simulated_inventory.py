@@ -65,7 +65,15 @@ def test_repeat_expands_into_devices_named_by_index_with_per_device_numa(tmp_pat
 
 def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp_path: Path) -> None:
     loaded = simulated.load_inventory(ROOT / "examples" / "demo-inventory.yaml")
-    assert [n.name for n in loaded.nodes] == ["gpu-node", "mixed-node", "ascend-node", "dcu-node", "iluvatar-node", "mt-node", "metax-node"]
+    assert [n.name for n in loaded.nodes] == [
+        "gpu-node",
+        "mixed-node",
+        "ascend-node",
+        "dcu-node",
+        "iluvatar-node",
+        "mt-node",
+        "metax-node",
+    ]
     gpu = loaded.node("gpu-node")
     scores = json.loads(gpu.published_annotations()["hami.io/node-nvidia-score"])
     assert (scores[0]["uuid"], scores[0]["score"]["GPU-a100-3"]) == ("GPU-a100-0", 200)

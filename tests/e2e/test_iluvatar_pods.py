@@ -5,7 +5,9 @@ The node runs `hami node` with the Iluvatar plugin reading the Iluvatar package'
 exactly as it would read CoreX's: nothing about the GPUs is written for the daemon. The node registers the chips
 under HAMi's `hami.io/node-BI-V150-register`; the pod's share is placed by the scheduler, served by Allocate with
 Iluvatar's container edits and this project's isolation library `libvcorex.so` (its grant written on the host,
-its accounting directory prepared), reported by the node's metrics, and cleaned up when the pod is deleted.
+its accounting directory prepared), and cleaned up when the pod is deleted. A process of the container, run as
+the container runs it (the installed libvcorex.so preloaded over the isolation tests' fake CoreX driver, with the
+container's accounting file and the grant the daemon wrote), holds 8 MiB: the node's metrics report it for the pod.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from hami_stack import DeviceNode, HamiStack
 from hami.codec import decode_legacy_register, decode_pod_devices
 from hami.isolation.grant import parse
 from hami.plugins import VendorHost
+from hami.testing.isolation_benchmark import load_setup
+from hami.testing.sandbox import FAKE_STATE_SIZE, prepare
 
 pytestmark = pytest.mark.e2e
 
 FAKE_IXML = ROOT / "vendors" / "iluvatar" / "tests" / "fake_ixml" / "fake_ixml.c"
+ISOLATION_TESTS = ROOT / "vendors" / "iluvatar" / "tests" / "isolation"
 UUIDS = ["GPU-0e2f5a61-1150-4000-8000-000000000000", "GPU-0e2f5a61-1150-4000-8000-000000000001"]
 COUNT, MEMORY, CORES = "iluvatar.ai/BI-V150-vgpu", "iluvatar.ai/BI-V150.vMem", "iluvatar.ai/BI-V150.vCore"
 
@@ -38,7 +43,7 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
     if "iluvatar" not in {v.name for v in VendorHost.load().vendors}:
         pytest.skip("the Iluvatar vendor plugin (hami-vendor-iluvatar) is not installed")
     if "iluvatar" in stack.disabled_vendors().split(","):
-        pytest.skip("the chart rendered for this stack disables Iluvatar (devices.iluvatar.enabled)")
+        pytest.skip("the chart rendered for this stack disables Iluvatar (vendors.iluvatar.enabled)")
     cc = which_cc()
     if cc is None:
         pytest.skip("no C compiler to build the fake ixML")
@@ -47,9 +52,9 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
     ixml.parent.mkdir(parents=True, exist_ok=True)
     argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(ixml), str(FAKE_IXML)]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    # uuid minor memory-MiB bus-id health name (fake_ixml.c's format)
+    # uuid minor memory-MiB bus-id board health name (fake_ixml.c's format): one board, two chips
     (ixml.parent / "fake_ixml.machine").write_text(
-        "".join(f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 ok Iluvatar BI-V150S\n" for i, u in enumerate(UUIDS))
+        "".join(f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 0 ok Iluvatar BI-V150S\n" for i, u in enumerate(UUIDS))
     )
     settings = {"ixmlLibrary": str(ixml), "iluvatarMode": "hami-core", "sysfsRoot": str(root / "sys"),
                 "hookPath": str(root / "vgpu-iluvatar")}  # fmt: skip
@@ -120,6 +125,31 @@ def test_a_bi_v150_share_runs_with_iluvatars_edits_and_libvcorex(
     assert limit is not None, text
     assert float(limit.group(1)) == 4096 << 20
     assert f'device_uuid="{UUIDS[0]}"' in text
+
+    # a process of the container holds 8 MiB: its usage reaches the node's metrics through the accounting file
+    build_dir = iluvatar_node.dir / "isolation-build"
+    build_dir.mkdir(exist_ok=True)
+    build = prepare(load_setup(ISOLATION_TESTS / "conftest.py"), build_dir)
+    fake_state = build_dir / "fake.state"
+    fake_state.write_bytes(bytes(FAKE_STATE_SIZE))
+    process_env = {**edits.env, "IX_DEVICE_MEMORY_SHARED_CACHE": str(accounting / "vcorex.cache"),
+                   "HAMI_ISOLATION_GRANT_DIR": str(grant_dir), "LD_PRELOAD": str(library[0]),
+                   "LD_LIBRARY_PATH": str(build_dir), "FAKE_CUDA_STATE": str(fake_state)}  # fmt: skip
+    holder = subprocess.Popen([str(build.client), "hold", str(8 << 20), "1"], env=process_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held", holder.stderr.read() if holder.stderr else ""
+
+        def used() -> float | None:
+            found = re.search(r'^hami_vgpu_memory_used_bytes\{[^}]*pod="corex"[^}]*\} (\S+)$', node_metrics(
+                iluvatar_node), re.MULTILINE)  # fmt: skip
+            return float(found.group(1)) if found and float(found.group(1)) > 0 else None
+
+        assert wait_until(used, 30, "the held memory in the node's metrics", stack.diagnose) == 8 << 20
+    finally:
+        holder.kill()
+        holder.wait()
 
     api.delete("Pod", "corex", ns)
     wait_until(lambda: (not accounting.exists() and not grant_dir.exists()) or None, 60,

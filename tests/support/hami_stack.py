@@ -72,7 +72,7 @@ class HamiStack:
                 "scheduler.extender.port": str(self.extender_port),
                 "scheduler.metrics.port": str(self.metrics_port),
                 "scheduler.admissionWebhook.port": str(self.webhook_port),
-                "devices.iluvatar.enabled": "true",  # off in HAMi's chart; on here for test_iluvatar_pods.py
+                "vendors.iluvatar.enabled": "true",  # off by default, as in HAMi; on here for test_iluvatar_pods.py
             },
         )
         self.scheduler: Process | None = None

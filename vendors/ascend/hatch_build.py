@@ -19,7 +19,6 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 try:
     from hatchling.builders.hooks.plugin.interface import BuildHookInterface
@@ -70,16 +69,7 @@ SPEC = build.LibrarySpec(
 )
 
 
-class IsolationBuildHook(BuildHookInterface):  # type: ignore[type-arg]
-    """Compiles libvnpu.so into wheels and editable installs; adds the C core to the sdist."""
-
-    PLUGIN_NAME = "custom"
-
-    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        self._scratch = build.hatch_initialize(SPEC, CORE, Path(self.root), self.target_name, version, build_data)
-
-    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
-        build.hatch_finalize(getattr(self, "_scratch", None))
+IsolationBuildHook = build.hatch_hook(SPEC, CORE, BuildHookInterface)
 
 
 if __name__ == "__main__":

@@ -64,15 +64,15 @@ class Chip:
     bus: int = 0x8A
     healthy: bool = True
     numa: int = 0
+    board: int = 0
 
     @property
     def bus_id(self) -> str:
         return f"00000000:{self.bus:02X}:00.0"
 
     def line(self) -> str:
-        return (
-            f"{self.uuid} {self.minor} {self.memory_mib} {self.bus_id} {'ok' if self.healthy else 'lost'} {self.name}"
-        )
+        health = "ok" if self.healthy else "lost"
+        return f"{self.uuid} {self.minor} {self.memory_mib} {self.bus_id} {self.board} {health} {self.name}"
 
 
 @dataclass(frozen=True)

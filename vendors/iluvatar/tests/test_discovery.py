@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hami.codec import decode_legacy_register, encode_legacy_register
+from hami.codec import decode_legacy_register, decode_link_scores, encode_legacy_register
 from hami_vendor_iluvatar.discovery import chip_of
+from hami_vendor_iluvatar.ixml import sysfs_bus_id
 from hami_vendor_iluvatar.plugin import CHIPS
 
 A = "GPU-1a2b3c4d-0000-4000-8000-00000000000a"
@@ -28,7 +31,9 @@ def test_a_bi_v150_board_registers_its_two_chips_as_hami_does(ix, machine):
         (A, 0, 10, 32768, 100, "BI-V150", 0, True),
         (B, 1, 10, 32768, 100, "BI-V150", 1, True),
     ]
-    assert inventory.annotations == {"hami.io/iluvatar-mode": "gpu-manager"}
+    assert inventory.annotations["hami.io/iluvatar-mode"] == "gpu-manager"
+    # the board's two chips are linked (ixML's nvmlDeviceOnSameBoard), in the form of HAMi's link scores
+    assert decode_link_scores(inventory.annotations["hami.io/node-iluvatar-score"]) == {A: {B: 100}, B: {A: 100}}
     # HAMi's legacy string form round-trips: HAMi's scheduler reads what this daemon writes
     text = encode_legacy_register(inventory.devices)
     assert text == f"{A},10,32768,100,BI-V150,0,true,0,:{B},10,32768,100,BI-V150,1,true,1,:"
@@ -103,4 +108,24 @@ def test_a_driver_that_is_not_loaded_is_ixmls_own_message(ix, tmp_path, caplog, 
 def test_the_soft_mode_is_published(ix, machine):
     node = machine(ix.Chip(A))
     (inventory,) = ix.host(node.config(iluvatarMode="hami-core")).discover()["iluvatar"]
-    assert inventory.annotations == {"hami.io/iluvatar-mode": "hami-core"}
+    assert inventory.annotations == {"hami.io/iluvatar-mode": "hami-core"}  # one chip: no links
+
+
+def test_chips_of_two_boards_are_linked_within_their_board_only(ix, machine):
+    node = machine(ix.Chip(A, minor=0, bus=0x10, board=0), ix.Chip(B, minor=1, bus=0x11, board=1),
+                   ix.Chip(C, minor=2, bus=0x12, board=1))  # fmt: skip
+    (inventory,) = ix.host(node.config()).discover()["iluvatar"]
+    assert decode_link_scores(inventory.annotations["hami.io/node-iluvatar-score"]) == {A: {}, B: {C: 100}, C: {B: 100}}
+
+
+@given(st.text(max_size=64))
+@settings(max_examples=200, deadline=None)
+def test_any_name_or_bus_id_ixml_gives_is_read_without_an_error(text):
+    chip = chip_of(text, CHIPS)
+    assert chip is None or (chip in CHIPS and chip.upper() in text.upper())
+    assert isinstance(sysfs_bus_id(text), str)
+
+
+def test_ixmls_bus_id_is_read_as_sysfs_spells_it():
+    assert sysfs_bus_id("00000000:8A:00.0") == "0000:8a:00.0"
+    assert sysfs_bus_id("0000:8a:00.0") == "0000:8a:00.0"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hami.codec import encode_link_scores
 from hami.errors import ConfigError, RequestError
 from hami.model import (
     Container,
@@ -90,7 +91,7 @@ def conformance_node() -> Path:
                 str(directory / "libixml.so"), str(source)]  # fmt: skip
         subprocess.run(argv, check=True, capture_output=True, timeout=120)
         lines = [
-            f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 ok Iluvatar BI-V150S\n"
+            f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 0 ok Iluvatar BI-V150S\n"
             for i, u in enumerate(CONFORMANCE_UUIDS)
         ]
         (directory / "fake_ixml.machine").write_text("".join(lines))
@@ -187,3 +188,22 @@ def test_an_exclusive_request_never_shares_a_chip():
     pod = Pod(name="p", containers=(Container(name="c"),))
     fits = host.fit_nodes(V150, pod, [whole(1)], v150_nodes(), SchedulingPolicy())
     assert [f.node for f in fits if f.placement] == ["idle"]
+
+
+def test_the_topology_policy_keeps_a_boards_chips_together():
+    """Two BI-V150 boards (chips 0 and 2 on one, 1 and 3 on the other), chip 1 busy: binpack alone takes chips 1 and
+    0, across boards; with the topology-aware device policy the pair is on one board, by the node's
+    hami.io/node-iluvatar-score."""
+    host = VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    devices = [gpu("n", 0), gpu("n", 1, 1, 1024, 10), gpu("n", 2), gpu("n", 3)]
+    links = {"GPU-n-0": {"GPU-n-2": 100}, "GPU-n-2": {"GPU-n-0": 100}, "GPU-n-1": {"GPU-n-3": 100},
+             "GPU-n-3": {"GPU-n-1": 100}}  # fmt: skip
+    node = NodeView(name="n", devices=devices, annotations={"hami.io/node-iluvatar-score": encode_link_scores(links)})
+    pod = Pod(name="p", containers=(Container(name="c"),))
+    two = ContainerRequest(kind=V150, count=2, memory=1024, cores=10)
+    chosen = {}
+    for device_policy in (("binpack",), ("binpack", "topology-aware")):
+        (fit,) = host.fit_nodes(V150, pod, [two], [node], SchedulingPolicy(device=device_policy))
+        assert fit.placement is not None
+        chosen[device_policy[-1]] = sorted(d.uuid for d in fit.placement[0])
+    assert chosen == {"binpack": ["GPU-n-0", "GPU-n-1"], "topology-aware": ["GPU-n-1", "GPU-n-3"]}

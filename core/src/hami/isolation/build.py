@@ -44,6 +44,7 @@ __all__ = [
     "core_candidates",
     "find_compiler",
     "hatch_finalize",
+    "hatch_hook",
     "hatch_initialize",
     "platform_tag",
     "rebuild_in_place",
@@ -214,6 +215,22 @@ def hatch_finalize(scratch: Path | None) -> None:
     """Remove what `hatch_initialize` left in its scratch directory."""
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def hatch_hook(spec: LibrarySpec, core: Path, base: type) -> type:
+    """A hatch build hook class (`base`: hatchling's ``BuildHookInterface``) that builds `spec`'s library: what a
+    vendor's ``hatch_build.py`` binds at module level (``IsolationBuildHook = build.hatch_hook(SPEC, CORE,
+    BuildHookInterface)``), where hatchling finds it."""
+
+    def initialize(self: Any, version: str, build_data: dict[str, Any]) -> None:
+        self._scratch = hatch_initialize(spec, core, Path(self.root), self.target_name, version, build_data)
+
+    def finalize(self: Any, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        hatch_finalize(getattr(self, "_scratch", None))
+
+    doc = f"Compiles {spec.library} into wheels and editable installs; adds the C core to the sdist."
+    namespace = {"PLUGIN_NAME": "custom", "initialize": initialize, "finalize": finalize, "__doc__": doc}
+    return type("IsolationBuildHook", (base,), namespace)
 
 
 def rebuild_in_place(spec: LibrarySpec, core: Path, root: Path) -> Path:

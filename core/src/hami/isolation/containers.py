@@ -81,6 +81,8 @@ class ContainerDirs:
         except HostPathError as exc:
             log.warning("not releasing the directories of pod %s/%s: %s", pod.namespace, pod.name, exc)
             return
+        if "_" in key:  # neither a UID nor a Kubernetes name has one: `<key>_*` would name others' directories
+            return
         for directory in (self.containers, self.grants):
             try:
                 found = sorted(directory.glob(f"{key}_*"))

@@ -145,10 +145,11 @@ class IsolationSetup:
             )
         if f"/src/{self.package}/" in path.as_posix():  # an editable install: it may be older than the C sources
             hooks = self.project / "isolation"
-            newest = max(
-                (*hooks.glob("*.[ch]"), *core_source_dir().rglob("*.[ch]"), *hooks.glob("*.map")),
-                key=lambda p: p.stat().st_mtime,
-            )
+            core = core_source_dir()
+            # the core, and each hook layer the library is built on (its hooks name it: hami_<layer>_vendor.h)
+            layers = [d for d in core.iterdir() if (hooks / f"hami_{d.name}_vendor.h").is_file()]
+            sources = [*core.glob("*.[ch]"), *core.glob("include/*.h"), *(s for d in layers for s in d.glob("*.[ch]"))]
+            newest = max((*hooks.glob("*.[ch]"), *sources, *hooks.glob("*.map")), key=lambda p: p.stat().st_mtime)
             if newest.stat().st_mtime > path.stat().st_mtime:
                 raise SandboxError(
                     f"{path} is older than {newest}: rebuild it with "

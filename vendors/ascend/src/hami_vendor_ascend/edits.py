@@ -32,7 +32,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from hami.errors import HamiError, RequestError
-from hami.hostpaths import pod_path
+from hami.isolation.containers import ContainerDirs
+from hami.isolation.containers import library_mounts as shared_library_mounts
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceKind, IsolationLibrary, Mount, Pod
 from hami_vendor_ascend.admission import vnpu_mode
@@ -57,35 +58,24 @@ SHMEM_DIR = "/hami-vnpu-shmem"
 ACCOUNTING_FILE = "vnpu.cache"
 
 
-def _container_name(pod: Pod, index: int) -> str:
-    containers = pod.all_containers
-    return containers[index].name if 0 <= index < len(containers) else f"container-{index}"
+def _dirs(settings: AscendSettings) -> ContainerDirs:
+    return ContainerDirs(settings.hook_path, "NPU")
 
 
 def accounting_dir(settings: AscendSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding container `index`'s accounting file."""
-    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
-    return pod_path(settings.containers_dir, key, (_container_name(pod, index), "container name"))
+    return PurePosixPath(_dirs(settings).accounting_dir(pod, index))
 
 
 def grant_host_dir(settings: AscendSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding container `index`'s grant (mounted read-only, outside its accounting directory)."""
-    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
-    return pod_path(PurePosixPath(settings.hook_path) / "grants", key, (_container_name(pod, index), "container name"))
+    return _dirs(settings).grant_dir(pod, index)
 
 
 def library_mounts(settings: AscendSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:
     """The mounts of the isolation library and of the ``/etc/ld.so.preload`` naming it (see the module's doc)."""
-    if library is not None and settings.library_dir is None:
-        return (
-            Mount(container_path=library.path, host_path=library.path),
-            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
-        )
-    directory = PurePosixPath(settings.library_dir if settings.library_dir is not None else settings.hook_path)
-    return (
-        Mount(container_path=str(directory / LIBRARY_FILE), host_path=str(directory / LIBRARY_FILE)),
-        Mount(container_path="/etc/ld.so.preload", host_path=str(directory / PRELOAD_FILE)),
-    )
+    library_mount, preload = shared_library_mounts(library, settings.library_dir, LIBRARY_FILE, settings.hook_path)
+    return library_mount, preload
 
 
 def container_edits(

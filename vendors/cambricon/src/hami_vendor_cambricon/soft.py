@@ -5,7 +5,7 @@ Owns, for a node in this project's soft mode:
 * `prepare` (at Allocate): the container's accounting directory ``<hookPath>/containers/<pod uid>_<container>``,
   emptied and made world-writable, so that whatever user the container runs as creates its accounting file there;
 * `release`: a finished pod's accounting directories and grants removed (a hostile pod UID never reaches a glob);
-  both through core's `hami.isolation.hostdirs`;
+  both through core's `hami.isolation.containers`;
 * `container_edits`: the device nodes of the whole cards (`hami_vendor_cambricon.allocation`'s), the isolation
   library ``libvmlu.so`` and the ``/etc/ld.so.preload`` naming it (the library the node daemon installed, else
   ``libraryDir``), the accounting directory at ``/hami-vmlu-shmem``, the library's environment
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hami.errors import HamiError
 from hami.hostpaths import HostPathError
-from hami.isolation import hostdirs
+from hami.isolation.containers import ContainerDirs, library_mounts
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_cambricon.settings import CambriconSettings
@@ -37,21 +37,28 @@ SHMEM_DIR = "/hami-vmlu-shmem"
 ACCOUNTING_FILE = "vmlu.cache"
 
 
+def _dirs(settings: CambriconSettings) -> ContainerDirs:
+    return ContainerDirs(settings.hook_path, "MLU")
+
+
 def accounting_dir(settings: CambriconSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s accounting file (mounted writable into it).
 
     :raises HostPathError: the pod UID or container name would leave the containers directory."""
-    return hostdirs.accounting_dir(settings.containers_dir, pod, index)
+    return _dirs(settings).accounting_dir(pod, index)
 
 
 def prepare(settings: CambriconSettings, pod: Pod, index: int) -> None:
     """The container's accounting directory, empty and writable by any user. :raises HamiError: it cannot be."""
-    hostdirs.prepare_accounting_dir(settings.containers_dir, pod, index)
+    try:
+        _dirs(settings).prepare(pod, index)
+    except HostPathError as exc:
+        raise HamiError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
 
 
 def release(settings: CambriconSettings, pod: Pod) -> None:
     """Remove the pod's accounting directories and grants (none: nothing to do)."""
-    hostdirs.release_pod(pod, (settings.containers_dir, settings.hook_path / "grants"))
+    _dirs(settings).release(pod)
 
 
 def container_edits(
@@ -77,12 +84,17 @@ def container_edits(
         env["LIBVMLU_LOG_LEVEL"] = settings.libvmlu_log_level
     try:
         host_dir = accounting_dir(settings, pod, index)
-        grant_mount, files = grant_edits(hostdirs.grant_dir(settings.hook_path, pod, index), "cambricon",
+        grant_mount, files = grant_edits(_dirs(settings).grant_dir(pod, index), "cambricon",
                                          from_limits(limits))  # fmt: skip
     except HostPathError as exc:
         raise HamiError(f"pod {pod.namespace}/{pod.name}: {exc}") from None
-    library_mounts = hostdirs.library_mounts(library, settings.library_dir, LIBRARY_FILE, "cambricon.libraryDir")
-    mounts = [*cards.mounts, *library_mounts]
+    if library is None and settings.library_dir is None:
+        raise HamiError(
+            f"the soft mode needs {LIBRARY_FILE}: the node daemon installed none (is hami-vendor-cambricon installed "
+            "with its library?) and cambricon.libraryDir is not set"
+        )
+    lib_dir = settings.library_dir
+    mounts = [*cards.mounts, *library_mounts(library, lib_dir, LIBRARY_FILE, fallback=lib_dir or "")]
     mounts += [Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False), grant_mount]
     return ContainerEdits(env=env, devices=cards.devices, mounts=tuple(mounts),
                           accounting_file=str(host_dir / ACCOUNTING_FILE), files=files)  # fmt: skip

@@ -8,7 +8,7 @@ Owns, per node mode:
   need nothing;
 * ``hami-core`` (the isolation library): the container's accounting directory
   ``<hookPath>/containers/<pod uid>_<container>``, emptied and made world-writable so that whatever user the
-  container runs as can create its accounting file there (core's `hami.isolation.hostdirs`).
+  container runs as can create its accounting file there.
 
 `release` undoes both for a finished pod (tolerating a pod never allocated or already released). After a crash,
 the first use of the node runtime reconciles the driver's virtual devices with the directories on disk
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hami.errors import HamiError
 from hami.hostpaths import HostPathError, path_component
-from hami.isolation import hostdirs
+from hami.isolation.containers import ContainerDirs, container_name
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import SOFT, HygonSettings
@@ -34,20 +34,21 @@ __all__ = ["accounting_dir", "allocate", "container_name", "gets_vdcu", "release
 log = logging.getLogger("hami_vendor_hygon")
 
 
-container_name = hostdirs.container_name
+def _dirs(settings: HygonSettings) -> ContainerDirs:
+    return ContainerDirs(settings.hook_path, "DCU")
 
 
 def accounting_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s accounting file (mounted writable into it).
 
     :raises HostPathError: the pod UID or container name would leave `containers_dir`."""
-    return hostdirs.accounting_dir(settings.containers_dir, pod, index)
+    return _dirs(settings).accounting_dir(pod, index)
 
 
 def grant_host_dir(settings: HygonSettings, pod: Pod, index: int) -> Path:
     """The host directory of container `index`'s grant (`hami.isolation.grant`), mounted read-only, outside its
     accounting directory. :raises HostPathError: as `accounting_dir`."""
-    return Path(hostdirs.grant_dir(settings.hook_path, pod, index))
+    return Path(_dirs(settings).grant_dir(pod, index))
 
 
 def state_of(settings: HygonSettings) -> VdcuState:
@@ -68,7 +69,7 @@ def allocate(settings: HygonSettings, pod: Pod, container_index: int, devices: C
     runtime = runtime_for(settings)
     if settings.dcu_mode == SOFT:
         runtime.by_uuid([d.uuid for d in devices])
-        hostdirs.prepare_accounting_dir(settings.containers_dir, pod, container_index)
+        _dirs(settings).prepare(pod, container_index)
         return
     if not gets_vdcu(settings, devices):
         return
@@ -91,11 +92,11 @@ def release(settings: HygonSettings, pod: Pod, placements: Sequence[ContainerPla
     if not key or "_" in key:
         return
     try:
-        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the glob below
+        path_component(key, "pod UID")  # a hostile UID (`../x`) must not reach the vDCU state's glob
     except HostPathError as exc:
         log.warning("not releasing pod %s/%s: %s", pod.namespace, pod.name, exc)
         return
     runtime = runtime_for(settings)
     with runtime.lock:
         state_of(settings).release(key, runtime.dmi())
-    hostdirs.release_pod(pod, (settings.containers_dir, settings.hook_path / "grants"))
+    _dirs(settings).release(pod)

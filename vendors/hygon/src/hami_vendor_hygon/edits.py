@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from hami import pcidevice
 from hami.errors import HamiError
+from hami.isolation.containers import library_mounts
 from hami.isolation.grant import from_limits, grant_edits
 from hami.model import ContainerEdits, ContainerPlacement, DeviceNode, IsolationLibrary, Mount, Pod
 from hami_vendor_hygon.allocation import accounting_dir, gets_vdcu, grant_host_dir, state_of, vdev_of
@@ -38,7 +39,6 @@ from hami_vendor_hygon.vdcu import CONTAINER_DIR
 __all__ = ["ACCOUNTING_FILE", "LIBRARY_FILE", "SHMEM_DIR", "container_edits", "drm_nodes"]
 
 LIBRARY_FILE = "libvdcu.so"
-PRELOAD_FILE = "ld.so.preload"
 SHMEM_DIR = "/hami-vdcu-shmem"
 ACCOUNTING_FILE = "vdcu.cache"
 
@@ -53,19 +53,6 @@ def drm_nodes(settings: HygonSettings, device: Dcu) -> tuple[str, str]:
         where = Path(settings.sysfs_root) / "bus" / "pci" / "devices" / device.bdf / "drm"
         raise HamiError(f"DCU {device.uuid} ({device.bdf}) has no DRM card and render node under {where}")
     return found
-
-
-def _library_mounts(settings: HygonSettings, library: IsolationLibrary | None) -> list[Mount]:
-    if library is not None and settings.library_dir is None:
-        return [
-            Mount(container_path=library.path, host_path=library.path),
-            Mount(container_path="/etc/ld.so.preload", host_path=library.preload_path),
-        ]
-    directory = PurePosixPath(settings.library_dir if settings.library_dir is not None else settings.hook_path)
-    return [
-        Mount(container_path=str(directory / LIBRARY_FILE), host_path=str(directory / LIBRARY_FILE)),
-        Mount(container_path="/etc/ld.so.preload", host_path=str(directory / PRELOAD_FILE)),
-    ]
 
 
 def container_edits(
@@ -101,7 +88,7 @@ def container_edits(
             env["LIBVDCU_LOG_LEVEL"] = settings.libvdcu_log_level
         host_dir = accounting_dir(settings, pod, index)
         mounts = [Mount(container_path=settings.hyhal_path, host_path=settings.hyhal_path)]
-        mounts.extend(_library_mounts(settings, library))
+        mounts.extend(library_mounts(library, settings.library_dir, LIBRARY_FILE, settings.hook_path))
         mounts.append(Mount(container_path=SHMEM_DIR, host_path=str(host_dir), read_only=False))
         grant = from_limits([(d.usedmem, d.usedcores, d.uuid) for d in devices])
         grant_mount, files = grant_edits(PurePosixPath(grant_host_dir(settings, pod, index)), "hygon", grant)

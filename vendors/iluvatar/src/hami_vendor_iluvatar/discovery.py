@@ -6,22 +6,32 @@ string form under ``hami.io/node-<chip>-register``: UUID as ixML gives it (``GPU
 for the GPU's PCI address (0 where unknown), and health. A GPU's chip is read from its name (``Iluvatar BI-V150S``
 is a ``BI-V150``: the longest chip name the model starts with); a GPU of no known chip, or with no memory, is not
 reported, with a log line saying why.
+
+Topology: the chips of one board (a BI-V150 has two) are linked, as ixML's ``nvmlDeviceOnSameBoard`` tells;
+published in this project's node annotation ``hami.io/node-iluvatar-score`` in the form of HAMi's NVIDIA link scores
+(``[{"uuid": …, "score": {peer: 100}}]``, 100 for a chip on the same board), which the topology-aware device policy
+reads (`hami_vendor_iluvatar.plugin`). HAMi has no Iluvatar topology; without this annotation a node is served as
+HAMi serves it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
+from hami.codec import encode_link_scores
 from hami.model import Device, NodeInventory
 from hami_vendor_iluvatar.ixml import Gpu
 from hami_vendor_iluvatar.node import runtime_for
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
-__all__ = ["MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory"]
+__all__ = ["LINK_SCORE_ANNOTATION", "MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory"]
 
 log = logging.getLogger("hami_vendor_iluvatar")
 
+LINK_SCORE_ANNOTATION = "hami.io/node-iluvatar-score"
+SAME_BOARD_SCORE = 100
 MODE_NODE_ANNOTATION = "hami.io/iluvatar-mode"
 """This project's node annotation: the node's ``iluvatarMode`` (``gpu-manager`` or ``hami-core``)."""
 
@@ -43,7 +53,12 @@ def _numa(settings: IluvatarSettings, gpu: Gpu) -> int:
     return max(value, 0)
 
 
-def inventory(gpus: list[Gpu], settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInventory]:
+def inventory(
+    gpus: list[Gpu],
+    settings: IluvatarSettings,
+    chips: tuple[str, ...],
+    boards: Mapping[str, Mapping[str, bool]] | None = None,
+) -> list[NodeInventory]:
     by_chip: dict[str, list[Device]] = {}
     for gpu in gpus:
         chip = chip_of(gpu.name, chips)
@@ -66,10 +81,17 @@ def inventory(gpus: list[Gpu], settings: IluvatarSettings, chips: tuple[str, ...
                 health=gpu.healthy,
             )
         )
-    mode = {MODE_NODE_ANNOTATION: settings.iluvatar_mode}
-    return [NodeInventory(kind=c, devices=tuple(d), annotations=mode) for c, d in by_chip.items()]
+    annotations: dict[str, str] = {MODE_NODE_ANNOTATION: settings.iluvatar_mode}
+    reported = {d.id for devices in by_chip.values() for d in devices}
+    scores = {u: {p: SAME_BOARD_SCORE for p, same in peers.items() if same and p in reported}
+              for u, peers in (boards or {}).items() if u in reported}  # fmt: skip
+    if any(scores.values()):
+        annotations[LINK_SCORE_ANNOTATION] = encode_link_scores(scores)
+    return [NodeInventory(kind=c, devices=tuple(d), annotations=annotations) for c, d in by_chip.items()]
 
 
 def discover(settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInventory]:
     """This node's inventory per chip; ``[]`` without ixML or a GPU."""
-    return inventory(runtime_for(settings).read_gpus(), settings, chips)
+    runtime = runtime_for(settings)
+    gpus = runtime.read_gpus()
+    return inventory(gpus, settings, chips, runtime.boards)

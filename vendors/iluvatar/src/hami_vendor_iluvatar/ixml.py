@@ -5,7 +5,8 @@ binding loads it with ctypes by absolute path (CoreX's, or ``ixmlLibrary``; neve
 project's XML parser is also called ``libixml.so``: a library without ``nvmlInit_v2`` is refused with that said)
 and reads, per GPU, what discovery and container edits need: index, UUID (``GPU-…``), name (``Iluvatar BI-V150S``),
 minor number (``/dev/iluvatar<minor>``), memory (bytes), PCI bus id, and whether the GPU answers (a GPU whose
-memory query fails is reported unhealthy, the others keep being served). Every failure is an `IxmlError` naming
+memory query fails is reported unhealthy, the others keep being served); and which chips share a board
+(``nvmlDeviceOnSameBoard``). Every failure is an `IxmlError` naming
 the call and ixML's own message (``nvmlErrorString``).
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable"]
+__all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "sysfs_bus_id"]
 
 DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
 SUCCESS = 0
@@ -63,7 +64,7 @@ class Gpu:
     healthy: bool = True
 
 
-def _sysfs_bus_id(raw: str) -> str:
+def sysfs_bus_id(raw: str) -> str:
     """ixML's ``00000000:8A:00.0`` as sysfs spells it (``0000:8a:00.0``)."""
     parts = raw.strip().lower().split(":")
     if len(parts) == 3 and len(parts[0]) > 4:
@@ -151,7 +152,16 @@ class Ixml:
         except IxmlError:
             healthy = False
         return Gpu(index=index, uuid=uuid, name=name, minor=minor.value, memory_total=memory.total,
-                   bus_id=_sysfs_bus_id(pci.bus_id.decode(errors="replace")), healthy=healthy)  # fmt: skip
+                   bus_id=sysfs_bus_id(pci.bus_id.decode(errors="replace")), healthy=healthy)  # fmt: skip
+
+    def same_board(self, a: int, b: int) -> bool:
+        """Whether GPUs `a` and `b` are chips of one board (``nvmlDeviceOnSameBoard``; a BI-V150 has two)."""
+        handles = [ctypes.c_void_p(), ctypes.c_void_p()]
+        for index, handle in zip((a, b), handles, strict=True):
+            self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+        same = ctypes.c_int()
+        self._call("nvmlDeviceOnSameBoard", handles[0], handles[1], ctypes.byref(same))
+        return bool(same.value)
 
     def driver_version(self) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)

@@ -1,7 +1,8 @@
 """The node side's Iluvatar state: the ixML session and the GPUs last read.
 
 Owns the session's lifecycle (opened on first use, dropped and reopened after a failure), the message about a
-missing driver (said once, and again when it changes), and the GPUs of the last read, which container edits use to
+missing driver (said once, and again when it changes), and the GPUs of the last read (with which share a board),
+which container edits use to
 turn a placement's UUIDs into GPUs (device nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
 error line naming it; the node keeps serving the others. One runtime per settings object (`runtime_for`), so that
 two hosts (two tests) never share one.
@@ -29,6 +30,8 @@ class NodeRuntime:
     lock: threading.RLock = field(default_factory=threading.RLock)
     session: Ixml | None = None
     gpus: list[Gpu] = field(default_factory=list)
+    boards: dict[str, dict[str, bool]] = field(default_factory=dict)
+    """UUID -> peer UUID -> on the same board, for the GPUs last read (empty where ixML cannot tell)."""
     problems: list[str] = field(default_factory=list)
     _said: str = ""
 
@@ -66,7 +69,21 @@ class NodeRuntime:
                     self.problems.append(problem)
             self._said = ""
             self.gpus = gpus
+            self.boards = self._boards(gpus)
             return gpus
+
+    def _boards(self, gpus: list[Gpu]) -> dict[str, dict[str, bool]]:
+        assert self.session is not None
+        boards: dict[str, dict[str, bool]] = {g.uuid: {} for g in gpus}
+        try:
+            for i, a in enumerate(gpus):
+                for b in gpus[i + 1 :]:
+                    same = self.session.same_board(a.index, b.index)
+                    boards[a.uuid][b.uuid] = boards[b.uuid][a.uuid] = same
+        except IxmlError as exc:
+            log.info("ixML cannot tell which Iluvatar chips share a board (%s): no link scores", exc)
+            return {}
+        return boards
 
     def by_uuid(self, uuids: Sequence[str]) -> list[Gpu]:
         """The GPUs with these UUIDs (read again when one is not known).
@@ -85,13 +102,5 @@ class NodeRuntime:
             return [known[u] for u in uuids]
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: IluvatarSettings) -> NodeRuntime:
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))

@@ -12,7 +12,9 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   GPUs whatever ``.vMem`` and ``.vCore`` say (their values must still be numbers). This is HAMi's conversion made
   per device: its webhook rewrites ``.vCore`` to 100 × count for such containers, which admission does here too;
 * admission: HAMi's ``SOL_CONTINER_NAME`` (sic, the name Iluvatar's gpu-manager reads) = the container's name;
-* fitting: core's share fitter (HAMi's Iluvatar rules: exact chip type, UUID selectors, exclusive 100% cores);
+* fitting: core's share fitter (HAMi's Iluvatar rules: exact chip type, UUID selectors, exclusive 100% cores), and
+  with the ``topology-aware`` device policy the chips of one board together (core's `hami.topology`, over the
+  node's ``hami.io/node-iluvatar-score``);
 * allocation, release and container edits (`hami_vendor_iluvatar.edits`): ``IX_VISIBLE_DEVICES``, the device nodes,
   CoreX's mounts; in ``hami-core`` mode the isolation library ``libvcorex.so``, its accounting directory and grant.
 """
@@ -23,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
-from hami.fitting import ShareFitter
 from hami.model import (
     AdmissionEdit,
     AnnotationKeys,
@@ -43,6 +44,7 @@ from hami.model import (
     VendorInfo,
 )
 from hami.requests import read_count, read_share_request
+from hami.topology import TopologyFitter, scores_from_annotation
 from hami_vendor_iluvatar import discovery, edits
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
@@ -51,6 +53,7 @@ __all__ = ["CHIPS", "INFO", "IluvatarSettings"]
 CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 MEMORY_UNIT_MIB = 256
 CONTAINER_NAME_ENV = "SOL_CONTINER_NAME"  # sic: HAMi's spelling, kept for Iluvatar's gpu-manager
+_LINKS = scores_from_annotation(discovery.LINK_SCORE_ANNOTATION)
 
 
 def _kind(chip: str) -> DeviceKind:
@@ -133,7 +136,7 @@ def hami_fit_nodes(
     policy: SchedulingPolicy,
     settings: IluvatarSettings,
 ) -> list[NodeFit]:
-    return ShareFitter(kind).fit_nodes(pod, requests, nodes, policy)
+    return TopologyFitter(kind, links=_LINKS).fit_nodes(pod, requests, nodes, policy)
 
 
 @hookimpl

@@ -14,17 +14,18 @@ Owns the names, defaults and validation of every Iluvatar option:
   ``libvcorexLogLevel``.
 
 A misspelled key is refused with its name. The node side's state (the ixML session and the devices last read) is
-kept with the settings object (`runtime`), never validated.
+kept with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import AliasChoices, Field, PrivateAttr
+from pydantic import AliasChoices, Field
 
 from hami.requests import ShareDefaults
+from hami.vendorstate import RuntimeSettings
 
 __all__ = ["GPU_MANAGER", "SOFT", "IluvatarMode", "IluvatarSettings"]
 
@@ -37,7 +38,7 @@ def _alias(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class IluvatarSettings(ShareDefaults):
+class IluvatarSettings(ShareDefaults, RuntimeSettings):
     """The `iluvatar` section of the configuration."""
 
     iluvatar_mode: IluvatarMode = Field(default=GPU_MANAGER, validation_alias=_alias("iluvatarMode", "iluvatar_mode"))
@@ -53,12 +54,3 @@ class IluvatarSettings(ShareDefaults):
     libvcorex_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
         default="", validation_alias=_alias("libvcorexLogLevel", "libvcorex_log_level")
     )
-
-    _runtime: Any = PrivateAttr(default=None)
-
-    @property
-    def runtime(self) -> Any:
-        return self._runtime
-
-    def attach_runtime(self, runtime: Any) -> None:
-        self._runtime = runtime

@@ -4,8 +4,9 @@
  *
  * The machine is read at nvmlInit_v2 from the file FAKE_IXML_CONFIG (else fake_ixml.machine beside the library),
  * one GPU per line:
- *     <uuid> <minor> <memory MiB> <bus id> <health> <name...>
- * e.g. "GPU-4a1f0c2e-0000-0000-0000-000000000001 0 32768 00000000:8A:00.0 ok Iluvatar BI-V150S". A GPU whose
+ *     <uuid> <minor> <memory MiB> <bus id> <board> <health> <name...>
+ * e.g. "GPU-4a1f0c2e-0000-0000-0000-000000000001 0 32768 00000000:8A:00.0 0 ok Iluvatar BI-V150S" (chips with the
+ * same board number are on one board: nvmlDeviceOnSameBoard, a BI-V150 has two). A GPU whose
  * health is not "ok" answers nvmlDeviceGetMemoryInfo with NVML_ERROR_GPU_IS_LOST; a uuid of "-" makes
  * nvmlDeviceGetUUID fail (a GPU that cannot be named). FAKE_IXML_FAIL_INIT=1 makes nvmlInit_v2 fail
  * (NVML_ERROR_DRIVER_NOT_LOADED). Built with -DFAKE_NOT_IXML it is instead another project's libixml.so: an XML
@@ -47,7 +48,7 @@ typedef struct {
 #define MAX_GPUS 16
 struct gpu {
     char uuid[96], name[96], bus[32];
-    unsigned minor;
+    unsigned minor, board;
     unsigned long long memory_mib;
     int healthy;
 };
@@ -76,7 +77,8 @@ static int read_machine(void) {
         struct gpu *g = &g_gpus[g_count];
         char health[16];
         int used = 0;
-        if (sscanf(line, "%95s %u %llu %31s %15s %n", g->uuid, &g->minor, &g->memory_mib, g->bus, health, &used) < 5)
+        if (sscanf(line, "%95s %u %llu %31s %u %15s %n", g->uuid, &g->minor, &g->memory_mib, g->bus, &g->board, health,
+                   &used) < 6)
             continue;
         snprintf(g->name, sizeof g->name, "%s", line + used);
         g->name[strcspn(g->name, "\r\n")] = 0;
@@ -181,6 +183,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *
         pci->device = dev;
     }
     pci->pciDeviceId = 0x00021e3e; /* vendor 0x1e3e (Iluvatar) in the low 16 bits, as NVML packs it */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t a, nvmlDevice_t b, int *same) {
+    if (!g_initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!a || !b || !same) return NVML_ERROR_INVALID_ARGUMENT;
+    *same = a->board == b->board;
     return NVML_SUCCESS;
 }
 

@@ -28,16 +28,13 @@ restarted daemon still finds (and `release` destroys) the instances by their rec
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Sequence
-from pathlib import Path
 
 from hami.codec import AnnotationError, MigReservation, decode_mig_allocations, encode_mig_allocations
 from hami.errors import HamiError
 from hami.model import Allocation, ContainerDevice, ContainerPlacement, Pod
 from hami_vendor_nvidia.discovery import register_profiles
-from hami_vendor_nvidia.edits import cache_host_dir, grant_host_dir
+from hami_vendor_nvidia.edits import host_dirs
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MigProfile, Placement, select_profile
 from hami_vendor_nvidia.node import NodeRuntime, Realized, runtime_for
 from hami_vendor_nvidia.nvml import ERROR_IN_USE, MigInstance, Nvml, NvmlError
@@ -103,13 +100,7 @@ def _in_mig_mode(runtime: NodeRuntime, uuid: str) -> bool:
 
 
 def _prepare_cache_dir(settings: NvidiaSettings, pod: Pod, container_index: int) -> None:
-    path = Path(cache_host_dir(settings, pod, container_index))
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o777)  # the container's user, whoever it is, writes its accounting file here
-    except OSError as exc:
-        raise HamiError(f"cannot prepare the GPU accounting directory {path}: {exc}") from None
+    host_dirs(settings).prepare(pod, container_index)
 
 
 def _allowed(runtime: NodeRuntime, uuid: str) -> tuple[MigProfile, ...]:
@@ -231,9 +222,7 @@ def release(settings: NvidiaSettings, pod: Pod, placements: Sequence[ContainerPl
                 log.error("releasing the MIG instances of pod %s/%s failed: %s", pod.namespace, pod.name, exc)
         if not runtime.created.get(key):
             runtime.created.pop(key, None)
-    for index in range(len(pod.all_containers)):
-        shutil.rmtree(Path(cache_host_dir(settings, pod, index)), ignore_errors=True)
-        shutil.rmtree(Path(grant_host_dir(settings, pod, index)), ignore_errors=True)
+    host_dirs(settings).release(pod)
 
 
 def reservations_after(settings: NvidiaSettings, pod: Pod) -> str | None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import uuid
 from pathlib import PurePosixPath
 
-from hami.hostpaths import pod_path
+from hami.isolation.containers import ContainerDirs, container_name
 from hami.isolation.grant import Grant, from_limits, grant_edits
 from hami.model import Container, ContainerEdits, ContainerPlacement, IsolationLibrary, Mount, Pod
 from hami_vendor_nvidia.settings import NvidiaSettings
@@ -72,22 +72,20 @@ def _container(pod: Pod, index: int) -> Container | None:
     return containers[index] if 0 <= index < len(containers) else None
 
 
-def _container_name(pod: Pod, index: int) -> str:
-    container = _container(pod, index)
-    return container.name if container is not None else f"container-{index}"
+def host_dirs(settings: NvidiaSettings) -> ContainerDirs:
+    """``<hookPath>/vgpu/containers`` (accounting) and ``<hookPath>/vgpu/grants`` (grants), one directory each per
+    container (core's `hami.isolation.containers`)."""
+    return ContainerDirs(settings.vgpu_dir, "GPU")
 
 
 def cache_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding the container's accounting file."""
-    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
-    containers = PurePosixPath(settings.vgpu_dir) / "containers"
-    return pod_path(containers, key, (_container_name(pod, index), "container name"))
+    return PurePosixPath(host_dirs(settings).accounting_dir(pod, index))
 
 
 def grant_host_dir(settings: NvidiaSettings, pod: Pod, index: int) -> PurePosixPath:
     """The host directory holding the container's grant (mounted read-only, outside its accounting directory)."""
-    key = (pod.uid, "pod UID") if pod.uid else (pod.name, "pod name")
-    return pod_path(PurePosixPath(settings.vgpu_dir) / "grants", key, (_container_name(pod, index), "container name"))
+    return host_dirs(settings).grant_dir(pod, index)
 
 
 def _grant(settings: NvidiaSettings, container: Container | None, devices: ContainerPlacement) -> Grant:
@@ -135,7 +133,7 @@ def container_edits(
     for i, device in enumerate(devices):
         env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{device.usedmem}m"
     env["CUDA_DEVICE_SM_LIMIT"] = str(devices[0].usedcores)
-    name = _container_name(pod, index)
+    name = container_name(pod, index)
     cache_id = uuid.uuid5(_CACHE_NAMESPACE, f"{pod.namespace}/{pod.name}/{pod.uid}/{name}")
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(vgpu / f"{cache_id}.cache")
     if settings.device_memory_scaling > 1:

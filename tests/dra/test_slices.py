@@ -87,6 +87,20 @@ def test_unhealthy_devices_are_left_out_and_a_single_slot_device_is_not_shared(s
     assert whole["capacity"] == {"hami.io/memory": {"value": "8192Mi"}, "hami.io/cores": {"value": "100"}}
 
 
+def test_a_device_the_vendor_does_not_publish_stays_out_of_the_slice(script: Path) -> None:
+    @hookimpl
+    def hami_dra_device(device: Device) -> DraDevice | None:
+        return DraDevice(published=False) if device.index == 0 else None
+
+    module = types.ModuleType("partitioned_vendor")
+    module.__dict__.update({k: v for k, v in vars(scripted_vendor).items() if k.startswith("hami_")})
+    module.hami_dra_device = hami_dra_device  # type: ignore[attr-defined]
+    host = _host(script, module)
+    assert [d["name"] for d in build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"]] == [
+        "scripted-1"
+    ]
+
+
 def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
     write_script(script, {"ScriptedCap": [{"id": "CAP-0", "count": 2, "devmem": 5000}]})
     host = _host(script)

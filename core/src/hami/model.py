@@ -632,6 +632,11 @@ class DraDevice(_Model):
         default=None,
         description="whether several claims may hold shares of the device; None: when its split count is above 1",
     )
+    published: bool = Field(
+        default=True,
+        description="False keeps the device out of the ResourceSlice: one that DRA cannot serve as a device or "
+        "share of one (NVIDIA's GPUs in MIG mode, whose partitions are not published yet)",
+    )
     memory_step_mib: int | None = Field(
         default=None, ge=1, description="the granularity of a memory share in MiB; None: the kind's memory unit"
     )

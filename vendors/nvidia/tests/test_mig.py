@@ -203,3 +203,18 @@ def test_shared_gpus_get_a_fresh_accounting_directory_that_release_removes(gpu_n
     assert directory.stat().st_mode & 0o777 == 0o777
     host.release("NVIDIA", owner, [devices])
     assert not directory.exists()
+
+
+def test_a_gpu_in_mig_mode_is_kept_out_of_the_dra_slice_and_the_others_are_published(
+    gpu_node: Callable[..., Any], boxes: Any
+) -> None:
+    from hami.dra.slices import build_slice
+
+    host = gpu_node(boxes.a100_mig()).host()
+    inventories = {inv.kind: inv for inv in host.discover()["nvidia"]}
+    devices = inventories["NVIDIA"].devices
+    published = [
+        d["attributes"]["uuid"]["string"] for d in build_slice(host, "n", "hami.io", inventories)["spec"]["devices"]
+    ]
+    assert published == [d.id for d in devices if d.mode != "mig"]
+    assert any(d.mode == "mig" for d in devices)

@@ -100,18 +100,20 @@ def slice_name(node: str, driver: str) -> str:
 
 
 def published_devices(host: VendorHost, inventories: Mapping[str, NodeInventory]) -> list[PublishedDevice]:
-    """The healthy devices of every kind, named, in a stable order (kind, then index, then UUID)."""
+    """The healthy devices of every kind the vendor publishes, named, in a stable order (kind, index, UUID)."""
     out: list[PublishedDevice] = []
     taken: set[str] = set()
     for word in sorted(inventories):
         for d in sorted(inventories[word].devices, key=lambda d: (d.index, d.id)):
             if not d.health:
                 continue
+            facts = host.dra_device(word, d)
+            if not facts.published:
+                continue
             name = device_name(word, d)
             if name in taken:
                 name = hashed_device_name(word, d)
             taken.add(name)
-            facts = host.dra_device(word, d)
             shared = facts.shared if facts.shared is not None else d.count > 1
             out.append(PublishedDevice(name, word, d, shared))
     return out

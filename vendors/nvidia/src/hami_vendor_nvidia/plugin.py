@@ -28,8 +28,10 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
     DeviceProcess,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -51,7 +53,9 @@ __all__ = [
     "hami_allocate",
     "hami_container_edits",
     "hami_container_request",
+    "hami_device_processes",
     "hami_discover_devices",
+    "hami_dra_device",
     "hami_fit_nodes",
     "hami_host_environment",
     "hami_release",
@@ -171,6 +175,13 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_dra_device(device: Device) -> DraDevice | None:
+    """A GPU in MIG mode stays out of the ResourceSlice: its MIG partitions are not published yet, and the whole
+    GPU is not a device a claim can share (its memory is the instances'). Others: core's defaults."""
+    return DraDevice(published=False) if device.mode == "mig" else None
 
 
 @hookimpl

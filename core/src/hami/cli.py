@@ -77,7 +77,7 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from hami.config import load_config
-    from hami.scheduler.run import run_scheduler
+    from hami.hosting import run_scheduler_process
 
     config = load_config(
         args.config,
@@ -90,7 +90,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
             "scheduler.leaderElection.enabled": True if args.leader_elect else None,
         },
     )
-    return run_scheduler(config)
+    return run_scheduler_process(config)
 
 
 class LogfmtFormatter(logging.Formatter):

@@ -29,14 +29,16 @@ from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hami.cluster.locks import NodeBusy, NodeLocks
 from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.fragmentation import CPU_BUCKET, FULL, MEMORY_BUCKET, WorkloadProfile, request_share
+from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
-from hami.scheduler.locks import NodeBusy, NodeLocks
+from hami.quota import QuotaLedger
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
     TERMINAL_PHASES,
@@ -46,15 +48,12 @@ from hami.scheduler.state import (
     pod_key,
 )
 from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
-from hami.webhook.quota import QuotaLedger
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
 
 log = logging.getLogger(__name__)
 
 VGPU_TIME = "hami.io/vgpu-time"
-BIND_PHASE = "hami.io/bind-phase"
-BIND_TIME = "hami.io/bind-time"
 
 
 class ExtenderSettings(BaseModel):

@@ -47,8 +47,9 @@ from hami.codec import (
     decode_node_register,
     decode_pod_devices,
 )
-from hami.fitting import pod_peaks
+from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
+from hami.lifecycle import TERMINAL_PHASES
 from hami.model import (
     ContainerPlacement,
     Device,
@@ -77,20 +78,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def pod_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """What one pod takes of one device: containers sharing it, MiB, cores."""
-
-    slots: int
-    memory: int
-    cores: int
 
 
 @dataclass
@@ -197,16 +188,6 @@ _MODEL_GROUPS: dict[tuple[str, tuple[int, int]], int] = {}
 
 def _model_group(model: str, largest: tuple[int, int]) -> int:
     return _MODEL_GROUPS.setdefault((model, largest), len(_MODEL_GROUPS))
-
-
-def effective_grants(
-    allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
-) -> dict[str, dict[str, Grant]]:
-    """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
-    return {
-        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
-        for kind, placements in allocation.items()
-    }
 
 
 class ClusterState:

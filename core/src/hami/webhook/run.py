@@ -1,11 +1,12 @@
 """`hami webhook`: the admission webhook as a process of its own, or started inside the scheduler's process.
 
-Owns the assembly: the vendor plugins, the cluster connection (`hami.scheduler.run.connect`), the quota ledger
+Owns the assembly: the vendor plugins, the cluster connection (`hami.cluster.kube.connect`), the quota ledger
 and the namespace labels with their watches, the HTTPS server with its reloadable certificate; and an orderly
 shutdown on SIGTERM or SIGINT (stop serving, then stop watching).
 
-`start_webhook` is the piece the scheduler's process calls to serve the webhook beside the extender, passing
-its own `QuotaLedger` so that admission and filter count the same usage.
+`start_webhook` is the piece the scheduler's process calls (through `hami.hosting`) to serve the webhook beside
+the extender, passing its own `QuotaLedger` (`hami.quota`, below both services) so that admission and filter
+count the same usage.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.errors import ConfigError
 from hami.plugins import VendorHost
+from hami.quota import QuotaLedger
 from hami.webhook.namespaces import NamespaceLabels
-from hami.webhook.quota import QuotaLedger
 from hami.webhook.server import WebhookApp, WebhookServer
 from hami.webhook.settings import WebhookConfig
 
@@ -109,9 +110,9 @@ def run_webhook(
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:
-        from hami.scheduler.run import connect
+        from hami.cluster.kube import connect
 
-        cluster = connect(config)
+        cluster = connect(config.kubeconfig)
     running = start_webhook(cluster, host, settings)
     previous = _install_signal_handlers(stop)
     try:

@@ -11,7 +11,8 @@ from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 from hami.cluster import meta
 from hami.cluster.locks import LOCK_ANNOTATION
 from hami.model import ContainerRequest
-from hami.scheduler.extender import BIND_PHASE, ExtenderSettings, ObservedWorkload
+from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
+from hami.scheduler.policies import ObservedWorkload
 
 
 def annotations(h: Harness, pod: str) -> dict[str, str]:

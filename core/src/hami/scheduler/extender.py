@@ -1,11 +1,12 @@
 """The scheduler extender's decisions: filter (choose the node and the devices) and bind (lock, mark, bind).
 
-Filter reads the pod's requests through the vendors, orders the candidate nodes by HAMi's node score under
-the node policy, and asks each involved vendor to fit the pod onto them in batches: one hook call per vendor
-per batch, the first batch with a feasible node wins and its best node is chosen. Only when nothing fits are
-all candidates examined, so every rejected node then has its reason. The decision (the placement, and the
-pod annotations the chosen node's fits carry) is counted at once (`ClusterState.assume`) and written into the
-pod's annotations before the answer goes back, so the next pod cannot double-book.
+Filter reads the pod's requests through the vendors, orders the candidate nodes under the node policy
+(`hami.scheduler.policies`: one module per policy), and asks each involved vendor to fit the pod onto them
+in batches: one hook call per vendor per batch, the first batch with a feasible node wins and its best node
+is chosen. Only when nothing fits are all candidates examined, so every rejected node then has its reason.
+The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
+(`ClusterState.assume`) and written into the pod's annotations before the answer goes back, so the next pod
+cannot double-book.
 
 Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
 failure releases the lock and is reported in the answer.
@@ -21,7 +22,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,11 +34,11 @@ from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
 from hami.fitting import Selectors
-from hami.fragmentation import CPU_BUCKET, FULL, MEMORY_BUCKET, WorkloadProfile, request_share
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
+from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
     TERMINAL_PHASES,
@@ -96,11 +96,6 @@ class BindResult:
     lock_wait: float = 0.0
 
 
-def _node_order_key(record: NodeRecord, kinds: Sequence[str]) -> float:
-    """HAMi's node score before placement (divided by 10), summed over the kinds the pod asks for."""
-    return sum(record.totals[kind].share() for kind in kinds)
-
-
 def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iterator[list[NodeRecord]]:
     """Candidates in order of (key, name), `size` at a time. The first batch costs O(n) (most pods stop there);
     the full sort is paid only when it holds no feasible node."""
@@ -132,95 +127,9 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
-TIE_BREAK = 1e-2
-"""Weight of the free device share (thousandths) a node keeps, added to the growth of its fragmentation: among
-placements that fragment alike or nearly so, the fuller node wins. 1e-2 measured best of 1e-6..5e-2 on the openb
-default trace (benchmarks/openb.py); the growth itself is in thousandths of a device, so this stays a tie-breaker
-between nodes whose growth differs by less than a few thousandths."""
-
-
 UNSELECTED_LAST = 1e15
 """Added to the order key of a node whose device model the pod's type selector refuses, so that batches try the
 nodes of the selected models first (the vendor's fit still decides; this only orders)."""
-
-
-class _Shares:
-    """Per filter call: each kind's largest request as a share of a node's devices (thousandths; above 1000
-    when no device is that large), memoised by device size since most nodes have the same."""
-
-    def __init__(self, largest: Mapping[str, ContainerRequest]) -> None:
-        self.largest = largest
-        self._memo: dict[tuple[str, tuple[int, int]], int] = {}
-
-    def __call__(self, record: NodeRecord, kind: str) -> int:
-        size = record.totals[kind].largest
-        key = (kind, size)
-        share = self._memo.get(key)
-        if share is None:
-            request = self.largest[kind]
-            devmem, devcore = size
-            if request.memory_percentage is None and request.memory > devmem:
-                share = FULL + 1
-            else:
-                share = request_share(request.memory, request.memory_percentage, request.cores, devmem, devcore)
-            self._memo[key] = share
-        return share
-
-
-class ObservedWorkload:
-    """The request mix the fragmentation-aware policy plans for: the last `window` device requests seen by filter,
-    each with its pod's CPU and memory requests and type selector, unless a profile is given (the simulator gives
-    the trace's). Every `refresh` observations the mix is recounted, and the profile replaced only when it has
-    moved by more than `drift` (total variation distance): a new profile costs every node a fresh evaluation."""
-
-    def __init__(
-        self, window: int = 2000, fixed: WorkloadProfile | None = None, refresh: int = 200, drift: float = 0.05
-    ) -> None:
-        self.fixed = fixed
-        self.window = window
-        self.refresh = refresh
-        self.drift = drift
-        self._recent: deque[tuple[int, int, int, int, tuple[str, ...]]] = deque(maxlen=window)
-        self._profile: WorkloadProfile | None = None
-        self._seen = 0
-        self._counted_at = 0
-
-    def observe(
-        self,
-        requests: Mapping[str, list[ContainerRequest | None]],
-        cpu: int = 0,
-        memory: int = 0,
-        models: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        """Count one pod: its device requests per kind, its CPU (millicores) and memory (MiB) requests, and the
-        device models each kind's type selector accepts (none: any). CPU and memory are rounded up to the policy's
-        buckets, which is all it distinguishes, so that alike pods make one task."""
-        if self.fixed is not None:
-            return
-        cpu = -(-cpu // CPU_BUCKET) * CPU_BUCKET
-        memory = -(-memory // MEMORY_BUCKET) * MEMORY_BUCKET
-        for kind, per_container in requests.items():
-            accepted = (models or {}).get(kind, ())
-            for r in per_container:
-                if r is not None:
-                    share = r.memory_percentage * 10 if r.memory_percentage is not None else max(r.cores * 10, 1)
-                    self._recent.append((r.count, min(share, FULL), cpu, memory, accepted))
-        self._seen += 1
-
-    def profile(self) -> WorkloadProfile | None:
-        """The profile to plan for; recounted here, when a policy asks, so that other policies pay nothing."""
-        if self.fixed is not None:
-            return self.fixed
-        if self._recent and (self._profile is None or self._seen - self._counted_at >= self.refresh):
-            self._counted_at = self._seen
-            recounted = WorkloadProfile.from_requests(self._recent)
-            current = self._profile.tasks if self._profile is not None else {}
-            moved = sum(abs(p - current.get(t, 0.0)) for t, p in recounted.tasks.items()) + sum(
-                p for t, p in current.items() if t not in recounted.tasks
-            )
-            if self._profile is None or moved / 2 > self.drift:
-                self._profile = recounted
-        return self._profile
 
 
 class Extender:
@@ -301,10 +210,12 @@ class Extender:
                 withdrawn = True
             candidates: list[tuple[float, str, NodeRecord]] = []
             largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
-            shares = _Shares(largest)
+            shares = Shares(largest)
             host = (pod.host_cpu, pod.host_memory)
-            order = self._order_key(policy, largest, kinds, shares, host)
-            adjust = self._adjustment(policy, largest, kinds, shares, selectors)
+            node_policy = NODE_POLICIES[policy.node]
+            shape = PodShape(tuple(kinds), largest, shares, host, policy.workload)
+            order = node_policy.order(self.state, shape)
+            adjust = self._adjustment(node_policy, shape, selectors)
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
@@ -354,7 +265,7 @@ class Extender:
                     candidates.append((key, name, record))
                 else:
                     result.failed[name] = reason
-            best = self._fit_in_batches(pod, requests, kinds, candidates, policy, result)
+            best = self._fit_in_batches(pod, requests, kinds, candidates, policy, node_policy, result)
             if best is None:
                 if withdrawn:
                     self._withdraw_decision(pod)
@@ -423,66 +334,14 @@ class Extender:
             return f"{', '.join(dropped)} devices dropped: the node daemon stopped answering the handshake"
         return f"no {', '.join(missing)} devices registered"
 
-    def _order_key(
-        self,
-        policy: SchedulingPolicy,
-        largest: Mapping[str, ContainerRequest],
-        kinds: Sequence[str],
-        shares: _Shares,
-        host: tuple[int, int] = (0, 0),
-    ) -> Callable[[NodeRecord], float]:
-        """How candidates are ordered before fitting (lowest first): HAMi's node score for binpack (highest
-        first) and spread; the free share left after placement for best-fit; the growth of expected
-        fragmentation for fragmentation-aware."""
-        if policy.node in ("binpack", "spread"):
-            sign = -1.0 if policy.node == "binpack" else 1.0
-            if len(kinds) == 1:
-                kind = kinds[0]
-                return lambda record: sign * record.totals[kind].share()
-            return lambda record: sign * _node_order_key(record, kinds)
-        kind = kinds[0]
-        request = largest[kind]
-        state = self.state
-        if policy.node == "best-fit":
-
-            def leftover(record: NodeRecord) -> float:
-                signature = state.signature(record, kind)
-                need = request.count * shares(record, kind)
-                left = sum(signature) - need
-                return float(left) if left >= 0 else float("inf")
-
-            return leftover
-        workload = policy.workload
-        assert workload is not None
-
-        def growth(record: NodeRecord) -> float:
-            signature = state.signature(record, kind)
-            delta = workload.best_placement(
-                signature,
-                request.count,
-                shares(record, kind),
-                cpu_free=record.cpu_free,
-                memory_free=record.memory_free,
-                cpu=host[0],
-                memory=host[1],
-                model=record.totals[kind].model,
-            )[0]
-            return delta + TIE_BREAK * sum(signature)
-
-        return growth
-
     def _adjustment(
-        self,
-        policy: SchedulingPolicy,
-        largest: Mapping[str, ContainerRequest],
-        kinds: Sequence[str],
-        shares: _Shares,
-        selectors: Mapping[str, Selectors],
-    ) -> Callable[[NodeRecord], float] | None:
-        """What a node's memoised order key leaves out, because it depends on other nodes (the scarcity charge)
-        or on the pod's type selectors (nodes of models it does not select go last). None when nothing applies.
-        The caller computes it once per node group (model and device size) for single-kind pods."""
-        scarcity = self._scarcity_charge(policy, largest, kinds, shares)
+        self, node_policy: NodePolicy, shape: PodShape, selectors: Mapping[str, Selectors]
+    ) -> NodeKey | None:
+        """What a node's memoised order key leaves out, because it depends on other nodes (the policy's
+        `NodePolicy.adjustment`) or on the pod's type selectors (nodes of models it does not select go last).
+        None when nothing applies. The caller computes it once per node group (model and device size) for
+        single-kind pods."""
+        scarcity = node_policy.adjustment(self.state, shape)
         typed = [(k, s) for k, s in selectors.items() if s.use_type or s.nouse_type]
         if scarcity is None and not typed:
             return None
@@ -495,25 +354,6 @@ class Extender:
 
         return adjustment
 
-    def _scarcity_charge(
-        self, policy: SchedulingPolicy, largest: Mapping[str, ContainerRequest], kinds: Sequence[str], shares: _Shares
-    ) -> Callable[[NodeRecord], float] | None:
-        """Under fragmentation-aware, what a placement costs in device models that restricted tasks need: the
-        model's pressure (`WorkloadProfile.model_pressure`) times the share taken. None when no task is
-        restricted. Added after the memoised per-node growth, since it changes with every other node's usage."""
-        if policy.node != "fragmentation-aware" or policy.workload is None:
-            return None
-        kind = kinds[0]
-        pressure = policy.workload.model_pressure(self.state.free_by_model.get(kind, {}))
-        if not pressure:
-            return None
-        count = largest[kind].count
-
-        def charge(record: NodeRecord) -> float:
-            return pressure.get(record.totals[kind].model, 0.0) * count * shares(record, kind)
-
-        return charge
-
     def _fit_in_batches(
         self,
         pod: Pod,
@@ -521,6 +361,7 @@ class Extender:
         kinds: Sequence[str],
         candidates: list[tuple[float, str, NodeRecord]],
         policy: SchedulingPolicy,
+        node_policy: NodePolicy,
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
         """The chosen node, its placement per kind, and the pod annotations its fits carry."""
@@ -549,11 +390,7 @@ class Extender:
                             written.setdefault(fit.node, {}).update(fit.pod_annotations)
             feasible = {n: s for n, s in feasible.items() if n not in result.failed}
             if feasible:
-                if policy.node in ("binpack", "spread"):
-                    pick = max if policy.node == "binpack" else min
-                    node = pick(sorted(feasible), key=lambda n: feasible[n])
-                else:  # the batch is already in the policy's order
-                    node = next(r.name for r in batch if r.name in feasible)
+                node = node_policy.choose(batch, feasible)
                 return node, placements[node], written.get(node, {})
         return None
 
@@ -629,8 +466,8 @@ class Extender:
                 record = self.state.nodes.get(name)
                 if record is None or any(k not in record.views for k in kinds):
                     continue
-                share = _node_order_key(record, kinds) / (3 * len(kinds))
-                scores[name] = round(10 * (share if policy.node == "binpack" else 1 - share))
+                share = node_share(record, kinds) / (3 * len(kinds))
+                scores[name] = NODE_POLICIES[policy.node].priority(share)
         return scores
 
     def host_only_growth(
@@ -640,33 +477,9 @@ class Extender:
         on each node grows that node's expected device fragmentation (empty under other policies)."""
         policy = policy or self.settings.default_policy()
         workload = self.workload.profile()
-        if policy.node != "fragmentation-aware" or workload is None:
-            return {}
-        cpu, memory = host_requests(pod_obj.get("spec") or {})
-        growth: dict[str, float] = {}
+        shape = PodShape((), {}, Shares({}), host_requests(pod_obj.get("spec") or {}), workload)
         with self.state.lock:
-            for name in node_names:
-                record = self.state.nodes.get(name)
-                if record is None:
-                    continue
-                key = ("host-only", id(workload), cpu, memory)
-                value = record.memo.get(key)
-                if value is None:
-                    value = 0.0
-                    for kind in record.totals:
-                        frees = self.state.signature(record, kind)
-                        model = record.totals[kind].model
-                        before = workload.fragmentation(frees, record.cpu_free, record.memory_free, model)
-                        after = workload.fragmentation(
-                            frees,
-                            None if record.cpu_free is None else record.cpu_free - cpu,
-                            None if record.memory_free is None else record.memory_free - memory,
-                            model,
-                        )
-                        value += after - before + TIE_BREAK * sum(frees)
-                    record.memo[key] = value
-                growth[name] = value  # type: ignore[assignment]
-        return growth
+            return NODE_POLICIES[policy.node].host_only(self.state, shape, node_names)
 
     # ---------------------------------------------------------------------------------- bind
 

@@ -26,7 +26,8 @@ from hami.codec import encode_node_register
 from hami.fragmentation import FULL, WorkloadProfile
 from hami.model import Device
 from hami.plugins import VendorHost
-from hami.scheduler.extender import Extender, ExtenderSettings, ObservedWorkload
+from hami.scheduler.extender import Extender, ExtenderSettings
+from hami.scheduler.policies import ObservedWorkload
 from hami.scheduler.state import ClusterState
 from hami.simulate import vendor
 from hami.simulate.trace import TraceNode, TracePod

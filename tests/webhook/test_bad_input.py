@@ -151,7 +151,7 @@ def test_body_cut_short_ends_the_connection_and_the_server_goes_on(webhook: Webh
     assert webhook.request("GET", "/healthz")[0] == 200
 
 
-def test_body_cut_short_gets_400_over_plain_http(webhook: Webhook) -> None:
+def test_body_cut_short_ends_the_connection_over_plain_http(webhook: Webhook) -> None:
     server = WebhookServer(WebhookApp(webhook.host), ("127.0.0.1", 0)).start()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
@@ -160,10 +160,13 @@ def test_body_cut_short_gets_400_over_plain_http(webhook: Webhook) -> None:
             reply = b""
             while chunk := raw.recv(4096):
                 reply += chunk
+        # The client hung up before its body was whole: the connection ends, and the server serves the next.
+        assert reply == b""
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+            raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert raw.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
         server.stop()
-    assert reply.startswith(b"HTTP/1.1 400")
-    assert b"ended before its 100 bytes" in reply
 
 
 def test_client_that_is_not_tls_does_not_disturb_the_server(webhook: Webhook) -> None:

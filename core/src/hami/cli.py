@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.add_argument("--config", metavar="FILE", help="configuration file (YAML); see hami.config")
     scheduler.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
-    scheduler.add_argument("--listen", metavar="HOST:PORT", help="extender address (default 0.0.0.0:8888)")
+    scheduler.add_argument(
+        "--listen", metavar="HOST:PORT", help="extender address (default 127.0.0.1:8888: beside kube-scheduler)"
+    )
     scheduler.add_argument("--metrics-listen", metavar="HOST:PORT", help="metrics address (default 0.0.0.0:9395)")
     scheduler.add_argument(
         "--node-policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], help="default node policy"

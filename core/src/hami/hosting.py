@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
@@ -18,18 +19,27 @@ from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.run import Companion, Running, run_scheduler
 
+if TYPE_CHECKING:
+    from hami.dashboard.app import DashboardServer
+    from hami.dashboard.source import DashboardSource
+
 __all__ = ["companions_of", "run_scheduler_process"]
 
 log = logging.getLogger(__name__)
 
 
-class _Both:
-    def __init__(self, *parts: Running) -> None:
-        self.parts = parts
+class _Dashboard:
+    def __init__(self, server: DashboardServer, source: DashboardSource) -> None:
+        self.server = server
+        self.source = source
+
+    @property
+    def accepting(self) -> bool:
+        return True  # its socket listens from construction on, and `start_dashboard` started serving it
 
     def stop(self) -> None:
-        for part in self.parts:
-            part.stop()
+        self.server.stop()
+        self.source.stop()
 
 
 def companions_of(config: HamiConfig) -> list[Companion]:
@@ -50,7 +60,7 @@ def companions_of(config: HamiConfig) -> list[Companion]:
                 prometheus=settings.dashboard_prometheus,
             )
             log.info("dashboard on http://%s:%d/", server.server_address[0], server.port)
-            return _Both(server, source)
+            return _Dashboard(server, source)
 
         companions.append(dashboard)
     if config.webhook.get("enabled"):

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.errors import ConfigError
+from hami.front import MetricsServer
 from hami.model import NodeInventory
 from hami.node import simulated
 from hami.node.allocate import Allocator
@@ -50,7 +51,7 @@ from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
-from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
+from hami.node.monitor import ContainerUsageReader, NodeMonitor
 from hami.node.plugin import ResourcePlugin
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
@@ -139,7 +140,7 @@ class NodeDaemon:
         )
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}
-        self.metrics: MonitorServer | None = None
+        self.metrics: MetricsServer | None = None
         self.discoveries = 0
         """Discovery rounds completed."""
         self._registered: set[str] = set()

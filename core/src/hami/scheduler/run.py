@@ -20,6 +20,7 @@ from typing import Protocol
 
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
+from hami.front import JsonServer
 from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.extender import ExtenderSettings
@@ -33,6 +34,11 @@ log = logging.getLogger(__name__)
 
 class Running(Protocol):
     """Something a companion started; stopped when the scheduler stops."""
+
+    @property
+    def accepting(self) -> bool:
+        """Every listener it serves accepts connections (part of the scheduler's readiness)."""
+        ...
 
     def stop(self) -> None: ...
 
@@ -71,18 +77,25 @@ def run_scheduler(
         ),
         settings.leader_election,
     ).start()
-    app = ExtenderApp(
-        service.extender, ready=lambda: service.ready, observe=service.metrics.observe, prefix=settings.url_prefix
-    )
+    started: list[Running] = []
+    listening: list[JsonServer] = []
+
+    def ready() -> bool:
+        # Ready once the state is synced and every listener of the process accepts: a probe that sees this
+        # can connect to the metrics and the webhook too.
+        return service.ready and all(s.accepting for s in listening) and all(r.accepting for r in started)
+
+    app = ExtenderApp(service.extender, ready=ready, observe=service.metrics.observe, prefix=settings.url_prefix)
     tls = settings.tls
     server = ExtenderServer(
         app,
         parse_address(settings.listen),
         certfile=tls.cert_file if tls else None,
         keyfile=tls.key_file if tls else None,
+        client_ca=tls.client_ca_file if tls else None,
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
-    started: list[Running] = []
+    listening += [server, metrics]
     try:
         for companion in companions:
             started.append(companion(cluster, host, service.ledger))

@@ -6,7 +6,7 @@ node names travel, otherwise whole node lists. A body that is not what kube-sche
 says what is wrong; nothing a client sends can make the server answer 500 or hang (bodies are bounded).
 
 `ExtenderApp.handle` is the whole protocol as a pure function of (method, path, body), which the tests fuzz;
-`ExtenderServer` puts it behind the transport shared with the webhook (`hami.jsonhttp`): keep-alive, plain or
+`ExtenderServer` puts it behind the transport shared with the webhook (`hami.front`): keep-alive, plain or
 TLS with the certificate reloaded when its files change, bounded bodies and reads.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami.jsonhttp import JsonServer
+from hami.front import JsonServer
 from hami.scheduler.extender import Extender
 
 __all__ = ["ExtenderApp", "ExtenderServer", "MAX_BODY_BYTES"]

@@ -40,6 +40,10 @@ class RunningWebhook:
     namespaces: NamespaceLabels | None
     owns_ledger: bool
 
+    @property
+    def accepting(self) -> bool:
+        return self.server.accepting
+
     def stop(self) -> None:
         self.server.stop()
         if self.namespaces is not None:
@@ -77,11 +81,15 @@ def start_webhook(
         settings=settings.admission(),
         quota=ledger,
         namespace_labels=namespaces.labels if namespaces is not None else None,
-        ready=lambda: ledger.ready,
+        ready=lambda: ledger.ready and server.accepting,
     )
     try:
         server = WebhookServer(
-            app, parse_address(settings.listen), certfile=settings.tls.cert_file, keyfile=settings.tls.key_file
+            app,
+            parse_address(settings.listen),
+            certfile=settings.tls.cert_file,
+            keyfile=settings.tls.key_file,
+            client_ca=settings.tls.client_ca_file,
         ).start()
     except BaseException:
         if namespaces is not None:

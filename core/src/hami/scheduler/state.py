@@ -98,6 +98,9 @@ class PodRecord:
     """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
     assumed: bool = False
+    bound: bool = False
+    """Bound to `node`: the watch saw `spec.nodeName`, or this scheduler's bind succeeded. What the scheduler
+    knows here wins over what a request body claims."""
     decided: bool = False
     """The usage is the scheduler's own decision: assumed by its filter, or read from a verified signature."""
     _placed: PlacedPod | None = field(default=None, repr=False, compare=False)
@@ -331,6 +334,7 @@ class ClusterState:
             grants=effective_grants(allocation, init),
             annotations=annotations,
             phase=phase,
+            bound=bool(spec.get("nodeName")),
             decided=decided,
         )
 
@@ -418,6 +422,13 @@ class ClusterState:
             record.memory_requested += memory
             record.host_pods.add(key)
             self.host_usage[key] = (node, cpu, memory)
+
+    def mark_bound(self, namespace: str, name: str, node: str) -> None:
+        """The scheduler bound the pod to `node` (before the watch reports it)."""
+        with self.lock:
+            record = self.pods.get(pod_key(namespace, name))
+            if record is not None and record.node == node:
+                record.bound = True
 
     def assume(
         self, namespace: str, name: str, uid: str, node: str, init_containers: int,

@@ -172,10 +172,11 @@ class _Protocol(H11Protocol):
     """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers."""
 
     _header_timer: asyncio.TimerHandle | None = None
+    header_deadline = HEADER_DEADLINE_SECONDS
 
     def data_received(self, data: bytes) -> None:
         if self._header_timer is None and self.conn.their_state is h11.IDLE:
-            self._header_timer = self.loop.call_later(HEADER_DEADLINE_SECONDS, self._headers_too_slow)
+            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
         super().data_received(data)
         if self._header_timer is not None and self.conn.their_state is not h11.IDLE:
             self._header_timer.cancel()
@@ -184,7 +185,7 @@ class _Protocol(H11Protocol):
     def _headers_too_slow(self) -> None:
         self._header_timer = None
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            log.debug("closing a connection whose request headers took over %.0f s", HEADER_DEADLINE_SECONDS)
+            log.debug("closing a connection whose request headers took over %.1f s", self.header_deadline)
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -215,6 +216,8 @@ class JsonServer:
     """The key of the error message in an error answer (kube-scheduler's extender protocol says `Error`)."""
     max_body = 8 * 1024 * 1024
     """Bodies above this many bytes are refused with 413."""
+    header_deadline = HEADER_DEADLINE_SECONDS
+    body_deadline = BODY_DEADLINE_SECONDS
 
     def __init__(
         self,
@@ -266,7 +269,7 @@ class JsonServer:
         """Serve from a thread of its own; returns once the server accepts connections."""
         config = uvicorn.Config(
             self._asgi,
-            http=_Protocol,
+            http=type("_ListenerProtocol", (_Protocol,), {"header_deadline": self.header_deadline}),
             interface="asgi3",
             proxy_headers=False,
             lifespan="off",
@@ -342,7 +345,7 @@ class JsonServer:
             await self._answer(send, exc.status, {self.error_key: exc.message}, close=True)
             return
         except TimeoutError:
-            message = f"the body did not arrive within {BODY_DEADLINE_SECONDS:.0f} s"
+            message = f"the body did not arrive within {self.body_deadline:.0f} s"
             await self._answer(send, 408, {self.error_key: message}, close=True)
             return
         if body is None:
@@ -369,7 +372,7 @@ class JsonServer:
         buffer = bytearray(length)
         view = memoryview(buffer)
         got = 0
-        async with asyncio.timeout(BODY_DEADLINE_SECONDS):
+        async with asyncio.timeout(self.body_deadline):
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":

@@ -8,10 +8,12 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -458,3 +460,50 @@ def test_the_extender_is_ready_only_once_every_listener_accepts(world: Harness) 
     finally:
         second.stop()
     assert app.handle("GET", "/readyz", b"")[0] == 503
+
+
+# ------------------------------------------------------------------------------------------------ TLS
+
+
+def test_the_extender_over_tls_answers_only_clients_with_a_certificate_of_its_client_ca(
+    world: Harness, tmp_path: Path
+) -> None:
+    from hami.webhook.certs import generate, issue_client
+
+    bundle = generate("hami-scheduler", "kube-system", extra_names=["127.0.0.1"])
+    stranger = generate("other", "kube-system")
+    files = {
+        "tls.crt": bundle.cert, "tls.key": bundle.key, "ca.crt": bundle.ca_cert,
+        "other.crt": stranger.cert, "other.key": stranger.key,
+    }  # fmt: skip
+    client_cert, client_key = issue_client((bundle.ca_cert, bundle.ca_key), "kube-scheduler")
+    files |= {"client.crt": client_cert, "client.key": client_key}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert world.service is not None
+    server = ExtenderServer(
+        ExtenderApp(world.service.extender),
+        ("127.0.0.1", 0),
+        certfile=str(tmp_path / "tls.crt"),
+        keyfile=str(tmp_path / "tls.key"),
+        client_ca=str(tmp_path / "ca.crt"),
+    ).start()
+
+    def healthz(cert: str | None) -> int:
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        if cert:
+            context.load_cert_chain(str(tmp_path / f"{cert}.crt"), str(tmp_path / f"{cert}.key"))
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=30, context=context)
+        try:
+            connection.request("GET", "/healthz")
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    try:
+        assert healthz("client") == 200
+        for cert in (None, "other"):  # no certificate, or one another CA signed: no answer at all
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+                healthz(cert)
+    finally:
+        server.stop()

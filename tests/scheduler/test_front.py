@@ -507,3 +507,32 @@ def test_the_extender_over_tls_answers_only_clients_with_a_certificate_of_its_cl
                 healthz(cert)
     finally:
         server.stop()
+
+
+def test_hami_scheduler_says_ready_only_once_its_metrics_accept_too() -> None:
+    """The flake seen on a clean clone: /readyz answered 200 and the metrics port still refused."""
+    from hami.cluster import MemoryCluster
+    from hami.config import load_config
+    from hami.demo.world import free_port
+    from hami.scheduler.run import run_scheduler
+
+    extender, metrics = free_port(), free_port()
+    config = load_config(
+        None, {"scheduler.listen": f"127.0.0.1:{extender}", "scheduler.metricsListen": f"127.0.0.1:{metrics}"}
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler, args=(config,), kwargs={"cluster": MemoryCluster(), "stop": stop})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if post(extender, "/readyz", b"", "GET")[0] == 200:
+                    break
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.01)
+        assert post(metrics, "/metrics", b"", "GET")[0] == 200  # at once, no retry
+    finally:
+        stop.set()
+        thread.join(30)

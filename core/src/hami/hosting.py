@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hami.cluster.port import Cluster
@@ -49,7 +50,7 @@ def companions_of(config: HamiConfig) -> list[Companion]:
     if settings.dashboard_listen:
         address = parse_address(settings.dashboard_listen)
 
-        def dashboard(cluster: Cluster, host: VendorHost, ledger: QuotaLedger) -> Running:
+        def dashboard(cluster: Cluster, host: VendorHost, ledger: QuotaLedger, ready: Callable[[], bool]) -> Running:
             from hami.dashboard.cli import start_dashboard
 
             server, source = start_dashboard(
@@ -68,10 +69,11 @@ def companions_of(config: HamiConfig) -> list[Companion]:
 
         webhook_settings = validate_webhook_section(config.webhook)
 
-        def webhook(cluster: Cluster, host: VendorHost, ledger: QuotaLedger) -> Running:
+        def webhook(cluster: Cluster, host: VendorHost, ledger: QuotaLedger, ready: Callable[[], bool]) -> Running:
             from hami.webhook.run import start_webhook
 
-            return start_webhook(cluster, host, webhook_settings, ledger=ledger)
+            # The webhook's /readyz (the chart's readiness probe) speaks for the whole process.
+            return start_webhook(cluster, host, webhook_settings, ledger=ledger, also_ready=ready)
 
         companions.append(webhook)
     return companions

@@ -43,8 +43,9 @@ class Running(Protocol):
     def stop(self) -> None: ...
 
 
-Companion = Callable[[Cluster, VendorHost, QuotaLedger], Running]
-"""Starts a service beside the extender with the scheduler's cluster, vendors and quota ledger."""
+Companion = Callable[[Cluster, VendorHost, QuotaLedger, Callable[[], bool]], Running]
+"""Starts a service beside the extender with the scheduler's cluster, vendors and quota ledger, and the
+process's readiness (synced, every listener accepting) for the service's own `/readyz`."""
 
 
 def run_scheduler(
@@ -80,10 +81,17 @@ def run_scheduler(
     started: list[Running] = []
     listening: list[JsonServer] = []
 
+    all_started = threading.Event()
+
     def ready() -> bool:
-        # Ready once the state is synced and every listener of the process accepts: a probe that sees this
-        # can connect to the metrics and the webhook too.
-        return service.ready and all(s.accepting for s in listening) and all(r.accepting for r in started)
+        # Ready once everything is started, the state is synced and every listener of the process accepts: a
+        # probe that sees this can connect to the metrics and the webhook too.
+        return (
+            all_started.is_set()
+            and service.ready
+            and all(s.accepting for s in listening)
+            and all(r.accepting for r in started)
+        )
 
     app = ExtenderApp(service.extender, ready=ready, observe=service.metrics.observe, prefix=settings.url_prefix)
     tls = settings.tls
@@ -98,7 +106,7 @@ def run_scheduler(
     listening += [server, metrics]
     try:
         for companion in companions:
-            started.append(companion(cluster, host, service.ledger))
+            started.append(companion(cluster, host, service.ledger, ready))
     except BaseException:
         for running in reversed(started):
             running.stop()
@@ -106,6 +114,7 @@ def run_scheduler(
         metrics.stop()
         service.stop()
         raise
+    all_started.set()
     scheme = "https" if tls else "http"
     log.info(
         "scheduler extender serving %s://%s:%d%s (vendors: %s); metrics on :%d",

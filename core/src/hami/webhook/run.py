@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -53,9 +54,15 @@ class RunningWebhook:
 
 
 def start_webhook(
-    cluster: Cluster, host: VendorHost, settings: WebhookConfig, *, ledger: QuotaLedger | None = None
+    cluster: Cluster,
+    host: VendorHost,
+    settings: WebhookConfig,
+    *,
+    ledger: QuotaLedger | None = None,
+    also_ready: Callable[[], bool] = lambda: True,
 ) -> RunningWebhook:
-    """Start watching and serving; returns once the server listens.
+    """Start watching and serving; returns once the server accepts connections. `/readyz` answers ready when
+    the ledger is synced, the server accepts and `also_ready()` (the hosting process's other listeners).
 
     :raises ConfigError: no usable certificate and key.
     :raises ClusterError: ResourceQuotas or pods cannot be listed (quotas could not be enforced).
@@ -81,7 +88,7 @@ def start_webhook(
         settings=settings.admission(),
         quota=ledger,
         namespace_labels=namespaces.labels if namespaces is not None else None,
-        ready=lambda: ledger.ready and server.accepting,
+        ready=lambda: ledger.ready and server.accepting and also_ready(),
     )
     try:
         server = WebhookServer(

@@ -391,8 +391,13 @@ def test_slow_senders_are_closed_by_the_deadlines_and_others_are_served() -> Non
                 else b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
             )
             slow.append(sock)
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(10)]
+        slow += silent
         assert post(server.port, "/", b"{}") == (200, b'{"n":2}')
         started = time.monotonic()
+        for sock in silent:  # connected, and never a byte: closed all the same
+            sock.settimeout(5)
+            assert sock.recv(4096) == b""
         assert all(closed_within(sock, 5) for sock in slow), "a slow sender was still connected after 5 s"
         assert time.monotonic() - started < 5
     finally:

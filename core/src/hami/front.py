@@ -5,7 +5,8 @@ Owns the transport they share, with one set of limits:
 
 - the listening socket is bound and listening (backlog `BACKLOG`) before `start` returns, and `start` returns
   only once the server accepts: a caller that has started every listener is ready to say so (`accepting`);
-- a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte and its body within
+- a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte (the first request's,
+  of the connection) and its body within
   `BODY_DEADLINE_SECONDS` (however slowly either trickles); an idle keep-alive connection is closed after
   `KEEP_ALIVE_SECONDS`; at most `MAX_CONNECTIONS` connections are open (beyond, 503);
 - at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
@@ -173,6 +174,11 @@ class _Protocol(H11Protocol):
 
     _header_timer: asyncio.TimerHandle | None = None
     header_deadline = HEADER_DEADLINE_SECONDS
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # A connection that never sends a byte is closed too (uvicorn times out only idle keep-alive ones).
+        self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
 
     def data_received(self, data: bytes) -> None:
         if self._header_timer is None and self.conn.their_state is h11.IDLE:

@@ -8,8 +8,9 @@ kube-scheduler drives the extender: keep-alive connections POSTing a filter body
 (nodeCacheCapable, about 25 KB), one client and then eight at once. The handler reads the whole body, parses it
 as JSON and answers a filter-sized JSON object, as the extender does, in a worker thread for the asynchronous
 servers (the extender's work is blocking). Prints requests per second and p50/p99 latency per server and
-concurrency, and last one JSON object with all of them. Candidates that are not installed are skipped
-(`uv pip install uvicorn httptools hypercorn aiohttp`).
+concurrency, and last one JSON object with all of them; `hami.front` is the project's own front (uvicorn with
+h11, its header deadline, its body buffer and its worker threads) on the same handler. Candidates that are not
+installed are skipped (`uv pip install uvicorn httptools hypercorn aiohttp`).
 """
 
 from __future__ import annotations
@@ -167,12 +168,29 @@ async def _aiohttp(loop: asyncio.AbstractEventLoop, stop: threading.Event, port:
     await runner.cleanup()
 
 
+@contextlib.contextmanager
+def hami_front(port: int) -> Iterator[None]:
+    from hami.front import JsonServer
+
+    class App:
+        def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+            data = json.loads(body)
+            return 200, {"NodeNames": data["NodeNames"][:1], "FailedNodes": {}, "Error": ""}
+
+    server = JsonServer(App(), ("127.0.0.1", port)).start()
+    try:
+        yield
+    finally:
+        server.stop()
+
+
 CANDIDATES: dict[str, tuple[str, Callable[[int], Any]]] = {
     "stdlib-threads": ("http", stdlib),
     "uvicorn-h11": ("uvicorn", uvicorn_with("h11")),
     "uvicorn-httptools": ("httptools", uvicorn_with("httptools")),
     "hypercorn": ("hypercorn", in_loop(_hypercorn)),  # type: ignore[arg-type]
     "aiohttp": ("aiohttp", in_loop(_aiohttp)),  # type: ignore[arg-type]
+    "hami.front": ("hami.front", hami_front),  # uvicorn-h11 with the project's deadlines, caps and body buffer
 }
 
 # ------------------------------------------------------------------------------------------ the client

@@ -7,7 +7,8 @@ PODS running pods (1 GPU, 1000 MiB, 10 % cores each, spread over the nodes), sta
 service and HTTP extender on loopback, and schedules --measure new pods one after another: a filter with
 every node name (nodeCacheCapable) then a bind to the chosen node. A stand-in for the node daemon marks each
 bound pod allocated and releases the node lock, as the real daemon's Allocate does. Prints percentiles, and
-last one JSON object: nodes, filter_p50_ms, filter_p99_ms, bind_p99_ms, pods_per_s, ...
+last one JSON object: nodes, filter_p50_ms, filter_p99_ms, bind_p99_ms, pods_per_s, ... The client is a process of
+its own, as kube-scheduler is (`--client thread` drives from inside the scheduler's process instead).
 
 `--workload varied` makes the fragmentation-aware and best-fit policies work for their answer: nodes publish
 allocatable CPU and memory, running pods request CPU and memory of several sizes (so nodes differ in what is
@@ -21,16 +22,17 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import statistics
 import time
 from typing import Any
 
 from hami.cluster import MemoryCluster, WatchEvent, meta
+from hami.cluster.locks import NodeLocks
 from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
-from hami.scheduler.locks import NodeLocks
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
@@ -108,6 +110,45 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def drive(port: int, names: list[str], pods: list[dict[str, Any]], queue: Any) -> None:
+    """Filter then bind each pod over one keep-alive connection; puts (filter seconds, bind seconds,
+    unschedulable, elapsed seconds, failure) on `queue`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn.request("POST", f"/{verb}", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        answer: dict[str, Any] = json.loads(conn.getresponse().read())
+        return answer
+
+    filters: list[float] = []
+    binds: list[float] = []
+    unschedulable = 0
+    failure = ""
+    started = time.perf_counter()
+    for obj in pods:
+        t0 = time.perf_counter()
+        answer = post("filter", {"Pod": obj, "NodeNames": names})
+        t1 = time.perf_counter()
+        filters.append(t1 - t0)
+        if not answer["NodeNames"]:
+            unschedulable += 1
+            continue
+        bound = post(
+            "bind",
+            {
+                "PodName": meta(obj)["name"],
+                "PodNamespace": "bench",
+                "PodUID": meta(obj)["uid"],
+                "Node": answer["NodeNames"][0],
+            },
+        )
+        binds.append(time.perf_counter() - t1)
+        if bound["Error"]:
+            failure = f"bind failed: {bound['Error']}"
+            break
+    queue.put((filters, binds, unschedulable, time.perf_counter() - started, failure))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -116,6 +157,13 @@ def main() -> None:
     parser.add_argument("--measure", type=int, default=1000, help="new pods scheduled and timed")
     parser.add_argument("--policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], default="binpack")
     parser.add_argument("--workload", choices=["uniform", "varied"], default="uniform")
+    parser.add_argument(
+        "--client",
+        choices=["process", "thread"],
+        default="process",
+        help="drive the extender from a process of its own, as kube-scheduler does (default), or from a thread of "
+        "the scheduler's process (sharing its interpreter lock, as this script did before the front moved to uvicorn)",
+    )
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
     varied = args.workload == "varied"
@@ -135,39 +183,23 @@ def main() -> None:
     sync_s = time.perf_counter() - built
     server = ExtenderServer(ExtenderApp(service.extender, ready=lambda: service.ready), ("127.0.0.1", 0)).start()
     stand_in = NodeSideStandIn(cluster)
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-
-    def post(verb: str, body: dict[str, Any]) -> dict[str, Any]:
-        conn.request("POST", f"/{verb}", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        answer: dict[str, Any] = json.loads(conn.getresponse().read())
-        return answer
-
-    filters: list[float] = []
-    binds: list[float] = []
-    unschedulable = 0
-    started = time.perf_counter()
-    for i in range(args.measure):
-        obj = cluster.create("pods", pod(f"new-{i}", shape=i if varied else None))
-        t0 = time.perf_counter()
-        answer = post("filter", {"Pod": obj, "NodeNames": names})
-        t1 = time.perf_counter()
-        filters.append(t1 - t0)
-        if not answer["NodeNames"]:
-            unschedulable += 1
-            continue
-        bound = post(
-            "bind",
-            {
-                "PodName": meta(obj)["name"],
-                "PodNamespace": "bench",
-                "PodUID": meta(obj)["uid"],
-                "Node": answer["NodeNames"][0],
-            },
-        )
-        binds.append(time.perf_counter() - t1)
-        if bound["Error"]:
-            raise SystemExit(f"bind failed: {bound['Error']}")
-    elapsed = time.perf_counter() - started
+    # The measured pods exist before the clock starts (the client may be another process, which cannot create
+    # them); each is filtered against every node and bound to the node chosen.
+    pods = [cluster.create("pods", pod(f"new-{i}", shape=i if varied else None)) for i in range(args.measure)]
+    time.sleep(0.5)  # the watch delivers the new pending pods before the clock starts
+    context = multiprocessing.get_context("fork")
+    queue: Any = context.Queue()
+    drive_args = (server.port, names, pods, queue)
+    if args.client == "process":
+        child = context.Process(target=drive, args=drive_args)
+        child.start()
+        filters, binds, unschedulable, elapsed, failure = queue.get(timeout=3600)
+        child.join()
+    else:
+        drive(*drive_args)
+        filters, binds, unschedulable, elapsed, failure = queue.get()
+    if failure:
+        raise SystemExit(failure)
     stand_in.sub.stop()
     server.stop()
     service.stop()
@@ -187,6 +219,7 @@ def main() -> None:
         "bind_p99_ms": round(1000 * percentile(binds, 0.99), 3) if binds else None,
         "pods_per_s": round(args.measure / elapsed, 1),
         "unschedulable": unschedulable,
+        "client": args.client,
     }
     if not args.json:
         for key, value in result.items():

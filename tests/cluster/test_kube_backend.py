@@ -15,8 +15,8 @@ from scheduler_harness import Harness, gpu_node, gpu_pod
 
 from hami.cluster import ClusterError, ConflictError, NotFoundError, WatchEvent, meta
 from hami.cluster.kube import KubeCluster
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
-from hami.scheduler.locks import LOCK_ANNOTATION
 
 
 @pytest.fixture

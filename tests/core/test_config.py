@@ -14,7 +14,7 @@ def test_defaults_without_a_file() -> None:
     config = load_config(None)
     assert config.scheduler.node_policy == "binpack"
     assert config.scheduler.device_policy is None
-    assert config.scheduler.listen == "0.0.0.0:8888"
+    assert config.scheduler.listen == "127.0.0.1:8888"
 
 
 def test_file_then_overrides(tmp_path: Path) -> None:

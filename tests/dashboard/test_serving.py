@@ -19,8 +19,8 @@ from hami.dashboard.cli import start_dashboard
 from hami.dashboard.source import DashboardSource
 from hami.demo.world import free_port
 from hami.errors import ConfigError
+from hami.hosting import run_scheduler_process
 from hami.plugins import VendorHost
-from hami.scheduler.run import run_scheduler
 from hami.status import connect_cluster
 
 
@@ -49,7 +49,7 @@ def test_hami_scheduler_serves_the_dashboard_when_configured() -> None:
         },
     )
     stop = threading.Event()
-    thread = threading.Thread(target=run_scheduler, args=(config,), kwargs={"cluster": build(), "stop": stop})
+    thread = threading.Thread(target=run_scheduler_process, args=(config,), kwargs={"cluster": build(), "stop": stop})
     thread.start()
     try:
         for _ in range(100):

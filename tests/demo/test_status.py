@@ -16,11 +16,11 @@ from scheduler_harness import gpu_node, gpu_pod
 from hami import status as status_module
 from hami.cli import main
 from hami.cluster import MemoryCluster
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE, BIND_TIME
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.status import collect_status, render_status, status_of
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)

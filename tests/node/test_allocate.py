@@ -22,8 +22,8 @@ from node_harness import (
 )
 
 from hami.cluster import MemoryCluster, meta
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.testing.kubelet import FakeKubelet, PluginCallError
 
 RESOURCE = "scripted.example/accel"

@@ -35,10 +35,10 @@ from node_harness import (
 )
 
 from hami.cluster import MemoryCluster
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.cluster.serve import ApiRequest, Override
 from hami.model import ContainerEdits
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.testing.kubelet import FakeKubelet, PluginCallError
 
 RESOURCE = "scripted.example/accel"

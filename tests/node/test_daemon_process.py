@@ -32,9 +32,9 @@ from node_harness import (
     write_script,
 )
 
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.codec import Handshake, decode_handshake, decode_node_register, encode_handshake
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.testing.kubelet import FakeKubelet, PluginCallError
 
 RESOURCE = "scripted.example/accel"

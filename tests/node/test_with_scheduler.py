@@ -8,9 +8,9 @@ from node_harness import NODE, DaemonThread, eventually, node_annotations, pod_a
 from scheduler_harness import Harness
 
 from hami.cluster import MemoryCluster
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.testing.kubelet import FakeKubelet
 
 

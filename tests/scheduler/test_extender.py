@@ -9,9 +9,9 @@ from typing import Any
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.model import ContainerRequest
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.policies import ObservedWorkload
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hami.cluster import MemoryCluster, meta
-from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks, VendorLockBusy
+from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks, VendorLockBusy
 
 VENDOR = "example.com/vendor.lock"
 NOW = datetime(2026, 12, 2, 1, 0, 0, tzinfo=UTC)

@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 
 from hami.cluster import Cluster, meta
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.node.daemon import NodeDaemon, NodeSettings
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION
 
 SUPPORT = Path(__file__).parent
 ROOT = SUPPORT.parent.parent

@@ -8,11 +8,11 @@ import threading
 from typing import Any
 
 from hami.cluster import MemoryCluster, WatchEvent, meta
+from hami.cluster.locks import NodeLocks
 from hami.codec import encode_node_register
 from hami.model import Device
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
-from hami.scheduler.locks import NodeLocks
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 

@@ -11,8 +11,8 @@ from scheduler_harness import Harness, gpu_node
 from webhook_kit import Webhook, container, gpu, pod
 
 from hami.model import ContainerDevice, Pod
+from hami.quota import QuotaLedger, parse_quantity
 from hami.webhook.certs import CertBundle
-from hami.webhook.quota import QuotaLedger, parse_quantity
 
 NS = "team"
 GPUMEM = "limits.nvidia.com/gpumem"

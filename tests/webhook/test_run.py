@@ -102,3 +102,20 @@ def test_ready_only_while_the_ledger_is_synced(webhook: Webhook) -> None:
     webhook.ledger.stop()
     status, answer = webhook.request("GET", "/readyz")
     assert (status, answer) == (503, {"status": "syncing"})
+
+
+def test_a_hosted_webhook_is_ready_only_when_its_hosting_process_is(tls_dir: Path, tls_bundle: CertBundle) -> None:
+    """In the scheduler's process the webhook's /readyz (the chart's readiness probe) speaks for every listener."""
+    from hami.config import TLSConfig
+    from hami.webhook.run import start_webhook
+
+    w = Webhook(tls_dir, tls_bundle)
+    others = threading.Event()
+    tls = TLSConfig(cert_file=str(tls_dir / "tls.crt"), key_file=str(tls_dir / "tls.key"))
+    w.running = start_webhook(w.cluster, w.host, WebhookConfig(listen="127.0.0.1:0", tls=tls), also_ready=others.is_set)
+    try:
+        assert w.request("GET", "/readyz")[0] == 503
+        others.set()
+        assert w.request("GET", "/readyz")[0] == 200
+    finally:
+        w.stop()

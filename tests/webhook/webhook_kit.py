@@ -30,9 +30,9 @@ from hami.model import (
     VendorInfo,
 )
 from hami.plugins import PluginSource, VendorHost
+from hami.quota import QuotaLedger
 from hami.requests import read_share_request
 from hami.webhook.certs import CertBundle
-from hami.webhook.quota import QuotaLedger
 from hami.webhook.run import RunningWebhook, start_webhook
 from hami.webhook.settings import WebhookConfig
 

@@ -77,7 +77,7 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from hami.config import load_config
-    from hami.scheduler.run import run_scheduler
+    from hami.hosting import run_scheduler_process
 
     config = load_config(
         args.config,
@@ -90,7 +90,7 @@ def _cmd_scheduler(args: argparse.Namespace) -> int:
             "scheduler.leaderElection.enabled": True if args.leader_elect else None,
         },
     )
-    return run_scheduler(config)
+    return run_scheduler_process(config)
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.add_argument("--config", metavar="FILE", help="configuration file (YAML); see hami.config")
     scheduler.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
-    scheduler.add_argument("--listen", metavar="HOST:PORT", help="extender address (default 0.0.0.0:8888)")
+    scheduler.add_argument(
+        "--listen", metavar="HOST:PORT", help="extender address (default 127.0.0.1:8888: beside kube-scheduler)"
+    )
     scheduler.add_argument("--metrics-listen", metavar="HOST:PORT", help="metrics address (default 0.0.0.0:9395)")
     scheduler.add_argument(
         "--node-policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], help="default node policy"

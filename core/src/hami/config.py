@@ -9,19 +9,19 @@ vendor's `hami_vendor_settings` hook when the plugins load.
 
     kubeconfig: ~/.kube/config        # absent: in-cluster configuration
     scheduler:
-      listen: 0.0.0.0:8888            # the extender's HTTP(S) address
+      listen: 127.0.0.1:8888          # the extender's HTTP(S) address (default: loopback, beside kube-scheduler)
       metricsListen: 0.0.0.0:9395
       dashboardListen: 0.0.0.0:8090   # the web dashboard (hami.dashboard); absent: not served
       dashboardNodeMetrics: http://{address}:9394/metrics   # real usage on its device pages; absent: not read
       dashboardPrometheus: http://prometheus:9090           # its history from Prometheus; absent: in-process
-      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
+      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key, clientCAFile: /tls/client-ca.crt}  # HTTPS; client certs
       nodePolicy: binpack             # spread | best-fit | fragmentation-aware
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
       leaderElection: {enabled: true, namespace: kube-system, name: hami-scheduler}
     webhook:                          # `hami webhook`, or served by `hami scheduler` when enabled
       enabled: false
       listen: 0.0.0.0:9443
-      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}
+      tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key, clientCAFile: /tls/client-ca.crt}  # HTTPS; client certs
     node:                             # `hami node`
       devicePluginDir: /var/lib/kubelet/device-plugins
       hookDir: /usr/local/hami
@@ -63,6 +63,11 @@ class _Section(BaseModel):
 class TLSConfig(_Section):
     cert_file: str = Field(alias="certFile")
     key_file: str = Field(alias="keyFile")
+    client_ca_file: str | None = Field(
+        default=None,
+        alias="clientCAFile",
+        description="clients must present a certificate this CA signed (kube-scheduler's, for the extender)",
+    )
 
 
 class LeaderElectionConfig(_Section):
@@ -73,7 +78,8 @@ class LeaderElectionConfig(_Section):
 
 
 class SchedulerConfig(_Section):
-    listen: str = "0.0.0.0:8888"
+    listen: str = "127.0.0.1:8888"
+    """The extender answers kube-scheduler beside it; elsewhere, with `tls` (and its `clientCAFile`)."""
     metrics_listen: str = Field(default="0.0.0.0:9395", alias="metricsListen")
     dashboard_listen: str | None = Field(default=None, alias="dashboardListen")
     dashboard_node_metrics: str | None = Field(default=None, alias="dashboardNodeMetrics")

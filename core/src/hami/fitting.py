@@ -40,8 +40,10 @@ __all__ = [
     "Candidate",
     "ChoiceContext",
     "DeviceState",
+    "Grant",
     "Selectors",
     "ShareFitter",
+    "effective_grants",
     "node_score",
     "pod_peaks",
 ]
@@ -353,3 +355,22 @@ def _least_fragmenting(
     if count == 1:
         return [min(usable, key=growth)]
     return sorted(usable, key=lambda item: (_share_of(item.state), item.device.index, item.device.id))[:count]
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one pod takes of one device: containers sharing it, MiB, cores."""
+
+    slots: int
+    memory: int
+    cores: int
+
+
+def effective_grants(
+    allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
+) -> dict[str, dict[str, Grant]]:
+    """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
+    return {
+        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
+        for kind, placements in allocation.items()
+    }

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 LOCK_ANNOTATION = "hami.io/mutex.lock"
-"""The node lock (`hami.scheduler.locks.LOCK_ANNOTATION`; repeated here so `hami --help` stays light)."""
+"""The node lock (`hami.cluster.locks.LOCK_ANNOTATION`; repeated here so `hami --help` stays light)."""
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 

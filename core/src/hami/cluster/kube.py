@@ -55,7 +55,7 @@ from hami.cluster.port import (
     meta,
 )
 
-__all__ = ["KubeCluster"]
+__all__ = ["KubeCluster", "connect"]
 
 log = logging.getLogger(__name__)
 
@@ -762,3 +762,11 @@ def _shutdown(response: Any) -> None:
                 sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(Exception):
         response.close()
+
+
+def connect(kubeconfig: str | None) -> KubeCluster:
+    """The cluster a service runs against: the kubeconfig at `kubeconfig` when one is given, else the pod's
+    service account."""
+    if kubeconfig:
+        return KubeCluster.from_kubeconfig(kubeconfig)
+    return KubeCluster.in_cluster()

@@ -52,16 +52,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks, vendor_locks_of
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
 from hami.isolation.grant import write_files
+from hami.lifecycle import BIND_PHASE
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
 from hami.plugins import VendorHost
-from hami.scheduler.extender import BIND_PHASE
-from hami.scheduler.locks import LOCK_ANNOTATION, NodeLocks, vendor_locks_of
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, SignedPlacement
 
 __all__ = ["AllocationError", "Allocator"]

@@ -47,6 +47,7 @@ from hami.config import HamiConfig, parse_address
 from hami.dra.plugin import DraPlugin
 from hami.dra.slices import SlicePublisher
 from hami.errors import ConfigError
+from hami.front import MetricsServer
 from hami.model import NodeInventory, Pod
 from hami.node import simulated
 from hami.node.allocate import Allocator
@@ -55,7 +56,7 @@ from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
-from hami.node.monitor import ContainerUsageReader, MonitorServer, NodeMonitor
+from hami.node.monitor import ContainerUsageReader, NodeMonitor
 from hami.node.plugin import ResourcePlugin
 from hami.node.pods import ServedPods, finished, node_of
 from hami.node.register import NodeRegistrar
@@ -163,7 +164,7 @@ class NodeDaemon:
             self.monitor.registry.register(self.backstop)
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}
-        self.metrics: MonitorServer | None = None
+        self.metrics: MetricsServer | None = None
         self.discoveries = 0
         """Discovery rounds completed."""
         self._registered: set[str] = set()

@@ -32,17 +32,15 @@ Nothing is stored: each scrape builds the families from the current devices, con
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hami.front import MetricsServer
 from hami.model import NodeInventory
 from hami.node.pods import ServedContainer
 
@@ -53,7 +51,6 @@ __all__ = [
     "ContainerUsageReader",
     "DeviceUsage",
     "DeviceUsageReader",
-    "MonitorServer",
     "NodeMonitor",
 ]
 
@@ -172,40 +169,6 @@ class NodeMonitor(Collector):
         """The Prometheus text format of every family."""
         return generate_latest(self.registry)
 
-    def serve(self, address: tuple[str, int]) -> MonitorServer:
+    def serve(self, address: tuple[str, int]) -> MetricsServer:
         """Serve the families over HTTP on `address` (port 0 picks one) from a background thread."""
-        server = make_server(
-            address[0], address[1], make_wsgi_app(self.registry), _ThreadingServer, handler_class=_QuietHandler
-        )
-        thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="node-metrics", daemon=True
-        )
-        thread.start()
-        return MonitorServer(server, thread)
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("metrics: " + format, *args)
-
-
-@dataclass
-class MonitorServer:
-    """The metrics HTTP server and its thread."""
-
-    server: WSGIServer
-    thread: threading.Thread
-
-    @property
-    def port(self) -> int:
-        return int(self.server.server_port)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        return MetricsServer(self.render, address, name="node metrics").start()

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from hami.cluster.port import KubeObject, meta
 from hami.dra.claims import share_of
 from hami.dra.slices import device_name, hashed_device_name
+from hami.fitting import effective_grants
 from hami.model import ContainerDevice, ContainerPlacement
-from hami.scheduler.state import ClusterState, NodeRecord, PodRecord, effective_grants
+from hami.scheduler.state import ClusterState, NodeRecord, PodRecord
 
 __all__ = ["ClaimTracker", "claim_key"]
 

@@ -16,7 +16,6 @@ This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.servic
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
@@ -29,13 +28,15 @@ from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hami.cluster.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
 from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
 from hami.fitting import Selectors
+from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
 from hami.plugins import VendorHost
-from hami.scheduler.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
+from hami.quota import QuotaLedger
 from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
 from hami.scheduler.state import (
@@ -46,15 +47,13 @@ from hami.scheduler.state import (
     pod_key,
 )
 from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
-from hami.webhook.quota import QuotaLedger
+from hami.transaction import Transaction
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
 
 log = logging.getLogger(__name__)
 
 VGPU_TIME = "hami.io/vgpu-time"
-BIND_PHASE = "hami.io/bind-phase"
-BIND_TIME = "hami.io/bind-time"
 
 
 class ExtenderSettings(BaseModel):
@@ -203,8 +202,14 @@ class Extender:
             policy = policy.model_copy(update={"workload": self.workload.profile()})
         result = FilterResult()
         withdrawn = False
+        undo = Transaction()
         with self.state.lock:
-            if not (pod_obj.get("spec") or {}).get("nodeName") and pod_key(pod.namespace, pod.name) in self.state.pods:
+            earlier = self.state.pods.get(pod_key(pod.namespace, pod.name))
+            if earlier is not None and earlier.bound:
+                # The scheduler's own state wins over the body: a bound pod keeps its placement, whatever a
+                # request says of its spec.nodeName.
+                return FilterResult(error=f"pod {pod.namespace}/{pod.name} is already bound to {earlier.node}")
+            if earlier is not None and not pod.node_name:
                 # kube-scheduler filters a pod again only when its earlier decision was not carried out (the bind
                 # failed, or this process restarted between filter and bind): that decision no longer holds, and
                 # the pod must not be kept off the devices by its own earlier placement.
@@ -275,18 +280,22 @@ class Extender:
                     self._withdraw_decision(pod)
                 return result
             node, allocation, written = best
-            if self.quota is not None:
-                verdict = self.quota.reserve(pod, allocation, len(pod.init_containers))
-                if not verdict.fits:
-                    return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
-            self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
-            self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host)
+            pod_id = pod_key(pod.namespace, pod.name)
+            quota = self.quota
+            with undo.part():
+                if quota is not None:
+                    verdict = quota.reserve(pod, allocation, len(pod.init_containers))
+                    if not verdict.fits:
+                        return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
+                    undo.add(lambda: quota.release(pod.namespace, pod.name), "the quota reservation")
+                undo.add(lambda: self.state.remove_pod(pod.namespace, pod.name), "the assumption")
+                undo.add(lambda: self.state.set_host_usage(pod_id, "", 0, 0), "the host usage")
+                self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
+                self.state.set_host_usage(pod_id, node, *host)
         try:
-            self._record_decision(pod, node, allocation, written)
+            with undo:
+                self._record_decision(pod, node, allocation, written)
         except ClusterError as exc:
-            self.state.remove_pod(pod.namespace, pod.name)
-            if self.quota is not None:
-                self.quota.release(pod.namespace, pod.name)
             return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
         result.node = node
         return result
@@ -503,15 +512,19 @@ class Extender:
             return BindResult(error=f"cannot lock node {node}: {exc}")
         self.on_lock_wait(waited)
         try:
-            self.cluster.patch_metadata(
-                "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
-            )
-            self.cluster.bind(namespace, name, uid, node)
+            with Transaction() as undo:
+                undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
+                undo.add(
+                    lambda: self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"}),
+                    "the bind phase",
+                )
+                self.cluster.patch_metadata(
+                    "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
+                )
+                self.cluster.bind(namespace, name, uid, node)
         except ClusterError as exc:
-            self.locks.release(node, namespace, name, vendor_locks)
-            with contextlib.suppress(ClusterError):
-                self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
             return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
+        self.state.mark_bound(namespace, name, node)
         return BindResult(lock_wait=waited)
 
     def _every_vendor_lock(self) -> list[VendorLock]:

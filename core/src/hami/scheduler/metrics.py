@@ -58,17 +58,16 @@ The extender's own, without the zone label:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hami.front import MetricsServer
 from hami.plugins import VendorHost
 from hami.scheduler.extender import FilterResult
 from hami.scheduler.state import ClusterState
@@ -318,65 +317,4 @@ class SchedulerMetrics:
 
     def serve_metrics(self, address: tuple[str, int]) -> MetricsServer:
         """Serve `GET /metrics` on `address` (port 0 picks one) from a background thread; `stop()` it when done."""
-        return MetricsServer(self, address).start()
-
-
-class _MetricsHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: MetricsServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
-
-    def _send(self, status: int, content_type: str, body: bytes, *, head: bool = False) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _serve(self, head: bool) -> None:
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._send(404, "text/plain; charset=utf-8", b"not found; metrics are at /metrics\n", head=head)
-            return
-        try:
-            body = self.server.metrics.render()
-        except Exception:  # a scrape must get an answer, not a dropped connection
-            log.exception("rendering the scheduler's metrics failed")
-            self._send(500, "text/plain; charset=utf-8", b"internal error; see the scheduler's log\n", head=head)
-            return
-        self._send(200, CONTENT_TYPE_PLAIN_0_0_4, body, head=head)
-
-    def do_GET(self) -> None:
-        self._serve(head=False)
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-
-class MetricsServer(ThreadingHTTPServer):
-    """A threaded HTTP server answering `GET /metrics` with a `SchedulerMetrics`' text format."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, metrics: SchedulerMetrics, address: tuple[str, int]) -> None:
-        self.metrics = metrics
-        super().__init__(address, _MetricsHandler)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.1}, name="scheduler-metrics", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+        return MetricsServer(self.render, address, name="scheduler metrics").start()

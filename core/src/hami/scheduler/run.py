@@ -2,9 +2,11 @@
 
 Owns the assembly of the running scheduler: the vendor plugins (with their configuration sections), the
 cluster backend (the `kubernetes` client from a kubeconfig or in-cluster), the service with its watches and
-leader election, the extender's HTTP(S) server, the metrics server and, when configured, the dashboard
-(`hami.dashboard`); and an orderly shutdown on SIGTERM or SIGINT (stop serving, stop watching, hand the lease
-over).
+leader election, the extender's HTTP(S) server and the metrics server; and an orderly shutdown on SIGTERM or
+SIGINT (stop serving, stop watching, hand the lease over).
+
+Other services the process hosts beside the extender (the webhook, the dashboard) come in as `companions`,
+built above the services (`hami.hosting`), so this package imports none of them.
 """
 
 from __future__ import annotations
@@ -12,37 +14,57 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import Protocol
 
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
+from hami.front import JsonServer
 from hami.plugins import VendorHost
+from hami.quota import QuotaLedger
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
-__all__ = ["connect", "run_scheduler"]
+__all__ = ["Companion", "Running", "run_scheduler"]
 
 log = logging.getLogger(__name__)
 
 
-def connect(config: HamiConfig) -> Cluster:
-    """The real cluster: the kubeconfig named in the configuration, or the in-cluster service account."""
-    from hami.cluster.kube import KubeCluster
+class Running(Protocol):
+    """Something a companion started; stopped when the scheduler stops."""
 
-    if config.kubeconfig:
-        return KubeCluster.from_kubeconfig(config.kubeconfig)
-    return KubeCluster.in_cluster()
+    @property
+    def accepting(self) -> bool:
+        """Every listener it serves accepts connections (part of the scheduler's readiness)."""
+        ...
+
+    def stop(self) -> None: ...
 
 
-def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: threading.Event | None = None) -> int:
+Companion = Callable[[Cluster, VendorHost, QuotaLedger, Callable[[], bool]], Running]
+"""Starts a service beside the extender with the scheduler's cluster, vendors and quota ledger, and the
+process's readiness (synced, every listener accepting) for the service's own `/readyz`."""
+
+
+def run_scheduler(
+    config: HamiConfig,
+    *,
+    cluster: Cluster | None = None,
+    stop: threading.Event | None = None,
+    companions: Sequence[Companion] = (),
+) -> int:
     """Serve until `stop` is set (or a termination signal arrives); returns the exit status."""
     stop = stop or threading.Event()
     settings = config.scheduler
     host = VendorHost.load(config=config.vendors)
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
-    cluster = cluster or connect(config)
+    if cluster is None:
+        from hami.cluster.kube import connect
+
+        cluster = connect(config.kubeconfig)
     service = SchedulerService(
         cluster,
         host,
@@ -57,35 +79,43 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         ),
         settings.leader_election,
     ).start()
-    app = ExtenderApp(
-        service.extender, ready=lambda: service.ready, observe=service.metrics.observe, prefix=settings.url_prefix
-    )
+    started: list[Running] = []
+    listening: list[JsonServer] = []
+
+    all_started = threading.Event()
+
+    def ready() -> bool:
+        # Ready once everything is started, the state is synced and every listener of the process accepts: a
+        # probe that sees this can connect to the metrics and the webhook too.
+        return (
+            all_started.is_set()
+            and service.ready
+            and all(s.accepting for s in listening)
+            and all(r.accepting for r in started)
+        )
+
+    app = ExtenderApp(service.extender, ready=ready, observe=service.metrics.observe, prefix=settings.url_prefix)
     tls = settings.tls
     server = ExtenderServer(
         app,
         parse_address(settings.listen),
         certfile=tls.cert_file if tls else None,
         keyfile=tls.key_file if tls else None,
+        client_ca=tls.client_ca_file if tls else None,
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
-    dashboard = None
-    if settings.dashboard_listen:
-        from hami.dashboard.cli import start_dashboard
-
-        dashboard = start_dashboard(
-            cluster,
-            host,
-            parse_address(settings.dashboard_listen),
-            node_metrics=settings.dashboard_node_metrics,
-            prometheus=settings.dashboard_prometheus,
-        )
-        log.info("dashboard on http://%s:%d/", dashboard[0].server_address[0], dashboard[0].port)
-    webhook = None
-    if config.webhook.get("enabled"):
-        from hami.webhook.cli import validate_webhook_section
-        from hami.webhook.run import start_webhook
-
-        webhook = start_webhook(cluster, host, validate_webhook_section(config.webhook), ledger=service.ledger)
+    listening += [server, metrics]
+    try:
+        for companion in companions:
+            started.append(companion(cluster, host, service.ledger, ready))
+    except BaseException:
+        for running in reversed(started):
+            running.stop()
+        server.stop()
+        metrics.stop()
+        service.stop()
+        raise
+    all_started.set()
     scheme = "https" if tls else "http"
     log.info(
         "scheduler extender serving %s://%s:%d%s (vendors: %s); metrics on :%d",
@@ -100,11 +130,8 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
         log.info("scheduler shutting down")
         server.stop()
         metrics.stop()
-        if dashboard is not None:
-            dashboard[0].stop()
-            dashboard[1].stop()
-        if webhook is not None:
-            webhook.stop()
+        for running in reversed(started):
+            running.stop()
         service.stop()
         _restore_signal_handlers(previous)
     return 0

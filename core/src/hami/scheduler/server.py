@@ -1,27 +1,32 @@
 """The scheduler extender's HTTP face: kube-scheduler's filter, prioritize and bind verbs, health and readiness.
 
-Owns the wire format of protocol.md section 4: bodies whose keys come in PascalCase (or lowercase, from old
-kube-schedulers) are read case-insensitively and answered in PascalCase; with `nodeCacheCapable: true` only
-node names travel, otherwise whole node lists. A body that is not what kube-scheduler sends gets a 400 that
-says what is wrong; nothing a client sends can make the server answer 500 or hang (bodies are bounded).
+Owns the wire format of protocol.md section 4 and its validation at the edge. Each verb's body is parsed once,
+straight from its bytes, into a typed model of exactly the fields the extender uses (`ExtenderArgs`,
+`BindingArgs`: the pod's name, namespace, UID, labels, annotations, node name, scheduler name and its
+containers' names, resources, literal env and privileged flag; the nodes' names); every other field is skipped
+unread. Keys come in PascalCase (or lowercase, from old kube-schedulers) and answers go out in PascalCase; with
+`nodeCacheCapable: true` only node names travel, otherwise node lists (answered with the chosen nodes' names,
+all kube-scheduler reads of them). Names must be Kubernetes names (DNS subdomains; a namespace a DNS label),
+strings must be valid Unicode (a lone surrogate is not JSON here). Anything else is a 400 that names the field,
+so nothing a client sends reaches the extender's state or the API server's URLs.
 
 `ExtenderApp.handle` is the whole protocol as a pure function of (method, path, body), which the tests fuzz;
-`ExtenderServer` puts it behind the transport shared with the webhook (`hami.jsonhttp`): keep-alive, plain or
-TLS with the certificate reloaded when its files change, bounded bodies and reads.
+`ExtenderServer` puts it behind the front shared with the webhook and the metrics (`hami.front`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from hami.jsonhttp import JsonServer
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+
+from hami.front import JsonServer
 from hami.scheduler.extender import Extender
 
-__all__ = ["ExtenderApp", "ExtenderServer", "MAX_BODY_BYTES"]
+__all__ = ["BindingArgs", "ExtenderApp", "ExtenderArgs", "ExtenderServer", "MAX_BODY_BYTES", "bad_request"]
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +35,131 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 Response = tuple[int, Any]
 
+# ---------------------------------------------------------------------------------------------- edge models
 
-class BadRequest(ValueError):
-    pass
-
-
-def _lower_keys(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BadRequest(f"expected a JSON object, got {type(value).__name__}")
-    return {str(k).lower(): v for k, v in value.items()}
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+Name = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)]
+Namespace = Annotated[str, StringConstraints(pattern=DNS_LABEL)]
 
 
-def _names(value: Any, what: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-        raise BadRequest(f"{what} must be a list of node names")
-    return value
+def _quantity(value: Any) -> Any:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+"""A resource quantity: a string as the API serialises it (a bare integer is taken as one too)."""
+
+
+def _alias(*names: str) -> Any:
+    return Field(default=None, validation_alias=AliasChoices(*names))
+
+
+class _Edge(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _EnvVar(_Edge):
+    name: str
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None  # noqa: N815  (only whether it is there matters)
+
+
+class _Resources(_Edge):
+    limits: dict[str, Quantity] | None = None
+    requests: dict[str, Quantity] | None = None
+
+
+class _SecurityContext(_Edge):
+    privileged: bool | None = None
+
+
+class _Container(_Edge):
+    name: str | None = None
+    resources: _Resources | None = None
+    env: list[_EnvVar] | None = None
+    securityContext: _SecurityContext | None = None  # noqa: N815
+
+
+class _PodSpec(_Edge):
+    nodeName: Name | None = None  # noqa: N815
+    schedulerName: str | None = None  # noqa: N815
+    containers: list[_Container] | None = None
+    initContainers: list[_Container] | None = None  # noqa: N815
+
+
+class _PodMeta(_Edge):
+    name: Name
+    namespace: Namespace | None = None
+    uid: str | None = None
+    annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+
+
+class PodArg(_Edge):
+    """What the extender reads of a pod."""
+
+    metadata: _PodMeta
+    spec: _PodSpec | None = None
+
+    def as_object(self) -> dict[str, Any]:
+        """The pod as the API serialises it, with only these fields."""
+        return self.model_dump(exclude_none=True)
+
+
+class _NodeMeta(_Edge):
+    name: Name
+
+
+class _Node(_Edge):
+    metadata: _NodeMeta
+
+
+class _NodeList(_Edge):
+    items: list[_Node] | None = _alias("items", "Items")
+
+
+class ExtenderArgs(_Edge):
+    """The body of filter and prioritize (kube-scheduler's ExtenderArgs)."""
+
+    pod: PodArg = Field(validation_alias=AliasChoices("Pod", "pod"))
+    nodes: _NodeList | None = _alias("Nodes", "nodes")
+    node_names: list[Name] | None = _alias("NodeNames", "nodenames", "nodeNames")
+
+    def candidates(self) -> tuple[list[str], bool]:
+        """The candidate node names, once each, and whether they came as a node list."""
+        if self.nodes is not None:
+            return list(dict.fromkeys(n.metadata.name for n in self.nodes.items or ())), True
+        return list(dict.fromkeys(self.node_names or ())), False
+
+
+class BindingArgs(_Edge):
+    """The body of bind (kube-scheduler's ExtenderBindingArgs)."""
+
+    pod_name: Name = Field(validation_alias=AliasChoices("PodName", "podName", "podname"))
+    pod_namespace: Namespace = Field(validation_alias=AliasChoices("PodNamespace", "podNamespace", "podnamespace"))
+    pod_uid: str = Field(validation_alias=AliasChoices("PodUID", "podUID", "poduid"))
+    node: Name = Field(validation_alias=AliasChoices("Node", "node"))
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def bad_request(exc: ValidationError, limit: int = 3) -> str:
+    """What is wrong with a body, field by field (`Pod.metadata.name: String should match pattern ...`)."""
+    parts = []
+    for error in exc.errors(include_url=False)[:limit]:
+        where = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "json_invalid":
+            parts.append(f"the body is not JSON: {error['msg'].removeprefix('Invalid JSON: ')}")
+        else:
+            parts.append(f"{where or 'the body'}: {error['msg']}")
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _parse(model: type[Model], body: bytes) -> Model:
+    return model.model_validate_json(body)
 
 
 class ExtenderApp:
@@ -76,69 +189,37 @@ class ExtenderApp:
             return 404, {"Error": f"no such endpoint {route}; POST {self.prefix}/filter, /prioritize or /bind"}
         if method != "POST":
             return 405, {"Error": f"{route} takes POST"}
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            return 400, {"Error": f"the body is not JSON: {exc}"}
         start = time.perf_counter()
         try:
-            if verb == "filter":
-                return 200, self._filter(_lower_keys(data))
-            if verb == "prioritize":
-                return 200, self._prioritize(_lower_keys(data))
-            return 200, self._bind(_lower_keys(data))
-        except BadRequest as exc:
-            return 400, {"Error": f"{verb}: {exc}"}
+            if verb == "bind":
+                return 200, self._bind(_parse(BindingArgs, body))
+            args = _parse(ExtenderArgs, body)
+            return 200, (self._filter(args) if verb == "filter" else self._prioritize(args))
+        except ValidationError as exc:
+            return 400, {"Error": f"{verb}: {bad_request(exc)}"}
         finally:
             self.observe(verb, time.perf_counter() - start)
 
-    def _candidates(self, args: Mapping[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
-        nodes = args.get("nodes")
-        if nodes is not None:
-            items = _lower_keys(nodes).get("items") or []
-            if not isinstance(items, list):
-                raise BadRequest("Nodes.items must be a list of nodes")
-            by_name: dict[str, Any] = {}
-            for item in items:
-                name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
-                if not isinstance(name, str):
-                    raise BadRequest("every node in Nodes.items needs metadata.name")
-                by_name[name] = item
-            return list(by_name), by_name
-        return _names(args.get("nodenames"), "NodeNames"), None
-
-    def _filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        pod = args.get("pod")
-        if not isinstance(pod, dict) or not isinstance((pod.get("metadata") or {}).get("name"), str):
-            raise BadRequest("Pod must be a pod object with metadata.name")
-        names, objects = self._candidates(args)
-        result = self.extender.filter(pod, names)
+    def _filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        names, as_list = args.candidates()
+        result = self.extender.filter(args.pod.as_object(), names)
         chosen = names if result.passthrough else ([result.node] if result.node else [])
         answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": result.error}
-        if objects is not None:
-            answer["Nodes"] = {"metadata": {}, "items": [objects[n] for n in chosen]}
+        if as_list:
+            answer["Nodes"] = {"metadata": {}, "items": [{"metadata": {"name": n}} for n in chosen]}
             answer["NodeNames"] = None
         else:
             answer["Nodes"] = None
             answer["NodeNames"] = chosen
         return answer
 
-    def _prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
-        pod = args.get("pod")
-        if not isinstance(pod, dict):
-            raise BadRequest("Pod must be a pod object")
-        names, _ = self._candidates(args)
-        scores = self.extender.prioritize(pod, names)
+    def _prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        names, _ = args.candidates()
+        scores = self.extender.prioritize(args.pod.as_object(), names)
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
 
-    def _bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        fields = {}
-        for key in ("podname", "podnamespace", "poduid", "node"):
-            value = args.get(key)
-            if not isinstance(value, str) or (key != "poduid" and not value):
-                raise BadRequest("needs PodName, PodNamespace, PodUID and Node as strings")
-            fields[key] = value
-        result = self.extender.bind(fields["podnamespace"], fields["podname"], fields["poduid"], fields["node"])
+    def _bind(self, args: BindingArgs) -> dict[str, Any]:
+        result = self.extender.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         return {"Error": result.error}
 
 

@@ -17,17 +17,17 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
+from hami.quota import QuotaLedger
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
-from hami.scheduler.locks import LOCK_ANNOTATION
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
-from hami.webhook.quota import QuotaLedger
 
 __all__ = ["SchedulerService"]
 

@@ -48,8 +48,9 @@ from hami.codec import (
     decode_node_register,
     decode_pod_devices,
 )
-from hami.fitting import pod_peaks
+from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
+from hami.lifecycle import TERMINAL_PHASES
 from hami.model import (
     ContainerPlacement,
     Device,
@@ -78,20 +79,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def pod_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """What one pod takes of one device: containers sharing it, MiB, cores."""
-
-    slots: int
-    memory: int
-    cores: int
 
 
 @dataclass
@@ -108,6 +99,9 @@ class PodRecord:
     """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
     assumed: bool = False
+    bound: bool = False
+    """Bound to `node`: the watch saw `spec.nodeName`, or this scheduler's bind succeeded. What the scheduler
+    knows here wins over what a request body claims."""
     decided: bool = False
     """The usage is the scheduler's own decision: assumed by its filter, or read from a verified signature."""
     _placed: PlacedPod | None = field(default=None, repr=False, compare=False)
@@ -198,16 +192,6 @@ _MODEL_GROUPS: dict[tuple[str, tuple[int, int]], int] = {}
 
 def _model_group(model: str, largest: tuple[int, int]) -> int:
     return _MODEL_GROUPS.setdefault((model, largest), len(_MODEL_GROUPS))
-
-
-def effective_grants(
-    allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
-) -> dict[str, dict[str, Grant]]:
-    """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
-    return {
-        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
-        for kind, placements in allocation.items()
-    }
 
 
 class ClusterState:
@@ -354,6 +338,7 @@ class ClusterState:
             grants=effective_grants(allocation, init),
             annotations=annotations,
             phase=phase,
+            bound=bool(spec.get("nodeName")),
             decided=decided,
         )
 
@@ -448,6 +433,13 @@ class ClusterState:
             record.memory_requested += memory
             record.host_pods.add(key)
             self.host_usage[key] = (node, cpu, memory)
+
+    def mark_bound(self, namespace: str, name: str, node: str) -> None:
+        """The scheduler bound the pod to `node` (before the watch reports it)."""
+        with self.lock:
+            record = self.pods.get(pod_key(namespace, name))
+            if record is not None and record.node == node:
+                record.bound = True
 
     def assume(
         self, namespace: str, name: str, uid: str, node: str, init_containers: int,

@@ -20,7 +20,7 @@ host, a quota view and the namespaces' labels:
 7. `spec.schedulerName` is set to this scheduler;
 8. a pod that already has `spec.nodeName` is denied (it would bypass the scheduler, and its devices would be
    neither placed nor counted);
-9. the namespace's device quotas are checked (`hami.webhook.quota`).
+9. the namespace's device quotas are checked (`hami.quota`).
 
 Values HAMi accepts and normalises (cores above 100, a memory percentage beside an absolute memory or of 0:
 `hami.requests`) are accepted and read the same way, and the response's `warnings` (printed by kubectl) say
@@ -31,7 +31,7 @@ that change something, so applying it twice gives the same pod. What cannot be a
 AdmissionReview at all (not an object, wrong kind or version, no `request.uid`) is a `BadReview`, which the
 server turns into a 400. Nothing here raises on any input: a broken vendor hook becomes a denial that says so.
 
-It does no I/O: the server (`hami.webhook.server`) speaks HTTPS and the ledger (`hami.webhook.quota`) watches.
+It does no I/O: the server (`hami.webhook.server`) speaks HTTPS and the ledger (`hami.quota`) watches.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from typing import Any, Protocol
 from hami.errors import RequestError
 from hami.model import ContainerRequest, Pod
 from hami.plugins import VendorHost
+from hami.quota import QuotaVerdict
 from hami.requests import share_normalisations
 from hami.validation import nearest
-from hami.webhook.quota import QuotaVerdict
 
 __all__ = [
     "API_VERSIONS",
@@ -85,7 +85,7 @@ class AdmissionSettings:
 
 
 class QuotaCheck(Protocol):
-    """What admission needs of the quota ledger (`hami.webhook.quota.QuotaLedger` is one)."""
+    """What admission needs of the quota ledger (`hami.quota.QuotaLedger` is one)."""
 
     def check(self, pod: Pod, requests: Mapping[str, Sequence[ContainerRequest | None]]) -> QuotaVerdict: ...
 

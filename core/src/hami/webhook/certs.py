@@ -40,6 +40,7 @@ __all__ = [
     "TLS_CERT_FILE",
     "TLS_KEY_FILE",
     "generate",
+    "issue_client",
     "load_ca",
     "service_dns_names",
     "write_bundle",
@@ -144,7 +145,12 @@ def _subject_alternative_names(names: Iterable[str]) -> list[x509.GeneralName]:
 
 
 def _issue(
-    ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, names: Sequence[str], days: int
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    names: Sequence[str],
+    days: int,
+    *,
+    client: bool = False,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
@@ -171,7 +177,10 @@ def _issue(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]),
+            critical=False,
+        )
         .add_extension(x509.SubjectAlternativeName(_subject_alternative_names(names)), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
@@ -208,6 +217,16 @@ def generate(
         cert=cert.public_bytes(serialization.Encoding.PEM),
         key=_key_pem(key),
     )
+
+
+def issue_client(ca: tuple[bytes, bytes], name: str, *, days: int = 365) -> tuple[bytes, bytes]:
+    """A client certificate for `name` (e.g. kube-scheduler calling the extender over TLS with
+    `clientCAFile`), signed by `ca` (PEM cert, PEM key); returns (PEM certificate, PEM key)."""
+    if days < 1:
+        raise ConfigError("certificate lifetimes must be at least one day")
+    ca_cert, ca_key = _load_ca_pems(*ca)
+    cert, key = _issue(ca_cert, ca_key, [name], days, client=True)
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 def _load_ca_pems(cert_pem: bytes, key_pem: bytes) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:

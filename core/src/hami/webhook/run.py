@@ -1,11 +1,12 @@
 """`hami webhook`: the admission webhook as a process of its own, or started inside the scheduler's process.
 
-Owns the assembly: the vendor plugins, the cluster connection (`hami.scheduler.run.connect`), the quota ledger
+Owns the assembly: the vendor plugins, the cluster connection (`hami.cluster.kube.connect`), the quota ledger
 and the namespace labels with their watches, the HTTPS server with its reloadable certificate; and an orderly
 shutdown on SIGTERM or SIGINT (stop serving, then stop watching).
 
-`start_webhook` is the piece the scheduler's process calls to serve the webhook beside the extender, passing
-its own `QuotaLedger` so that admission and filter count the same usage.
+`start_webhook` is the piece the scheduler's process calls (through `hami.hosting`) to serve the webhook beside
+the extender, passing its own `QuotaLedger` (`hami.quota`, below both services) so that admission and filter
+count the same usage.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -20,8 +22,8 @@ from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.errors import ConfigError
 from hami.plugins import VendorHost
+from hami.quota import QuotaLedger
 from hami.webhook.namespaces import NamespaceLabels
-from hami.webhook.quota import QuotaLedger
 from hami.webhook.server import WebhookApp, WebhookServer
 from hami.webhook.settings import WebhookConfig
 
@@ -39,6 +41,10 @@ class RunningWebhook:
     namespaces: NamespaceLabels | None
     owns_ledger: bool
 
+    @property
+    def accepting(self) -> bool:
+        return self.server.accepting
+
     def stop(self) -> None:
         self.server.stop()
         if self.namespaces is not None:
@@ -48,9 +54,15 @@ class RunningWebhook:
 
 
 def start_webhook(
-    cluster: Cluster, host: VendorHost, settings: WebhookConfig, *, ledger: QuotaLedger | None = None
+    cluster: Cluster,
+    host: VendorHost,
+    settings: WebhookConfig,
+    *,
+    ledger: QuotaLedger | None = None,
+    also_ready: Callable[[], bool] = lambda: True,
 ) -> RunningWebhook:
-    """Start watching and serving; returns once the server listens.
+    """Start watching and serving; returns once the server accepts connections. `/readyz` answers ready when
+    the ledger is synced, the server accepts and `also_ready()` (the hosting process's other listeners).
 
     :raises ConfigError: no usable certificate and key.
     :raises ClusterError: ResourceQuotas or pods cannot be listed (quotas could not be enforced).
@@ -76,11 +88,15 @@ def start_webhook(
         settings=settings.admission(),
         quota=ledger,
         namespace_labels=namespaces.labels if namespaces is not None else None,
-        ready=lambda: ledger.ready,
+        ready=lambda: ledger.ready and server.accepting and also_ready(),
     )
     try:
         server = WebhookServer(
-            app, parse_address(settings.listen), certfile=settings.tls.cert_file, keyfile=settings.tls.key_file
+            app,
+            parse_address(settings.listen),
+            certfile=settings.tls.cert_file,
+            keyfile=settings.tls.key_file,
+            client_ca=settings.tls.client_ca_file,
         ).start()
     except BaseException:
         if namespaces is not None:
@@ -109,9 +125,9 @@ def run_webhook(
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:
-        from hami.scheduler.run import connect
+        from hami.cluster.kube import connect
 
-        cluster = connect(config)
+        cluster = connect(config.kubeconfig)
     running = start_webhook(cluster, host, settings)
     previous = _install_signal_handlers(stop)
     try:

@@ -1,6 +1,6 @@
 """The admission webhook's HTTPS face: `POST /mutate` (and HAMi's `/webhook`), `/healthz`, `/readyz`.
 
-The transport (`hami.jsonhttp`: TLS reloaded when the certificate files change, bounded bodies, time limits)
+The transport (`hami.front`: TLS reloaded when the certificate files change, bounded bodies, time limits)
 is shared with the scheduler extender; this module sets its limits for AdmissionReviews.
 
 `WebhookApp.handle` is the whole protocol as a pure function of (method, path, body): a body that is not JSON
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hami.jsonhttp import JsonServer, ReloadingTLS
+from hami.front import JsonServer, ReloadingTLS
 from hami.plugins import VendorHost
 from hami.webhook.admission import AdmissionSettings, BadReview, LabelsOf, QuotaCheck, admit_review
 

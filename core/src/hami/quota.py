@@ -20,6 +20,8 @@ unknown); admission counts it as 0 MiB and the filter's `reserve` counts the pla
 `QuotaLedger` keeps ResourceQuota objects and every pod's usage current from watches (one list at start, then
 events), so neither admission nor filter makes an API call. It never writes to the cluster.
 
+Below both services (the webhook admits with it, the scheduler reserves with it; neither imports the other).
+
 Integration with the scheduler's filter (`hami.scheduler.extender.Extender._filter`), once a node is chosen:
 
     node, allocation = best
@@ -41,10 +43,11 @@ from decimal import ROUND_CEILING
 from hami.cluster.port import Cluster, KubeObject, Subscription, WatchEvent, meta
 from hami.codec import AnnotationError, decode_pod_devices
 from hami.errors import HamiError
+from hami.fitting import effective_grants
+from hami.lifecycle import TERMINAL_PHASES
 from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod
 from hami.plugins import VendorHost
 from hami.quantity import parse_quantity as quantity_value
-from hami.scheduler.state import TERMINAL_PHASES, effective_grants
 
 __all__ = [
     "QUOTA_PREFIX",

@@ -1,0 +1,445 @@
+"""The one HTTP front of every listener HAMi serves: the scheduler extender, the admission webhook, the
+scheduler's metrics and the node's metrics, on uvicorn (h11).
+
+Owns the transport they share, with one set of limits:
+
+- the listening socket is bound and listening (backlog `BACKLOG`) before `start` returns, and `start` returns
+  only once the server accepts: a caller that has started every listener is ready to say so (`accepting`);
+- a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte (the first request's,
+  of the connection) and its body within
+  `BODY_DEADLINE_SECONDS` (however slowly either trickles); an idle keep-alive connection is closed after
+  `KEEP_ALIVE_SECONDS`; at most `MAX_CONNECTIONS` connections are open (beyond, 503);
+- at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
+  the others wait their turn on their connection;
+- a body needs a Content-Length (411 otherwise), is refused above the listener's `max_body` before a byte of
+  it is read (413), and is read into one buffer of exactly its size, which the app parses once;
+- TLS, when given a certificate and key, re-reads them when their files change (checked on every handshake,
+  so a rotated certificate is served from the next connection on, without a restart; a half-written or
+  mismatched pair is refused with a warning and the previous one kept); with a client CA, clients must present
+  a certificate it signed.
+
+An app is `handle(method, path, body) -> (status, payload)`: a payload is sent as JSON, or as it is when it is a
+`Raw`. `handle` must not raise (a 500 answers it if it does, and is logged). Why uvicorn: see
+benchmarks/http_servers.py and docs/http-front.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, Self
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from hami.errors import ConfigError
+
+__all__ = [
+    "BACKLOG",
+    "BODY_DEADLINE_SECONDS",
+    "HEADER_DEADLINE_SECONDS",
+    "IN_FLIGHT",
+    "KEEP_ALIVE_SECONDS",
+    "MAX_CONNECTIONS",
+    "JsonApp",
+    "JsonServer",
+    "MetricsServer",
+    "Raw",
+    "ReloadingTLS",
+]
+
+log = logging.getLogger(__name__)
+
+HEADER_DEADLINE_SECONDS = 10.0
+"""From a request's first byte to the end of its headers (kube-apiserver's webhook timeout is 10 s)."""
+BODY_DEADLINE_SECONDS = 30.0
+"""From the end of the headers to the end of the body."""
+KEEP_ALIVE_SECONDS = 60
+"""An idle connection is closed after this (kube-scheduler and kube-apiserver keep theirs open to reuse)."""
+BACKLOG = 2048
+"""Connections the kernel queues before the server accepts them."""
+MAX_CONNECTIONS = 4096
+"""Open connections (and requests) at once; beyond, 503."""
+IN_FLIGHT = 32
+"""Requests handled at once per listener; more wait on their connections."""
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class JsonApp(Protocol):
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """A payload sent as these bytes with this content type (metrics' text format), not as JSON."""
+
+    body: bytes
+    content_type: str
+
+
+# --------------------------------------------------------------------------------------------------------
+# TLS from files, reloaded when they change
+# --------------------------------------------------------------------------------------------------------
+
+
+def _server_context(certfile: str, keyfile: str, client_ca: str | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    if client_ca:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class ReloadingTLS:
+    """The server's SSLContext, rebuilt when the certificate, key (or client CA) file changes (inode, mtime or
+    size: what a rename, a rewrite or a Kubernetes Secret volume's symlink swap changes).
+
+    `base` is the context the server listens with; its SNI callback, run on every handshake (with or without a
+    server name), hands the connection the current context."""
+
+    def __init__(self, certfile: str, keyfile: str, client_ca: str | None = None) -> None:
+        self.certfile = certfile
+        self.keyfile = keyfile
+        self.client_ca = client_ca
+        self._lock = threading.Lock()
+        signature = self._signature()
+        try:
+            self._context = _server_context(certfile, keyfile, client_ca)
+            self.base = _server_context(certfile, keyfile, client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"cannot serve TLS with certificate {certfile}, key {keyfile}"
+                + (f" and client CA {client_ca}" if client_ca else "")
+                + f": {exc}; make a pair with `hami webhook certs`"
+            ) from None
+        self.base.sni_callback = self._on_handshake
+        self._loaded = signature
+        self._refused: tuple[tuple[int, int, int], ...] | None = None
+        self.reloads = 0
+
+    def _on_handshake(self, connection: ssl.SSLObject, server_name: str | None, base: ssl.SSLContext) -> None:
+        connection.context = self.context()
+
+    def _signature(self) -> tuple[tuple[int, int, int], ...] | None:
+        try:
+            stats = [os.stat(path) for path in (self.certfile, self.keyfile, self.client_ca) if path]
+        except OSError:
+            return None
+        return tuple((s.st_ino, s.st_mtime_ns, s.st_size) for s in stats)
+
+    def context(self) -> ssl.SSLContext:
+        """The context for a new connection, reloaded first when the files changed since the last load."""
+        signature = self._signature()
+        if signature is None or signature == self._loaded or signature == self._refused:
+            return self._context
+        with self._lock:
+            if signature != self._loaded and signature != self._refused:
+                try:
+                    self._context = _server_context(self.certfile, self.keyfile, self.client_ca)
+                except (OSError, ssl.SSLError) as exc:
+                    self._refused = signature
+                    log.warning(
+                        "the new TLS certificate/key in %s, %s cannot be used (%s); still serving the previous one",
+                        self.certfile, self.keyfile, exc,
+                    )  # fmt: skip
+                else:
+                    self._loaded = signature
+                    self.reloads += 1
+                    log.info("TLS certificate reloaded from %s", self.certfile)
+            return self._context
+
+
+# --------------------------------------------------------------------------------------------------------
+# The header deadline (uvicorn has none of its own)
+# --------------------------------------------------------------------------------------------------------
+
+
+class _Protocol(H11Protocol):
+    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers."""
+
+    _header_timer: asyncio.TimerHandle | None = None
+    header_deadline = HEADER_DEADLINE_SECONDS
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # A connection that never sends a byte is closed too (uvicorn times out only idle keep-alive ones).
+        self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and self.conn.their_state is h11.IDLE:
+            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+        super().data_received(data)
+        if self._header_timer is not None and self.conn.their_state is not h11.IDLE:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            log.debug("closing a connection whose request headers took over %.1f s", self.header_deadline)
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------------------
+
+
+class _BadBody(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+
+
+class JsonServer:
+    """One listener: an app behind uvicorn, HTTPS when given a certificate (and client-certificate verification
+    when given a client CA). Subclasses set `name`, `error_key` and `max_body`."""
+
+    name = "server"
+    """Names the server in logs and error messages."""
+    error_key = "error"
+    """The key of the error message in an error answer (kube-scheduler's extender protocol says `Error`)."""
+    max_body = 8 * 1024 * 1024
+    """Bodies above this many bytes are refused with 413."""
+    header_deadline = HEADER_DEADLINE_SECONDS
+    body_deadline = BODY_DEADLINE_SECONDS
+
+    def __init__(
+        self,
+        app: JsonApp,
+        address: tuple[str, int],
+        *,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        client_ca: str | None = None,
+    ) -> None:
+        self.app = app
+        if bool(certfile) != bool(keyfile):
+            raise ConfigError("TLS needs both a certificate file and a key file")
+        if client_ca and not certfile:
+            raise ConfigError("verifying client certificates needs TLS: give a certificate and key too")
+        self.tls = ReloadingTLS(certfile, keyfile, client_ca) if certfile and keyfile else None
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # IPPROTO_TCP named, so that asyncio sets TCP_NODELAY on every accepted connection (it checks the
+        # protocol): without it, a response written in two parts waits for the client's delayed ACK (40 ms).
+        self.socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind(address)
+            self.socket.listen(BACKLOG)
+        except OSError:
+            self.socket.close()
+            raise
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
+        self._pool = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix=f"{self.name}-work")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def accepting(self) -> bool:
+        """Started, serving, and not stopped."""
+        return bool(self._server is not None and self._server.started and not self._stopped)
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Serve from a thread of its own; returns once the server accepts connections."""
+        config = uvicorn.Config(
+            self._asgi,
+            http=type("_ListenerProtocol", (_Protocol,), {"header_deadline": self.header_deadline}),
+            interface="asgi3",
+            proxy_headers=False,
+            lifespan="off",
+            loop="none",
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            date_header=False,
+            backlog=BACKLOG,
+            limit_concurrency=MAX_CONNECTIONS,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            timeout_graceful_shutdown=5,
+        )
+        config.load()
+        config.ssl = self.tls.base if self.tls else None  # ours, reloading, instead of one read once
+        self._server = uvicorn.Server(config)
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._serve(started))
+            except BaseException as exc:  # reported to `start`, or logged once serving
+                failure.append(exc)
+                if started.is_set():
+                    log.exception("%s stopped serving", self.name)
+            finally:
+                started.set()
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"{self.name}-http", daemon=True)
+        self._thread.start()
+        if not started.wait(timeout) or failure or not self.accepting:
+            self.stop()
+            raise ConfigError(
+                f"the {self.name} could not start serving on {self.server_address}: {failure or 'timeout'}"
+            )
+        return self
+
+    async def _serve(self, started: threading.Event) -> None:
+        server = self._server
+        assert server is not None
+        task = asyncio.get_running_loop().create_task(server.serve(sockets=[self.socket]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        started.set()
+        await task
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+        with contextlib.suppress(OSError):
+            self.socket.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---------------------------------------------------------------------------------- requests
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        method = str(scope["method"])
+        path = str(scope["path"])
+        if scope.get("query_string"):
+            path += "?" + bytes(scope["query_string"]).decode("latin-1")
+        try:
+            body = await self._body(scope, receive)
+        except _BadBody as exc:
+            await self._answer(send, exc.status, {self.error_key: exc.message}, close=True)
+            return
+        except TimeoutError:
+            message = f"the body did not arrive within {self.body_deadline:.0f} s"
+            await self._answer(send, 408, {self.error_key: message}, close=True)
+            return
+        if body is None:
+            return  # the client went away
+        loop = asyncio.get_running_loop()
+        try:
+            status, payload = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
+        except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
+            log.exception("%s request %s %s failed", self.name, method, path)
+            status, payload = 500, {self.error_key: f"internal error; see the {self.name}'s log"}
+        await self._answer(send, status, payload, head=method == "HEAD")
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        headers = {bytes(k).lower(): bytes(v) for k, v in scope["headers"]}
+        method = scope["method"]
+        if b"transfer-encoding" in headers or (b"content-length" not in headers and method in ("POST", "PUT")):
+            raise _BadBody(411, "send the body with a Content-Length (chunked bodies are not accepted)")
+        try:
+            length = int(headers.get(b"content-length", b"0"))
+        except ValueError:
+            raise _BadBody(400, "Content-Length is not a number") from None
+        if length < 0 or length > self.max_body:
+            raise _BadBody(413, f"the body must be 0 to {self.max_body} bytes, not {length}")
+        buffer = bytearray(length)
+        view = memoryview(buffer)
+        got = 0
+        async with asyncio.timeout(self.body_deadline):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                if got + len(chunk) > length:
+                    raise _BadBody(400, f"the body is longer than its Content-Length {length}")
+                view[got : got + len(chunk)] = chunk
+                got += len(chunk)
+                if not message.get("more_body"):
+                    break
+        view.release()
+        if got != length:
+            raise _BadBody(400, f"the body ended before its {length} bytes arrived")
+        return buffer  # type: ignore[return-value]  # a bytearray: parsed as bytes are, without a copy
+
+    async def _answer(self, send: Send, status: int, payload: Any, *, close: bool = False, head: bool = False) -> None:
+        if isinstance(payload, Raw):
+            body, content_type = payload.body, payload.content_type
+        else:
+            body, content_type = json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+        headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+# --------------------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------------------
+
+TEXT = "text/plain; charset=utf-8"
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _MetricsApp:
+    def __init__(self, render: Callable[[], bytes], name: str) -> None:
+        self.render = render
+        self.name = name
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        if path.split("?", 1)[0] != "/metrics":
+            return 404, Raw(b"not found; metrics are at /metrics\n", TEXT)
+        if method not in ("GET", "HEAD"):
+            return 405, Raw(b"/metrics takes GET\n", TEXT)
+        try:
+            text = self.render()
+        except Exception:  # a scrape gets an answer, not a dropped connection
+            log.exception("rendering the %s failed", self.name)
+            return 500, Raw(f"internal error; see the {self.name}' log\n".encode(), TEXT)
+        return 200, Raw(text, PROMETHEUS_TEXT)
+
+
+class MetricsServer(JsonServer):
+    """`GET /metrics` (and HEAD) answering `render()`, the Prometheus text format, on the same front."""
+
+    max_body = 64 * 1024
+
+    def __init__(self, render: Callable[[], bytes], address: tuple[str, int], *, name: str = "metrics") -> None:
+        self.name = name
+        super().__init__(_MetricsApp(render, name), address)

@@ -1,0 +1,543 @@
+"""The HTTP front (hami.front) as clients and attackers meet it, through the real servers over loopback: every
+extender verb and both metrics listeners fuzzed (no 5xx, the scheduler's state unchanged), invalid Unicode
+anywhere, slow senders closed by the deadline, 200 simultaneous connections all answered, a large body read
+with bounded memory, and a filter that fails after its assumption leaving nothing behind."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from scheduler_harness import Harness, gpu_node, gpu_pod
+
+from hami.cluster import ClusterError, meta
+from hami.cluster.locks import LOCK_ANNOTATION
+from hami.front import JsonServer, MetricsServer
+from hami.lifecycle import BIND_PHASE
+from hami.scheduler.server import ExtenderApp, ExtenderServer
+
+REAL = "real-pod-0001"
+"""The pod the cluster holds: fuzzed names (letters only) never name it."""
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[Harness]:
+    h = Harness()
+    h.add_node(gpu_node("node-a", gpus=2, memory=10000, split=4))
+    h.add_node(gpu_node("node-b", gpus=2, memory=10000, split=4))
+    h.add_pod(gpu_pod(REAL, mem=3000))
+    h.start()
+    assert h.filter(REAL)["NodeNames"]
+    h.flush()
+    yield h
+    h.stop()
+
+
+def snapshot(h: Harness) -> Any:
+    """Everything a request could leave behind: assumptions, host usage, quota usage, node locks, pods."""
+    assert h.service is not None
+    state = h.service.extender.state
+    with state.lock:
+        pods = sorted((k, r.node, r.assumed, r.bound) for k, r in state.pods.items())
+        hosts = sorted(state.host_usage.items())
+    nodes = sorted(
+        (meta(n)["name"], (meta(n).get("annotations") or {}).get(LOCK_ANNOTATION)) for n in h.cluster.list("nodes")[0]
+    )
+    ledger = h.service.ledger
+    with ledger._lock:
+        usage = sorted((ns, sorted(pods_.keys())) for ns, pods_ in ledger._usage.items())
+    cluster_pods = sorted(meta(p)["name"] for p in h.cluster.list("pods")[0])
+    return pods, hosts, nodes, usage, cluster_pods
+
+
+def post(port: int, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path, body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+# ------------------------------------------------------------------------------------------------ fuzzing
+
+names = st.from_regex(r"[a-z]{1,8}", fullmatch=True)
+hostile_text = st.one_of(
+    st.text(max_size=12),
+    names,
+    st.sampled_from(["p1\ud800", "\udc00", "a\x00b", "../x", "A", "", " ", "x" * 300, "é"]),
+)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), hostile_text)
+anything = st.recursive(
+    scalars, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(hostile_text, c, max_size=3)), max_leaves=12
+)
+limits = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpumem", "cpu"]),
+        st.one_of(st.sampled_from(["1", "2", "3000", "x", "-1"]), anything),
+        max_size=3,
+    ),
+    anything,
+)
+containers = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"name": hostile_text, "resources": st.one_of(st.fixed_dictionaries({"limits": limits}), anything)}
+        ),
+        anything,
+    ),
+    max_size=2,
+)
+pods = st.fixed_dictionaries(
+    {
+        "metadata": st.one_of(
+            st.fixed_dictionaries(
+                {"name": st.one_of(names, hostile_text), "namespace": st.one_of(st.just("default"), hostile_text)},
+                optional={"uid": hostile_text, "annotations": anything},
+            ),
+            anything,
+        )
+    },
+    optional={
+        "spec": st.one_of(
+            st.fixed_dictionaries(
+                {"containers": containers},
+                optional={"nodeName": st.one_of(st.none(), st.sampled_from(["", "node-a"]), hostile_text)},
+            ),
+            anything,
+        )
+    },
+)
+node_names = st.one_of(st.lists(st.one_of(st.sampled_from(["node-a", "node-b"]), hostile_text), max_size=3), anything)
+filter_bodies = st.fixed_dictionaries(
+    {"Pod": st.one_of(pods, anything)},
+    optional={
+        "NodeNames": node_names,
+        "Nodes": st.one_of(
+            st.fixed_dictionaries(
+                {
+                    "items": st.lists(
+                        st.one_of(
+                            st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"name": hostile_text})}), anything
+                        ),
+                        max_size=2,
+                    )
+                }
+            ),
+            anything,
+        ),
+    },
+)
+placeable = st.builds(
+    lambda name, gpus, mem, nodes: {
+        "Pod": {
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {
+                "containers": [
+                    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus, "nvidia.com/gpumem": mem}}}
+                ]
+            },
+        },
+        "NodeNames": nodes,
+    },
+    names,
+    st.sampled_from(["1", "2"]),
+    st.sampled_from(["1000", "3000"]),
+    st.sampled_from([["node-a"], ["node-a", "node-b"]]),
+)
+"""Pods the extender places (it assumes them), then cannot record (no such pod): the undo path, every time."""
+filter_bodies = st.one_of(filter_bodies, placeable)
+bind_bodies = st.fixed_dictionaries(
+    {
+        "PodName": st.one_of(names, hostile_text, anything),
+        "PodNamespace": st.one_of(st.just("default"), hostile_text),
+        "PodUID": st.one_of(hostile_text, anything),
+        "Node": st.one_of(st.sampled_from(["node-a", "node-b"]), hostile_text, anything),
+    }
+)
+
+
+def encode(value: Any) -> bytes:
+    """JSON as a client might write it: lone surrogates escaped (`\\ud800`), which a lenient parser accepts."""
+    return json.dumps(value).encode()
+
+
+@st.composite
+def damaged(draw: st.DrawFn, bodies: st.SearchStrategy[Any]) -> bytes:
+    """A body, sometimes with invalid UTF-8, an escaped lone surrogate or garbage spliced in anywhere."""
+    body = encode(draw(bodies))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(body)))
+        splice = draw(st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\\ud800", b"\\udfff\\ud800", b"\x00", b'"', b"}"]))
+        body = body[:at] + splice + body[at:]
+    return body
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(verb=st.sampled_from(["filter", "prioritize", "bind"]), data=st.data())
+def test_fuzzed_extender_bodies_never_get_a_5xx_and_leave_the_state_as_it_was(
+    world: Harness, verb: str, data: st.DataObject
+) -> None:
+    body = data.draw(damaged(bind_bodies if verb == "bind" else filter_bodies))
+    before = snapshot(world)
+    status, answer = post(world.server.port, f"/{verb}", body)
+    decoded = json.loads(answer)
+    event(
+        f"{verb} answered {status}" + (" with an error" if isinstance(decoded, dict) and decoded.get("Error") else "")
+    )
+    assert status < 500, answer
+    assert status in (200, 400), answer
+    if status == 400:
+        assert json.loads(answer)["Error"]
+    assert snapshot(world) == before
+
+
+@pytest.fixture(scope="module")
+def metrics_port(world: Harness) -> Iterator[int]:
+    assert world.service is not None
+    server = world.service.metrics.serve_metrics(("127.0.0.1", 0))
+    yield server.port
+    server.stop()
+
+
+def raw_exchange(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    method=st.one_of(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]), st.binary(max_size=8)),
+    path=st.binary(max_size=30).map(lambda b: b.replace(b" ", b"").replace(b"\r", b"").replace(b"\n", b"")),
+    body=st.binary(max_size=64),
+)
+def test_fuzzed_methods_and_paths_on_every_scheduler_listener(
+    world: Harness, metrics_port: int, method: str | bytes, path: bytes, body: bytes
+) -> None:
+    verb = method.encode() if isinstance(method, str) else method
+    request = verb + b" /" + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    request += b"Content-Length: %d\r\n\r\n" % len(body) + body
+    for port in (world.server.port, metrics_port):
+        reply = raw_exchange(port, request)
+        assert reply.startswith(b"HTTP/1.1 "), (port, request, reply[:100])
+        status = int(reply.split(b" ", 2)[1])
+        assert status < 500 or (status == 503 and path.startswith(b"readyz")), (port, request, reply[:200])
+
+
+def test_the_node_metrics_listener_answers_only_metrics() -> None:
+    server = MetricsServer(lambda: b"hami_up 1\n", ("127.0.0.1", 0), name="node metrics").start()
+    try:
+        assert post(server.port, "/metrics", b"", "GET") == (200, b"hami_up 1\n")
+        assert post(server.port, "/metrics", b"", "HEAD")[0] == 200
+        assert post(server.port, "/other", b"", "GET")[0] == 404
+        assert post(server.port, "/metrics", b"x", "POST")[0] == 405
+        assert post(server.port, "/metrics", b"x" * 100_000, "POST")[0] == 413
+    finally:
+        server.stop()
+
+
+def test_lone_surrogates_are_a_400_naming_the_problem_and_count_nothing(world: Harness) -> None:
+    before = snapshot(world)
+    body = (
+        b'{"Pod": {"metadata": {"name": "p1\\ud800", "namespace": "default"}, "spec": {"containers": '
+        b'[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "NodeNames": ["node-a"]}'
+    )
+    for _ in range(8):  # eight such filters once filled an 8-GPU node until a restart
+        status, answer = post(world.server.port, "/filter", body)
+        assert status == 400
+        assert "surrogate" in json.loads(answer)["Error"] or "hex escape" in json.loads(answer)["Error"]
+    status, answer = post(
+        world.server.port,
+        "/bind",
+        b'{"PodName": "p\\udc00", "PodNamespace": "default", "PodUID": "u", "Node": "node-a"}',
+    )
+    assert status == 400
+    assert snapshot(world) == before
+
+
+def test_a_wrong_field_is_named(world: Harness) -> None:
+    status, answer = post(
+        world.server.port, "/filter", encode({"Pod": {"metadata": {"name": "p"}, "spec": {"containers": ["x"]}}})
+    )
+    assert status == 400
+    assert "Pod.spec.containers.0" in json.loads(answer)["Error"]
+    status, answer = post(
+        world.server.port,
+        "/filter",
+        encode({"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": {"limits": "x"}}]}}}),
+    )
+    assert "Pod.spec.containers.0.resources.limits" in json.loads(answer)["Error"]
+    status, answer = post(
+        world.server.port, "/bind", encode({"PodName": "p", "PodNamespace": "default", "PodUID": "u"})
+    )
+    assert status == 400
+    assert "Node: Field required" in json.loads(answer)["Error"]
+
+
+def test_a_body_missing_spec_node_name_does_not_withdraw_a_bound_pod(world: Harness) -> None:
+    """The attack: one /filter claiming the running pod is unbound once moved it; the state wins now."""
+    pod = world.cluster.get("pods", REAL, "default")
+    assert world.service is not None
+    state = world.service.extender.state
+    world.cluster.replace("pods", {**pod, "spec": {**pod["spec"], "nodeName": state.pods[f"default/{REAL}"].node}})
+    world.flush()
+    before = snapshot(world)
+    annotations = meta(world.cluster.get("pods", REAL, "default")).get("annotations")
+    forged = {
+        "Pod": {
+            "metadata": {"name": REAL, "namespace": "default", "uid": meta(pod)["uid"]},
+            "spec": {"containers": pod["spec"]["containers"]},
+        },
+        "NodeNames": ["node-a", "node-b"],
+    }
+    status, answer = post(world.server.port, "/filter", encode(forged))
+    assert status == 200
+    assert "already bound" in json.loads(answer)["Error"]
+    assert snapshot(world) == before
+    assert meta(world.cluster.get("pods", REAL, "default")).get("annotations") == annotations
+
+
+def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock() -> None:
+    h = Harness()
+    h.add_node(gpu_node("n1", gpus=1, memory=8000))
+    h.add_pod(gpu_pod("victim", mem=6000))
+    h.start()
+    try:
+        before = snapshot(h)
+        calls = {"n": 0}
+        real_patch = h.cluster.patch_metadata
+
+        def failing_patch(*args: Any, **kwargs: Any) -> Any:
+            calls["n"] += 1
+            raise ClusterError("the API server went away")
+
+        h.cluster.patch_metadata = failing_patch  # type: ignore[method-assign]
+        answer = h.filter("victim")
+        assert "could not record" in answer["Error"]
+        assert snapshot(h) == before
+        h.cluster.patch_metadata = real_patch  # type: ignore[method-assign]
+        real_bind = h.cluster.bind
+
+        def failing_bind(*args: Any, **kwargs: Any) -> Any:
+            raise UnicodeEncodeError("utf-8", "x", 0, 1, "not a ClusterError: a bug anywhere")
+
+        h.cluster.bind = failing_bind  # type: ignore[method-assign]
+        assert h.filter("victim")["NodeNames"] == ["n1"]
+        with pytest.raises(UnicodeEncodeError):
+            h.service.extender.bind("default", "victim", meta(h.cluster.get("pods", "victim", "default"))["uid"], "n1")  # type: ignore[union-attr]
+        assert LOCK_ANNOTATION not in (meta(h.cluster.get("nodes", "n1")).get("annotations") or {})
+        assert meta(h.cluster.get("pods", "victim", "default"))["annotations"][BIND_PHASE] == "failed"
+        h.cluster.bind = real_bind  # type: ignore[method-assign]
+    finally:
+        h.stop()
+
+
+# ------------------------------------------------------------------------------------------------ connections
+
+
+class _Echo:
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return 200, {"n": len(body)}
+
+
+class _QuickDeadlines(JsonServer):
+    name = "test"
+    header_deadline = 0.5
+    body_deadline = 0.8
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection within `seconds` while the client sends a byte now and then
+    (an answer it sends first, such as a 408, is read and skipped)."""
+    end = time.monotonic() + seconds
+    sock.settimeout(0.1)
+    while time.monotonic() < end:
+        try:
+            sock.sendall(b"x")
+            if sock.recv(4096) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def test_slow_senders_are_closed_by_the_deadlines_and_others_are_served() -> None:
+    server = _QuickDeadlines(_Echo(), ("127.0.0.1", 0)).start()
+    try:
+        slow = []
+        for i in range(40):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(
+                b"POST / HTTP/1.1\r\nHost: x\r\n"
+                if i % 2
+                else b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"
+            )
+            slow.append(sock)
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(10)]
+        slow += silent
+        assert post(server.port, "/", b"{}") == (200, b'{"n":2}')
+        started = time.monotonic()
+        for sock in silent:  # connected, and never a byte: closed all the same
+            sock.settimeout(5)
+            assert sock.recv(4096) == b""
+        assert all(closed_within(sock, 5) for sock in slow), "a slow sender was still connected after 5 s"
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in slow:
+            sock.close()
+        server.stop()
+
+
+def test_two_hundred_simultaneous_connections_are_all_answered() -> None:
+    server = JsonServer(_Echo(), ("127.0.0.1", 0)).start()
+    answers: list[int] = []
+    gate = threading.Barrier(200)
+
+    def client() -> None:
+        gate.wait()
+        answers.append(post(server.port, "/", b"{}")[0])
+
+    try:
+        threads = [threading.Thread(target=client) for _ in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.stop()
+    assert answers == [200] * 200
+
+
+def test_a_large_body_is_read_into_one_buffer_and_one_over_the_cap_not_at_all(world: Harness) -> None:
+    size = 24 * 1024 * 1024
+    filler = "x" * size
+    body = encode(
+        {"Pod": {"metadata": {"name": "big", "namespace": "default"}, "status": {"ignored": filler}}, "NodeNames": []}
+    )
+    del filler
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        status, _ = post(world.server.port, "/filter", body)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert status == 200
+    # The client's own copy of the body plus the server's single buffer; the old server held several more.
+    assert peak < 2.6 * len(body), f"peak {peak / 2**20:.0f} MiB for a {len(body) / 2**20:.0f} MiB body"
+    connection = http.client.HTTPConnection("127.0.0.1", world.server.port, timeout=30)
+    connection.putrequest("POST", "/filter")
+    connection.putheader("Content-Length", str(ExtenderServer.max_body + 1))
+    connection.endheaders()
+    answer = connection.getresponse()
+    assert answer.status == 413
+    assert b"must be 0 to" in answer.read()
+    connection.close()
+
+
+def test_the_extender_is_ready_only_once_every_listener_accepts(world: Harness) -> None:
+    assert world.service is not None
+    second = JsonServer(_Echo(), ("127.0.0.1", 0))  # bound, not started
+    app = ExtenderApp(world.service.extender, ready=lambda: world.server.accepting and second.accepting)
+    assert app.handle("GET", "/readyz", b"")[0] == 503
+    second.start()
+    try:
+        assert app.handle("GET", "/readyz", b"")[0] == 200
+    finally:
+        second.stop()
+    assert app.handle("GET", "/readyz", b"")[0] == 503
+
+
+# ------------------------------------------------------------------------------------------------ TLS
+
+
+def test_the_extender_over_tls_answers_only_clients_with_a_certificate_of_its_client_ca(
+    world: Harness, tmp_path: Path
+) -> None:
+    from hami.webhook.certs import generate, issue_client
+
+    bundle = generate("hami-scheduler", "kube-system", extra_names=["127.0.0.1"])
+    stranger = generate("other", "kube-system")
+    files = {
+        "tls.crt": bundle.cert, "tls.key": bundle.key, "ca.crt": bundle.ca_cert,
+        "other.crt": stranger.cert, "other.key": stranger.key,
+    }  # fmt: skip
+    client_cert, client_key = issue_client((bundle.ca_cert, bundle.ca_key), "kube-scheduler")
+    files |= {"client.crt": client_cert, "client.key": client_key}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert world.service is not None
+    server = ExtenderServer(
+        ExtenderApp(world.service.extender),
+        ("127.0.0.1", 0),
+        certfile=str(tmp_path / "tls.crt"),
+        keyfile=str(tmp_path / "tls.key"),
+        client_ca=str(tmp_path / "ca.crt"),
+    ).start()
+
+    def healthz(cert: str | None) -> int:
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        if cert:
+            context.load_cert_chain(str(tmp_path / f"{cert}.crt"), str(tmp_path / f"{cert}.key"))
+        connection = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=30, context=context)
+        try:
+            connection.request("GET", "/healthz")
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    try:
+        assert healthz("client") == 200
+        for cert in (None, "other"):  # no certificate, or one another CA signed: no answer at all
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.RemoteDisconnected)):
+                healthz(cert)
+    finally:
+        server.stop()
+
+
+def test_hami_scheduler_says_ready_only_once_its_metrics_accept_too() -> None:
+    """The flake seen on a clean clone: /readyz answered 200 and the metrics port still refused."""
+    from hami.cluster import MemoryCluster
+    from hami.config import load_config
+    from hami.demo.world import free_port
+    from hami.scheduler.run import run_scheduler
+
+    extender, metrics = free_port(), free_port()
+    config = load_config(
+        None, {"scheduler.listen": f"127.0.0.1:{extender}", "scheduler.metricsListen": f"127.0.0.1:{metrics}"}
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler, args=(config,), kwargs={"cluster": MemoryCluster(), "stop": stop})
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if post(extender, "/readyz", b"", "GET")[0] == 200:
+                    break
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.01)
+        assert post(metrics, "/metrics", b"", "GET")[0] == 200  # at once, no retry
+    finally:
+        stop.set()
+        thread.join(30)

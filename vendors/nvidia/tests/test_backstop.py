@@ -180,4 +180,3 @@ def test_a_cgroup_path_gives_the_pod_and_container_under_both_cgroup_drivers(tmp
     (tmp_path / "8" / "cgroup").write_text(f"0::/kubepods/burstable/pod{POD_UID}/{SIDECAR_ID}\n")
     assert owner_of(8, tmp_path) == (POD_UID, SIDECAR_ID)
     assert owner_of(9, tmp_path) is None  # gone
-

@@ -209,3 +209,18 @@ def test_the_walk_through_commands_install_test_and_list_the_plugin(tmp_path: Pa
     from_wheels = json.loads(run(wheels)[-1])
     assert from_wheels["failed"] == []
     assert [(v["name"], v["distribution"]) for v in from_wheels["vendors"]] == [("tinyaccel", WALK_THROUGH_DIST)]
+
+
+def test_the_walk_through_files_pass_ruff_as_this_repository_configures_it(tmp_path: Path) -> None:
+    ruff = Path(sys.executable).parent / "ruff"
+    assert ruff.exists(), "ruff is in the dev environment"
+    project = _write_walk_through(tmp_path)
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    for command in (["check", *config, "."], ["format", "--check", *config, "."]):
+        proc = subprocess.run([str(ruff), *command], cwd=project, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the guide's other Python blocks are formatted as the code they quote
+    proc = subprocess.run(
+        [str(ruff), "format", "--check", *config, str(GUIDE)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

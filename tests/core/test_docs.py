@@ -130,14 +130,8 @@ def test_the_walk_through_plugin_loads_strictly_with_every_hook_it_describes(
     finally:
         for module in [m for m in sys.modules if m.startswith("hami_vendor_tinyaccel")]:
             del sys.modules[module]
-    assert hooks == {
-        "hami_vendor_info",
-        "hami_vendor_settings",
-        "hami_discover_devices",
-        "hami_container_request",
-        "hami_fit_nodes",
-        "hami_container_edits",
-    }
+    named = ("vendor_info", "vendor_settings", "discover_devices", "container_request", "fit_nodes", "container_edits")
+    assert hooks == {f"hami_{hook}" for hook in named}
     walk = GUIDE.read_text().split("## Walk-through", 1)[1].split("\n## ", 1)[0]
     assert all(f"`{hook}`" in walk for hook in hooks), "the walk-through names every hook its plugin implements"
 

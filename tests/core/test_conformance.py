@@ -36,6 +36,7 @@ from hami.testing.conformance import (
     RequestCase,
     VendorFixture,
     applicable,
+    pytest_suite,
     run_check,
 )
 
@@ -255,3 +256,35 @@ def test_misspelled_hook_fails_loudly() -> None:
     assert "did you mean hami_container_request" in failing(
         "hooks_match_contract", plugin(hami_container_requests=hami_container_requests)
     )
+
+
+def test_a_partial_fixture_fails_the_checks_it_gives_no_material() -> None:
+    f = fixture(plugin())
+    f.nodes = {}  # the plugin fits nodes, but the fixture forgot to give any
+    _, skipped = applicable(f)
+    reasons = {c.name: why for c, why in skipped}
+    assert set(reasons) == {"fit_within_capacity", "fit_order_independent", "refusal_reasons_readable"}
+    assert all("`nodes` and `fit_requests`" in why for why in reasons.values())
+
+    suite = pytest_suite(lambda: f)
+    suite("requests_from_resources")  # the checks with material still run
+    with pytest.raises(
+        ConformanceFailure, match="fit_within_capacity did not run: the vendor implements hami_fit_nodes"
+    ):
+        suite("fit_within_capacity")
+
+
+def test_a_check_for_an_unimplemented_hook_is_reported_as_skipped_with_the_hook() -> None:
+    bare = types.ModuleType("bare")
+    bare.hami_vendor_info = info_hook  # type: ignore[attr-defined]
+    f = fixture(bare)
+    suite = pytest_suite(lambda: f)
+    suite("metadata_complete")
+    with pytest.raises(pytest.skip.Exception, match="does not implement hami_fit_nodes"):
+        suite("fit_within_capacity")
+
+
+def test_the_suite_has_one_test_per_check_whatever_the_fixture() -> None:
+    suite = pytest_suite(lambda: fixture(plugin()))
+    (mark,) = [m for m in getattr(suite, "pytestmark", []) if m.name == "parametrize"]
+    assert list(mark.args[1]) == [c.name for c in CHECKS]

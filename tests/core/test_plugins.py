@@ -279,3 +279,20 @@ def test_container_edits_are_given_the_installed_library_only_when_they_ask_for_
 
     older = VendorHost.from_plugins({"old": make_plugin("old", "OLD", "old.example", hami_container_edits=older_edits)})
     assert older.container_edits("OLD", Pod(name="p"), 0, (), library).env == {"N": "0"}
+
+
+def test_a_vendor_without_container_edits_is_warned_about_once_when_its_devices_are_given(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    host = VendorHost.from_plugins({"bare": make_plugin("bare", "BARE", "bare.example")})
+    placed = (ContainerDevice(uuid="B-0", type="BARE"),)
+    with caplog.at_level(logging.WARNING, logger="hami.plugins"):
+        assert host.container_edits("BARE", Pod(name="p"), 0, ()) == ContainerEdits()  # nothing placed: no warning
+        assert caplog.records == []
+        assert host.container_edits("BARE", Pod(name="p"), 0, placed) == ContainerEdits()
+        host.container_edits("BARE", Pod(name="q"), 0, placed)
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith("vendor bare (")
+    assert "implements no hami_container_edits" in record.getMessage()
+    assert "BARE devices get no environment" in record.getMessage()

@@ -113,6 +113,7 @@ class VendorHost:
         self._kinds: dict[str, tuple[LoadedVendor, DeviceKind]] = {}
         self._resources: dict[str, DeviceKind] = {}
         self._callers: dict[tuple[str, str], Any] = {}
+        self._warned_no_edits: set[str] = set()
         for vendor in self.vendors:
             self._index(vendor)
 
@@ -417,6 +418,16 @@ class VendorHost:
             devices=devices,
             library=library,
         )
+        vendor = self._kinds[common_word][0]
+        if devices and "hami_container_edits" not in vendor.hooks and vendor.name not in self._warned_no_edits:
+            self._warned_no_edits.add(vendor.name)  # once per vendor: every container of the kind gets the same
+            log.warning(
+                "vendor %s (%s) implements no hami_container_edits: containers given %s devices get no environment,"
+                " mounts or device nodes from it (implement the hook to name the devices the container may use)",
+                vendor.name,
+                vendor.distribution,
+                common_word,
+            )
         return ContainerEdits() if result is None else result
 
     def host_environment(

@@ -2,9 +2,11 @@
 
 A vendor describes itself in a `VendorFixture` (its plugin, example requests with the answers it must
 give, candidate nodes to fit onto, placements to edit) and calls `pytest_suite`, which produces one test
-per applicable check. A check applies when the vendor implements the hooks it exercises and the fixture
-provides its material; checks that do not apply are not generated (they are listed by `applicable` so a
-vendor can see what it has not built yet). Third-party vendors run exactly the same kit.
+per check. A check runs when the vendor implements the hooks it exercises and the fixture provides its
+material. A check whose hooks the vendor does not implement is reported as skipped, with the hook named; a
+check whose hooks the vendor implements but whose material the fixture lacks fails, naming the fixture field
+to fill, so a partial fixture never passes as a complete one. `applicable` lists both. Third-party vendors run
+exactly the same kit.
 
 Each check names the failure it guards against; HAMi's own conformance idea, with this project's checks.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "CHECKS",
     "Check",
     "ConformanceFailure",
+    "NOT_IMPLEMENTED",
     "EditCase",
     "RequestCase",
     "VendorFixture",
@@ -99,16 +102,22 @@ class Check:
     hooks: tuple[str, ...]
     material: Callable[[VendorFixture], bool]
     run: Callable[[VendorFixture, VendorHost], None]
+    needs: str = ""
+    """the fixture fields the check runs on, as its failure names them when they are missing."""
 
 
 CHECKS: list[Check] = []
 
 
 def _check(
-    rule: str, *, hooks: tuple[str, ...] = (), material: Callable[[VendorFixture], bool] = lambda f: True
+    rule: str,
+    *,
+    hooks: tuple[str, ...] = (),
+    material: Callable[[VendorFixture], bool] = lambda f: True,
+    needs: str = "",
 ) -> Callable[[Callable[[VendorFixture, VendorHost], None]], Callable[[VendorFixture, VendorHost], None]]:
     def register(fn: Callable[[VendorFixture, VendorHost], None]) -> Callable[[VendorFixture, VendorHost], None]:
-        CHECKS.append(Check(fn.__name__.removeprefix("check_"), rule, hooks, material, fn))
+        CHECKS.append(Check(fn.__name__.removeprefix("check_"), rule, hooks, material, fn, needs))
         return fn
 
     return register
@@ -173,6 +182,7 @@ def _container(resources: Mapping[str, str]) -> Container:
     "requests are read from resources as the fixture's examples say",
     hooks=("hami_container_request",),
     material=lambda f: bool(f.requests),
+    needs="`requests` (RequestCase examples)",
 )
 def check_requests_from_resources(fixture: VendorFixture, host: VendorHost) -> None:
     for case in fixture.requests:
@@ -202,6 +212,7 @@ def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorHost)
     "a memory value with a unit suffix is refused with the resource named, not misread",
     hooks=("hami_container_request",),
     material=lambda f: bool(f.requests),
+    needs="`requests` (RequestCase examples)",
 )
 def check_unit_suffix_refused(fixture: VendorFixture, host: VendorHost) -> None:
     for kind in host.vendors[0].info.kinds:
@@ -227,6 +238,9 @@ def _fit_material(fixture: VendorFixture) -> bool:
     return any(kind in fixture.nodes for kind in fixture.fit_requests)
 
 
+_FIT_NEEDS = "`nodes` and `fit_requests` for the same device kind"
+
+
 def _fits(host: VendorHost, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
     pod = Pod(name="fit-check", uid="uid-fit-check", containers=(Container(name="main"),))
     fits = host.fit_nodes(kind, pod, [request], nodes, SchedulingPolicy())
@@ -239,6 +253,7 @@ def _fits(host: VendorHost, kind: str, request: ContainerRequest, nodes: list[No
     "a placement never exceeds a device's free slots, memory or cores, and gives each container its device count",
     hooks=("hami_fit_nodes",),
     material=_fit_material,
+    needs=_FIT_NEEDS,
 )
 def check_fit_within_capacity(fixture: VendorFixture, host: VendorHost) -> None:
     for kind, requests in fixture.fit_requests.items():
@@ -273,6 +288,7 @@ def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
     "which nodes fit does not depend on the order devices are listed in",
     hooks=("hami_fit_nodes",),
     material=_fit_material,
+    needs=_FIT_NEEDS,
 )
 def check_fit_order_independent(fixture: VendorFixture, host: VendorHost) -> None:
     rng = random.Random(20261130)
@@ -292,7 +308,12 @@ def check_fit_order_independent(fixture: VendorFixture, host: VendorHost) -> Non
 _UNREADABLE = ("Traceback", "object at 0x", "None", "{'", "[<", "Error(")
 
 
-@_check("every refused node gets one short line a user can read", hooks=("hami_fit_nodes",), material=_fit_material)
+@_check(
+    "every refused node gets one short line a user can read",
+    hooks=("hami_fit_nodes",),
+    material=_fit_material,
+    needs=_FIT_NEEDS,
+)
 def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorHost) -> None:
     for kind in fixture.fit_requests:
         nodes = fixture.nodes[kind]()
@@ -315,6 +336,7 @@ def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorHost) -> 
     "container edits are deterministic: the same placement gives the same edits",
     hooks=("hami_container_edits",),
     material=lambda f: bool(f.edits),
+    needs="`edits` (EditCase placements)",
 )
 def check_container_edits_deterministic(fixture: VendorFixture, host: VendorHost) -> None:
     for case in fixture.edits:
@@ -332,19 +354,36 @@ def check_container_edits_deterministic(fixture: VendorFixture, host: VendorHost
 # --------------------------------------------------------------------------------------------------------
 
 
+NOT_IMPLEMENTED = "the vendor does not implement"
+
+
+def _why_not(check: Check, fixture: VendorFixture, hooks: set[str]) -> str | None:
+    """None when the check runs; else why not (starting with `NOT_IMPLEMENTED` when a hook is missing)."""
+    missing = [h for h in check.hooks if h not in hooks]
+    if missing:
+        return f"{NOT_IMPLEMENTED} {', '.join(missing)}"
+    if not check.material(fixture):
+        return (
+            f"the vendor implements {', '.join(check.hooks)} but the fixture gives no {check.needs}:"
+            f" add them to the VendorFixture so that {check.name} runs"
+        )
+    return None
+
+
 def applicable(fixture: VendorFixture) -> tuple[list[Check], list[tuple[Check, str]]]:
-    """The checks that apply to this fixture, and those that do not with why."""
-    host = fixture.host()
-    hooks = set(host.vendors[0].hooks)
+    """The checks that run on this fixture, and those that do not with why.
+
+    A reason starting with `NOT_IMPLEMENTED` is a hook the vendor has not written (the check is skipped);
+    any other names the fixture material the vendor must add (`pytest_suite` fails the check).
+    """
+    hooks = set(fixture.host().vendors[0].hooks)
     run, skipped = [], []
     for check in CHECKS:
-        missing = [h for h in check.hooks if h not in hooks]
-        if missing:
-            skipped.append((check, f"the vendor does not implement {', '.join(missing)}"))
-        elif not check.material(fixture):
-            skipped.append((check, "the fixture provides no material for it"))
-        else:
+        why = _why_not(check, fixture, hooks)
+        if why is None:
             run.append(check)
+        else:
+            skipped.append((check, why))
     return run, skipped
 
 
@@ -358,16 +397,24 @@ def run_check(fixture: VendorFixture, name: str) -> None:
 
 
 def pytest_suite(make_fixture: Callable[[], VendorFixture]) -> Callable[[str], None]:
-    """A pytest test function parametrized over the checks that apply to the fixture.
+    """A pytest test function parametrized over every check of the kit.
 
-    In a vendor's tests: ``test_conformance = pytest_suite(my_fixture)``.
+    In a vendor's tests: ``test_conformance = pytest_suite(my_fixture)``. A check runs when it applies; it is
+    skipped, naming the hook, when the vendor does not implement what it exercises; it fails, naming the fixture
+    field to fill, when the vendor implements the hook but the fixture gives it nothing to run on.
     """
     import pytest
 
-    names = [c.name for c in applicable(make_fixture())[0]]
-
-    @pytest.mark.parametrize("check", names)
+    @pytest.mark.parametrize("check", [c.name for c in CHECKS])
     def test_conformance(check: str) -> None:
-        run_check(make_fixture(), check)
+        fixture = make_fixture()
+        (found,) = (c for c in CHECKS if c.name == check)
+        why = _why_not(found, fixture, set(fixture.host().vendors[0].hooks))
+        if why is None:
+            run_check(fixture, check)
+        elif why.startswith(NOT_IMPLEMENTED):
+            pytest.skip(f"{check}: {why}")
+        else:
+            raise ConformanceFailure(f"{check} did not run: {why}")
 
     return test_conformance

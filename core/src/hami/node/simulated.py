@@ -4,10 +4,10 @@ With `simulatedInventory` set (`hami node --simulated-inventory FILE`), the node
 vendor's `hami_discover_devices`: every discovery round reads the file and reports the devices listed there
 for its node, grouped by the vendor that owns each device kind. Everything after discovery is unchanged:
 the register annotations, the device plugins and their ListAndWatch, Allocate with the vendor's
-`hami_allocate` and `hami_container_edits`, the metrics. So any vendor works on simulated devices without
-code of its own, and the scheduler cannot tell them from real ones. What a vendor does on the hardware at
-Allocate (creating a MIG instance, for example) finds no driver; the vendor answers as it does for a device
-its driver does not know.
+`hami_allocate` and `hami_container_edits`, the metrics. So any vendor works on simulated devices, and the
+scheduler cannot tell them from real ones. What a vendor's Allocate would ask its driver (a physical id, a PCI
+address) comes from each device's `driver` facts (`hami_simulated_devices`); what it does on the hardware
+(creating a MIG instance, for example) finds no driver, and the vendor answers as it does without one.
 
 This is how `hami demo` runs its nodes (`examples/demo-inventory.yaml`), and how a user tries a hardware
 mix of their own. The file is re-read every round, so editing it (a device's `health: false`, a new card)

@@ -5,10 +5,9 @@ repository root, with its work directory under the test's temporary folder so it
 there to read when something fails. Every pod of `examples/pods/` must have an expectation here: a new
 example without one fails `test_every_example_pod_has_an_expectation`.
 
-Ascend pods depend on what the Ascend vendor implements: while it has no fitting they are refused by the
-filter with the vendor's reason. With fitting they must be placed on Ascend devices of the right node, and then
-either run, or fail at Allocate because the vendor's container edits ask its driver (DCMI or npu-smi) about the
-device, which simulated devices do not have; the demo's note says so.
+Every vendor's pods run: what a vendor's Allocate would ask its driver (an NPU's physical id, a DCU's PCI address
+and DRM nodes, an Iluvatar chip's minor number) comes from the inventory's `driver` facts, so each pod is checked
+for the env and device nodes its vendor gives on hardware.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import pytest
 
 from hami.demo.examples import load_examples
 from hami.node.simulated import load_inventory
-from hami.plugins import VendorHost
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -158,67 +156,68 @@ def quota_second(pod: dict[str, Any]) -> None:
     assert "12000 MiB in all" in pod["reason"]
 
 
-def _ascend(
-    nodes: tuple[str, ...],
-) -> Callable[[Callable[[list[dict[str, Any]]], None]], Callable[[dict[str, Any]], None]]:
-    def wrap(check: Callable[[list[dict[str, Any]]], None]) -> Callable[[dict[str, Any]], None]:
-        def expect(pod: dict[str, Any]) -> None:
-            if not VendorHost.load().implements("Ascend910B3", "hami_fit_nodes"):
-                assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
-                assert pod["failed_nodes"]["ascend-node"] == "vendor ascend cannot place Ascend910B3 devices yet"
-                return
-            assert pod["node"] in nodes, pod
-            check(_devices(pod, "Ascend910B3"))
-            if pod["outcome"] == "failed":  # no driver to ask about simulated devices
-                assert pod["step"] == "allocate", pod
-                assert "is not on this node" in pod["reason"], pod
-            else:
-                _running(pod)
-                assert "ASCEND_VISIBLE_DEVICES" in next(iter(pod["env"].values()))
-
-        return expect
-
-    return wrap
+def _driver(uuid: str) -> dict[str, Any]:
+    """The inventory's `driver` facts of device `uuid` (what its vendor's driver would tell Allocate)."""
+    for node in INVENTORY.nodes:
+        for entry in node.devices:
+            facts = entry.driver_facts()
+            if uuid in facts:
+                return facts[uuid]
+    raise AssertionError(f"the demo inventory has no device {uuid}")
 
 
-@_ascend(("ascend-node",))  # template shares go to the node that does not serve soft split
-def ascend_template(devices: list[dict[str, Any]]) -> None:
-    (device,) = devices
+def _physical_ids(devices: list[dict[str, Any]]) -> str:
+    return ",".join(str(_driver(d["uuid"])["phyId"]) for d in devices)
+
+
+def ascend_template(pod: dict[str, Any]) -> None:
+    _running(pod, "ascend-node")  # template shares go to the node that does not serve soft split
+    (device,) = devices = _devices(pod, "Ascend910B3")
     assert device["memory"] == 16384  # 12000 MiB rounded up to the vir05_1c_16g template
+    assert pod["env"]["npu"] == {"ASCEND_VISIBLE_DEVICES": _physical_ids(devices), "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
 
 
-@_ascend(("mixed-node",))  # the node whose daemon serves soft split (hami-vnpu-core: "true")
-def ascend_soft_split(devices: list[dict[str, Any]]) -> None:
-    (device,) = devices
+def ascend_soft_split(pod: dict[str, Any]) -> None:
+    _running(pod, "mixed-node")  # the node whose daemon serves soft split (hami-vnpu-core: "true")
+    (device,) = devices = _devices(pod, "Ascend910B3")
     assert (device["memory"], device["cores"]) == (8192, 25)
+    env = pod["env"]["npu"]
+    assert env["ASCEND_VISIBLE_DEVICES"] == _physical_ids(devices)
+    assert (env["ASCEND_DEVICE_MEMORY_LIMIT_0"], env["ASCEND_DEVICE_CORE_LIMIT_0"]) == ("8192m", "25")
+    assert env["ASCEND_DEVICE_UUIDS"] == device["uuid"]
 
 
-@_ascend(("ascend-node", "mixed-node"))
-def ascend_whole_cards(devices: list[dict[str, Any]]) -> None:
+def ascend_whole_cards(pod: dict[str, Any]) -> None:
+    _running(pod)
+    assert pod["node"] in ("ascend-node", "mixed-node"), pod
+    devices = _devices(pod, "Ascend910B3")
     assert len({d["uuid"] for d in devices}) == 2
     assert all(d["memory"] == 65536 for d in devices)
+    assert pod["env"]["trainer"] == {"ASCEND_VISIBLE_DEVICES": _physical_ids(devices)}  # whole cards: nothing else
 
 
 def hygon_vdcu(pod: dict[str, Any]) -> None:
-    assert pod["node"] == "dcu-node", pod
+    _running(pod, "dcu-node")
     (device,) = _devices(pod, "DCU")
     assert (device["memory"], device["cores"]) == (16384, 50)
-    if pod["outcome"] == "failed":  # the vDCU needs the driver (ROCm SMI / DMI), which simulated devices lack
-        assert pod["step"] == "allocate", pod
-        assert "is not on this node" in pod["reason"], pod
-    else:
-        _running(pod)
+    facts = _driver(device["uuid"])
+    card, render = f"/dev/dri/{facts['drmCard']}", f"/dev/dri/{facts['drmRender']}"
+    assert pod["device_nodes"]["dcu"] == ["/dev/kfd", "/dev/mkfd", card, render]
+    assert "dcu" not in pod["env"]  # HAMi sets no environment for DCUs
+    vdev, *driver_dirs = pod["mounts"]["dcu"]
+    assert vdev.startswith("/etc/vdev/docker/ <- ")
+    assert driver_dirs == ["/opt/hygondriver", "/opt/hyhal"]
+    (conf,) = Path(vdev.split(" <- ", 1)[1]).glob("vdev*.conf")  # the vDCU's file, in the demo's work directory
+    assert f"PciBusId: {facts['bdf']}" in conf.read_text().splitlines()
 
 
 def iluvatar_share(pod: dict[str, Any]) -> None:
-    assert pod["node"] == "iluvatar-node", pod
+    _running(pod, "iluvatar-node")
     (device,) = _devices(pod, "BI-V150")
     assert (device["memory"], device["cores"]) == (4096, 50)  # 16 x 256 MiB
-    if pod["outcome"] == "failed":  # the device nodes are named by ixML's minor numbers, which simulated devices lack
-        assert pod["step"] == "allocate", pod
-        assert "is not on this node" in pod["reason"], pod
-    else:
-        _running(pod)
+    env = pod["env"]["corex"]
+    assert (env["IX_VISIBLE_DEVICES"], env["ILUVATAR_COREX_VISIBLE_DEVICES"]) == (device["uuid"], device["uuid"])
+    assert pod["device_nodes"]["corex"] == [f"/dev/iluvatar{_driver(device['uuid'])['minor']}", "/dev/itrctl"]
 
 
 def mthreads_sgpu(pod: dict[str, Any]) -> None:
@@ -293,7 +292,8 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"].startswith("19 pods: ")
+    assert demo.report["summary"] == "19 pods: 16 running, 2 refused, 1 unschedulable"
+    assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 
 def test_every_placed_pod_is_in_the_final_device_table_and_no_lock_is_left(demo: Demo) -> None:

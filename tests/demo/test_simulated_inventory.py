@@ -15,7 +15,7 @@ from node_harness import NODE, DaemonThread, eventually, node_annotations, scrip
 
 from hami.cluster import MemoryCluster
 from hami.codec import decode_node_register
-from hami.errors import ConfigError
+from hami.errors import ConfigError, HamiError
 from hami.node import simulated
 from hami.node.cli import node_settings
 from hami.node.daemon import NodeSettings
@@ -84,6 +84,7 @@ def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp
     ("devices", "message"),
     [
         ([{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "numa": [0]}], "numa lists 1 nodes for 2"),
+        ([{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "driver": [{}]}], "driver lists 1 entries for 2"),
         ([{"kind": "Scripted", "id": "SIM", "devmem": 1, "colour": "red"}], "nodes[node-a].devices[0].colour"),
         ([{"kind": "Scripted", "id": "SIM"}], "nodes[node-a].devices[0].devmem: required, and missing"),
         ([{"kind": "Scripted", "id": "A,B", "devmem": 1}], "separators"),
@@ -139,6 +140,45 @@ def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
     assert found["scripted"][0].annotations == {"example.com/topology": '{"a":1}', "example.com/plain": "text"}
     assert found["scripted"][1].annotations == {}
     assert "lists Unknown devices on node node-a, but no loaded vendor serves that kind" in caplog.text
+
+
+def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_published(
+    tmp_path: Path, host: VendorHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path / "inv.yaml",
+        inventory(
+            {"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "driver": [{"slot": 7}, {"slot": 8}]},
+            {"kind": "ScriptedLegacy", "id": "LEG", "devmem": 2, "driver": {"slot": 9}},
+            {"kind": "Scripted", "id": "BARE", "devmem": 3},
+        ),
+    )
+    handed: list[tuple[str, list[str], dict[str, Any]]] = []
+
+    def record(kind: str, devices: Any, driver: Any) -> None:
+        handed.append((kind, [d.id for d in devices], dict(driver)))
+
+    monkeypatch.setattr(host, "simulated_devices", record)
+    found = simulated.discover(path, NODE, host)
+    assert handed == [
+        ("Scripted", ["SIM-0", "SIM-1", "BARE"], {"SIM-0": {"slot": 7}, "SIM-1": {"slot": 8}, "BARE": {}}),
+        ("ScriptedLegacy", ["LEG"], {"LEG": {"slot": 9}}),
+    ]
+    assert all(not d.custom for i in found["scripted"] for d in i.devices)  # facts are the vendor's, not the register's
+
+
+def test_a_vendor_refusing_its_driver_facts_is_logged_and_its_devices_still_served(
+    tmp_path: Path, host: VendorHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path / "inv.yaml", inventory({"kind": "Scripted", "id": "SIM", "devmem": 1}))
+
+    def refuse(kind: str, devices: Any, driver: Any) -> None:
+        raise HamiError("device SIM has no driver.slot (an integer) in the simulated inventory: add it")
+
+    monkeypatch.setattr(host, "simulated_devices", refuse)
+    found = simulated.discover(path, NODE, host)
+    assert [d.id for d in found["scripted"][0].devices] == ["SIM"]
+    assert f"{path}, node node-a, the Scripted devices' driver facts: device SIM has no driver.slot" in caplog.text
 
 
 def test_the_node_flag_and_the_config_key_set_the_inventory(tmp_path: Path) -> None:

@@ -256,6 +256,27 @@ def hami_reconcile(kind: DeviceKind, pods: Sequence[Pod], settings: Any) -> None
     """
 
 
+@hookspec(firstresult=True)
+def hami_simulated_devices(
+    kind: DeviceKind, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]], settings: Any
+) -> None:
+    """This node runs on simulated devices (`hami.node.simulated`): these are its devices of `kind`, and what
+    the vendor's driver would say about each beyond its register entry.
+
+    Routed, optional, node daemon only. Called every discovery round of a daemon with ``simulatedInventory``
+    (which then calls no ``hami_discover_devices``), with the devices the inventory lists for this node. The
+    vendor keeps them where its own discovery keeps what the driver reported, so that `hami_allocate` and
+    `hami_container_edits` find the same facts as on real hardware, and asks no driver about them. A vendor
+    whose edits need nothing but the register entry does not implement it.
+
+    :param devices: the node's devices of `kind`, as the inventory lists them (unhealthy ones included).
+    :param driver: device id → the inventory entry's ``driver`` facts for it (keys are the vendor's, documented
+        in its README; an empty mapping when the entry gives none).
+    :raises hami.errors.HamiError: a fact the vendor needs is missing or malformed; the message names the device
+        and the key (the daemon logs it, naming the inventory file, and keeps serving the devices).
+    """
+
+
 # --------------------------------------------------------------------------------------------------------
 # Dynamic Resource Allocation (node side, hami.dra)
 # --------------------------------------------------------------------------------------------------------

@@ -380,6 +380,12 @@ class VendorHost:
         result = self._routed(common_word, "hami_device_processes")
         return None if result is None else list(result)
 
+    def simulated_devices(
+        self, common_word: str, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """Tell the vendor of `common_word` its simulated devices and their driver facts (`hami_simulated_devices`)."""
+        self._routed(common_word, "hami_simulated_devices", devices=devices, driver=driver)
+
     def dra_device(self, common_word: str, device: Device) -> DraDevice:
         """The vendor's DRA facts about `device` (`hami_dra_device`); core's defaults when it gives none."""
         result = self._routed(common_word, "hami_dra_device", device=device)

@@ -10,7 +10,7 @@ Exit status: 0 when the demo ran to the end, whatever became of each pod (that i
 JSON for scripts); 2 when it could not run (a bad file, a component that did not start).
 
 A pod that fails at Allocate is reported with the vendor's message, and a note at the end names the vendors
-concerned: on simulated devices a vendor whose Allocate asks its driver about the device finds no driver.
+concerned and points at the inventory's `driver` facts, which stand in for what their drivers would tell.
 """
 
 from __future__ import annotations
@@ -210,8 +210,9 @@ def _describe_world(world: DemoWorld, say: _Printer, ready: float) -> None:
     say(f"ready in {ready:.1f} s")
     say()
     say("Each example pod now goes admission (webhook) -> create -> filter, bind (extender) -> Allocate (node daemon,")
-    say("per container, as the kubelet calls it). The devices are simulated: no driver is called, so what a vendor")
-    say("does on the hardware at Allocate (creating a MIG instance, say) is not done; everything else is real.")
+    say("per container, as the kubelet calls it). The devices are simulated: no driver is called; what a vendor's")
+    say("Allocate asks its driver comes from the inventory, and what it does on the hardware (creating a MIG")
+    say("instance, say) is not done; everything else is real.")
     say()
 
 
@@ -238,14 +239,19 @@ def _print_outcome(outcome: PodOutcome, say: _Printer) -> None:
             say(f"     {key}: {value}")
         if outcome.outcome == "failed":
             say.wrapped(f"  FAILED at {outcome.step}: {outcome.reason}")
-        for container, env in outcome.env.items():
-            say(f"  container {container} env:")
-            for key, value in env.items():
-                say(f"    {key}={say.short(value)}")
+        for container in dict.fromkeys([*outcome.env, *outcome.mounts, *outcome.device_nodes]):
+            env = outcome.env.get(container)
+            if env:
+                say(f"  container {container} env:")
+                for key, value in env.items():
+                    say(f"    {key}={say.short(value)}")
             mounts = outcome.mounts.get(container)
             if mounts:
                 paths = [say.short(m.split(" <- ", 1)[0]) for m in mounts]
                 say(f"  container {container} mounts: {', '.join(paths)}")
+            nodes = outcome.device_nodes.get(container)
+            if nodes:
+                say(f"  container {container} device nodes: {', '.join(nodes)}")
     steps = ", ".join(f"{step} {ms:.0f} ms" for step, ms in outcome.milliseconds.items())
     say(f"  ({steps})")
     say()
@@ -275,9 +281,10 @@ def _notes(world: DemoWorld, outcomes: list[PodOutcome]) -> list[str]:
     pods = ", ".join(o.name for o in at_allocate)
     return [
         f"Note: {len(at_allocate)} pod(s) were placed but failed at Allocate ({pods}). The devices are simulated: "
-        f"the Allocate of {', '.join(vendors) or 'their vendor'} asks its driver about the device, and there is "
-        "no driver here. Scheduling, binding and the node lock went as on a cluster; the pods stay counted until "
-        "they are deleted, as they would on a node whose Allocate fails."
+        f"what the Allocate of {', '.join(vendors) or 'their vendor'} asks its driver comes from the inventory's "
+        "`driver` facts (the node's log names a missing one; the vendor's README lists them). Scheduling, binding "
+        "and the node lock went as on a cluster; the pods stay counted until they are deleted, as they would on "
+        "a node whose Allocate fails."
     ]
 
 

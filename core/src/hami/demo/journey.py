@@ -13,7 +13,8 @@
    read back (`success`), and the pod is marked Running, as the kubelet would report it.
 
 The outcome (`PodOutcome`) records the node, each container's devices with memory and cores (from the pod's
-`…-devices-allocated` annotations, the scheduler's record), the env per container, annotations the vendors
+`…-devices-allocated` annotations, the scheduler's record), the env, mounts and device nodes per container,
+annotations the vendors
 wrote beyond the placement (a MIG reservation, say), the time each step took, and for a pod that did not
 run, the step and the reason.
 """
@@ -77,6 +78,9 @@ class PodOutcome(BaseModel):
         default_factory=dict, description="container → mounts from Allocate, as `<container path>` or "
         "`<container path> <- <host path>` when they differ"
     )  # fmt: skip
+    device_nodes: dict[str, list[str]] = Field(
+        default_factory=dict, description="container → device nodes from Allocate (container paths)"
+    )
     annotations: dict[str, str] = Field(
         default_factory=dict, description="pod annotations the vendors wrote beyond the placement"
     )
@@ -244,6 +248,7 @@ def _allocate(world: DemoWorld, pod: dict[str, Any], node: str, outcome: PodOutc
         limits = (container.get("resources") or {}).get("limits") or {}
         env: dict[str, str] = {}
         mounts: list[str] = []
+        nodes: list[str] = []
         for resource, value in limits.items():
             if resource not in side.resources:
                 continue
@@ -260,10 +265,13 @@ def _allocate(world: DemoWorld, pod: dict[str, Any], node: str, outcome: PodOutc
             for m in edits.mounts:
                 same = m.container_path == m.host_path
                 mounts.append(m.container_path if same else f"{m.container_path} <- {m.host_path}")
+            nodes.extend(d.container_path for d in edits.devices)
         if env:
             outcome.env[name] = dict(sorted(env.items()))
         if mounts:
             outcome.mounts[name] = mounts
+        if nodes:
+            outcome.device_nodes[name] = nodes
     return True
 
 

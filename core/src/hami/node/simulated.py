@@ -4,10 +4,10 @@ With `simulatedInventory` set (`hami node --simulated-inventory FILE`), the node
 vendor's `hami_discover_devices`: every discovery round reads the file and reports the devices listed there
 for its node, grouped by the vendor that owns each device kind. Everything after discovery is unchanged:
 the register annotations, the device plugins and their ListAndWatch, Allocate with the vendor's
-`hami_allocate` and `hami_container_edits`, the metrics. So any vendor works on simulated devices without
-code of its own, and the scheduler cannot tell them from real ones. What a vendor does on the hardware at
-Allocate (creating a MIG instance, for example) finds no driver; the vendor answers as it does for a device
-its driver does not know.
+`hami_allocate` and `hami_container_edits`, the metrics. So any vendor works on simulated devices, and the
+scheduler cannot tell them from real ones. What a vendor's Allocate would ask its driver (a physical id, a PCI
+address) comes from each device's `driver` facts (`hami_simulated_devices`); what it does on the hardware
+(creating a MIG instance, for example) finds no driver, and the vendor answers as it does without one.
 
 This is how `hami demo` runs its nodes (`examples/demo-inventory.yaml`), and how a user tries a hardware
 mix of their own. The file is re-read every round, so editing it (a device's `health: false`, a new card)
@@ -37,10 +37,16 @@ The format (YAML or JSON); device fields are those of HAMi's register annotation
             migProfiles: []             # the vendor's MIG profiles, as its register annotation writes them
             devicevendor: ""            # HAMi's `devicevendor`, when the kind's register carries it
             custominfo: {}              # vendor-specific extras (`custominfo`)
+            driver: {}                  # what the vendor's driver would say beyond the register entry (a
+                                        #   physical id, a PCI address): one mapping, or one per repeated device
+
+`driver` facts are not published: each round the node daemon hands every vendor its devices with their facts
+(`hami_simulated_devices`), and the vendor keeps them where its discovery keeps what the driver reported, so its
+Allocate and container edits run as on hardware. The keys are the vendor's (its README lists them).
 
 It owns reading and validating that file (errors name the file, the node, the device entry and the field)
 and turning one node's entries into `NodeInventory` per kind (the node's `annotations` travel with the first
-kind a loaded vendor serves); it must not know any vendor.
+kind a loaded vendor serves) and their `driver` facts for the vendors; it must not know any vendor.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hami.errors import ConfigError
+from hami.errors import ConfigError, HamiError
 from hami.model import Device, NodeInventory
 from hami.plugins import VendorHost
 from hami.validation import describe_error, nearest
@@ -84,12 +90,23 @@ class DeviceEntry(_Entry):
     mig_profiles: list[Any] = Field(default_factory=list, alias="migProfiles")
     devicevendor: str = ""
     custominfo: dict[str, Any] = Field(default_factory=dict)
+    driver: dict[str, Any] | list[dict[str, Any]] = Field(
+        default_factory=dict, description="the vendor driver's facts: one mapping, or one per repeated device"
+    )
 
     @model_validator(mode="after")
     def _numa_per_device(self) -> DeviceEntry:
         if isinstance(self.numa, list) and len(self.numa) != self.repeat:
             raise ValueError(f"numa lists {len(self.numa)} nodes for {self.repeat} devices: give one per device")
+        if isinstance(self.driver, list) and len(self.driver) != self.repeat:
+            raise ValueError(f"driver lists {len(self.driver)} entries for {self.repeat} devices: give one per device")
         return self
+
+    def driver_facts(self) -> dict[str, dict[str, Any]]:
+        """Device id → the `driver` facts of that device."""
+        ids = [d.id for d in self.devices()]
+        facts = self.driver if isinstance(self.driver, list) else [self.driver] * len(ids)
+        return dict(zip(ids, facts, strict=True))
 
     def devices(self) -> list[Device]:
         """The devices this entry stands for. :raises ValueError: a field a `Device` refuses."""
@@ -146,6 +163,13 @@ class SimulatedNode(_Entry):
             key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
             for key, value in self.annotations.items()
         }
+
+    def driver_facts(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Kind → device id → the `driver` facts of that device."""
+        by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+        for entry in self.devices:
+            by_kind.setdefault(entry.kind, {}).update(entry.driver_facts())
+        return by_kind
 
     def inventories(self) -> dict[str, NodeInventory]:
         """Kind → the node's devices of that kind, in the order the file lists the kinds."""
@@ -214,9 +238,11 @@ def _problems(exc: ValidationError, data: Any) -> str:
 def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[NodeInventory]]:
     """What `VendorHost.discover` would answer on `node`, from the inventory file: vendor → inventories.
 
-    Kinds no loaded vendor serves are left out, with a warning. :raises ConfigError: the file is unusable or
-    does not list the node."""
+    Each serving vendor is first handed its devices and their `driver` facts (`VendorHost.simulated_devices`);
+    a vendor refusing them is logged, and its devices still reported. Kinds no loaded vendor serves are left
+    out, with a warning. :raises ConfigError: the file is unusable or does not list the node."""
     entry = load_inventory(path).node(node, str(path))
+    facts = entry.driver_facts()
     found: dict[str, list[NodeInventory]] = {vendor.name: [] for vendor in host.vendors}
     extra = entry.published_annotations()  # published with the first kind that is served
     for kind, inventory in entry.inventories().items():
@@ -231,6 +257,10 @@ def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[No
                 path, kind, node, f" (did you mean {near!r}?)" if near else "", ", ".join(served) or "none",
             )  # fmt: skip
             continue
+        try:
+            host.simulated_devices(kind, inventory.devices, facts.get(kind, {}))
+        except HamiError as exc:
+            log.error("%s, node %s, the %s devices' driver facts: %s", path, node, kind, exc)
         found[vendor].append(inventory.model_copy(update={"annotations": extra}) if extra else inventory)
         extra = {}
     return found

@@ -18,20 +18,33 @@ one `NodeInventory` per chip kind, with exactly the values HAMi v2.10's ``hami.i
 
 A chip without a UUID (a driver that cannot tell its die id) is not reported: a device the scheduler cannot name
 could never be allocated. Nothing here writes to the cluster.
+
+On simulated devices (`simulate`, `hami_simulated_devices`) the inventory's devices become the node runtime's chips,
+each with the physical id its ``driver.phyId`` gives (what DCMI would report), so container edits run as on NPUs.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceKind, NodeInventory
+from hami.vendorstate import driver_fact
 from hami_vendor_ascend.chips import DEFAULT_CHIPS, AscendChip
 from hami_vendor_ascend.dcmi import NpuChip
 from hami_vendor_ascend.node import runtime_for
 from hami_vendor_ascend.settings import AscendSettings
 
-__all__ = ["NETWORK_ID", "SOFT_SPLIT_NODE_ANNOTATION", "common_word_of", "discover", "inventories", "network_id"]
+__all__ = [
+    "NETWORK_ID",
+    "SOFT_SPLIT_NODE_ANNOTATION",
+    "common_word_of",
+    "discover",
+    "inventories",
+    "network_id",
+    "simulate",
+]
 
 log = logging.getLogger("hami_vendor_ascend")
 
@@ -121,3 +134,28 @@ def inventories(chips: Sequence[NpuChip], settings: AscendSettings) -> list[Node
 def discover(settings: AscendSettings) -> list[NodeInventory]:
     """This node's Ascend inventory; ``[]`` when there is no driver or no NPU."""
     return inventories(runtime_for(settings).read_chips(), settings)
+
+
+def simulate(
+    settings: AscendSettings, kind: DeviceKind, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Stand a simulated inventory's `devices` of `kind` in for the driver's chips (``driver.phyId`` each).
+
+    :raises HamiError: a device has no integer ``phyId``."""
+    chip_name = settings.chips[kind.common_word].chip_name
+    chips = [
+        NpuChip(
+            card_id=device.index,
+            device_id=0,
+            logic_id=device.index,
+            phy_id=driver_fact(driver, device.id, "phyId", int),
+            chip_type="Ascend",
+            chip_name=chip_name,
+            ai_cores=None,
+            health=0 if device.health else 1,
+            uuid=device.id,
+            memory_mib=device.devmem,
+        )
+        for device in devices
+    ]
+    runtime_for(settings).simulate(kind.common_word, chips)

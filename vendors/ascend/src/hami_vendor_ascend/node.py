@@ -4,7 +4,8 @@ Owns the choice of source (DCMI through `hami_vendor_ascend.dcmi` when ``libdcmi
 through `hami_vendor_ascend.npusmi`), the session's lifecycle (opened on first use, dropped and reopened after a
 failure), the messages about a missing driver (each said once, and once more when it changes), and the chips of
 the last read, which container edits use to turn a placement's UUIDs into the physical ids the Ascend container
-runtime wants.
+runtime wants. On simulated devices (`simulate`, from `hami_simulated_devices`) the chips are the inventory's and
+no driver is asked.
 
 One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded, so it lives as
 long as that host and two hosts (two tests) never share one. Reads are serialized by `NodeRuntime.lock`.
@@ -40,6 +41,15 @@ class NodeRuntime:
     """Where they were read: ``dcmi``, ``npu-smi``, or empty when nothing could be read."""
     _said: str = ""
     _dcmi_problem: str = "libdcmi.so not loaded"
+    simulated: dict[str, list[NpuChip]] | None = None
+    """The chips a simulated inventory stands in for the driver with, by kind (`simulate`); None on hardware."""
+
+    def simulate(self, common_word: str, chips: list[NpuChip]) -> None:
+        """From now on, this node's chips of kind `common_word` are `chips` and no driver is read."""
+        with self.lock:
+            self.simulated = {**(self.simulated or {}), common_word: chips}
+            self.chips = [chip for group in self.simulated.values() for chip in group]
+            self.source = "simulated"
 
     def _say(self, level: int, message: str) -> None:
         if message != self._said:
@@ -61,6 +71,8 @@ class NodeRuntime:
     def read_chips(self) -> list[NpuChip]:
         """This node's chips now: from DCMI, else from npu-smi; none (said once in the log) when neither works."""
         with self.lock:
+            if self.simulated is not None:
+                return self.chips
             chips: list[NpuChip] | None = None
             dcmi_problem = ""
             dcmi = self.session()

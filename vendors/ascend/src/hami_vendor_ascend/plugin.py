@@ -65,6 +65,7 @@ __all__ = [
     "hami_fit_nodes",
     "hami_host_environment",
     "hami_release",
+    "hami_simulated_devices",
     "hami_vendor_info",
     "hami_vendor_settings",
     "vnpu_mode",
@@ -195,6 +196,13 @@ def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) 
 # --------------------------------------------------------------------------------------------------------
 # Container edits (node daemon, the answer to the kubelet)
 # --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_simulated_devices(
+    kind: DeviceKind, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]], settings: AscendSettings
+) -> None:
+    discovery.simulate(settings, kind, devices, driver)
 
 
 @hookimpl

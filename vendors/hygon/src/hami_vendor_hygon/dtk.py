@@ -70,6 +70,8 @@ class Dcu:
     numa: int = 0
     compute_units: int | None = None
     """From DMI; None without it."""
+    drm: tuple[str, str] | None = None
+    """The card and render node names a simulated inventory gives; None from a driver (sysfs tells them)."""
 
     @property
     def uuid(self) -> str:

@@ -5,7 +5,8 @@ Owns the container side:
 * always, as HAMi's plugin: the device nodes ``/dev/kfd`` and ``/dev/mkfd`` (``rwm``), and per granted DCU its
   DRM nodes ``/dev/dri/card<N>`` and ``/dev/dri/renderD<N>`` (``rw``), found by the DCU's PCI address under
   ``<sysfsRoot>/bus/pci/devices/<BDF>/drm`` (the driver's own link, so the right node whatever order the cards
-  were probed in). HAMi sets no environment for DCUs: the container sees only its DRM nodes;
+  were probed in; a simulated DCU's come from its inventory's ``driver.drmCard``/``drmRender``). HAMi sets no
+  environment for DCUs: the container sees only its DRM nodes;
 * ``vdcu`` mode, a container with a vDCU (`hami_vendor_hygon.allocation.gets_vdcu`): its vdev directory mounted
   at ``/etc/vdev/docker/``, ``hygonDriverPath`` (``$HYGONPATH``) at ``/opt/hygondriver`` and ``hyhalPath`` at
   ``/opt/hyhal``: read-only (HAMi mounts them read-write, which lets a tenant rewrite its vDCU's file, pointing it
@@ -48,6 +49,8 @@ def drm_nodes(settings: HygonSettings, device: Dcu) -> tuple[str, str]:
 
     :raises HamiError: the driver shows no DRM node for the DCU's PCI address.
     """
+    if device.drm is not None:  # a simulated DCU: the inventory names them
+        return device.drm
     found = pcidevice.drm_nodes(Path(settings.sysfs_root), device.bdf)
     if found is None:
         where = Path(settings.sysfs_root) / "bus" / "pci" / "devices" / device.bdf / "drm"

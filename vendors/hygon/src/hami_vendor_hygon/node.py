@@ -4,7 +4,8 @@ Owns the choice of source (ROCm SMI through `hami_vendor_hygon.dtk` when ``libro
 ``hy-smi`` through `hami_vendor_hygon.hysmi`), DMI's session (opened when ``libhydmi.so`` loads; it gives the
 compute units and makes virtual devices), the sessions' lifecycle (opened on first use, dropped and reopened after
 a failure), messages about a missing driver (each said once), and the devices of the last read, which allocation
-and container edits use to turn a placement's UUIDs into devices.
+and container edits use to turn a placement's UUIDs into devices. On simulated devices (`simulate`, from
+`hami_simulated_devices`) the devices are the inventory's and no driver is read.
 
 One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
 """
@@ -42,6 +43,15 @@ class NodeRuntime:
     _dmi_tried: bool = False
     _dmi_said: str = ""
     _reconciled: bool = False
+    simulated: bool = False
+    """The devices are a simulated inventory's (`simulate`): no driver is read."""
+
+    def simulate(self, devices: list[Dcu]) -> None:
+        """From now on, this node's DCUs are `devices` and no driver is read."""
+        with self.lock:
+            self.simulated = True
+            self.devices = devices
+            self.source = "simulated"
 
     def reconcile_once(self) -> None:
         """Once per daemon: destroy the driver's virtual devices that no vdev directory names (a crash)."""
@@ -74,6 +84,8 @@ class NodeRuntime:
     def read_devices(self) -> list[Dcu]:
         """This node's DCUs now, from ROCm SMI, else hy-smi; none (said once) when neither works."""
         with self.lock:
+            if self.simulated:
+                return self.devices
             self._dmi_tried = False
             problem = ""
             devices: list[Dcu] | None = None

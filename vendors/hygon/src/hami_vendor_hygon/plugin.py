@@ -28,6 +28,7 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
     IsolationLibrary,
     NodeFit,
@@ -106,6 +107,13 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: HygonSettings) -> None:
     allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_simulated_devices(
+    devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]], settings: HygonSettings
+) -> None:
+    discovery.simulate(settings, devices, driver)
 
 
 @hookimpl

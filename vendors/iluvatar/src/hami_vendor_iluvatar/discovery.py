@@ -12,21 +12,27 @@ published in this project's node annotation ``hami.io/node-iluvatar-score`` in t
 (``[{"uuid": …, "score": {peer: 100}}]``, 100 for a chip on the same board), which the topology-aware device policy
 reads (`hami_vendor_iluvatar.plugin`). HAMi has no Iluvatar topology; without this annotation a node is served as
 HAMi serves it.
+
+On simulated devices (`simulate`, `hami_simulated_devices`) the inventory's devices become the node runtime's GPUs,
+each with the device node minor number its ``driver.minor`` gives (ixML's, ``/dev/iluvatar<minor>``) and the PCI
+address ``driver.busId`` when given.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from hami.codec import encode_link_scores
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceKind, NodeInventory
+from hami.vendorstate import driver_fact
 from hami_vendor_iluvatar.ixml import Gpu
 from hami_vendor_iluvatar.node import runtime_for
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
-__all__ = ["LINK_SCORE_ANNOTATION", "MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory"]
+__all__ = ["LINK_SCORE_ANNOTATION", "MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory", "simulate"]
 
 log = logging.getLogger("hami_vendor_iluvatar")
 
@@ -95,3 +101,24 @@ def discover(settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInv
     runtime = runtime_for(settings)
     gpus = runtime.read_gpus()
     return inventory(gpus, settings, chips, runtime.boards)
+
+
+def simulate(
+    settings: IluvatarSettings, kind: DeviceKind, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Stand a simulated inventory's `devices` of `kind` in for ixML's GPUs (see the module's doc).
+
+    :raises HamiError: a device has no integer ``minor``."""
+    gpus = [
+        Gpu(
+            index=device.index,
+            uuid=device.id,
+            name=device.type or kind.common_word,
+            minor=driver_fact(driver, device.id, "minor", int),
+            memory_total=device.devmem << 20,
+            bus_id=driver_fact(driver, device.id, "busId", str) if "busId" in driver.get(device.id, {}) else "",
+            healthy=device.health,
+        )
+        for device in devices
+    ]
+    runtime_for(settings).simulate(kind.common_word, gpus)

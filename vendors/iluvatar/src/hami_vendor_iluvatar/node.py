@@ -4,8 +4,9 @@ Owns the session's lifecycle (opened on first use, dropped and reopened after a 
 missing driver (said once, and again when it changes), and the GPUs of the last read (with which share a board),
 which container edits use to
 turn a placement's UUIDs into GPUs (device nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
-error line naming it; the node keeps serving the others. One runtime per settings object (`runtime_for`), so that
-two hosts (two tests) never share one.
+error line naming it; the node keeps serving the others. On simulated devices (`simulate`, from
+`hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. One runtime per settings object
+(`runtime_for`), so that two hosts (two tests) never share one.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ class NodeRuntime:
     """UUID -> peer UUID -> on the same board, for the GPUs last read (empty where ixML cannot tell)."""
     problems: list[str] = field(default_factory=list)
     _said: str = ""
+    simulated: dict[str, list[Gpu]] | None = None
+    """The GPUs a simulated inventory stands in for ixML with, by kind (`simulate`); None on hardware."""
+
+    def simulate(self, common_word: str, gpus: list[Gpu]) -> None:
+        """From now on, this node's GPUs of kind `common_word` are `gpus` and ixML is not read."""
+        with self.lock:
+            self.simulated = {**(self.simulated or {}), common_word: gpus}
+            self.gpus = [gpu for group in self.simulated.values() for gpu in group]
 
     def _say(self, message: str) -> None:
         if message != self._said:
@@ -43,6 +52,8 @@ class NodeRuntime:
     def read_gpus(self) -> list[Gpu]:
         """This node's GPUs now; none (said once) without ixML."""
         with self.lock:
+            if self.simulated is not None:
+                return self.gpus
             self.problems = []
             if self.session is None:
                 try:

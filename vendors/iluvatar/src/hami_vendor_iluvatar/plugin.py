@@ -32,6 +32,7 @@ from hami.model import (
     ContainerEdits,
     ContainerPlacement,
     ContainerRequest,
+    Device,
     DeviceKind,
     IsolationLibrary,
     NodeFit,
@@ -147,6 +148,13 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: IluvatarSettings) -> None:
     edits.release(settings, pod)
+
+
+@hookimpl
+def hami_simulated_devices(
+    kind: DeviceKind, devices: Sequence[Device], driver: Mapping[str, Mapping[str, Any]], settings: IluvatarSettings
+) -> None:
+    discovery.simulate(settings, kind, devices, driver)
 
 
 @hookimpl

@@ -8,7 +8,8 @@ from typing import Any
 
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
-from hami.cluster import meta
+from hami.cluster import MemoryCluster, meta
+from hami.cluster.port import ClusterError
 from hami.model import ContainerRequest
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.locks import LOCK_ANNOTATION
@@ -312,3 +313,30 @@ def test_a_restarted_scheduler_plans_for_the_running_pods_mix_at_once() -> None:
     assert profile is not None  # before any filter: learned from the pods already there
     assert list(profile.tasks) == [(1, 500, 0, 0, ("a100",))]  # the finished pod teaches nothing
     h.stop()
+
+
+class _RefusesPlacements(MemoryCluster):
+    """An API server that refuses to write placements on pods (and everything else works)."""
+
+    def patch_metadata(self, resource: str, name: str, namespace: str | None = None, **kwargs: Any) -> Any:
+        if resource == "pods" and (kwargs.get("annotations") or {}).get("hami.io/vgpu-node"):
+            raise ClusterError("the API server is down for pods")
+        return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> None:
+    h = Harness(cluster=_RefusesPlacements())
+    try:
+        h.add_node(gpu_node("node-a"))
+        h.add_pod(gpu_pod("p1"))
+        h.start()
+        assert h.filter("p1")["NodeNames"] == ["node-a"]  # answered before the write, which then fails
+        assert h.service is not None
+        assert "default/p1" not in h.service.state.pods  # the decision no longer counts
+        answer = h.bind("p1", "node-a")
+        assert "could not record the placement of default/p1 on node-a" in answer["Error"]
+        assert "retry" in answer["Error"]
+        assert "nodeName" not in h.cluster.get("pods", "p1", "default")["spec"]
+        assert LOCK_ANNOTATION not in (meta(h.cluster.get("nodes", "node-a")).get("annotations") or {})
+    finally:
+        h.stop()

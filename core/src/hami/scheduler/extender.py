@@ -5,8 +5,10 @@ Filter reads the pod's requests through the vendors, orders the candidate nodes 
 in batches: one hook call per vendor per batch, the first batch with a feasible node wins and its best node
 is chosen. Only when nothing fits are all candidates examined, so every rejected node then has its reason.
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
-(`ClusterState.assume`) and written into the pod's annotations before the answer goes back, so the next pod
-cannot double-book.
+(`ClusterState.assume`), so the next pod cannot double-book, and written into the pod's annotations by a
+background writer while the answer goes back: the API round trip is off the filter's path (one filter at a time
+is kube-scheduler's pace), and bind waits for that write before it locks the node, so the node side never sees a
+bound pod without its placement. A write that fails undoes the decision, and the pod's bind answers the error.
 
 Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
 failure releases the lock and is reported in the answer.
@@ -17,15 +19,17 @@ This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.servic
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +59,8 @@ log = logging.getLogger(__name__)
 VGPU_TIME = "hami.io/vgpu-time"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
+RECORD_WAIT_SECONDS = 30.0
+"""How long a bind waits for its pod's placement to be written before answering an error (retried)."""
 
 
 class ExtenderSettings(BaseModel):
@@ -71,6 +77,11 @@ class ExtenderSettings(BaseModel):
     bind_lock_wait_seconds: float = Field(default=5, ge=0)
     handshake_interval_seconds: float = Field(
         default=30, ge=0, description="seconds between handshake rounds with the node daemons; 0 disables them"
+    )
+    record_in_background: bool = Field(
+        default=False,
+        description="write each decision's annotations off the filter's path (`hami scheduler` does); False: "
+        "before the filter answers",
     )
 
     def default_policy(self) -> SchedulingPolicy:
@@ -162,7 +173,51 @@ class Extender:
             expiry=timedelta(seconds=self.settings.lock_expiry_seconds),
             holder_done=self.lock_holder_done,
             wait_for_node=self._wait_for_node,
+            known=self._known_node,
         )
+        self._recording: dict[str, Future[str]] = {}
+        """pod key → the write of its decision, until it succeeded (a failed one stays for the pod's bind)."""
+        self._recording_lock = threading.Lock()
+        self._recorder = ThreadPoolExecutor(max_workers=4, thread_name_prefix="record-placement")
+
+    def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
+        with self.state.lock:
+            record = self.state.nodes.get(node)
+            return (record.annotations, record.resource_version) if record is not None else None
+
+    def wait_recorded(self, timeout: float | None = None) -> None:
+        """Block until every decision made so far is written (or failed)."""
+        with self._recording_lock:
+            pending = list(self._recording.values())
+        for future in pending:
+            with contextlib.suppress(FutureTimeout):
+                future.result(timeout)
+
+    def close(self) -> None:
+        """Finish the writes under way and stop the writer."""
+        self._recorder.shutdown(wait=True)
+
+    def _recorded(self, key: str, future: Future[str]) -> None:
+        if not future.result():
+            with self._recording_lock:
+                if self._recording.get(key) is future:
+                    del self._recording[key]
+
+    def _pending_record(self, key: str, timeout: float | None) -> str:
+        """Wait for the write of the pod's last decision, if one is under way; its error, or ""."""
+        with self._recording_lock:
+            future = self._recording.get(key)
+        if future is None:
+            return ""
+        try:
+            error = future.result(timeout)
+        except FutureTimeout:
+            return f"the placement of {key} is still being written"
+        if error:
+            with self._recording_lock:
+                if self._recording.get(key) is future:
+                    del self._recording[key]
+        return error
 
     def _wait_for_node(self, node: str, seconds: float) -> None:
         with self.node_changed:
@@ -186,6 +241,7 @@ class Extender:
 
     def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
         pod = Pod.from_api(pod_obj)
+        self._pending_record(pod_key(pod.namespace, pod.name), None)  # filtered again: the earlier write goes first
         try:
             requests = self.host.pod_requests(pod)
             policy = policy_for(pod.annotations, self.settings.default_policy())
@@ -248,7 +304,7 @@ class Extender:
                 ):
                     result.failed[name] = self._unregistered(record, kinds)
                     continue
-                hit = cast("tuple[str | None, float] | None", record.memo.get(memo_key))
+                hit: tuple[str | None, float] | None = record.memo.get(memo_key)  # type: ignore[assignment]
                 if hit is None:
                     if len(record.memo) > 512:
                         record.memo.clear()
@@ -278,15 +334,41 @@ class Extender:
                     return FilterResult(failed=dict.fromkeys(node_names, verdict.reason))
             self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
             self.state.set_host_usage(pod_key(pod.namespace, pod.name), node, *host)
+        if self.settings.record_in_background:
+            written_key = pod_key(pod.namespace, pod.name)
+            future = self._recorder.submit(self._record, pod, node, allocation, written)
+            with self._recording_lock:
+                self._recording[written_key] = future
+            future.add_done_callback(functools.partial(self._recorded, written_key))
+        else:
+            error = self._record(pod, node, allocation, written)
+            if error:
+                return FilterResult(error=error)
+        result.node = node
+        return result
+
+    def _record(
+        self,
+        pod: Pod,
+        node: str,
+        allocation: Mapping[str, tuple[ContainerPlacement, ...]],
+        written: Mapping[str, str],
+    ) -> str:
+        """Write the decision; on failure undo it and say why ("" when written)."""
         try:
             self._record_decision(pod, node, allocation, written)
         except ClusterError as exc:
             self.state.remove_pod(pod.namespace, pod.name)
             if self.quota is not None:
                 self.quota.release(pod.namespace, pod.name)
-            return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
-        result.node = node
-        return result
+            return f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}"
+        except Exception as exc:  # the writer thread must answer every bind, whatever failed
+            log.exception("recording the placement of %s/%s failed", pod.namespace, pod.name)
+            self.state.remove_pod(pod.namespace, pod.name)
+            if self.quota is not None:
+                self.quota.release(pod.namespace, pod.name)
+            return f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}"
+        return ""
 
     def _observe(
         self,
@@ -488,6 +570,9 @@ class Extender:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
         started = time.monotonic()
+        error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
+        if error:
+            return BindResult(error=f"{error}; kube-scheduler will retry the pod")
         try:
             waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
         except NodeBusy as exc:

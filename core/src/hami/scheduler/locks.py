@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from hami.cluster.port import Cluster, ConflictError, meta
@@ -52,6 +52,7 @@ class NodeLocks:
         holder_done: Callable[[NodeLock, str], bool] = lambda lock, node: False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         wait_for_node: Callable[[str, float], None] | None = None,
+        known: Callable[[str], tuple[Mapping[str, str], str] | None] = lambda node: None,
     ) -> None:
         self.cluster = cluster
         self.expiry = expiry
@@ -59,6 +60,9 @@ class NodeLocks:
         self.clock = clock
         self.wait_for_node = wait_for_node or (lambda node, seconds: time.sleep(seconds))
         """Blocks until the node may have changed (a watch event) or `seconds` pass; polling by default."""
+        self.known = known
+        """The node's annotations and resourceVersion as a watch last delivered them, if known: the first attempt
+        writes on them (the resourceVersion precondition refuses a stale view), sparing a read per lock."""
 
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
@@ -84,17 +88,22 @@ class NodeLocks:
         """Lock `node` for the pod; returns the seconds spent waiting. Raises `NodeBusy` after `wait` seconds."""
         start = time.monotonic()
         delay = 0.005
+        cached = self.known(node)
         while True:
-            obj = self.cluster.get("nodes", node)
-            m = meta(obj)
-            lock = self.holder(m.get("annotations") or {})
+            if cached is not None and cached[1]:
+                annotations, version = cached
+            else:
+                m = meta(self.cluster.get("nodes", node))
+                annotations, version = m.get("annotations") or {}, str(m.get("resourceVersion") or "")
+            cached = None
+            lock = self.holder(dict(annotations))
             if self._free(lock, node, namespace, name):
                 # HAMi's value, `<RFC3339>,<namespace>,<name>`, without the UID: HAMi's device plugins release a
                 # lock only when it ends in `,<namespace>,<name>` (`nodelock.ReleaseNodeLock`)
                 value = encode_node_lock(NodeLock(self.clock(), namespace, name))
                 try:
                     self.cluster.patch_metadata(
-                        "nodes", node, annotations={LOCK_ANNOTATION: value}, resource_version=m.get("resourceVersion")
+                        "nodes", node, annotations={LOCK_ANNOTATION: value}, resource_version=version or None
                     )
                     return time.monotonic() - start
                 except ConflictError:

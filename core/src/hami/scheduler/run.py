@@ -53,6 +53,7 @@ def run_scheduler(config: HamiConfig, *, cluster: Cluster | None = None, stop: t
             lock_expiry_seconds=settings.lock_expiry_seconds,
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
+            record_in_background=True,
         ),
         settings.leader_election,
     ).start()

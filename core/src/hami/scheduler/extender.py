@@ -108,14 +108,14 @@ class BindResult:
     lock_wait: float = 0.0
 
 
-def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iterator[list[NodeRecord]]:
-    """Candidates in order of (key, name), `size` at a time. The first batch costs O(n) (most pods stop there);
-    the full sort is paid only when it holds no feasible node."""
-    first = heapq.nsmallest(size, candidates)
-    yield [c[2] for c in first]
-    if len(candidates) <= size:
+def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: int) -> Iterator[list[NodeRecord]]:
+    """Candidates in order of (key, name): `first` of them, then `size` at a time. The first batch costs O(n)
+    (most pods stop there); the full sort is paid only when it holds no feasible node."""
+    head = heapq.nsmallest(first, candidates)
+    yield [c[2] for c in head]
+    if len(candidates) <= first:
         return
-    taken = {c[1] for c in first}
+    taken = {c[1] for c in head}
     rest = sorted(c for c in candidates if c[1] not in taken)
     for start in range(0, len(rest), size):
         yield [c[2] for c in rest[start : start + size]]
@@ -297,31 +297,34 @@ class Extender:
                         return _shortfall(request, kind, enough, len(record.views[kind].devices)), 0.0
                 return None, order(record)
 
+            failed, append, node_of = result.failed, candidates.append, nodes.get  # this loop runs once per node
             for name in node_names:
-                record = nodes.get(name)
+                record = node_of(name)
                 if record is None or (
                     single not in record.totals if single else any(k not in record.totals for k in kinds)
                 ):
-                    result.failed[name] = self._unregistered(record, kinds)
+                    failed[name] = self._unregistered(record, kinds)
                     continue
-                hit: tuple[str | None, float] | None = record.memo.get(memo_key)  # type: ignore[assignment]
+                memo = record.memo
+                hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
                 if hit is None:
-                    if len(record.memo) > 512:
-                        record.memo.clear()
-                    hit = record.memo[memo_key] = evaluate(record)
+                    if len(memo) > 512:
+                        memo.clear()
+                    hit = memo[memo_key] = evaluate(record)
                 reason, key = hit
-                if reason is None:
-                    if adjust is not None and single:  # inline: this loop runs once per node and filter
+                if reason is not None:
+                    failed[name] = reason
+                    continue
+                if adjust is not None:
+                    if single:
                         group = record.totals[single].group
                         extra = by_group.get(group)
                         if extra is None:
                             extra = by_group[group] = adjust(record)
                         key += extra
-                    elif adjust is not None:
+                    else:
                         key += adjust(record)
-                    candidates.append((key, name, record))
-                else:
-                    result.failed[name] = reason
+                append((key, name, record))
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, node_policy, result)
             if best is None:
                 if withdrawn:
@@ -448,7 +451,11 @@ class Extender:
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
         """The chosen node, its placement per kind, and the pod annotations its fits carry."""
-        for batch in _batches(candidates, self.settings.batch_size):
+        size = self.settings.batch_size
+        # A policy that takes the first feasible node in its order needs no more than that node fitted, and the
+        # first candidate nearly always fits (it passed the free-share check); others compare a batch's scores.
+        first = 1 if node_policy.takes_first_feasible else size
+        for batch in _batches(candidates, size, first):
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
             written: dict[str, dict[str, str]] = {}
@@ -570,9 +577,6 @@ class Extender:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
         started = time.monotonic()
-        error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
-        if error:
-            return BindResult(error=f"{error}; kube-scheduler will retry the pod")
         try:
             waited = self.locks.acquire(node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds)
         except NodeBusy as exc:
@@ -581,6 +585,12 @@ class Extender:
         except ClusterError as exc:
             return BindResult(error=f"cannot lock node {node}: {exc}")
         self.on_lock_wait(waited)
+        # the placement's write (from filter) went on while the lock was taken; the node side reads it after this
+        error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
+        if error:
+            with contextlib.suppress(ClusterError):
+                self.locks.release(node, namespace, name)
+            return BindResult(error=f"{error}; kube-scheduler will retry the pod", lock_wait=waited)
         try:
             self.cluster.patch_metadata(
                 "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}

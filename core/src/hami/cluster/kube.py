@@ -65,6 +65,7 @@ _Objects = list[KubeObject]  # `list` is a method name inside KubeCluster
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _REQUEST_TIMEOUT = (10.0, 60.0)  # seconds to connect, seconds between bytes of a response
 _LIST_PAGE = 500
+POOL_CONNECTIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,10 @@ def _api_client(configuration: Any) -> Any:
     with backoff and one log line each). urllib3's default of 3 retries under each of those attempts made one
     unreachable API server cost 4 × `attempts` connections."""
     configuration.retries = False
+    # Connections kept per host: the client's default (5 per CPU) is below what a scheduler uses at once (up to 16
+    # binds from kube-scheduler, the background placement writes, the watches), and every request beyond it opened
+    # a fresh TLS connection ("Connection pool is full, discarding connection").
+    configuration.connection_pool_maxsize = max(int(configuration.connection_pool_maxsize or 0), POOL_CONNECTIONS)
     return k8s_client.ApiClient(configuration)
 
 

@@ -53,6 +53,9 @@ from hami.model import ContainerDevice, Device  # noqa: E402
 from hami.scheduler.extender import BIND_PHASE  # noqa: E402
 from hami.scheduler.locks import NodeLocks  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from scheduler import cluster_arguments, percentile  # noqa: E402
+
 NAMESPACE = "bench"
 
 
@@ -156,11 +159,6 @@ def rss_kib(pid: int) -> dict[str, int]:
     return fields
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def ms(values: list[float], q: float) -> float | None:
     return round(1000 * percentile(values, q), 2) if values else None
 
@@ -183,11 +181,7 @@ class Extender:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--devices-per-node", type=int, default=8)
-    parser.add_argument("--pods", type=int, default=8000, help="running pods already placed")
-    parser.add_argument("--measure", type=int, default=1000, help="new pods scheduled and timed")
-    parser.add_argument("--policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], default="binpack")
+    cluster_arguments(parser)
     parser.add_argument("--binders", type=int, default=16, help="concurrent binds (kube-scheduler binds in parallel)")
     parser.add_argument("--serial", action="store_true", help="bind each pod before filtering the next")
     parser.add_argument("--create-threads", type=int, default=8)

@@ -340,3 +340,18 @@ def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> No
         assert LOCK_ANNOTATION not in (meta(h.cluster.get("nodes", "node-a")).get("annotations") or {})
     finally:
         h.stop()
+
+
+def test_a_pod_whose_placement_this_scheduler_never_saw_is_not_bound(harness: Harness) -> None:
+    """As after a scheduler that answered the filter died before writing the decision: binding the pod would
+    leave the node side without a placement, so kube-scheduler is asked to schedule it again."""
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    answer = harness.bind("p1", "node-a")
+    assert "no placement of default/p1 on node-a is known" in answer["Error"]
+    assert "retry" in answer["Error"]
+    assert "nodeName" not in harness.cluster.get("pods", "p1", "default")["spec"]
+    assert LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "node-a")).get("annotations") or {})
+    harness.filter("p1")
+    assert harness.bind("p1", "node-a") == {"Error": ""}

@@ -180,6 +180,11 @@ class Extender:
         self._recording_lock = threading.Lock()
         self._recorder = ThreadPoolExecutor(max_workers=4, thread_name_prefix="record-placement")
 
+    def _placed_on(self, namespace: str, name: str, node: str) -> bool:
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(namespace, name))
+            return record is not None and record.node == node
+
     def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
         with self.state.lock:
             record = self.state.nodes.get(node)
@@ -587,6 +592,10 @@ class Extender:
         self.on_lock_wait(waited)
         # the placement's write (from filter) went on while the lock was taken; the node side reads it after this
         error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
+        if not error and self.settings.record_in_background and not self._placed_on(namespace, name, node):
+            # nothing written or counted for this pod here (a process that answered its filter died before the
+            # write): binding it would leave the node side without a placement
+            error = f"no placement of {namespace}/{name} on {node} is known to this scheduler"
         if error:
             with contextlib.suppress(ClusterError):
                 self.locks.release(node, namespace, name)

@@ -149,13 +149,18 @@ def drive(port: int, names: list[str], pods: list[dict[str, Any]], queue: Any) -
     queue.put((filters, binds, unschedulable, time.perf_counter() - started, failure))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cluster's size, the pods measured and the policy (shared with benchmarks/scheduler_api.py)."""
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--devices-per-node", type=int, default=8)
     parser.add_argument("--pods", type=int, default=8000, help="running pods already placed")
     parser.add_argument("--measure", type=int, default=1000, help="new pods scheduled and timed")
     parser.add_argument("--policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], default="binpack")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cluster_arguments(parser)
     parser.add_argument("--workload", choices=["uniform", "varied"], default="uniform")
     parser.add_argument(
         "--client",

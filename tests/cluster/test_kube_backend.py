@@ -315,6 +315,28 @@ def test_watch_delivers_changes_in_order(kube: KubeCluster, api: FakeApiServer) 
     sub.stop()
 
 
+def test_a_watch_from_a_list_of_this_client_does_not_list_again_and_still_reports_deletions(
+    kube: KubeCluster, api: FakeApiServer
+) -> None:
+    """At start-up the scheduler lists every pod and node and watches from there: a second list of its own (to
+    know what exists) would double the start's reads, so the watch starts from what that list returned."""
+    for name in ("a", "b"):
+        kube.create("nodes", {"metadata": {"name": name, "annotations": {"big": "x" * 1000}}})
+    _, version = kube.list("nodes")
+    lists_before = len([r for r in api.calls("GET", "/api/v1/nodes") if not r.watch])
+    seen = Recorder()
+    sub = kube.watch("nodes", version, seen)
+    api.wait_for_streams(1)
+    assert len([r for r in api.calls("GET", "/api/v1/nodes") if not r.watch]) == lists_before
+    api.refuse_watches = True
+    api.close_watches()
+    kube.delete("nodes", "b")
+    api.compact()
+    api.refuse_watches = False
+    assert seen.wait_for(2) == [("MODIFIED", "a"), ("DELETED", "b")]  # b's deletion seen only through the re-list
+    sub.stop()
+
+
 def test_watch_of_a_namespaced_resource_sees_every_namespace(kube: KubeCluster) -> None:
     _, version = kube.list("pods")
     seen = Recorder()

@@ -8,8 +8,9 @@ from typing import Any
 
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
-from hami.cluster import meta
+from hami.cluster import MemoryCluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.port import ClusterError
 from hami.model import ContainerRequest
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.policies import ObservedWorkload
@@ -312,3 +313,45 @@ def test_a_restarted_scheduler_plans_for_the_running_pods_mix_at_once() -> None:
     assert profile is not None  # before any filter: learned from the pods already there
     assert list(profile.tasks) == [(1, 500, 0, 0, ("a100",))]  # the finished pod teaches nothing
     h.stop()
+
+
+class _RefusesPlacements(MemoryCluster):
+    """An API server that refuses to write placements on pods (and everything else works)."""
+
+    def patch_metadata(self, resource: str, name: str, namespace: str | None = None, **kwargs: Any) -> Any:
+        if resource == "pods" and (kwargs.get("annotations") or {}).get("hami.io/vgpu-node"):
+            raise ClusterError("the API server is down for pods")
+        return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> None:
+    h = Harness(cluster=_RefusesPlacements())
+    try:
+        h.add_node(gpu_node("node-a"))
+        h.add_pod(gpu_pod("p1"))
+        h.start()
+        assert h.filter("p1")["NodeNames"] == ["node-a"]  # answered before the write, which then fails
+        assert h.service is not None
+        assert "default/p1" not in h.service.state.pods  # the decision no longer counts
+        answer = h.bind("p1", "node-a")
+        assert "could not record the placement of default/p1 on node-a" in answer["Error"]
+        assert "retry" in answer["Error"]
+        assert "nodeName" not in h.cluster.get("pods", "p1", "default")["spec"]
+        assert LOCK_ANNOTATION not in (meta(h.cluster.get("nodes", "node-a")).get("annotations") or {})
+    finally:
+        h.stop()
+
+
+def test_a_pod_whose_placement_this_scheduler_never_saw_is_not_bound(harness: Harness) -> None:
+    """As after a scheduler that answered the filter died before writing the decision: binding the pod would
+    leave the node side without a placement, so kube-scheduler is asked to schedule it again."""
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    answer = harness.bind("p1", "node-a")
+    assert "no placement of default/p1 on node-a is known" in answer["Error"]
+    assert "retry" in answer["Error"]
+    assert "nodeName" not in harness.cluster.get("pods", "p1", "default")["spec"]
+    assert LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "node-a")).get("annotations") or {})
+    harness.filter("p1")
+    assert harness.bind("p1", "node-a") == {"Error": ""}

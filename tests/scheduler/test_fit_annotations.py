@@ -55,6 +55,7 @@ def reserving(harness: Harness, tmp_path: Path) -> Harness:
 
 
 def annotations_of(h: Harness, pod: str) -> dict[str, str]:
+    h.flush()  # the decision is written in the background, before the pod's bind
     return dict(meta(h.cluster.get("pods", pod, "default")).get("annotations") or {})
 
 

@@ -25,6 +25,7 @@ from hami.cluster import ClusterError, meta
 from hami.cluster.locks import LOCK_ANNOTATION
 from hami.front import JsonServer, MetricsServer
 from hami.lifecycle import BIND_PHASE
+from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 
 REAL = "real-pod-0001"
@@ -201,6 +202,7 @@ def test_fuzzed_extender_bodies_never_get_a_5xx_and_leave_the_state_as_it_was(
     assert status in (200, 400), answer
     if status == 400:
         assert json.loads(answer)["Error"]
+    world.flush()  # a placement is written (and, when the write fails, taken back) after the filter answers
     assert snapshot(world) == before
 
 
@@ -313,8 +315,9 @@ def test_a_body_missing_spec_node_name_does_not_withdraw_a_bound_pod(world: Harn
     assert meta(world.cluster.get("pods", REAL, "default")).get("annotations") == annotations
 
 
-def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock() -> None:
-    h = Harness()
+@pytest.mark.parametrize("background", [False, True], ids=["written-before-answering", "written-after"])
+def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock(background: bool) -> None:
+    h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=background))
     h.add_node(gpu_node("n1", gpus=1, memory=8000))
     h.add_pod(gpu_pod("victim", mem=6000))
     h.start()
@@ -329,7 +332,12 @@ def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_l
 
         h.cluster.patch_metadata = failing_patch  # type: ignore[method-assign]
         answer = h.filter("victim")
-        assert "could not record" in answer["Error"]
+        if background:  # the filter answered before the write; the bind refuses (its lock cannot be written either)
+            h.flush()
+            uid = meta(h.cluster.get("pods", "victim", "default"))["uid"]
+            assert h.service.extender.bind("default", "victim", uid, "n1").error  # type: ignore[union-attr]
+        else:
+            assert "could not record" in answer["Error"]
         assert snapshot(h) == before
         h.cluster.patch_metadata = real_patch  # type: ignore[method-assign]
         real_bind = h.cluster.bind

@@ -125,6 +125,28 @@ def test_a_restarted_scheduler_does_not_place_on_a_node_whose_daemon_is_long_gon
     assert answer["FailedNodes"] == {"gone": "NVIDIA devices dropped: the node daemon stopped answering the handshake"}
 
 
+def test_an_answered_node_the_kubelet_offers_devices_on_is_not_asked_again_until_the_offer_ends(
+    harness: Harness,
+) -> None:
+    """Only patches that change something: while the kubelet offers the devices no answer can drop them, so an
+    answered node is left alone; once the offer ends it is asked, and dropped if the question stays unanswered."""
+    now = [datetime.now().replace(microsecond=0)]
+    harness.add_node(node("n1", f"Reported_{stamp(now[0])}", allocatable=10))
+    harness.add_pod(gpu_pod("p1", mem=1000))
+    harness.start()
+    keeper = keeper_at(harness, now)
+    assert keeper.round() == {}
+    assert handshake_of(harness, "n1") == f"Reported_{stamp(now[0])}"
+    set_allocatable(harness, "n1", 0)
+    now[0] += timedelta(seconds=30)
+    assert keeper.round() == {"n1": "Requesting"}
+    harness.flush()
+    now[0] += timedelta(seconds=61)
+    assert keeper.round() == {"n1": "Deleted"}
+    harness.flush()
+    assert harness.filter("p1")["NodeNames"] == []
+
+
 def test_nodes_without_the_kind_are_left_alone(harness: Harness) -> None:
     harness.add_node({"metadata": {"name": "cpu", "annotations": {}}, "status": {}})
     harness.start()

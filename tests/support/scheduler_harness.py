@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from typing import Any
 
 from hami.cluster import MemoryCluster, WatchEvent, meta
@@ -72,13 +73,17 @@ class Harness:
     def __init__(self, settings: ExtenderSettings | None = None, cluster: MemoryCluster | None = None) -> None:
         self.cluster = cluster or MemoryCluster()
         self.host = VendorHost.load(disabled=())
-        self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5)
+        # decisions written in the background, as `hami scheduler` writes them
+        self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=True)
         self.service: SchedulerService | None = None
         self.server: ExtenderServer | None = None
         self._conn: http.client.HTTPConnection | None = None
 
     def start(self) -> Harness:
         self.service = SchedulerService(self.cluster, self.host, self.settings).start()
+        deadline = time.monotonic() + 30
+        while not self.service.ready and time.monotonic() < deadline:  # its first list replayed, as /readyz says
+            time.sleep(0.005)
         app = ExtenderApp(self.service.extender, ready=lambda: self.service is not None and self.service.ready)
         self.server = ExtenderServer(app, ("127.0.0.1", 0)).start()
         return self
@@ -116,6 +121,8 @@ class Harness:
         names = nodes if nodes is not None else [meta(n)["name"] for n in self.cluster.list("nodes")[0]]
         status, answer = self.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
         assert status == 200, answer
+        if self.service is not None:
+            self.service.extender.wait_recorded()  # tests read the decision from the pod, as the node side does
         return dict(answer)
 
     def bind(self, pod_name: str, node: str, namespace: str = "default") -> dict[str, Any]:
@@ -136,6 +143,9 @@ class Harness:
         return node
 
     def flush(self) -> None:
+        """Every decision written and every watch event delivered."""
+        if self.service is not None:
+            self.service.extender.wait_recorded()
         self.cluster.flush()
 
 

@@ -65,6 +65,7 @@ _Objects = list[KubeObject]  # `list` is a method name inside KubeCluster
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _REQUEST_TIMEOUT = (10.0, 60.0)  # seconds to connect, seconds between bytes of a response
 _LIST_PAGE = 500
+POOL_CONNECTIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,10 @@ def _api_client(configuration: Any) -> Any:
     with backoff and one log line each). urllib3's default of 3 retries under each of those attempts made one
     unreachable API server cost 4 × `attempts` connections."""
     configuration.retries = False
+    # Connections kept per host: the client's default (5 per CPU) is below what a scheduler uses at once (up to 16
+    # binds from kube-scheduler, the background placement writes, the watches), and every request beyond it opened
+    # a fresh TLS connection ("Connection pool is full, discarding connection").
+    configuration.connection_pool_maxsize = max(int(configuration.connection_pool_maxsize or 0), POOL_CONNECTIONS)
     return k8s_client.ApiClient(configuration)
 
 
@@ -302,6 +307,8 @@ class KubeCluster:
         self.watch_timeout_seconds = watch_timeout_seconds
         self._watches: list[_Watch] = []
         self._watches_lock = threading.Lock()
+        self._listed: dict[str, tuple[str, dict[tuple[str, str], KubeObject]]] = {}
+        """resource → the version and objects (`_slim`) of its last list over all namespaces."""
 
     # ---------------------------------------------------------------------------------- construction
 
@@ -395,7 +402,11 @@ class KubeCluster:
     # ---------------------------------------------------------------------------------- the port
 
     def list(self, resource: Resource, namespace: str | None = None) -> tuple[list[KubeObject], str]:
-        return self._list(resource, namespace)
+        items, version = self._list(resource, namespace)
+        if namespace is None:  # a watch from this version starts knowing what exists, without listing again
+            with self._watches_lock:
+                self._listed[resource] = (version, {_key(o): _slim(o) for o in items})
+        return items, version
 
     def _list(self, resource: str, namespace: str | None, attempts: int | None = None) -> tuple[_Objects, str]:
         """All pages of a list; a page whose continue token expired (410) starts the list again."""
@@ -436,6 +447,9 @@ class KubeCluster:
         w = _Watch(self, resource, resource_version, handler)
         with self._watches_lock:
             self._watches = [x for x in self._watches if x.alive] + [w]
+            listed = self._listed.pop(resource, None)
+        if listed is not None and listed[0] == resource_version:
+            w.seed(listed[1])
         w.start()
         return w
 
@@ -590,6 +604,14 @@ def _key(obj: KubeObject) -> tuple[str, str]:
     return (str(m.get("namespace") or ""), str(m.get("name") or ""))
 
 
+def _slim(obj: KubeObject) -> KubeObject:
+    """What a watch keeps of an object it has reported: enough for the DELETED event a re-list delivers when the
+    object is gone (kind, name, namespace, uid, resourceVersion), not the whole object for every pod and node."""
+    m = meta(obj)
+    kept = {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in m}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": kept}
+
+
 def _lines(response: Any) -> Iterator[bytes]:
     """The newline-delimited JSON documents of a watch stream, each as soon as its line is complete."""
     if getattr(response, "chunked", False) or not hasattr(response, "read1"):
@@ -677,10 +699,15 @@ class _Watch:
             if failures:
                 self._stopped.wait(self.cluster._delay(min(failures, 8), None))
 
+    def seed(self, known: dict[tuple[str, str], KubeObject]) -> None:
+        """Start knowing these objects (from the list the watch's version came from): no list of its own."""
+        self._known = known
+        self._seeded = True
+
     def _seed(self) -> None:
         """Learn which objects exist, so a later re-list can tell the consumer which ones disappeared."""
         items, _ = self.cluster._list(self.resource, None, attempts=1)
-        self._known = {_key(o): o for o in items}
+        self._known = {_key(o): _slim(o) for o in items}
         self._seeded = True
 
     def _stream(self) -> bool:
@@ -719,7 +746,7 @@ class _Watch:
                 if kind == "DELETED":
                     self._known.pop(_key(obj), None)
                 else:
-                    self._known[_key(obj)] = obj
+                    self._known[_key(obj)] = _slim(obj)
                 delivered = True
                 self._deliver(WatchEvent(cast(EventType, kind), obj))
         finally:
@@ -735,7 +762,7 @@ class _Watch:
         items, version = self.cluster._list(self.resource, None, attempts=1)
         listed = {_key(o): o for o in items}
         gone = [o for key, o in self._known.items() if key not in listed]
-        self._known = listed
+        self._known = {key: _slim(o) for key, o in listed.items()}
         self.resource_version = version
         for obj in items:
             self._deliver(WatchEvent("MODIFIED", obj))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from hami.cluster.port import Cluster, ConflictError, meta
@@ -87,6 +87,7 @@ class NodeLocks:
         holder_done: Callable[[NodeLock, str], bool] = lambda lock, node: False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         wait_for_node: Callable[[str, float], None] | None = None,
+        known: Callable[[str], tuple[Mapping[str, str], str] | None] = lambda node: None,
     ) -> None:
         self.cluster = cluster
         self.expiry = expiry
@@ -94,6 +95,9 @@ class NodeLocks:
         self.clock = clock
         self.wait_for_node = wait_for_node or (lambda node, seconds: time.sleep(seconds))
         """Blocks until the node may have changed (a watch event) or `seconds` pass; polling by default."""
+        self.known = known
+        """The node's annotations and resourceVersion as a watch last delivered them, if known: the first attempt
+        writes on them (the resourceVersion precondition refuses a stale view), sparing a read per lock."""
 
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
@@ -139,13 +143,17 @@ class NodeLocks:
         waiting. Raises `NodeBusy` or `VendorLockBusy` after `wait` seconds."""
         start = time.monotonic()
         delay = 0.005
+        cached = self.known(node)
         while True:
-            obj = self.cluster.get("nodes", node)
-            m = meta(obj)
-            annotations = m.get("annotations") or {}
-            lock = self.holder(annotations)
+            if cached is not None and cached[1]:
+                annotations, version = cached
+            else:
+                m = meta(self.cluster.get("nodes", node))
+                annotations, version = m.get("annotations") or {}, str(m.get("resourceVersion") or "")
+            cached = None
+            lock = self.holder(dict(annotations))
             ours = lock is not None and (lock.namespace, lock.name) == (namespace, name)  # a retried bind
-            busy = None if ours else self._vendor_busy(node, annotations, vendor_locks)
+            busy = None if ours else self._vendor_busy(node, dict(annotations), vendor_locks)
             if busy is None and self._free(lock, node, namespace, name):
                 # HAMi's value, `<RFC3339>,<namespace>,<name>`, without the UID: HAMi's device plugins release a
                 # lock only when it ends in `,<namespace>,<name>` (`nodelock.ReleaseNodeLock`)
@@ -154,9 +162,7 @@ class NodeLocks:
                 taken: dict[str, str | None] = {LOCK_ANNOTATION: value}
                 taken.update({a: now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for a, _ in vendor_locks})
                 try:
-                    self.cluster.patch_metadata(
-                        "nodes", node, annotations=taken, resource_version=m.get("resourceVersion")
-                    )
+                    self.cluster.patch_metadata("nodes", node, annotations=taken, resource_version=version or None)
                     return time.monotonic() - start
                 except ConflictError:
                     continue  # the node changed under us: read again

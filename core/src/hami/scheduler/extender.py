@@ -5,8 +5,10 @@ Filter reads the pod's requests through the vendors, orders the candidate nodes 
 in batches: one hook call per vendor per batch, the first batch with a feasible node wins and its best node
 is chosen. Only when nothing fits are all candidates examined, so every rejected node then has its reason.
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
-(`ClusterState.assume`) and written into the pod's annotations before the answer goes back, so the next pod
-cannot double-book.
+(`ClusterState.assume`), so the next pod cannot double-book, and written into the pod's annotations by a
+background writer while the answer goes back: the API round trip is off the filter's path (one filter at a time
+is kube-scheduler's pace), and bind waits for that write before it locks the node, so the node side never sees a
+bound pod without its placement. A write that fails undoes the decision, and the pod's bind answers the error.
 
 Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
 failure releases the lock and is reported in the answer.
@@ -16,15 +18,18 @@ This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.servic
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,6 +59,8 @@ __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSetting
 log = logging.getLogger(__name__)
 
 VGPU_TIME = "hami.io/vgpu-time"
+RECORD_WAIT_SECONDS = 30.0
+"""How long a bind waits for its pod's placement to be written before answering an error (retried)."""
 
 
 class ExtenderSettings(BaseModel):
@@ -73,6 +80,11 @@ class ExtenderSettings(BaseModel):
     )
     dra_driver: str | None = Field(
         default=None, description="the DRA driver whose allocated ResourceClaims count as usage (hami.scheduler.claims)"
+    )
+    record_in_background: bool = Field(
+        default=False,
+        description="write each decision's annotations off the filter's path (`hami scheduler` does); False: "
+        "before the filter answers",
     )
 
     def default_policy(self) -> SchedulingPolicy:
@@ -99,14 +111,14 @@ class BindResult:
     lock_wait: float = 0.0
 
 
-def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int) -> Iterator[list[NodeRecord]]:
-    """Candidates in order of (key, name), `size` at a time. The first batch costs O(n) (most pods stop there);
-    the full sort is paid only when it holds no feasible node."""
-    first = heapq.nsmallest(size, candidates)
-    yield [c[2] for c in first]
-    if len(candidates) <= size:
+def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: int) -> Iterator[list[NodeRecord]]:
+    """Candidates in order of (key, name): `first` of them, then `size` at a time. The first batch costs O(n)
+    (most pods stop there); the full sort is paid only when it holds no feasible node."""
+    head = heapq.nsmallest(first, candidates)
+    yield [c[2] for c in head]
+    if len(candidates) <= first:
         return
-    taken = {c[1] for c in first}
+    taken = {c[1] for c in head}
     rest = sorted(c for c in candidates if c[1] not in taken)
     for start in range(0, len(rest), size):
         yield [c[2] for c in rest[start : start + size]]
@@ -164,7 +176,56 @@ class Extender:
             expiry=timedelta(seconds=self.settings.lock_expiry_seconds),
             holder_done=self.lock_holder_done,
             wait_for_node=self._wait_for_node,
+            known=self._known_node,
         )
+        self._recording: dict[str, Future[str]] = {}
+        """pod key → the write of its decision, until it succeeded (a failed one stays for the pod's bind)."""
+        self._recording_lock = threading.Lock()
+        self._recorder = ThreadPoolExecutor(max_workers=4, thread_name_prefix="record-placement")
+
+    def _placed_on(self, namespace: str, name: str, node: str) -> bool:
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(namespace, name))
+            return record is not None and record.node == node
+
+    def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
+        with self.state.lock:
+            record = self.state.nodes.get(node)
+            return (record.annotations, record.resource_version) if record is not None else None
+
+    def wait_recorded(self, timeout: float | None = None) -> None:
+        """Block until every decision made so far is written (or failed)."""
+        with self._recording_lock:
+            pending = list(self._recording.values())
+        for future in pending:
+            with contextlib.suppress(FutureTimeout):
+                future.result(timeout)
+
+    def close(self) -> None:
+        """Finish the writes under way and stop the writer."""
+        self._recorder.shutdown(wait=True)
+
+    def _recorded(self, key: str, future: Future[str]) -> None:
+        if not future.result():
+            with self._recording_lock:
+                if self._recording.get(key) is future:
+                    del self._recording[key]
+
+    def _pending_record(self, key: str, timeout: float | None) -> str:
+        """Wait for the write of the pod's last decision, if one is under way; its error, or ""."""
+        with self._recording_lock:
+            future = self._recording.get(key)
+        if future is None:
+            return ""
+        try:
+            error = future.result(timeout)
+        except FutureTimeout:
+            return f"the placement of {key} is still being written"
+        if error:
+            with self._recording_lock:
+                if self._recording.get(key) is future:
+                    del self._recording[key]
+        return error
 
     def _wait_for_node(self, node: str, seconds: float) -> None:
         with self.node_changed:
@@ -188,6 +249,7 @@ class Extender:
 
     def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
         pod = Pod.from_api(pod_obj)
+        self._pending_record(pod_key(pod.namespace, pod.name), None)  # filtered again: the earlier write goes first
         try:
             requests = self.host.pod_requests(pod)
             policy = policy_for(pod.annotations, self.settings.default_policy())
@@ -249,31 +311,34 @@ class Extender:
                         return _shortfall(request, kind, enough, len(record.views[kind].devices)), 0.0
                 return None, order(record)
 
+            failed, append, node_of = result.failed, candidates.append, nodes.get  # this loop runs once per node
             for name in node_names:
-                record = nodes.get(name)
+                record = node_of(name)
                 if record is None or (
                     single not in record.totals if single else any(k not in record.totals for k in kinds)
                 ):
-                    result.failed[name] = self._unregistered(record, kinds)
+                    failed[name] = self._unregistered(record, kinds)
                     continue
-                hit = cast("tuple[str | None, float] | None", record.memo.get(memo_key))
+                memo = record.memo
+                hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
                 if hit is None:
-                    if len(record.memo) > 512:
-                        record.memo.clear()
-                    hit = record.memo[memo_key] = evaluate(record)
+                    if len(memo) > 512:
+                        memo.clear()
+                    hit = memo[memo_key] = evaluate(record)
                 reason, key = hit
-                if reason is None:
-                    if adjust is not None and single:  # inline: this loop runs once per node and filter
+                if reason is not None:
+                    failed[name] = reason
+                    continue
+                if adjust is not None:
+                    if single:
                         group = record.totals[single].group
                         extra = by_group.get(group)
                         if extra is None:
                             extra = by_group[group] = adjust(record)
                         key += extra
-                    elif adjust is not None:
+                    else:
                         key += adjust(record)
-                    candidates.append((key, name, record))
-                else:
-                    result.failed[name] = reason
+                append((key, name, record))
             best = self._fit_in_batches(pod, requests, kinds, candidates, policy, node_policy, result)
             if best is None:
                 if withdrawn:
@@ -292,13 +357,38 @@ class Extender:
                 undo.add(lambda: self.state.set_host_usage(pod_id, "", 0, 0), "the host usage")
                 self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
                 self.state.set_host_usage(pod_id, node, *host)
+        if self.settings.record_in_background:
+            written_key = pod_key(pod.namespace, pod.name)
+            future = self._recorder.submit(self._record, undo, pod, node, allocation, written)
+            with self._recording_lock:
+                self._recording[written_key] = future
+            future.add_done_callback(functools.partial(self._recorded, written_key))
+        else:
+            error = self._record(undo, pod, node, allocation, written)
+            if error:
+                return FilterResult(error=error)
+        result.node = node
+        return result
+
+    def _record(
+        self,
+        undo: Transaction,
+        pod: Pod,
+        node: str,
+        allocation: Mapping[str, tuple[ContainerPlacement, ...]],
+        written: Mapping[str, str],
+    ) -> str:
+        """Write the decision; on any failure take back what the filter did (`undo`: the assumption, the quota
+        reservation) and say why ("" when written)."""
         try:
             with undo:
                 self._record_decision(pod, node, allocation, written)
         except ClusterError as exc:
-            return FilterResult(error=f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}")
-        result.node = node
-        return result
+            return f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}"
+        except Exception as exc:  # the writer thread must answer every bind, whatever failed
+            log.exception("recording the placement of %s/%s failed", pod.namespace, pod.name)
+            return f"could not record the placement of {pod.namespace}/{pod.name} on {node}: {exc}"
+        return ""
 
     def _observe(
         self,
@@ -378,7 +468,11 @@ class Extender:
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
         """The chosen node, its placement per kind, and the pod annotations its fits carry."""
-        for batch in _batches(candidates, self.settings.batch_size):
+        size = self.settings.batch_size
+        # A policy that takes the first feasible node in its order needs no more than that node fitted, and the
+        # first candidate nearly always fits (it passed the free-share check); others compare a batch's scores.
+        first = 1 if node_policy.takes_first_feasible else size
+        for batch in _batches(candidates, size, first):
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
             written: dict[str, dict[str, str]] = {}
@@ -511,6 +605,16 @@ class Extender:
         except ClusterError as exc:
             return BindResult(error=f"cannot lock node {node}: {exc}")
         self.on_lock_wait(waited)
+        # the placement's write (from filter) went on while the lock was taken; the node side reads it after this
+        error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
+        if not error and self.settings.record_in_background and not self._placed_on(namespace, name, node):
+            # nothing written or counted for this pod here (a process that answered its filter died before the
+            # write): binding it would leave the node side without a placement
+            error = f"no placement of {namespace}/{name} on {node} is known to this scheduler"
+        if error:
+            with contextlib.suppress(ClusterError):
+                self.locks.release(node, namespace, name, vendor_locks)
+            return BindResult(error=f"{error}; kube-scheduler will retry the pod", lock_wait=waited)
         try:
             with Transaction() as undo:
                 undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")

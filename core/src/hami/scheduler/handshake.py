@@ -9,6 +9,15 @@ daemons' `Reported_<time>` answer, a `Deleted_<time>`, no annotation) gets a new
 count again. So HAMi's own device plugins, which never answer, keep their nodes while the kubelet offers their
 devices, and a node whose daemon is gone loses them only once the kubelet offers none. The node side's half is
 `hami.node.register`. Times are local wall-clock seconds, as HAMi writes them.
+
+Only patches that can change something are sent: an answer (`Reported_<time>`) on a node whose kubelet offers the
+kind's count resource is not asked again, since while it offers them no answer, and no missing answer, can drop
+the devices; the question goes out in the first round after the offer ends, and the devices go when it stays
+unanswered for the timeout. HAMi asks again after every answer: with this project's daemons, which answer every
+question, that is two node patches per node and round (the question and the answer) and as many watch events in
+every client watching nodes, about 330 writes per second at 5,000 nodes and the default 30 s interval, for no
+change in any decision. The cost of the difference: a daemon that dies while its kubelet still offers devices
+is found one round (plus the timeout) after the offer ends rather than at once.
 """
 
 from __future__ import annotations
@@ -91,7 +100,10 @@ class HandshakeKeeper:
                 serves = any(word in registered or (reg and reg in current) for word, reg in kinds)
                 if value is None and not serves:
                     continue
-                verdict = handshake_verdict(value, sum(offered.get(word, 0) for word, _ in kinds), now, self.timeout)
+                allocatable = sum(offered.get(word, 0) for word, _ in kinds)
+                verdict = handshake_verdict(value, allocatable, now, self.timeout)
+                if verdict == "ask" and allocatable > 0 and value is not None and value.startswith("Reported"):
+                    continue  # answered, and kept while the kubelet offers the devices: a question changes nothing
                 if verdict == "ask":
                     changes[key] = encode_handshake(Handshake("Requesting", now))
                 elif verdict == "drop":

@@ -76,6 +76,7 @@ def run_scheduler(
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
             dra_driver=settings.dra_driver,
+            record_in_background=True,
         ),
         settings.leader_election,
     ).start()

@@ -145,6 +145,7 @@ class SchedulerService:
 
     def stop(self) -> None:
         self._ready.clear()
+        self.extender.wait_recorded(timeout=10)
         if getattr(self, "handshake", None) is not None:
             self.handshake.stop()
         if self.extender.quota is not None:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from hami.cluster.locks import LOCK_ANNOTATION
 from hami.cluster.port import KubeObject, meta
 from hami.codec import (
     HANDSHAKE_TIME_FORMAT,
@@ -138,6 +139,10 @@ class NodeRecord:
     """kind → the node's allocatable of the kind's count resource (status.allocatable; 0 when absent)."""
     dropped: frozenset[str] = frozenset()
     """Kinds whose devices the handshake rule drops on this node (`handshake_verdict`)."""
+    inputs: object = None
+    """What the record was built from, but the lock and handshake annotations (`ClusterState.set_node`)."""
+    resource_version: str = ""
+    """The node object's resourceVersion as last seen: a precondition for writes that rely on this record."""
 
     @property
     def cpu_free(self) -> int | None:
@@ -205,6 +210,10 @@ class ClusterState:
         self.host_usage: dict[str, tuple[str, int, int]] = {}
         """pod key → (node, CPU millicores, memory MiB) requested, for every live pod bound or assumed."""
         self._kinds: list[DeviceKind] = host.kinds
+        self._volatile = frozenset(
+            {LOCK_ANNOTATION} | {k.annotations.node_handshake for k in host.kinds if k.annotations.node_handshake}
+        )
+        """Node annotations that say nothing about its devices: a change of only these keeps the node's record."""
         self.free_by_model: dict[str, dict[str, int]] = {}
         """kind → device model → free share (thousandths) summed over the cluster's healthy devices, kept
         current with every change: how scarce each model is, for the fragmentation-aware policy."""
@@ -241,6 +250,30 @@ class ClusterState:
     def set_node(self, node: KubeObject) -> None:
         m = meta(node)
         name = m["name"]
+        cpu, memory = _allocatable(node)
+        offered = {kind.common_word: device_allocatable(node, kind) for kind in self._kinds}
+        annotations = m.get("annotations") or {}
+        dropped = frozenset(
+            k.common_word for k in self._kinds if handshake_dropped(annotations, k, offered[k.common_word])
+        )
+        status = node.get("status") or {}
+        inputs = (
+            {k: v for k, v in annotations.items() if k not in self._volatile},
+            m.get("labels") or {},
+            status.get("capacity"),
+            status.get("allocatable"),
+            dropped,
+        )
+        with self.lock:
+            old = self.nodes.get(name)
+            if old is not None and old.inputs == inputs:
+                # Only the node lock or the handshake changed (two patches per bind, two per handshake round):
+                # the devices, their usage and every memoised evaluation stay as they are.
+                old.annotations = annotations
+                old.resource_version = str(m.get("resourceVersion") or "")
+                for view in old.views.values():
+                    view.annotations = annotations
+                return
         views: dict[str, NodeView] = {}
         for kind in self._kinds:
             devices = self.devices_of(node, kind)
@@ -248,20 +281,16 @@ class ClusterState:
                 views[kind.common_word] = NodeView(
                     name=name,
                     devices=[DeviceUsage(device=d) for d in devices],
-                    annotations=m.get("annotations") or {},
+                    annotations=annotations,
                     labels=m.get("labels") or {},
                 )
-        cpu, memory = _allocatable(node)
-        offered = {kind.common_word: device_allocatable(node, kind) for kind in self._kinds}
-        annotations = m.get("annotations") or {}
-        dropped = frozenset(
-            k.common_word for k in self._kinds if handshake_dropped(annotations, k, offered[k.common_word])
-        )
         with self.lock:
             old = self.nodes.get(name)
             record = NodeRecord(name, annotations, m.get("labels") or {}, views)
             record.cpu_allocatable, record.memory_allocatable = cpu, memory
             record.device_allocatable, record.dropped = offered, dropped
+            record.inputs = inputs
+            record.resource_version = str(m.get("resourceVersion") or "")
             if old is not None:
                 self._count_free(old, -1)
                 record.pods = old.pods

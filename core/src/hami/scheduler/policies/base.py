@@ -73,6 +73,9 @@ class NodePolicy:
     state it is given or in the pod's `PodShape.workload`."""
 
     name: str = ""
+    takes_first_feasible: bool = True
+    """`choose` takes the first feasible node in the order (so the extender fits candidates one by one until one
+    fits); False when it compares the feasible nodes of a batch (then a batch is fitted at a time)."""
 
     def order(self, state: ClusterState, pod: PodShape) -> NodeKey:
         """The key candidates are fitted in (lowest first). It may read only the node and the pod: the extender

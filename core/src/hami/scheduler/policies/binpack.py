@@ -13,6 +13,7 @@ __all__ = ["Binpack"]
 class Binpack(NodePolicy):
     name = "binpack"
     sign = -1.0
+    takes_first_feasible = False  # the vendors' scores decide among a batch's feasible nodes
 
     def order(self, state: ClusterState, pod: PodShape) -> NodeKey:
         sign = self.sign

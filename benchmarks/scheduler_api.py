@@ -1,0 +1,318 @@
+"""The scheduler extender against a real control plane: `hami scheduler` as the chart runs it, driven as kube-scheduler
+drives it.
+
+    python benchmarks/scheduler_api.py                       # 1,000 nodes x 8 GPUs, 8,000 running pods
+    python benchmarks/scheduler_api.py --nodes 100 --pods 800 --measure 200 --policy spread
+
+Starts etcd and kube-apiserver from the end-to-end suite's binaries (tests/e2e/build_control_plane.sh), applies the
+chart, builds NODES nodes (NVIDIA register annotations, DEVICES GPUs each, allocatable CPU, memory and GPUs) and PODS
+running pods (1 GPU, 1000 MiB, 10 % cores each, bound and allocated, spread over the nodes) through the API, then
+starts `hami scheduler` with the chart's hami.yaml as the chart's scheduler ServiceAccount, and times until it
+answers ready. Then --measure new pods are created and scheduled as kube-scheduler schedules them: one filter at a
+time (the pod as the API serves it, every node name: the chart's extender is nodeCacheCapable), each bind handed to
+a pool of --binders threads (kube-scheduler binds asynchronously) unless --serial. A stand-in for the node daemons
+(this process, through the project's own `KubeCluster` and `NodeLocks`) marks each bound pod allocated and releases
+its node lock, as the daemon's Allocate does.
+
+Prints p50/p99 of filter and bind, pods/s (measured pods over the time until the last bind answered), the seconds
+from starting the scheduler until ready, and the scheduler's resident memory (now and peak); the last line is one
+JSON object. Progress goes to stderr. The machine is shared with the API server: measure on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+from control_plane import ControlPlane, find_binaries, wait_until  # noqa: E402
+from hami_stack import HamiStack  # noqa: E402
+from kube_rest import ApiError, KubeApi  # noqa: E402
+
+from hami.cluster import WatchEvent, meta  # noqa: E402
+from hami.cluster.kube import KubeCluster  # noqa: E402
+from hami.cluster.locks import NodeLocks  # noqa: E402
+from hami.codec import encode_node_register, encode_pod_devices  # noqa: E402
+from hami.model import ContainerDevice, Device  # noqa: E402
+from hami.scheduler.extender import BIND_PHASE  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from scheduler import cluster_arguments, percentile  # noqa: E402
+
+NAMESPACE = "bench"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def node_object(name: str, devices: int) -> dict[str, Any]:
+    gpus = [
+        Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type="NVIDIA-H100", numa=i // 4)
+        for i in range(devices)
+    ]
+    capacity = {"cpu": "128", "memory": "1Ti", "pods": "250", "nvidia.com/gpu": str(10 * devices)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "gpu": "on"},
+            "annotations": {"hami.io/node-nvidia-register": encode_node_register(gpus)},
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def pod_object(name: str, node: str | None = None, device: str | None = None) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": {}},
+        "spec": {
+            "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+        },
+    }
+    if node and device:
+        value = encode_pod_devices([(ContainerDevice(uuid=device, type="NVIDIA", usedmem=1000, usedcores=10),)])
+        obj["metadata"]["annotations"] = {
+            "hami.io/vgpu-devices-allocated": value,
+            "hami.io/vgpu-node": node,
+            BIND_PHASE: "success",
+        }
+        obj["spec"]["nodeName"] = node
+    return obj
+
+
+def create_all(api: KubeApi, objects: list[dict[str, Any]], threads: int, what: str) -> float:
+    started = time.perf_counter()
+
+    def create(obj: dict[str, Any]) -> None:
+        try:
+            api.create(obj)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+    with ThreadPoolExecutor(threads) as pool:
+        for done, _ in enumerate(pool.map(create, objects), 1):
+            if done % 2000 == 0:
+                log(f"  {what}: {done}/{len(objects)}")
+    return time.perf_counter() - started
+
+
+class NodeSideStandIn:
+    """Marks bound pods allocated and releases their node lock, as the node daemon's Allocate does."""
+
+    def __init__(self, cluster: KubeCluster) -> None:
+        self.cluster = cluster
+        self.locks = NodeLocks(cluster)
+        self.done: set[str] = set()
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="stand-in")
+        _, version = cluster.list("pods", NAMESPACE)
+        self.sub = cluster.watch("pods", version, self.on_pod)
+
+    def on_pod(self, event: WatchEvent) -> None:
+        m = meta(event.object)
+        target = (event.object.get("spec") or {}).get("nodeName")
+        if event.type == "DELETED" or not target or (m.get("annotations") or {}).get(BIND_PHASE) != "allocating":
+            return
+        if m["name"] in self.done:
+            return
+        self.done.add(m["name"])
+        self.pool.submit(self.allocate, m["name"], m["namespace"], target)
+
+    def allocate(self, name: str, namespace: str, node: str) -> None:
+        self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "success"})
+        self.locks.release(node, namespace, name)
+
+    def stop(self) -> None:
+        self.sub.stop()
+        self.pool.shutdown()
+
+
+def rss_kib(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0])
+    return fields
+
+
+def ms(values: list[float], q: float) -> float | None:
+    return round(1000 * percentile(values, q), 2) if values else None
+
+
+class Extender:
+    """kube-scheduler's side of the extender protocol: one keep-alive connection per thread."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.local = threading.local()
+
+    def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.request("POST", f"/{verb}", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        answer: dict[str, Any] = json.loads(conn.getresponse().read())
+        return answer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cluster_arguments(parser)
+    parser.add_argument("--binders", type=int, default=16, help="concurrent binds (kube-scheduler binds in parallel)")
+    parser.add_argument("--serial", action="store_true", help="bind each pod before filtering the next")
+    parser.add_argument("--create-threads", type=int, default=8)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) and print where it is")
+    parser.add_argument(
+        "--wrap", default="", help="a command prefix for the scheduler, e.g. 'py-spy record -r 200 -o s.txt -f raw --'"
+    )
+    args = parser.parse_args()
+
+    binaries = find_binaries()
+    work = Path(tempfile.mkdtemp(prefix="hami-bench-api-"))
+    plane = ControlPlane(binaries, work / "cluster").start()
+    scheduler: subprocess.Popen[bytes] | None = None
+    stand_in: NodeSideStandIn | None = None
+    try:
+        stack = HamiStack(plane, binaries, work / "hami")
+        stack.apply_chart()
+        api = plane.admin
+        assert api is not None
+        api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        names = [f"node-{i:05d}" for i in range(args.nodes)]
+        log(f"creating {args.nodes} nodes and {args.pods} running pods")
+        node_s = create_all(api, [node_object(n, args.devices_per_node) for n in names], args.create_threads, "nodes")
+        running = []
+        for i in range(args.pods):
+            n = i % args.nodes
+            device = f"GPU-{names[n]}-{(i // args.nodes) % args.devices_per_node}"
+            running.append(pod_object(f"running-{i}", names[n], device))
+        pod_s = create_all(api, running, args.create_threads, "pods")
+        log(f"  built in {node_s:.1f} s (nodes) + {pod_s:.1f} s (pods)")
+
+        if not (stack.dir / "webhook-tls" / "tls.crt").exists():
+            stack._make_webhook_certs()
+        config = stack._write_scheduler_config()
+        settings = yaml.safe_load(config.read_text())
+        settings["scheduler"]["nodePolicy"] = args.policy
+        config.write_text(yaml.safe_dump(settings))
+        argv = [*args.wrap.split(), sys.executable, "-m", "hami.cli", "--log-level", "info", "scheduler"]
+        argv += ["--config", str(config)]
+        started = time.perf_counter()
+        log_file = (work / "hami-scheduler.log").open("wb")
+        env = dict(os.environ, HAMI_DISABLED_VENDORS=stack.disabled_vendors())
+        scheduler = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+
+        def ready() -> bool:
+            assert scheduler is not None
+            if scheduler.poll() is not None:
+                raise RuntimeError(f"hami scheduler exited: {(work / 'hami-scheduler.log').read_text()[-3000:]}")
+            with urllib.request.urlopen(f"http://127.0.0.1:{stack.extender_port}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+
+        wait_until(ready, 300, "hami scheduler ready")
+        ready_s = time.perf_counter() - started
+        log(f"scheduler ready after {ready_s:.2f} s")
+        cluster = KubeCluster.from_kubeconfig(str(plane.identity("admin", "hami-e2e-admin").kubeconfig))
+        stand_in = NodeSideStandIn(cluster)
+        extender = Extender(stack.extender_port)
+        fresh = [api.create(pod_object(f"new-{i}")) for i in range(args.measure)]
+        time.sleep(1.0)  # let the scheduler's watch deliver the new pods, as kube-scheduler's queue would
+
+        filters: list[float] = []
+        binds: list[float] = []
+        errors: list[str] = []
+        unschedulable = 0
+
+        def bind(obj: dict[str, Any], node: str) -> None:
+            t0 = time.perf_counter()
+            body = {"PodName": meta(obj)["name"], "PodNamespace": NAMESPACE, "PodUID": meta(obj)["uid"], "Node": node}
+            answer = extender.post("bind", body)
+            binds.append(time.perf_counter() - t0)
+            if answer["Error"]:
+                errors.append(answer["Error"])
+
+        pending: list[Future[None]] = []
+        log(f"scheduling {args.measure} pods ({args.policy}, {'serial' if args.serial else f'{args.binders} binders'})")
+        with ThreadPoolExecutor(args.binders) as binders:
+            t_start = time.perf_counter()
+            for obj in fresh:
+                t0 = time.perf_counter()
+                answer = extender.post("filter", {"Pod": obj, "NodeNames": names})
+                filters.append(time.perf_counter() - t0)
+                if not answer["NodeNames"]:
+                    unschedulable += 1
+                    continue
+                if args.serial:
+                    bind(obj, answer["NodeNames"][0])
+                else:
+                    pending.append(binders.submit(bind, obj, answer["NodeNames"][0]))
+            for f in pending:
+                f.result()
+            elapsed = time.perf_counter() - t_start
+        memory = rss_kib(scheduler.pid)
+        result = {
+            "nodes": args.nodes,
+            "devices_per_node": args.devices_per_node,
+            "running_pods": args.pods,
+            "measured_pods": args.measure,
+            "policy": args.policy,
+            "binds": "serial" if args.serial else args.binders,
+            "ready_s": round(ready_s, 2),
+            "filter_p50_ms": ms(filters, 0.5),
+            "filter_p99_ms": ms(filters, 0.99),
+            "filter_mean_ms": round(1000 * statistics.fmean(filters), 2),
+            "bind_p50_ms": ms(binds, 0.5),
+            "bind_p99_ms": ms(binds, 0.99),
+            "pods_per_s": round(args.measure / elapsed, 1),
+            "unschedulable": unschedulable,
+            "bind_errors": len(errors),
+            "rss_mib": round(memory.get("VmRSS", 0) / 1024, 1),
+            "rss_peak_mib": round(memory.get("VmHWM", 0) / 1024, 1),
+        }
+        if errors:
+            log(f"first bind error: {errors[0]}")
+        for key, value in result.items():
+            log(f"{key:<18} {value}")
+        print(json.dumps(result))
+    finally:
+        if stand_in is not None:
+            stand_in.stop()
+        if scheduler is not None:
+            scheduler.send_signal(signal.SIGINT)  # a --wrap profiler writes its report on SIGINT
+            try:
+                scheduler.wait(30)
+            except subprocess.TimeoutExpired:
+                scheduler.kill()
+        plane.stop()
+        if args.keep:
+            log(f"work folder: {work}")
+        else:
+            subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -241,19 +241,27 @@ libc.dlsym.argtypes = [c_void_p, c_char_p]
 libc.dlvsym.argtypes = [c_void_p, c_char_p, c_char_p]
 library, symbol = os.environ["ALLOC_LIBRARY"], os.environ["ALLOC_SYMBOL"].encode()
 private = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)._handle
-found = {"dlsym": libc.dlsym(private, symbol)}
-for version in json.loads(os.environ["VERSIONS"]):
-    found["dlvsym " + version] = libc.dlvsym(private, symbol, version.encode())
-    dlsym_ = libc.dlvsym(None, b"dlsym", version.encode())
-    found["dlsym from dlvsym " + version] = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_char_p)(dlsym_)(private, symbol) \
-        if dlsym_ else None
-deep = ctypes.CDLL(os.environ["DEEP"], mode=os.RTLD_NOW | os.RTLD_DEEPBIND)
-deep.deep_lookup.restype = c_void_p
-deep.deep_lookup.argtypes = [c_void_p, c_char_p]
-found["RTLD_DEEPBIND"] = deep.deep_lookup(private, symbol)
 allocate = eval(os.environ["ALLOCATE"])
-for way, address in found.items():
+
+def deep_lookup():
+    deep = ctypes.CDLL(os.environ["DEEP"], mode=os.RTLD_NOW | os.RTLD_DEEPBIND)
+    deep.deep_lookup.restype = c_void_p
+    deep.deep_lookup.argtypes = [c_void_p, c_char_p]
+    return deep.deep_lookup(private, symbol)
+
+def through_dlvsym(version):
+    found = libc.dlvsym(None, b"dlsym", version.encode())
+    return ctypes.CFUNCTYPE(c_void_p, c_void_p, c_char_p)(found)(private, symbol) if found else None
+
+ways = {"dlsym": lambda: libc.dlsym(private, symbol), "RTLD_DEEPBIND": deep_lookup}
+for version in json.loads(os.environ["VERSIONS"]):
+    ways["dlvsym " + version] = lambda version=version: libc.dlvsym(private, symbol, version.encode())
+    ways["dlsym from dlvsym " + version] = lambda version=version: through_dlvsym(version)
+for way, lookup in ways.items():
+    print("looking up through", way, file=sys.stderr, flush=True)  # the last one named is where a crash was
+    address = lookup()
     RESULT[way] = [allocate(address, 4 << 20), allocate(address, 64 << 20)] if address else "not found"
+    print(f"  allocated 4 MiB, 64 MiB: {RESULT[way]}; counted {accounted()}", file=sys.stderr, flush=True)
 RESULT["accounted"], RESULT["held"] = accounted(), really_allocated()
 """
 

@@ -11,3 +11,4 @@ class TestLookups(LookupTests):
     driver_library = "libgalaxyhip.so"
     allocator = ("libgalaxyhip.so", "hipMalloc")
     out_of_memory = 2  # hipErrorOutOfMemory
+    prepare = "use_device(load_hip())"

@@ -22,7 +22,7 @@ lookup = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_char_p)
 for version in json.loads(os.environ["VERSIONS"]):
     found = libc.dlvsym(None, b"dlsym", version.encode())
     dlsym_ = lookup(found)
-    alloc = ctypes.ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(dlsym_(cuda._handle, b"cuMemAlloc_v2"))
+    alloc = ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(dlsym_(cuda._handle, b"cuMemAlloc_v2"))
     p = c_ulonglong()
     RESULT[version] = {"dlsym": where(found), "alloc": alloc(byref(p), 32 << 20),
                        "dlvsym": where(libc.dlvsym(libc_handle, b"dlvsym", version.encode())),
@@ -59,7 +59,7 @@ deep.deep_lookup.argtypes = [c_void_p, c_char_p]
 found = deep.deep_lookup(cuda._handle, b"cuMemAlloc_v2")
 p = c_ulonglong()
 RESULT = {"found": where(found),
-          "alloc": ctypes.ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(found)(byref(p), 32 << 20)}
+          "alloc": ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(found)(byref(p), 32 << 20)}
 """
 
 

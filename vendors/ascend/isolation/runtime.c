@@ -8,6 +8,8 @@
  * memory and launches are counted: whatever AscendCL entry point an application uses, its device memory and its
  * work pass a runtime function. AscendCL functions are hooked as well, for the versions where one does not reach
  * a hooked runtime function; memory.c and launch.c make sure nothing is counted twice.
+ * The linker's lookups are the core's (lookup.c), answered from the hook table at the end of this file: dlsym on
+ * any handle (libruntime.so opened privately included), dlvsym with any version, RTLD_DEEPBIND, dlmopen.
  *
  * Ways out: the real functions are resolved on the first hooked call of their library, never at load time (a
  * runtime loaded later by dlopen is then found): by the core's hami_iso_resolve, dlsym(RTLD_NEXT), which finds
@@ -22,6 +24,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "vnpu.h"
 
@@ -140,4 +143,13 @@ HAMI_EXPORT aclError aclrtSetCurrentContext(aclrtContext context) {
     aclError r = hami_real.aclrtSetCurrentContext(context);
     hami_vnpu_device_changed();
     return r;
+}
+
+/* The hook table the core's dlsym and dlvsym answer (lookup.c): dlsym(handle, "rtMalloc") on libruntime.so opened
+ * privately answers the hook, as every other way to a hooked name does. */
+void *hami_iso_hook_for_symbol(const char *name) {
+    if (!name) return NULL;
+    HAMI_RT_HOOKS(HAMI_ISO_HOOK_MATCH)
+    HAMI_ACL_HOOKS(HAMI_ISO_HOOK_MATCH)
+    return NULL;
 }

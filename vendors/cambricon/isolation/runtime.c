@@ -20,7 +20,7 @@
  * API's "not initialized" code; a function the installed library lacks, its "not supported" code.
  *
  * Also here: cnrtSetDevice (it keeps the per-thread device cache honest), cnGetExportFunction, and the hook table
- * the core's dlvsym asks (hami_iso_hook_for_symbol).
+ * the core's dlsym and dlvsym ask (hami_iso_hook_for_symbol).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -109,11 +109,8 @@ HAMI_EXPORT cnrtRet_t cnrtSetDevice(int ordinal) {
 
 void *hami_iso_hook_for_symbol(const char *name) {
     if (!name) return NULL;
-#define HAMI_MATCH(hook)                                                                                       \
-    if (!strcmp(name, #hook)) return (void *)&hook;
-    HAMI_CN_HOOKS(HAMI_MATCH)
-    HAMI_CNRT_HOOKS(HAMI_MATCH)
-#undef HAMI_MATCH
+    HAMI_CN_HOOKS(HAMI_ISO_HOOK_MATCH)
+    HAMI_CNRT_HOOKS(HAMI_ISO_HOOK_MATCH)
     return NULL;
 }
 

@@ -2,9 +2,14 @@
  * lookup.c: the dynamic linker's other ways to a function, closed for every vendor library.
  *
  * A vendor library hooks its API by exporting functions of the same names (preloaded, they come first in the
- * global scope) and by overriding dlsym (NVIDIA's driver.c). That leaves the linker's other doors, which this
- * file defines, for the vendor's version script to export (`dlvsym; dlopen; dlmopen;`):
+ * global scope). That leaves the linker's other doors, which this file defines for every vendor library, for the
+ * vendor's version script to export (`dlsym; dlvsym; dlopen; dlmopen;`); the vendor registers its hook table, by
+ * name, with hami_iso_hook_for_symbol():
  *
+ *   - dlsym(handle, name): a hooked name (or dlsym, dlvsym, dlopen, dlmopen) answers the hook wherever the real
+ *     dlsym finds that name in `handle` (a runtime opened privately with RTLD_LOCAL included; NULL where the real
+ *     one answers NULL); every other name, RTLD_NEXT included, goes to the real dlsym by a tail call, so the
+ *     caller is still the caller;
  *   - dlvsym(handle, name, version): any version string of dlsym, dlvsym or dlmopen answers ours, and a hooked
  *     name (hami_iso_hook_for_symbol) answers its hook, whatever the version;
  *   - dlopen(file, flags | RTLD_DEEPBIND): loaded without RTLD_DEEPBIND, so the library's references (to dlsym,
@@ -13,7 +18,8 @@
  *     load the driver without the hooks. dlmopen(LM_ID_BASE, ...) is dlopen.
  *
  * The real functions are found in libc's own symbol table (its default versions), never through dlsym or
- * dlvsym, which may be ours. hami_iso_libc_symbol() gives a vendor library the same (for its real dlsym).
+ * dlvsym, which are ours. hami_iso_real_dlsym() is the real dlsym for the library's own lookups (resolving the
+ * real functions it wraps): a plain dlsym call inside the library binds to the one below and answers hooks.
  *
  * What remains, and is the node daemon's backstop to catch: a static binary, or one that makes system calls
  * to the device itself (no dynamic linker to interpose), a process that rewrites its own memory, or one that
@@ -96,9 +102,9 @@ typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 typedef void *(*dlopen_fn)(const char *, int);
 typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
 
-static void *g_real[3];
-enum { REAL_DLVSYM, REAL_DLOPEN, REAL_DLMOPEN };
-static const char *const g_real_names[] = {"dlvsym", "dlopen", "dlmopen"};
+static void *g_real[4];
+enum { REAL_DLVSYM, REAL_DLOPEN, REAL_DLMOPEN, REAL_DLSYM };
+static const char *const g_real_names[] = {"dlvsym", "dlopen", "dlmopen", "dlsym"};
 
 static void *real(int which) {
     void *f = __atomic_load_n(&g_real[which], __ATOMIC_ACQUIRE);
@@ -109,6 +115,8 @@ static void *real(int which) {
     return f;
 }
 
+hami_iso_dlsym_fn hami_iso_real_dlsym(void) { return (hami_iso_dlsym_fn)real(REAL_DLSYM); }
+
 /* ---- the doors ---------------------------------------------------------------------------------------------- */
 
 __attribute__((weak)) void *hami_iso_hook_for_symbol(const char *name);
@@ -116,11 +124,20 @@ __attribute__((weak)) void *hami_iso_hook_for_symbol(const char *name);
 void *hami_iso_lookup_hook(const char *name) {
     if (!name) return NULL;
     if (name[0] == 'd' && name[1] == 'l') {
+        if (!strcmp(name, "dlsym")) return (void *)&dlsym;
         if (!strcmp(name, "dlvsym")) return (void *)&dlvsym;
         if (!strcmp(name, "dlopen")) return (void *)&dlopen;
         if (!strcmp(name, "dlmopen")) return (void *)&dlmopen;
     }
     return hami_iso_hook_for_symbol ? hami_iso_hook_for_symbol(name) : NULL;
+}
+
+__attribute__((visibility("default"))) void *dlsym(void *handle, const char *name) {
+    hami_iso_dlsym_fn lookup = hami_iso_real_dlsym();
+    if (HAMI_UNLIKELY(!lookup)) return NULL;
+    void *hook = hami_iso_lookup_hook(name);
+    if (hook) return lookup(handle, name) ? hook : NULL;
+    return lookup(handle, name); /* a tail call: RTLD_NEXT still means "after the caller" */
 }
 
 __attribute__((visibility("default"))) void *dlvsym(void *handle, const char *name, const char *version) {

@@ -11,13 +11,15 @@
 #include "internal.h"
 
 void *hami_iso_resolve(void **library, const char *const *names, size_t count, const char *name) {
-    void *found = dlsym(RTLD_NEXT, name);
+    hami_iso_dlsym_fn lookup = hami_iso_real_dlsym(); /* not dlsym: in this library it answers the hooks */
+    if (!lookup) return NULL;
+    void *found = lookup(RTLD_NEXT, name);
     if (found) return found;
     for (size_t i = 0; !*library && i < count; i++) {
         *library = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
         if (!*library) *library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     }
-    return *library ? dlsym(*library, name) : NULL;
+    return *library ? lookup(*library, name) : NULL;
 }
 
 struct range_query {

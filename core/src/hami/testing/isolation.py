@@ -26,14 +26,17 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from hami.testing.sandbox import Sandbox
+from hami.testing.sandbox import CSRC, Sandbox, find_compiler
 
 __all__ = [
+    "LINKER_DOORS",
     "SHARE_MEASUREMENT",
+    "DEEP_LOOKUP",
     "CrashTests",
     "GrantTests",
     "LookupTests",
@@ -44,6 +47,8 @@ __all__ = [
 ]
 
 SHARE_MEASUREMENT = pytest.mark.flaky(reruns=2)
+DEEP_LOOKUP = CSRC / "deep.c"  # libdeep.so: deep_lookup(handle, name), its own dlsym, loaded with RTLD_DEEPBIND
+LINKER_DOORS = frozenset({"dlsym", "dlvsym", "dlopen", "dlmopen"})  # the core's lookup.c, in every export list
 MIB = 1 << 20
 FUTEX_OWNER_DIED = 0x40000000
 FUTEX_TID_MASK = 0x3FFFFFFF
@@ -224,10 +229,75 @@ RESULT = {"new": libc.dlmopen(-1, library, 2), "error": libc.dlerror().decode(),
 """
 
 
+_VERSIONS = ["GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "", "NO_SUCH_VERSION"]
+
+# Every lookup a process can make of the vendor's allocator, in the vendor's library opened privately (RTLD_LOCAL,
+# never in the global scope): each answer allocates 4 MiB (under the limit: counted) and then 64 MiB (over it).
+_LOOKUPS = r"""
+exec(os.environ["PREPARE"])
+libc = ctypes.CDLL(None)
+libc.dlsym.restype = libc.dlvsym.restype = c_void_p
+libc.dlsym.argtypes = [c_void_p, c_char_p]
+libc.dlvsym.argtypes = [c_void_p, c_char_p, c_char_p]
+library, symbol = os.environ["ALLOC_LIBRARY"], os.environ["ALLOC_SYMBOL"].encode()
+private = ctypes.CDLL(library, mode=os.RTLD_NOW | os.RTLD_LOCAL)._handle
+allocate = eval(os.environ["ALLOCATE"])
+
+def deep_lookup():
+    deep = ctypes.CDLL(os.environ["DEEP"], mode=os.RTLD_NOW | os.RTLD_DEEPBIND)
+    deep.deep_lookup.restype = c_void_p
+    deep.deep_lookup.argtypes = [c_void_p, c_char_p]
+    return deep.deep_lookup(private, symbol)
+
+def through_dlvsym(version):
+    found = libc.dlvsym(None, b"dlsym", version.encode())
+    return ctypes.CFUNCTYPE(c_void_p, c_void_p, c_char_p)(found)(private, symbol) if found else None
+
+ways = {"dlsym": lambda: libc.dlsym(private, symbol), "RTLD_DEEPBIND": deep_lookup}
+for version in json.loads(os.environ["VERSIONS"]):
+    ways["dlvsym " + version] = lambda version=version: libc.dlvsym(private, symbol, version.encode())
+    ways["dlsym from dlvsym " + version] = lambda version=version: through_dlvsym(version)
+for way, lookup in ways.items():
+    print("looking up through", way, file=sys.stderr, flush=True)  # the last one named is where a crash was
+    address = lookup()
+    RESULT[way] = [allocate(address, 4 << 20), allocate(address, 64 << 20)] if address else "not found"
+    print(f"  allocated 4 MiB, 64 MiB: {RESULT[way]}; counted {accounted()}", file=sys.stderr, flush=True)
+RESULT["accounted"], RESULT["held"] = accounted(), really_allocated()
+"""
+
+
 class LookupTests:
-    """The dynamic linker's doors the core closes for every vendor library (lookup.c)."""
+    """The dynamic linker's doors the core closes for every vendor library (lookup.c), tried by a process of the
+    container over the fake API: its allocator, looked up by every way there is in the vendor's library opened
+    privately, is the hook (what it allocates is counted, past the limit it is refused), and dlmopen into a new
+    namespace is refused."""
 
     driver_library: ClassVar[str]  # the vendor's API library, as an application loads it (libcuda.so.1)
+    allocator: ClassVar[tuple[str, str]]  # the library and the name of a hooked allocating function in it
+    out_of_memory: ClassVar[int]  # the API's out-of-memory code
+    # A Python expression: a function of the allocator's address and a size that calls it (ctypes, as in
+    # Sandbox.python) and gives its return code. The default is the CUDA runtime's shape, (void **ptr, size_t size).
+    allocate: ClassVar[str] = (
+        "lambda a, n: ctypes.CFUNCTYPE(c_int, POINTER(c_void_p), c_size_t)(a)(byref(c_void_p()), n)"
+    )
+    prepare: ClassVar[str] = ""  # code run first (after the vendor's prelude): a context, a current device
+
+    def test_every_lookup_of_the_allocator_answers_the_hook(self, sandbox: Sandbox, tmp_path: Path) -> None:
+        """dlsym on the library's own handle, dlvsym with any version string, the real dlsym fetched through
+        dlvsym, and dlsym called from a library loaded with RTLD_DEEPBIND: each answer counts 4 MiB and refuses
+        64 MiB over the 64 MiB limit; the device holds exactly what was counted."""
+        deep = tmp_path / "libdeep.so"
+        subprocess.run([find_compiler(), "-fPIC", "-shared", "-o", str(deep), str(DEEP_LOOKUP), "-ldl"], check=True)
+        library, symbol = self.allocator
+        extra = {"ALLOC_LIBRARY": library, "ALLOC_SYMBOL": symbol, "ALLOCATE": self.allocate, "DEEP": str(deep),
+                 "PREPARE": self.prepare, "VERSIONS": json.dumps(_VERSIONS)}  # fmt: skip
+        result = sandbox.python(_LOOKUPS, sandbox.env(memory=str(64 * MIB), extra=extra))
+        held, accounted = result.pop("held"), result.pop("accounted")
+        assert len(result) == 2 + 2 * len(_VERSIONS)
+        refused = {way: [0, self.out_of_memory] for way in result}
+        assert result == refused, f"a lookup of {symbol} answered the real function (4 MiB uncounted, 64 MiB passed)"
+        assert held == accounted == 4 * MIB * len(result)
+        assert sandbox.device().peak == held
 
     def test_dlmopen_into_a_new_namespace_is_refused(self, sandbox: Sandbox) -> None:
         """A new link-map namespace would load the driver without the library's hooks: refused, and dlerror()

@@ -29,7 +29,7 @@ from typing import ClassVar
 import pytest
 
 from hami.isolation import accounting, source_dir
-from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish
+from hami.testing.isolation import LINKER_DOORS, SHARE_MEASUREMENT, device_shares, finish
 from hami.testing.sandbox import (
     CSRC,
     FAKE_DEVICE,
@@ -112,7 +112,7 @@ def rt_isolation_setup(
             flags=(f"-I{isolation}",),
             link=("-L{build}", f"-l:{runtime}", "-Wl,-rpath-link,{build}"),
         ),
-        exports=frozenset(hooks),
+        exports=frozenset(hooks) | LINKER_DOORS,
         hooks={defines["HAMI_RT_PREFIX"]: hooks},
         fake_prefix=fake_prefix,
         memory_limit_variable=defines["HAMI_RT_ENV_MEMORY_LIMIT"],

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hami.testing.isolation import LINKER_DOORS
 from hami.testing.sandbox import (
     FAKE_DEVICE,
     ISOLATION_CLIENT,
@@ -107,7 +108,7 @@ SETUP = IsolationSetup(
         (HERE / "client.c", ISOLATION_CLIENT),
         link=("-L{build}", "-lascendcl", "-lruntime", "-Wl,-rpath-link,{build}"),
     ),
-    exports=frozenset({"dlvsym", "dlopen", "dlmopen", *RT_HOOKS, *ACL_HOOKS}),
+    exports=frozenset({*LINKER_DOORS, *RT_HOOKS, *ACL_HOOKS}),
     hooks={"runtime": RT_HOOKS, "acl": ACL_HOOKS},
     fake_prefix="FAKE_NPU_",
     memory_limit_variable="ASCEND_DEVICE_MEMORY_LIMIT",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from hami.testing.isolation import LINKER_DOORS
 from hami.testing.sandbox import (
     FAKE_DEVICE,
     ISOLATION_CLIENT,
@@ -51,7 +52,7 @@ CN_HOOKS = (
     "cnGetExportFunction",
 )
 CNRT_HOOKS = ("cnrtMalloc", "cnrtFree", "cnrtMemGetInfo", "cnrtInvokeKernel", "cnrtSetDevice")
-LOOKUPS = ("dlvsym", "dlopen", "dlmopen")
+LOOKUPS = tuple(sorted(LINKER_DOORS))
 
 PRELUDE = r"""
 OOM = 100100

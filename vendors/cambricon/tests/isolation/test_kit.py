@@ -25,3 +25,7 @@ class TestGrant(GrantTests):
 
 class TestLookups(LookupTests):
     driver_library = "libcndrv.so"
+    allocator = ("libcndrv.so", "cnMalloc")
+    out_of_memory = 100100  # CN_MEMORY_ERROR_OUT_OF_MEMORY
+    allocate = "lambda a, n: ctypes.CFUNCTYPE(c_int, POINTER(c_uint64), c_uint64)(a)(byref(c_uint64()), n)"
+    prepare = "use_device(load_cnrt())"

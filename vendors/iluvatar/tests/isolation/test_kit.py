@@ -26,3 +26,7 @@ class TestGrant(GrantTests):
 
 class TestLookups(LookupTests):
     driver_library = "libcuda.so.1"
+    allocator = ("libcuda.so.1", "cuMemAlloc_v2")
+    out_of_memory = 2  # CUDA_ERROR_OUT_OF_MEMORY
+    allocate = "lambda a, n: ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(a)(byref(c_ulonglong()), n)"
+    prepare = "cuda = load_cuda(); assert cuda.cuInit(0) == 0; use_device(cuda)"

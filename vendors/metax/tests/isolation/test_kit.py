@@ -3,7 +3,7 @@ that no process can lift, crashes that leave no lock or usage behind, hundreds o
 
 from __future__ import annotations
 
-from hami.testing.isolation import CrashTests, GrantTests, StartupTests
+from hami.testing.isolation import CrashTests, GrantTests, LookupTests, StartupTests
 
 
 class TestGrant(GrantTests):
@@ -19,3 +19,9 @@ class TestCrashes(CrashTests):
 
 class TestStartup(StartupTests):
     pass
+
+
+class TestLookups(LookupTests):
+    driver_library = "libmcruntime.so"
+    allocator = ("libmcruntime.so", "mcMalloc")
+    out_of_memory = 2  # mcErrorMemoryAllocation

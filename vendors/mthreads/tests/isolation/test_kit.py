@@ -26,3 +26,5 @@ class TestGrant(GrantTests):
 
 class TestLookups(LookupTests):
     driver_library = "libmusa.so.1"
+    allocator = ("libmusart.so", "musaMalloc")
+    out_of_memory = 2  # musaErrorMemoryAllocation

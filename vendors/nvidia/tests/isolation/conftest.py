@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hami.testing.cuda import CUDA_HOOKS, NVML_HOOKS, PRELUDE, cuda_isolation_setup
+from hami.testing.isolation import DEEP_LOOKUP
 from hami.testing.sandbox import CTarget, fixtures
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ SETUP = cuda_isolation_setup(
     helpers=(
         CTarget("libinterposed.so", (HERE / "interposed.c",), ("-fPIC", "-shared")),
         CTarget("libinterposer.so", (HERE / "interposer.c",), ("-fPIC", "-shared"), ("-ldl",)),
-        CTarget("libdeep.so", (HERE / "deep.c",), ("-fPIC", "-shared"), ("-ldl",)),
+        CTarget("libdeep.so", (DEEP_LOOKUP,), ("-fPIC", "-shared"), ("-ldl",)),
     ),
 )
 

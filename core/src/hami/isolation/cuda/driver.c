@@ -3,10 +3,8 @@
  * Names below are CUDA's; the vendor's own (HAMI_CU) are what is hooked and looked up.
  *
  * Three ways in, all covered: the exported wrappers (a program linked against the driver binds to ours
- * first, since we are preloaded), dlsym (overridden: a lookup of a hooked name, or of dlsym, dlvsym, dlopen or
- * dlmopen, in any library that has it answers our hook; the core's lookup.c covers dlvsym, RTLD_DEEPBIND and
- * dlmopen; everything else, RTLD_NEXT included, is passed to the real dlsym by a tail call so that
- * the caller's identity is preserved), and cuGetProcAddress / cuGetProcAddress_v2 (the real driver answers for
+ * first, since we are preloaded), the linker's lookups (the core's lookup.c: dlsym, dlvsym, RTLD_DEEPBIND and
+ * dlmopen, answered from the hook table below), and cuGetProcAddress / cuGetProcAddress_v2 (the real driver answers for
  * the requested version and stream flags; its answer is swapped for the hook of the same function, matched by
  * address, or by name and version when the driver hands out internal addresses).
  *
@@ -48,19 +46,9 @@ static const hami_iso_vendor g_vendor = {
 /* The real dlsym                                                                                           */
 /* ------------------------------------------------------------------------------------------------------ */
 
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn g_real_dlsym;
+typedef hami_iso_dlsym_fn dlsym_fn;
 
-static dlsym_fn find_real_dlsym(void) {
-    dlsym_fn found = (dlsym_fn)hami_iso_libc_symbol("dlsym"); /* not dlvsym: the core's answers our dlsym */
-    if (found) __atomic_store_n(&g_real_dlsym, found, __ATOMIC_RELEASE);
-    return found;
-}
-
-static inline dlsym_fn real_dlsym(void) {
-    dlsym_fn f = __atomic_load_n(&g_real_dlsym, __ATOMIC_ACQUIRE);
-    return HAMI_LIKELY(f != NULL) ? f : find_real_dlsym();
-}
+static inline dlsym_fn real_dlsym(void) { return hami_iso_real_dlsym(); } /* the core's dlsym answers hooks */
 
 void *hami_cu_real_symbol(void *handle, const char *name) {
     dlsym_fn lookup = real_dlsym();
@@ -103,11 +91,8 @@ static void *hook_by_name(const char *name) {
     return NULL;
 }
 
-/* The core's dlvsym (lookup.c) answers these hooks too, and so does our dlsym for dlsym itself. */
-void *hami_iso_hook_for_symbol(const char *name) {
-    if (name && !strcmp(name, "dlsym")) return (void *)&dlsym;
-    return hook_by_name(name);
-}
+/* The hook table the core's dlsym and dlvsym answer (lookup.c). */
+void *hami_iso_hook_for_symbol(const char *name) { return hook_by_name(name); }
 
 /* The driver's address of each hooked function, paired with our hook (filled when the driver is loaded). */
 static void *g_real_of_hook[HOOK_COUNT];
@@ -274,14 +259,6 @@ int hami_cu_load_nvml(void) {
 /* ------------------------------------------------------------------------------------------------------ */
 /* The ways in                                                                                              */
 /* ------------------------------------------------------------------------------------------------------ */
-
-HAMI_EXPORT void *dlsym(void *handle, const char *symbol) {
-    dlsym_fn lookup = real_dlsym();
-    if (HAMI_UNLIKELY(!lookup)) return NULL;
-    void *hook = hami_iso_lookup_hook(symbol);
-    if (hook) return lookup(handle, symbol) ? hook : NULL;
-    return lookup(handle, symbol); /* a tail call: RTLD_NEXT still means "after the caller" */
-}
 
 HAMI_EXPORT CUresult HAMI_CU(GetProcAddress)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags) {
     HAMI_CUDA_ENTER(HAMI_CU(GetProcAddress));

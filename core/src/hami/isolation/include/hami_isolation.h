@@ -217,12 +217,23 @@ void hami_iso_time_end(const hami_iso_events *events, hami_iso_timing *timing, i
 /* Lookups (lookup.c): the core defines dlvsym, dlopen and dlmopen; a vendor exports them (its version script)  */
 /* ------------------------------------------------------------------------------------------------------ */
 
-/* Provided by the vendor library (optional, a weak reference here): its hook for `name`, or NULL. The core's
- * dlvsym answers it for any version string. A vendor that overrides dlsym answers hami_iso_lookup_hook(). */
+/* Provided by the vendor library (optional, a weak reference here): its hook table, by name: its hook for
+ * `name`, or NULL. The core's dlsym (where the real one finds the name) and dlvsym (any version string) answer it
+ * (lookup.c); the vendor's version script exports `dlsym; dlvsym; dlopen; dlmopen;`. */
 void *hami_iso_hook_for_symbol(const char *name);
 
-/* The hook for `name`: the core's own for dlvsym, dlopen and dlmopen, else hami_iso_hook_for_symbol's. */
+/* One entry of a hook table written as an X-macro list: `HAMI_HOOKS(HAMI_ISO_HOOK_MATCH)` inside
+ * hami_iso_hook_for_symbol(const char *name) (string.h included) answers each listed hook by its name. */
+#define HAMI_ISO_HOOK_MATCH(hook)                                                                              \
+    if (!strcmp(name, #hook)) return (void *)&hook;
+
+/* The hook for `name`: the core's own for dlsym, dlvsym, dlopen and dlmopen, else hami_iso_hook_for_symbol's. */
 void *hami_iso_lookup_hook(const char *name);
+
+/* The real dlsym (libc's), or NULL: for the library's own lookups of the real functions it wraps (a plain dlsym
+ * call inside the library is the core's, which answers hooks). */
+typedef void *(*hami_iso_dlsym_fn)(void *handle, const char *name);
+hami_iso_dlsym_fn hami_iso_real_dlsym(void);
 
 /* `name` (a function) from libc's own symbol table, at its default version: the real dlsym, whatever
  * interposes it (never ask dlsym or dlvsym for it: in this library they are ours). */

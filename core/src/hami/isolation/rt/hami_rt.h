@@ -24,7 +24,8 @@
  *                              ModuleLaunchCooperativeKernel; GetProcAddress (HIP's signature), whose answers
  *                              are swapped for the hooks
  *
- * and its version script, which exports exactly the hooks (HAMI_RT_HOOKS below). The declarations here are the
+ * and its version script, which exports exactly the hooks (HAMI_RT_HOOKS below) and the core's lookup doors
+ * (`dlsym; dlvsym; dlopen; dlmopen;`: lookup.c answers them from hami_rt_hook_of). The declarations here are the
  * CUDA runtime's shapes with opaque handles as pointers; a runtime must have the same signatures and error values
  * (stated by each vendor's README).
  */

@@ -3,10 +3,12 @@
  *
  * Ways in: the exported hooks. The library is loaded through a bind-mounted /etc/ld.so.preload, so it is first in
  * the global lookup scope and every reference an application (or a framework library linked against the runtime)
- * makes to a hooked name binds to it; and, where the runtime has one (HAMI_RT_HAS_PROC_ADDRESS), its own lookup
- * GetProcAddress, which answers with the hook for every hooked name. An application that dlopens the runtime
- * privately and looks names up on that handle is not seen: the same limit as every preload-based library (and as
- * LD_AUDIT's la_symbind, which also sees only bindings).
+ * makes to a hooked name binds to it; where the runtime has one (HAMI_RT_HAS_PROC_ADDRESS), its own lookup
+ * GetProcAddress, which answers with the hook for every hooked name; and the linker's lookups, which the core's
+ * lookup.c answers with the hook table below (hami_iso_hook_for_symbol): dlsym on any handle (the runtime opened
+ * privately with RTLD_LOCAL included), dlvsym with any version string, dlopen with RTLD_DEEPBIND (loaded without
+ * it) and dlmopen into a new namespace (refused). The vendor's version script exports `dlsym; dlvsym; dlopen;
+ * dlmopen;` beside the hooks.
  *
  * Why preload and not LD_AUDIT (HAMi's AMD library uses LD_AUDIT because a preloaded library broke HIP's
  * initialisation on recent ROCm): the failure comes from the runtime calling its own exported functions through
@@ -18,8 +20,8 @@
  * be set through the environment, which any process of the container may drop for its children.
  *
  * Ways out: the real functions are resolved on the first hooked call, never at load time (a runtime loaded later
- * is then found): dlsym(RTLD_NEXT) (another interposer first, as it should), else the vendor's runtime opened by
- * name (HAMI_RT_LIBRARIES, in order). No runtime: every hook answers "not initialized"; a function the installed
+ * is then found), by the core's hami_iso_resolve: the real dlsym(RTLD_NEXT) (another interposer first, as it
+ * should), else the vendor's runtime opened by name (HAMI_RT_LIBRARIES, in order). No runtime: every hook answers "not initialized"; a function the installed
  * runtime lacks, the vendor's "not supported".
  *
  * Also here: SetDevice, which keeps the per-thread device cache honest, and GetProcAddress.
@@ -59,13 +61,7 @@ static const hami_iso_vendor g_vendor = {
 static const char *const RUNTIMES[] = {HAMI_RT_LIBRARIES};
 
 static void *resolve(void **library, const char *name) {
-    void *found = dlsym(RTLD_NEXT, name);
-    if (found) return found;
-    for (size_t i = 0; !*library && i < sizeof RUNTIMES / sizeof *RUNTIMES; i++) {
-        *library = dlopen(RUNTIMES[i], RTLD_NOW | RTLD_NOLOAD);
-        if (!*library) *library = dlopen(RUNTIMES[i], RTLD_NOW | RTLD_LOCAL);
-    }
-    return *library ? dlsym(*library, name) : NULL;
+    return hami_iso_resolve(library, RUNTIMES, sizeof RUNTIMES / sizeof *RUNTIMES, name);
 }
 
 /* The mapped range of the object loaded at `base` (all its PT_LOAD segments). */
@@ -133,7 +129,7 @@ void *hami_rt_hook_of(const char *name) {
     return NULL;
 }
 
-/* dlvsym of a hooked name answers the hook (lookup.c). */
+/* The hook table the core's dlsym and dlvsym answer (lookup.c). */
 void *hami_iso_hook_for_symbol(const char *name) { return hami_rt_hook_of(name); }
 
 #if defined(HAMI_RT_HAS_PROC_ADDRESS) && HAMI_RT_HAS_PROC_ADDRESS

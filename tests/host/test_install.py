@@ -19,7 +19,15 @@ from hami.host import install
 from hami.host.run import parse_request
 from hami.plugins import VendorHost
 
-LIBRARIES = {"nvidia": "libvgpu.so", "ascend": "libvnpu.so", "hygon": "libvdcu.so"}
+LIBRARIES = {
+    "nvidia": "libvgpu.so",
+    "ascend": "libvnpu.so",
+    "hygon": "libvdcu.so",
+    "cambricon": "libvmlu.so",
+    "iluvatar": "libvcorex.so",
+    "mthreads": "libvmusa.so",
+    "metax": "libvmaca.so",
+}
 
 
 def _hami(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +41,7 @@ def test_install_puts_each_library_under_a_versioned_path_naming_the_final_paths
     report = json.loads(done.stdout)
     by_vendor = {lib["vendor"]: lib for lib in report["libraries"]}
     assert set(LIBRARIES) <= set(by_vendor), "every vendor whose package ships a library"
-    assert "cambricon" not in by_vendor, "a vendor without a library gets nothing"
+    assert "exampleaccel" not in by_vendor, "a vendor without a library (the example plugin) gets nothing"
     for vendor, name in LIBRARIES.items():
         lib = by_vendor[vendor]
         assert lib["path"] == f"/usr/lib/hami/{vendor}/{name}"
@@ -62,9 +70,9 @@ def test_a_second_install_rewrites_no_build(tmp_path: Path) -> None:
 
 
 def test_install_of_a_vendor_without_a_library_says_so(tmp_path: Path) -> None:
-    done = _hami("host", "install", "--prefix", str(tmp_path), "--vendor", "cambricon")
+    done = _hami("host", "install", "--prefix", str(tmp_path), "--vendor", "exampleaccel")
     assert done.returncode == 2
-    assert "hami host install: vendor cambricon ships no isolation library" in done.stderr
+    assert "hami host install: vendor exampleaccel ships no isolation library" in done.stderr
     assert not (tmp_path / "usr").exists()
 
 

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "build_packages.py"
-LIBRARIES = {"nvidia": "libvgpu.so", "ascend": "libvnpu.so", "hygon": "libvdcu.so"}
+LIBRARIES = {
+    "nvidia": "libvgpu.so",
+    "ascend": "libvnpu.so",
+    "hygon": "libvdcu.so",
+    "cambricon": "libvmlu.so",
+    "iluvatar": "libvcorex.so",
+    "mthreads": "libvmusa.so",
+    "metax": "libvmaca.so",
+}
 
 
 def _run(*argv: str) -> str:

@@ -106,6 +106,7 @@ def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) 
     paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     assert paths["device-plugin"] == "/var/lib/kubelet/device-plugins"
     assert paths["hook"] == "/usr/local/hami"
+    assert paths["hygon-vdev"] == "/etc/vdev", "Hygon's vdev<N>.conf files must land on the host for its exporter"
     assert spec["nodeSelector"] == {"gpu": "on"}
     dashboard = find(objects, "ConfigMap", "hami-dashboard")[0]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"

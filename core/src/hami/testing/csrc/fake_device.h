@@ -12,7 +12,8 @@
  *   P DEVICES (default 1), P MEMORY (bytes per device, k/m/g suffix), P KERNEL_NS and P KERNEL_NS_PER_BLOCK (the
  *   time of a launch: fake_kernel_ns), P QUEUE_NS (default 20 ms: a launch waits, before it is queued, while the
  *   process has more of its own work queued, as a full command buffer does; other processes' work does not
- *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE.
+ *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE,
+ *   P CONTEXT_MIB (what each process's context reserves on a device: fake_context_up).
  * On a normal exit the process's counted allocations are given back (a driver frees a dead process's memory).
  */
 #ifndef HAMI_FAKE_DEVICE_H
@@ -71,6 +72,12 @@ int fake_free(void *p);
 
 /* Free every counted allocation of this process on `device`, as a device or context reset does. */
 void fake_reset_device(int device);
+
+/* The memory this process's context reserves on `device` (P CONTEXT_MIB MiB, default 0), taken once per process
+ * and device when its first context there comes up and given back when the process ends, as a driver does: 1
+ * when the context may come up, 0 when the device has not that much free (the driver's out-of-memory). It is
+ * device memory like any other: in fake_used, the memory queries and the state file's `allocated`. */
+int fake_context_up(int device);
 
 /* Bytes really allocated on `device` now, by every process. */
 uint64_t fake_used(int device);

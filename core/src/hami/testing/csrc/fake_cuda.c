@@ -15,7 +15,9 @@
  *     work does not count);
  *   - each process's first context on a device reserves FAKE_CUDA_CONTEXT_MIB MiB of it (default 0) until the
  *     process ends, seen as used by cuMemGetInfo (and the fake NVML) like any allocation;
- *   - events are timestamps on that timeline; synchronization sleeps until the process's work is done;
+ *   - events are timestamps on that timeline (FAKE_CUDA_EVENT_TIMING=queued: on this process's own queue, so
+ *     a launch's events also time the other processes' work queued before it: fake_device.h); synchronization
+ *     sleeps until the process's work is done;
  *   - cuGetProcAddress answers by name, CUDA version and per-thread-stream flag like the real driver, with the
  *     exported functions, or with internal addresses when FAKE_CUDA_PRIVATE_PROCS=1 (as a driver may).
  * On a normal exit it frees what the process still holds (the real driver frees a dead process's memory).

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@ static uint64_t g_kernel_ns, g_ns_per_block, g_queue_ns = 20000000ull;
 static int g_backing = 1;
 static uint64_t g_context_bytes; /* P CONTEXT_MIB */
 static _Atomic uint32_t g_contexts; /* devices (bit i) on which this process's context memory is taken */
+static int g_blurred; /* P EVENT_TIMING=queued: an event is reached when this process's own work is done */
 static _Atomic uint64_t g_last_end; /* when this process's queued work is done */
 
 uint64_t fake_env(const char *name, uint64_t fallback) {
@@ -52,6 +54,9 @@ void fake_device_load(const char *prefix, uint64_t default_memory) {
     g_backing = !fake_env("NO_BACKING", 0);
     g_context_bytes = fake_env("CONTEXT_MIB", 0) << 20;
     char variable[128];
+    snprintf(variable, sizeof variable, "%sEVENT_TIMING", prefix);
+    const char *timing = getenv(variable);
+    g_blurred = timing && !strcmp(timing, "queued");
     snprintf(variable, sizeof variable, "%sSTATE", prefix);
     const char *path = getenv(variable);
     if (path && *path) {
@@ -191,6 +196,7 @@ uint64_t fake_kernel_ns(uint64_t blocks) { return g_kernel_ns + g_ns_per_block *
 
 uint64_t fake_reached(int device) {
     uint64_t now = fake_now_ns(), busy = atomic_load(&fake_state->devices[device].busy_until);
+    if (g_blurred) busy = atomic_load(&g_last_end); /* "queued": other processes' work is not waited for */
     return busy > now ? busy : now; /* the device reaches it after what is queued before it */
 }
 

@@ -13,7 +13,12 @@
  *   time of a launch: fake_kernel_ns), P QUEUE_NS (default 20 ms: a launch waits, before it is queued, while the
  *   process has more of its own work queued, as a full command buffer does; other processes' work does not
  *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE,
- *   P CONTEXT_MIB (what each process's context reserves on a device: fake_context_up).
+ *   P CONTEXT_MIB (what each process's context reserves on a device: fake_context_up),
+ *   P EVENT_TIMING: "device" (the default) or "queued". By default an event recorded now is reached when the
+ *   device gets past everything queued before it, every process's work included, so a pair of events around a
+ *   launch times the launch (and only what others queued between the two records). With "queued" an event is
+ *   reached when this process's own earlier work is done, as on a device that time-slices contexts: a launch
+ *   queued behind another process's work then measures that work too (the "blurred" timing of a busy device).
  * On a normal exit the process's counted allocations are given back (a driver frees a dead process's memory).
  */
 #ifndef HAMI_FAKE_DEVICE_H
@@ -94,7 +99,7 @@ uint64_t fake_kernel_ns(uint64_t blocks);
  * process's own queue is full; credited to its tag. */
 void fake_run(int device, uint64_t duration);
 
-/* When `device` reaches work queued now: the time at which an event recorded now completes. */
+/* When `device` reaches work queued now: the time at which an event recorded now completes (P EVENT_TIMING). */
 uint64_t fake_reached(int device);
 
 /* Sleep until this process's queued work is done. */

@@ -31,7 +31,7 @@ devices = st.builds(
 )
 grants = st.builds(
     Grant, st.lists(devices, min_size=1, max_size=16).map(tuple), st.sampled_from(["default", "force", "disable"]),
-    st.integers(0, 1000), st.booleans(),
+    st.integers(0, 1000), st.booleans(), st.integers(0, (1 << 64) - 1),
 )  # fmt: skip
 
 
@@ -69,7 +69,8 @@ def test_what_is_not_a_grant_says_why(text: str, reason: str) -> None:
 @pytest.mark.parametrize(
     "grant",
     [Grant(()), Grant((DeviceGrant(1, 101),)), Grant((DeviceGrant(1, 0, "has space"),)),
-     Grant((DeviceGrant(1, 0),), policy="off"), Grant((DeviceGrant(-1, 0),))],
+     Grant((DeviceGrant(1, 0),), policy="off"), Grant((DeviceGrant(-1, 0),)),
+     Grant((DeviceGrant(1, 0),), context_bytes=-1)],
 )  # fmt: skip
 def test_a_grant_the_library_could_not_read_is_not_written(grant: Grant) -> None:
     with pytest.raises(GrantError):

@@ -201,6 +201,14 @@ def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_
     assert Path(named).resolve().name.startswith("libvgpu-")
 
 
+@pytest.mark.parametrize(("setting", "counted"), [(None, 0), (300, 300 << 20)])
+def test_the_grant_carries_the_configured_context_memory(tmp_path: Path, setting: int | None, counted: int) -> None:
+    extra = {} if setting is None else {"contextMemoryMiB": setting}
+    edits = edits_for(two_container_pod(), 1, (device(GPU_A, 3000, 30),), hookPath=str(tmp_path), **extra)
+    (text,) = [text for path, text in edits.files.items() if path.endswith("nvidia.grant")]
+    assert parse(text).context_bytes == counted
+
+
 def test_the_node_daemon_writes_the_grant_and_removes_it_with_the_pod(tmp_path: Path) -> None:
     pod = two_container_pod()
     edits = edits_for(pod, 1, (device(GPU_A, 3000, 30),), hookPath=str(tmp_path))

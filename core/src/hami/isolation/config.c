@@ -90,6 +90,7 @@ static void apply_grant(const hami_iso_vendor *vendor, struct hami_process *proc
     }
     proc->granted = 1;
     proc->oversubscribe = grant.oversubscribe;
+    if (proc->context_bytes < grant.context_bytes) proc->context_bytes = grant.context_bytes; /* env only raises */
     int asked_policy = proc->policy;
     proc->policy = grant.policy;
     if (asked_policy == HAMI_POLICY_FORCE && grant.policy == HAMI_POLICY_DEFAULT) proc->policy = HAMI_POLICY_FORCE;
@@ -143,6 +144,15 @@ void hami_config_read(const hami_iso_vendor *vendor, struct hami_process *proc) 
     }
 
     proc->oversubscribe = vendor->oversubscribe_env ? truthy(getenv(vendor->oversubscribe_env)) : 0;
+
+    /* What the driver reserves per process and device for a context, counted against the limit (GRANT.md's
+     * `context`): the environment may only raise the grant's figure, so it can only cost the container. */
+    proc->context_bytes = 0;
+    const char *context = getenv("HAMI_ISOLATION_CONTEXT_MEMORY");
+    if (context && *context && hami_parse_size(context, &proc->context_bytes) != 0) {
+        HAMI_LOG(HAMI_LOG_WARN, "HAMI_ISOLATION_CONTEXT_MEMORY=%s is not a size (like 300m): ignored", context);
+        proc->context_bytes = 0;
+    }
 
     const char *hold = getenv("HAMI_ISOLATION_TEST_LOCK_HOLD_US");
     if (hold && parse_int(hold, 0, 10000000, &number) == 0) proc->test_lock_hold_us = (uint32_t)number;

@@ -21,6 +21,7 @@ static _Atomic int g_ready;
 static void after_fork_in_child(void) {
     g_init_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     hami_track_reset();
+    atomic_store(&hami_proc.context_counted, 0); /* the child has no context of its own yet */
     hami_region_after_fork(&hami_proc);
 }
 

@@ -96,6 +96,8 @@ int hami_grant_parse(char *text, struct hami_grant *grant, char *why, size_t siz
             grant->priority = (int)a;
         } else if (!strcmp(key, "oversubscribe") && v1 && !v2 && number(v1, 1, &a) == 0) {
             grant->oversubscribe = (int)a;
+        } else if (!strcmp(key, "context") && v1 && !v2 && number(v1, UINT64_MAX, &a) == 0) {
+            grant->context_bytes = a;
         } else if (!strcmp(key, "device") && v3 && !extra && number(v1, HAMI_ISO_MAX_DEVICES - 1, &a) == 0 &&
                    number(v2, UINT64_MAX, &b) == 0 && number(v3, 100, &c) == 0) {
             if ((int)a != grant->devices) {

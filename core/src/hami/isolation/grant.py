@@ -62,6 +62,7 @@ class Grant:
     policy: str = "default"
     priority: int = 1  # 0 high, 1 normal (HAMi's CUDA_TASK_PRIORITY)
     oversubscribe: bool = False
+    context_bytes: int = 0  # what the driver reserves per process and device for a context, counted (0: nothing)
 
     def render(self) -> str:
         """The file's text (``GRANT.md``). :raises GrantError: a field the library could not read back."""
@@ -73,6 +74,10 @@ class Grant:
             raise GrantError(f"priority {self.priority} is not within 0-1000")
         lines = ["hami-grant 1", f"policy {self.policy}", f"priority {self.priority}",
                  f"oversubscribe {int(self.oversubscribe)}"]  # fmt: skip
+        if not 0 <= self.context_bytes < 1 << 64:
+            raise GrantError(f"context {self.context_bytes} is not a byte count")
+        if self.context_bytes:
+            lines.append(f"context {self.context_bytes}")
         for i, device in enumerate(self.devices):
             if not 0 <= device.memory_bytes < 1 << 64:
                 raise GrantError(f"device {i}: memory {device.memory_bytes} is not a byte count")
@@ -93,7 +98,7 @@ def parse(text: str) -> Grant:
     words = [(n, w) for n, w in lines if w and not w[0].startswith("#")]
     if not words or words[0][1] != ["hami-grant", "1"]:
         raise GrantError("not 'hami-grant 1' (a grant of another version or no grant)")
-    policy, priority, oversubscribe, ended = "default", 1, False, False
+    policy, priority, oversubscribe, ended, context = "default", 1, False, False, 0
     devices: list[DeviceGrant] = []
     for n, w in words[1:]:
         if ended:
@@ -105,6 +110,8 @@ def parse(text: str) -> Grant:
             priority = int(values[0])
         elif key == "oversubscribe" and len(values) == 1 and values[0] in ("0", "1"):
             oversubscribe = values[0] == "1"
+        elif key == "context" and len(values) == 1 and (number := _number(values[0], (1 << 64) - 1)) is not None:
+            context = number
         elif key == "device" and len(values) in (3, 4):
             index, memory, cores = (_number(values[0], MAX_DEVICES - 1), _number(values[1], (1 << 64) - 1),
                                     _number(values[2], 100))  # fmt: skip
@@ -121,7 +128,7 @@ def parse(text: str) -> Grant:
         raise GrantError("no device")
     if not ended:
         raise GrantError("incomplete (no 'end' line)")
-    return Grant(tuple(devices), policy, priority, oversubscribe)
+    return Grant(tuple(devices), policy, priority, oversubscribe, context)
 
 
 def _number(text: str, high: int) -> int | None:

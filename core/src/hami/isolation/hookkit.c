@@ -23,6 +23,23 @@ void hami_iso_forgotten(uint32_t kind, uint64_t key, int known, const hami_iso_a
     else hami_iso_track(kind, key, a);
 }
 
+int hami_iso_context_reserve(int device) {
+    struct hami_process *p = &hami_proc;
+    uint64_t bytes = p->context_bytes;
+    if (!bytes || (unsigned)device >= HAMI_ISO_MAX_DEVICES) return 0;
+    uint32_t bit = 1u << device;
+    if (atomic_fetch_or(&p->context_counted, bit) & bit) return 0; /* counted already (or being counted) */
+    if (hami_iso_memory_reserve(device, bytes) == 0) return 1;
+    atomic_fetch_and(&p->context_counted, ~bit);
+    return -1;
+}
+
+void hami_iso_context_unreserve(int device, int reserved) {
+    if (reserved != 1) return;
+    atomic_fetch_and(&hami_proc.context_counted, ~(1u << device));
+    hami_iso_memory_release(device, hami_proc.context_bytes);
+}
+
 int hami_iso_memory_view(int device, uint64_t *total, uint64_t *free, uint64_t *used) {
     uint64_t limit = hami_iso_memory_limit(device);
     if (!limit || !total) return 0;

@@ -152,6 +152,8 @@ struct hami_process {
     int policy;
     int oversubscribe;
     _Atomic int exiting;
+    uint64_t context_bytes;        /* counted once per device when the process's first context comes up */
+    _Atomic uint32_t context_counted; /* devices (bit i) whose context this process has counted */
     int granted;                   /* the limits come from the node's grant (the environment only lowered them) */
     int fail_closed;               /* a grant was expected and could not be read: every allocation is refused */
     char *control;                 /* the first device's control words (struct hami_control) */
@@ -190,6 +192,7 @@ struct hami_grant {
     int policy;
     int priority;
     int oversubscribe;
+    uint64_t context_bytes; /* what the driver reserves per process and device for its context */
     uint64_t memory_limit[HAMI_ISO_MAX_DEVICES]; /* bytes, 0 = the whole device */
     int core_limit[HAMI_ISO_MAX_DEVICES];        /* percent, 0 or 100 = the whole device */
     char uuid[HAMI_ISO_MAX_DEVICES][64];

@@ -37,6 +37,7 @@ __all__ = [
     "LINKER_DOORS",
     "SHARE_MEASUREMENT",
     "DEEP_LOOKUP",
+    "ContextMemoryTests",
     "CrashTests",
     "GrantTests",
     "LookupTests",
@@ -157,11 +158,11 @@ class CrashTests:
         assert sandbox.lock_word() == 0, "the lock is free"
 
 
-def grant_text(memory: int, cores: int = 0, policy: str = "default", priority: int = 1) -> str:
+def grant_text(memory: int, cores: int = 0, policy: str = "default", priority: int = 1, context: int = 0) -> str:
     """A grant of one device, as the node daemon writes it (hami.isolation.grant)."""
     from hami.isolation.grant import DeviceGrant, Grant
 
-    return Grant((DeviceGrant(memory, cores),), policy, priority).render()
+    return Grant((DeviceGrant(memory, cores),), policy, priority, context_bytes=context).render()
 
 
 class GrantTests:
@@ -216,6 +217,78 @@ class GrantTests:
         lines = [line for line in proc.stderr.splitlines() if "no readable grant" in line]
         assert len(lines) == 1, proc.stderr
         assert sandbox.device().peak == 0
+
+
+_MEMINFO = r"""
+cu = ctypes.CDLL(os.environ["DRIVER_LIBRARY"])
+prefix = os.environ["API_PREFIX"]
+ctx, free, total = c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+RESULT = {"init": getattr(cu, prefix + "Init")(0),
+          "retain": getattr(cu, prefix + "DevicePrimaryCtxRetain")(ctypes.byref(ctx), 0)}
+if RESULT["retain"] == 0:
+    getattr(cu, prefix + "CtxSetCurrent")(ctx)
+    RESULT["meminfo"] = getattr(cu, prefix + "MemGetInfo_v2")(ctypes.byref(free), ctypes.byref(total))
+    RESULT["used"], RESULT["total"] = total.value - free.value, total.value
+"""
+
+
+class ContextMemoryTests:
+    """The memory the driver reserves for each process's context counts against the container's limit (the
+    grant's ``context``, GRANT.md), as HAMi-core counts its context size: the fake driver reserves
+    ``<fake>CONTEXT_MIB`` per process at its first context. With a 1 GiB limit and 300 MiB per context, the
+    container's processes never hold more than 1 GiB of the device, contexts included (without counting them:
+    4 processes of 100 MiB held 1.6 GiB), and the memory query shows a process its context as used."""
+
+    driver_library: ClassVar[str]  # the vendor's API library, as an application loads it (libcuda.so.1)
+    api_prefix: ClassVar[str] = "cu"  # the API's function names' prefix
+    out_of_memory: ClassVar[int]  # the API's out-of-memory code, as the client prints it
+
+    def _fake(self, sandbox: Sandbox) -> dict[str, str]:
+        prefix = sandbox.setup.fake_state_variable.removesuffix("STATE")
+        return {f"{prefix}CONTEXT_MIB": "300", f"{prefix}MEMORY": "4g"}
+
+    def test_processes_never_hold_more_than_the_limit_with_their_contexts(self, sandbox: Sandbox) -> None:
+        extra = {**sandbox.grant(grant_text(1 << 30, context=300 * MIB)), **self._fake(sandbox)}
+        env = sandbox.env(extra=extra)
+        held, refused = [], []
+        for _ in range(4):  # each 300 MiB of context + 100 MiB: two fit in 1 GiB, a third's context does not
+            proc = sandbox.start("hold", 100 * MIB, 1, env=env)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if line.strip() == "held":
+                held.append(proc)
+            else:
+                refused.append(proc.communicate(timeout=30)[1])
+        try:
+            assert len(held) == 2, f"{len(held)} processes of 400 MiB each held under a 1 GiB limit"
+            assert sandbox.device().peak <= 1 << 30, f"the container held {sandbox.device().peak >> 20} MiB"
+            assert sandbox.account().device(0).memory_used == 800 * MIB
+            assert all(f"returned {self.out_of_memory}" in err for err in refused), refused
+        finally:
+            for proc in held:
+                proc.kill()
+                proc.wait()
+
+    def test_the_memory_query_shows_the_context_as_used(self, sandbox: Sandbox) -> None:
+        extra = {**sandbox.grant(grant_text(1 << 30, context=300 * MIB)), **self._fake(sandbox)}
+        extra.update({"DRIVER_LIBRARY": self.driver_library, "API_PREFIX": self.api_prefix})
+        result = sandbox.python(_MEMINFO, sandbox.env(extra=extra))
+        assert (result["init"], result["retain"], result["meminfo"]) == (0, 0, 0)
+        assert (result["used"], result["total"]) == (300 * MIB, 1 << 30)
+
+    def test_a_context_that_does_not_fit_is_refused_and_nothing_reaches_the_device(self, sandbox: Sandbox) -> None:
+        extra = {**sandbox.grant(grant_text(256 * MIB, context=300 * MIB)), **self._fake(sandbox)}
+        extra.update({"DRIVER_LIBRARY": self.driver_library, "API_PREFIX": self.api_prefix})
+        result = sandbox.python(_MEMINFO, sandbox.env(extra=extra))
+        assert result["retain"] == self.out_of_memory
+        assert sandbox.device().peak == 0
+
+    def test_the_environment_may_raise_the_context_figure_but_not_lower_it(self, sandbox: Sandbox) -> None:
+        extra = {**sandbox.grant(grant_text(1 << 30, context=300 * MIB)), **self._fake(sandbox)}
+        extra.update({"DRIVER_LIBRARY": self.driver_library, "API_PREFIX": self.api_prefix})
+        for asked, counted in [("0", 300 * MIB), ("100m", 300 * MIB), ("500m", 500 * MIB)]:
+            sandbox.python(_MEMINFO, sandbox.env(extra={**extra, "HAMI_ISOLATION_CONTEXT_MEMORY": asked}))
+            assert sandbox.account().device(0).memory_peak == counted, asked
 
 
 _DLMOPEN = r"""

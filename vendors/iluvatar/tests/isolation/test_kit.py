@@ -1,11 +1,11 @@
 """The checks every isolation library passes (hami.testing.isolation), against libvcorex.so and the fake CoreX:
 crashes anywhere (even inside the accounting lock) leave nothing held, hundreds of processes start at once with
-their limits on, the node's grant cannot be lifted from inside the container, and the linker's other doors
-(dlvsym, dlmopen) are closed."""
+their limits on, the node's grant cannot be lifted from inside the container, each process's context memory
+counts against the limit, and the linker's other doors (dlvsym, dlmopen) are closed."""
 
 from __future__ import annotations
 
-from hami.testing.isolation import CrashTests, GrantTests, LookupTests, StartupTests
+from hami.testing.isolation import ContextMemoryTests, CrashTests, GrantTests, LookupTests, StartupTests
 
 
 class TestCrashes(CrashTests):
@@ -30,3 +30,8 @@ class TestLookups(LookupTests):
     out_of_memory = 2  # CUDA_ERROR_OUT_OF_MEMORY
     allocate = "lambda a, n: ctypes.CFUNCTYPE(c_int, POINTER(c_ulonglong), c_size_t)(a)(byref(c_ulonglong()), n)"
     prepare = "cuda = load_cuda(); assert cuda.cuInit(0) == 0; use_device(cuda)"
+
+
+class TestContextMemory(ContextMemoryTests):
+    driver_library = "libcuda.so.1"
+    out_of_memory = 2  # CUDA_ERROR_OUT_OF_MEMORY

@@ -15,9 +15,10 @@ Owns the container side of the contract with the isolation library (``libvgpu.so
   the opt-out for anything less, and a container placed with less gets the library all the same);
 * CDI device names ``nvidia.com/gpu=<uuid>`` for runtimes that use CDI (``deviceListStrategy``);
 * the container's grant (`hami.isolation.grant`): the same limits, the core policy (``disable`` when
-  ``disableCoreLimit``, else ``gpuCorePolicy``), the priority its spec asked (``CUDA_TASK_PRIORITY``, default 1) and
-  oversubscription, in ``<hookPath>/vgpu/grants/<pod uid>_<container>/nvidia.grant`` (``files``), that directory
-  mounted read-only at ``/etc/hami/grant``. The library reads it first; the environment above only lowers it, so
+  ``disableCoreLimit``, else ``gpuCorePolicy``), the priority its spec asked (``CUDA_TASK_PRIORITY``, default 1),
+  oversubscription and the driver's per-process context memory (``contextMemoryMiB``, counted against the
+  limit), in ``<hookPath>/vgpu/grants/<pod uid>_<container>/nvidia.grant`` (``files``), that directory mounted
+  read-only at ``/etc/hami/grant``. The library reads it first; the environment above only lowers it, so
   a process of the container cannot lift its limits by changing its children's variables.
 
 Which library: the one the node daemon installed from this package (``library``:
@@ -35,6 +36,7 @@ random UUID, the name here is derived from the pod UID and container name, so th
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from hami.isolation.containers import ContainerDirs, container_name
@@ -93,7 +95,8 @@ def _grant(settings: NvidiaSettings, container: Container | None, devices: Conta
     priority = int(asked) if asked.isdigit() and int(asked) <= 1000 else 1
     policy = "disable" if settings.disable_core_limit else settings.gpu_core_policy
     limits = [(d.usedmem, d.usedcores, d.uuid) for d in devices]
-    return from_limits(limits, policy, priority, settings.device_memory_scaling > 1)
+    grant = from_limits(limits, policy, priority, settings.device_memory_scaling > 1)
+    return replace(grant, context_bytes=settings.context_memory_mib << 20)
 
 
 def library_mounts(settings: NvidiaSettings, library: IsolationLibrary | None) -> tuple[Mount, Mount]:

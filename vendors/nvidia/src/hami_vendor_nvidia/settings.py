@@ -94,6 +94,13 @@ class NvidiaSettings(BaseModel):
         validation_alias=AliasChoices("operatingMode", "operating_mode"),
         description="mode registered for GPUs that are not in MIG mode (MIG-enabled GPUs register as mig)",
     )
+    context_memory_mib: int = Field(
+        default=0,
+        ge=0,
+        validation_alias=AliasChoices("contextMemoryMiB", "context_memory_mib"),
+        description="MiB the driver reserves for each process's CUDA context on a GPU, counted against the "
+        "container's limit from its first context there (the grant's context line; 0: not counted)",
+    )
     lib_cuda_log_level: Literal["", "0", "1", "3", "4"] = Field(
         default="", validation_alias=AliasChoices("libCudaLogLevel", "lib_cuda_log_level")
     )

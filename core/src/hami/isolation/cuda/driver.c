@@ -302,6 +302,11 @@ int hami_cu_refresh_device(void) {
     return 0; /* no current context: the driver refuses the call anyway */
 }
 
+/* The driver reserves memory for each process's context on a device; the grant's `context` figure of it is
+ * counted against the container's limit before the process's first context there is created (primary or not),
+ * and a context that would not fit is refused with CUDA_ERROR_OUT_OF_MEMORY, as the driver refuses one it has
+ * no memory for. */
+
 #define MAX_PRIMARY 64
 static _Atomic(CUcontext) g_primary[MAX_PRIMARY];
 
@@ -309,7 +314,10 @@ static _Atomic(CUcontext) g_primary[MAX_PRIMARY];
 
 HAMI_EXPORT CUresult HAMI_CU(CtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     HAMI_CUDA_ENTER(HAMI_CU(CtxCreate_v2));
+    int context = hami_iso_context_reserve(dev);
+    if (context < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = hami_real.HAMI_CU(CtxCreate_v2)(pctx, flags, dev);
+    if (r != CUDA_SUCCESS) hami_iso_context_unreserve(dev, context);
     hami_cu_context_changed();
     return r;
 }
@@ -317,7 +325,10 @@ HAMI_EXPORT CUresult HAMI_CU(CtxCreate_v2)(CUcontext *pctx, unsigned int flags, 
 HAMI_EXPORT CUresult HAMI_CU(CtxCreate_v3)(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
                                     unsigned int flags, CUdevice dev) {
     HAMI_CUDA_ENTER(HAMI_CU(CtxCreate_v3));
+    int context = hami_iso_context_reserve(dev);
+    if (context < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = hami_real.HAMI_CU(CtxCreate_v3)(pctx, paramsArray, numParams, flags, dev);
+    if (r != CUDA_SUCCESS) hami_iso_context_unreserve(dev, context);
     hami_cu_context_changed();
     return r;
 }
@@ -325,7 +336,10 @@ HAMI_EXPORT CUresult HAMI_CU(CtxCreate_v3)(CUcontext *pctx, CUexecAffinityParam 
 HAMI_EXPORT CUresult HAMI_CU(CtxCreate_v4)(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
                                     CUdevice dev) {
     HAMI_CUDA_ENTER(HAMI_CU(CtxCreate_v4));
+    int context = hami_iso_context_reserve(dev);
+    if (context < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = hami_real.HAMI_CU(CtxCreate_v4)(pctx, ctxCreateParams, flags, dev);
+    if (r != CUDA_SUCCESS) hami_iso_context_unreserve(dev, context);
     hami_cu_context_changed();
     return r;
 }
@@ -361,7 +375,10 @@ HAMI_EXPORT CUresult HAMI_CU(CtxPopCurrent_v2)(CUcontext *pctx) {
 
 HAMI_EXPORT CUresult HAMI_CU(DevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev) {
     HAMI_CUDA_ENTER(HAMI_CU(DevicePrimaryCtxRetain));
+    int context = hami_iso_context_reserve(dev);
+    if (context < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = hami_real.HAMI_CU(DevicePrimaryCtxRetain)(pctx, dev);
+    if (r != CUDA_SUCCESS) hami_iso_context_unreserve(dev, context);
     if (r == CUDA_SUCCESS && pctx && dev >= 0 && dev < MAX_PRIMARY)
         atomic_store_explicit(&g_primary[dev], *pctx, memory_order_relaxed);
     return r;

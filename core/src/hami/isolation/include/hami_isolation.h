@@ -92,6 +92,15 @@ void hami_iso_memory_release(int device, uint64_t bytes);
 /* What the whole container has counted on `device` now. */
 uint64_t hami_iso_memory_used(int device);
 
+/* The memory the driver reserves for a process's context on `device` (the grant's `context`, GRANT.md), counted
+ * once per process and device, before the driver creates the process's first context there: 1 when counted
+ * now, 0 when nothing was to count (no figure, or counted before), -1 when it does not fit in the limit (the
+ * caller refuses the context with its API's out-of-memory error). If the driver then fails to create the
+ * context, hami_iso_context_unreserve(device, what reserve returned) gives it back. The count lasts as long as
+ * the process (the accounting reclaims a dead process's memory), as the driver's reservation does. */
+int hami_iso_context_reserve(int device);
+void hami_iso_context_unreserve(int device, int reserved);
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Allocation tracking: pointer or handle -> what was counted for it (process-local, lock-sharded hash)      */
 /* ------------------------------------------------------------------------------------------------------ */

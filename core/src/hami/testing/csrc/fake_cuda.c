@@ -13,7 +13,11 @@
  *     launching process; a launch waits, before it is queued, while the process has more than
  *     FAKE_CUDA_QUEUE_NS (default 20 ms) of its own work queued (a context's command buffer: other processes'
  *     work does not count);
- *   - events are timestamps on that timeline; synchronization sleeps until the process's work is done;
+ *   - each process's first context on a device reserves FAKE_CUDA_CONTEXT_MIB MiB of it (default 0) until the
+ *     process ends, seen as used by cuMemGetInfo (and the fake NVML) like any allocation;
+ *   - events are timestamps on that timeline (FAKE_CUDA_EVENT_TIMING=queued: on this process's own queue, so
+ *     a launch's events also time the other processes' work queued before it: fake_device.h); synchronization
+ *     sleeps until the process's work is done;
  *   - cuGetProcAddress answers by name, CUDA version and per-thread-stream flag like the real driver, with the
  *     exported functions, or with internal addresses when FAKE_CUDA_PRIVATE_PROCS=1 (as a driver may).
  * On a normal exit it frees what the process still holds (the real driver frees a dead process's memory).
@@ -227,6 +231,7 @@ API(DeviceTotalMem_v2, (size_t *bytes, CUdevice dev), (bytes, dev)) {
 API(DevicePrimaryCtxRetain, (struct ctx **pctx, CUdevice dev), (pctx, dev)) {
     if (!pctx) return INVALID_VALUE;
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
+    if (!fake_context_up(dev)) return OUT_OF_MEMORY;
     *pctx = &g_primary[dev];
     return SUCCESS;
 }
@@ -243,6 +248,7 @@ API(CtxCreate_v2, (struct ctx **pctx, unsigned flags, CUdevice dev), (pctx, flag
     (void)flags;
     if (!pctx) return INVALID_VALUE;
     if (dev < 0 || dev >= fake.devices) return INVALID_DEVICE;
+    if (!fake_context_up(dev)) return OUT_OF_MEMORY;
     struct ctx *c = malloc(sizeof *c);
     c->device = dev;
     *pctx = t_current = c;

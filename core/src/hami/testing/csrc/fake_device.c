@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,9 @@ struct fake_state *fake_state;
 static const char *g_prefix = "";
 static uint64_t g_kernel_ns, g_ns_per_block, g_queue_ns = 20000000ull;
 static int g_backing = 1;
+static uint64_t g_context_bytes; /* P CONTEXT_MIB */
+static _Atomic uint32_t g_contexts; /* devices (bit i) on which this process's context memory is taken */
+static int g_blurred; /* P EVENT_TIMING=queued: an event is reached when this process's own work is done */
 static _Atomic uint64_t g_last_end; /* when this process's queued work is done */
 
 uint64_t fake_env(const char *name, uint64_t fallback) {
@@ -48,7 +52,11 @@ void fake_device_load(const char *prefix, uint64_t default_memory) {
     g_ns_per_block = fake_env("KERNEL_NS_PER_BLOCK", 0);
     g_queue_ns = fake_env("QUEUE_NS", 20000000ull);
     g_backing = !fake_env("NO_BACKING", 0);
+    g_context_bytes = fake_env("CONTEXT_MIB", 0) << 20;
     char variable[128];
+    snprintf(variable, sizeof variable, "%sEVENT_TIMING", prefix);
+    const char *timing = getenv(variable);
+    g_blurred = timing && !strcmp(timing, "queued");
     snprintf(variable, sizeof variable, "%sSTATE", prefix);
     const char *path = getenv(variable);
     if (path && *path) {
@@ -149,7 +157,17 @@ void fake_reset_device(int device) {
     pthread_mutex_unlock(&g_blocks_lock);
 }
 
+int fake_context_up(int device) {
+    uint32_t bit = 1u << device;
+    if (!g_context_bytes || (atomic_fetch_or(&g_contexts, bit) & bit)) return 1;
+    if (take_memory(device, g_context_bytes)) return 1;
+    atomic_fetch_and(&g_contexts, ~bit);
+    return 0;
+}
+
 __attribute__((destructor)) static void fake_unload(void) {
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+        if (atomic_fetch_and(&g_contexts, ~(1u << i)) & (1u << i)) give_memory(i, g_context_bytes);
     pthread_mutex_lock(&g_blocks_lock);
     for (struct block *b = g_blocks.next; b != &g_blocks; b = b->next)
         if (b->magic == BLOCK_MAGIC && b->counted) {
@@ -178,6 +196,7 @@ uint64_t fake_kernel_ns(uint64_t blocks) { return g_kernel_ns + g_ns_per_block *
 
 uint64_t fake_reached(int device) {
     uint64_t now = fake_now_ns(), busy = atomic_load(&fake_state->devices[device].busy_until);
+    if (g_blurred) busy = atomic_load(&g_last_end); /* "queued": other processes' work is not waited for */
     return busy > now ? busy : now; /* the device reaches it after what is queued before it */
 }
 

@@ -12,7 +12,13 @@
  *   P DEVICES (default 1), P MEMORY (bytes per device, k/m/g suffix), P KERNEL_NS and P KERNEL_NS_PER_BLOCK (the
  *   time of a launch: fake_kernel_ns), P QUEUE_NS (default 20 ms: a launch waits, before it is queued, while the
  *   process has more of its own work queued, as a full command buffer does; other processes' work does not
- *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE.
+ *   count), P TAG (0-7), P NO_BACKING=1 (allocations keep only a small header, for benchmarks), P STATE,
+ *   P CONTEXT_MIB (what each process's context reserves on a device: fake_context_up),
+ *   P EVENT_TIMING: "device" (the default) or "queued". By default an event recorded now is reached when the
+ *   device gets past everything queued before it, every process's work included, so a pair of events around a
+ *   launch times the launch (and only what others queued between the two records). With "queued" an event is
+ *   reached when this process's own earlier work is done, as on a device that time-slices contexts: a launch
+ *   queued behind another process's work then measures that work too (the "blurred" timing of a busy device).
  * On a normal exit the process's counted allocations are given back (a driver frees a dead process's memory).
  */
 #ifndef HAMI_FAKE_DEVICE_H
@@ -72,6 +78,12 @@ int fake_free(void *p);
 /* Free every counted allocation of this process on `device`, as a device or context reset does. */
 void fake_reset_device(int device);
 
+/* The memory this process's context reserves on `device` (P CONTEXT_MIB MiB, default 0), taken once per process
+ * and device when its first context there comes up and given back when the process ends, as a driver does: 1
+ * when the context may come up, 0 when the device has not that much free (the driver's out-of-memory). It is
+ * device memory like any other: in fake_used, the memory queries and the state file's `allocated`. */
+int fake_context_up(int device);
+
 /* Bytes really allocated on `device` now, by every process. */
 uint64_t fake_used(int device);
 
@@ -87,7 +99,7 @@ uint64_t fake_kernel_ns(uint64_t blocks);
  * process's own queue is full; credited to its tag. */
 void fake_run(int device, uint64_t duration);
 
-/* When `device` reaches work queued now: the time at which an event recorded now completes. */
+/* When `device` reaches work queued now: the time at which an event recorded now completes (P EVENT_TIMING). */
 uint64_t fake_reached(int device);
 
 /* Sleep until this process's queued work is done. */

@@ -324,8 +324,12 @@ class _RefusesPlacements(MemoryCluster):
         return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
 
 
+BACKGROUND = ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=True)
+"""Decisions written after the filter answers (`record_in_background`, off in `hami scheduler` for now)."""
+
+
 def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> None:
-    h = Harness(cluster=_RefusesPlacements())
+    h = Harness(BACKGROUND, cluster=_RefusesPlacements())
     try:
         h.add_node(gpu_node("node-a"))
         h.add_pod(gpu_pod("p1"))
@@ -345,6 +349,7 @@ def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> No
 def test_a_pod_whose_placement_this_scheduler_never_saw_is_not_bound(harness: Harness) -> None:
     """As after a scheduler that answered the filter died before writing the decision: binding the pod would
     leave the node side without a placement, so kube-scheduler is asked to schedule it again."""
+    harness.settings = BACKGROUND
     harness.add_node(gpu_node("node-a"))
     harness.add_pod(gpu_pod("p1"))
     harness.start()

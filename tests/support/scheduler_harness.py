@@ -73,8 +73,8 @@ class Harness:
     def __init__(self, settings: ExtenderSettings | None = None, cluster: MemoryCluster | None = None) -> None:
         self.cluster = cluster or MemoryCluster()
         self.host = VendorHost.load(disabled=())
-        # decisions written in the background, as `hami scheduler` writes them
-        self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=True)
+        # decisions written before the filter answers, as `hami scheduler` writes them
+        self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5)
         self.service: SchedulerService | None = None
         self.server: ExtenderServer | None = None
         self._conn: http.client.HTTPConnection | None = None

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import secrets
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -46,6 +48,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from hami.cluster.memory import MemoryCluster
 from hami.cluster.port import ConflictError, NotFoundError, Resource, Subscription, WatchEvent, meta
+
+log = logging.getLogger(__name__)
 
 __all__ = ["API_VERSION", "KIND", "ApiError", "ApiRequest", "ClusterApiServer", "Override", "status_body"]
 
@@ -117,6 +121,18 @@ class _History:
     events: list[tuple[int, WatchEvent]] = field(default_factory=list)
 
 
+class _Server(ThreadingHTTPServer):
+    """A connection that breaks (a client gone mid-request, a TLS handshake a stopping client abandons) is the
+    client's business: logged at debug, not printed as a traceback on the demo's terminal."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.debug("connection from %s ended: %s", client_address, error)
+            return
+        log.exception("serving a request from %s failed", client_address)
+
+
 class ClusterApiServer:
     """`with ClusterApiServer() as api:` a loopback API server over `api.cluster` (a `MemoryCluster`).
 
@@ -146,7 +162,7 @@ class ClusterApiServer:
         self._stopping = False
         self._open_streams = 0
         self._subs: list[Subscription] = [self._record(r) for r in KIND]
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd = _Server((host, port), _handler(self))
         self._httpd.daemon_threads = True
         self._tls = tls is not None
         self._ca = ca

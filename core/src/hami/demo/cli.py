@@ -174,7 +174,11 @@ def run_demo(args: argparse.Namespace) -> int:
         say()
         say(render_status(status))
         say()
-        _print_urls(world, say)
+        if args.keep:  # without --keep everything stops when the summary is printed: no address to give
+            _print_urls(world, say)
+        else:
+            say("Metrics, the dashboard and the API stop with the demo: `hami demo --keep` keeps them up and prints")
+            say("their addresses, with the kubeconfig for `hami status` and kubectl.")
         notes = _notes(world, outcomes)
         for note in notes:
             say()

@@ -86,3 +86,17 @@ def test_no_subcommand_prints_help_and_fails() -> None:
     done = run_hami()
     assert done.returncode == 2
     assert "vendors" in done.stdout
+
+
+def test_vendors_with_a_configuration_file_loads_the_plugins_as_it_configures_them(tmp_path: Any) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("vendors:\n  nvidia: {deviceSplitCount: 4}\n")
+    done = run_hami("vendors", "--json", "--config", str(good))
+    assert done.returncode == 0, done.stderr
+    assert "nvidia" in {v["name"] for v in json.loads(done.stdout)["vendors"]}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("vendors:\n  nvidia: {deviceSplitCont: 4}\n")
+    done = run_hami("vendors", "--config", str(bad))
+    assert done.returncode == 2
+    assert "vendors.nvidia.deviceSplitCont: unknown key" in done.stderr
+    assert "(did you mean 'deviceSplitCount'?)" in done.stderr

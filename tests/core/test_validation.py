@@ -82,6 +82,15 @@ def test_config_check_lists_every_section_problem(tmp_path: Path) -> None:
     ]
 
 
+def test_a_misspelt_vendor_key_lists_the_vendors_keys_as_written_and_the_nearest(tmp_path: Path) -> None:
+    path = tmp_path / "hami.yaml"
+    path.write_text("vendors:\n  nvidia: {deviceSplitCont: 3}\n")
+    (problem,) = check_config(str(path))
+    assert problem.startswith(f"{path}: vendors.nvidia.deviceSplitCont: unknown key; legal keys here: ")
+    assert "deviceMemoryScaling" in problem  # the file's spelling (the validation alias), not the Python name
+    assert problem.endswith("(did you mean 'deviceSplitCount'?)")
+
+
 def test_config_check_command_exits_2_on_problems_and_0_when_valid(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("scheduler: {nodePolicy: tight}\n")

@@ -66,7 +66,10 @@ def _print_vendors_table(report: dict[str, Any]) -> None:
 
 
 def _cmd_vendors(args: argparse.Namespace) -> int:
-    host = VendorHost.load()
+    from hami.config import load_config
+
+    vendors = load_config(args.config).vendors if args.config else None  # each plugin checks its own section
+    host = VendorHost.load(config=vendors)
     report = vendors_report(host)
     if args.json:
         print(json.dumps(report, indent=2 if sys.stdout.isatty() else None))
@@ -142,11 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
             "Examples:\n"
             "  hami vendors\n"
             "  hami vendors --json | jq '.vendors[].name'\n"
+            "  hami vendors --config hami.yaml     the plugins as that file configures them\n"
             "  HAMI_DISABLED_VENDORS=ascend hami vendors"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     vendors.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    vendors.add_argument(
+        "--config", metavar="FILE", help="load the plugins with this file's vendors sections (`hami config check`"
+        " validates the whole file)",
+    )  # fmt: skip
     vendors.set_defaults(func=_cmd_vendors)
 
     scheduler = sub.add_parser(

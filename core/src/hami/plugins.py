@@ -17,13 +17,14 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 import pluggy
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hami import hookspecs
 from hami.errors import ConfigError, PluginError
@@ -220,7 +221,8 @@ class VendorHost:
             try:
                 settings = self._call_one(plugin, "hami_vendor_settings", {"raw": raw})
             except ValidationError as exc:
-                raise ConfigError(describe(exc, None, "configuration", prefix=("vendors", info.name))) from exc
+                model = _settings_model(plugin)
+                raise ConfigError(describe(exc, model, "configuration", prefix=("vendors", info.name))) from exc
             except ValueError as exc:
                 raise ConfigError(f"configuration of vendor {info.name!r} is invalid: {exc}") from exc
         return LoadedVendor(info, plugin, source.distribution, source.version, hooks, settings)
@@ -442,6 +444,19 @@ class VendorHost:
         """What a host process needs to see exactly `devices` (`hami run`); None when the vendor cannot say."""
         result = self._routed(common_word, "hami_host_environment", devices=devices, indices=indices)
         return None if result is None else dict(result)
+
+
+def _settings_model(plugin: object) -> type[BaseModel] | None:
+    """The settings model a plugin's `hami_vendor_settings` says it returns (its return annotation), so that a
+    configuration error can list the legal keys and the nearest one; None when it does not say."""
+    hook = getattr(plugin, "hami_vendor_settings", None)
+    if hook is None:
+        return None
+    try:
+        returned = typing.get_type_hints(hook).get("return")
+    except Exception:  # an annotation that does not resolve: the error keeps its plain form
+        return None
+    return returned if isinstance(returned, type) and issubclass(returned, BaseModel) else None
 
 
 def _constant(plugin: object) -> Callable[[], object]:

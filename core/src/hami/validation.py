@@ -37,7 +37,21 @@ def nearest(word: str, choices: Sequence[str]) -> str | None:
 
 def legal_keys(model: type[BaseModel]) -> list[str]:
     """The keys a mapping for `model` may hold, spelt as in the file (the alias when there is one)."""
-    return [field.alias or name for name, field in model.model_fields.items()]
+    return [_spelling(name, field) for name, field in model.model_fields.items()]
+
+
+def _spelling(name: str, field: Any) -> str:
+    """How a key is written in a file: its alias, else the first of its validation aliases (a vendor's
+    `AliasChoices("deviceSplitCount", "device_split_count")`), else its name."""
+    if field.alias:
+        return str(field.alias)
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return alias
+    for choice in getattr(alias, "choices", ()):
+        if isinstance(choice, str):
+            return choice
+    return name
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -14,8 +14,8 @@ $(PY):
 # The editable install compiles each vendor's isolation library, so it runs again only when something it reads
 # changed: a pyproject, a build hook, a C source or header (the stamp is .venv/.installed; `make clean` drops it).
 INSTALL_INPUTS := $(wildcard pyproject.toml */pyproject.toml vendors/*/pyproject.toml vendors/*/hatch_build.py \
-	examples/third-party-vendor/pyproject.toml core/src/hami/isolation/*.[ch] core/src/hami/isolation/build.py \
-	core/src/hami/isolation/include/*.h vendors/*/isolation/*.[ch] vendors/*/isolation/*.map)
+	examples/third-party-vendor/pyproject.toml core/src/hami/isolation/*.[ch] core/src/hami/isolation/*/*.[ch] \
+	core/src/hami/isolation/build.py vendors/*/isolation/*.[ch] vendors/*/isolation/*.map)
 
 install: $(VENV)/.installed
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from control_plane import ROOT, Binaries, wait_until
+from control_plane import ROOT, Binaries, render_chart, wait_until
 from hami_stack import HamiStack
 from hook_jobs import HookJobRunner
 from kube_rest import ApiError
@@ -223,8 +223,6 @@ def test_the_unregister_hook_may_delete_its_own_webhook_configuration_only(
     stack: HamiStack, binaries: Binaries
 ) -> None:
     """The pre-delete Job's ServiceAccount, with the rendered RBAC applied, cannot delete another configuration."""
-    from control_plane import render_chart
-
     objects = render_chart(binaries.helm, CHART, "rbac", "rbac-system", binaries.kubernetes_version)
     stack.admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rbac-system"}})
     for obj in objects:

@@ -151,9 +151,10 @@ class NodeLocks:
                 m = meta(self.cluster.get("nodes", node))
                 annotations, version = m.get("annotations") or {}, str(m.get("resourceVersion") or "")
             cached = None
-            lock = self.holder(dict(annotations))
+            annotations = dict(annotations)
+            lock = self.holder(annotations)
             ours = lock is not None and (lock.namespace, lock.name) == (namespace, name)  # a retried bind
-            busy = None if ours else self._vendor_busy(node, dict(annotations), vendor_locks)
+            busy = None if ours else self._vendor_busy(node, annotations, vendor_locks)
             if busy is None and self._free(lock, node, namespace, name):
                 # HAMi's value, `<RFC3339>,<namespace>,<name>`, without the UID: HAMi's device plugins release a
                 # lock only when it ends in `,<namespace>,<name>` (`nodelock.ReleaseNodeLock`)

@@ -61,8 +61,3 @@ class CambriconSettings(ShareDefaults, RuntimeSettings):
     libvmlu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
         default="", alias="libvmluLogLevel", description="soft mode: LIBVMLU_LOG_LEVEL for the containers"
     )
-
-    @property
-    def containers_dir(self) -> Path:
-        """``<hookPath>/containers``: one accounting directory per soft-mode container."""
-        return self.hook_path / "containers"

@@ -10,7 +10,7 @@ from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster import MemoryCluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.cluster.port import ClusterError
+from hami.cluster.port import ClusterError, WatchEvent
 from hami.model import ContainerRequest
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.policies import ObservedWorkload
@@ -360,3 +360,50 @@ def test_a_pod_whose_placement_this_scheduler_never_saw_is_not_bound(harness: Ha
     assert LOCK_ANNOTATION not in (meta(harness.cluster.get("nodes", "node-a")).get("annotations") or {})
     harness.filter("p1")
     assert harness.bind("p1", "node-a") == {"Error": ""}
+
+
+def _used_memory(h: Harness, node: str) -> list[int]:
+    assert h.service is not None
+    return [usedmem for _, usedmem, _ in next(iter(h.service.state.usage_snapshot()[node].values())).values()]
+
+
+def test_a_view_of_the_pod_older_than_its_decision_does_not_free_the_decided_devices(harness: Harness) -> None:
+    """A watch event taken before the filter's write (kube-scheduler's status updates of a pod it retries reach
+    the scheduler late, above all after a restart) must not replace the decision counted for the pod: counted,
+    it freed the card for the next pod, and a card of 16384 MiB held three pods of 6000 MiB."""
+    harness.add_node(gpu_node("node-a", gpus=1, memory=16384))
+    harness.add_node(gpu_node("node-b", gpus=1, memory=16384))
+    for name in ("p1", "p2", "p3"):
+        harness.add_pod(gpu_pod(name, mem=6000))
+    harness.start()
+    assert harness.service is not None
+    harness.flush()
+    before = harness.cluster.get("pods", "p1", "default")  # no decision on it yet
+    assert harness.filter("p1", nodes=["node-a"])["NodeNames"] == ["node-a"]
+    harness.flush()
+    harness.service._on_pod(WatchEvent("MODIFIED", before))  # delivered late
+    assert _used_memory(harness, "node-a") == [6000]
+    assert harness.filter("p2", nodes=["node-a"])["NodeNames"] == ["node-a"]
+    answer = harness.filter("p3", nodes=["node-a"])
+    assert answer["NodeNames"] == [], "the card holds two pods of 6000 MiB, not three"
+
+    # A pod placed again (its earlier decision, on node-b, is still on it): a late view carrying that earlier
+    # decision counts neither it nor less than the new one.
+    harness.cluster.patch_metadata("pods", "p3", "default", annotations=annotations(harness, "p2") | {
+        "hami.io/vgpu-node": "node-b",
+        "hami.io/vgpu-devices-allocated": "GPU-node-b-0,NVIDIA,6000,0:;",
+        "hami.io/vgpu-devices-to-allocate": "GPU-node-b-0,NVIDIA,6000,0:;",
+    })  # fmt: skip
+    harness.flush()
+    earlier = harness.cluster.get("pods", "p3", "default")
+    assert _used_memory(harness, "node-b") == [6000]
+    assert harness.filter("p3", nodes=["node-b"])["NodeNames"] == ["node-b"]
+    harness.flush()
+    harness.service._on_pod(WatchEvent("MODIFIED", earlier))
+    assert _used_memory(harness, "node-b") == [6000]
+
+    # Views newer than the write count as they stand: the pod's end frees its devices.
+    done = harness.cluster.get("pods", "p1", "default")
+    done["status"] = {"phase": "Succeeded"}
+    harness.service._on_pod(WatchEvent("MODIFIED", done))
+    assert _used_memory(harness, "node-a") == [6000]

@@ -531,9 +531,10 @@ class Extender:
         signer = self.state.signer
         if signer is not None:
             annotations[SIGNATURE_ANNOTATION] = signer.sign(SignedPlacement(pod.uid, node, signed))
-        self.cluster.patch_metadata(
+        patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
         )
+        self.state.written(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
 
     def _withdraw_decision(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""

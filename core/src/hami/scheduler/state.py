@@ -9,7 +9,11 @@ containers count as their peak and app containers as their sum, and the pod take
 
 State is built only from Node and Pod objects, so replaying the same objects in any order after a restart
 gives exactly the same usage. The filter records its decision with `assume` before the pod's annotations
-come back through the watch; the pod's own update then replaces the assumption with the same numbers.
+come back through the watch; the pod's own update then replaces the assumption with the same numbers. A view
+of a pod older than the one counted for it (its resourceVersion is older than the counted view's or the
+decision's write; or the write has not answered yet and the view does not carry the decision) changes
+nothing: such views are common when kube-scheduler retries pods, and counting them would free the decided
+devices for the next pod (three pods on a card with memory for two).
 
 Each node keeps one `NodeView` per device kind, updated in place: its devices' usage, and the pods counted
 there that use the kind (`NodeView.pods`, with their annotations, for fitters that honour reservations
@@ -100,6 +104,9 @@ class PodRecord:
     """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
     assumed: bool = False
+    version: int | None = None
+    """The resourceVersion of the pod as counted: of the view read, or of the decision's write (None until the
+    write of an assumed decision answers). Views older than it are not counted."""
     bound: bool = False
     """Bound to `node`: the watch saw `spec.nodeName`, or this scheduler's bind succeeded. What the scheduler
     knows here wins over what a request body claims."""
@@ -369,6 +376,7 @@ class ClusterState:
             phase=phase,
             bound=bool(spec.get("nodeName")),
             decided=decided,
+            version=_version(m.get("resourceVersion")),
         )
 
     def _authentic(
@@ -389,7 +397,12 @@ class ClusterState:
         except SignatureError as exc:
             if previous is not None:
                 self._mismatch(pod, key, f"{exc}; keeping the usage the scheduler decided for it")
-                return replace(previous, phase=str((pod.get("status") or {}).get("phase") or ""), _placed=None)
+                return replace(
+                    previous,
+                    phase=str((pod.get("status") or {}).get("phase") or ""),
+                    version=_version(m.get("resourceVersion")),
+                    _placed=None,
+                )
             if SIGNATURE_ANNOTATION in annotations:
                 self._mismatch(pod, key, f"{exc}; counting its annotations as they stand")
             return annotations, False
@@ -414,11 +427,21 @@ class ClusterState:
     def set_pod(self, pod: KubeObject) -> None:
         m = meta(pod)
         key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
-        record = self.record_of(pod)
         spec = pod.get("spec") or {}
         phase = str((pod.get("status") or {}).get("phase") or "")
+        with self.lock:
+            current = self.pods.get(key)
+            if current is not None and _predates(current, pod, None, phase):
+                return  # decided without reading it (and without reporting its annotations as a mismatch)
+        record = self.record_of(pod)
         node = str(spec.get("nodeName") or (m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "")
         with self.lock:
+            current = self.pods.get(key)
+            if current is not None:
+                if _predates(current, pod, record if record is not None else False, phase):
+                    return  # an older view of the pod than the decision counted for it
+                if record is not None and record.node == current.node and current.bound and current.assumed:
+                    record.bound = True  # bound by this scheduler before the watch reports nodeName
             self._forget(key)
             if record is not None:
                 self._remember(record)
@@ -462,6 +485,13 @@ class ClusterState:
             record.memory_requested += memory
             record.host_pods.add(key)
             self.host_usage[key] = (node, cpu, memory)
+
+    def written(self, namespace: str, name: str, uid: str, version: object) -> None:
+        """The decision assumed for the pod was written: events older than `version` are views from before it."""
+        with self.lock:
+            record = self.pods.get(pod_key(namespace, name))
+            if record is not None and record.assumed and record.uid == uid:
+                record.version = _version(version)
 
     def mark_bound(self, namespace: str, name: str, node: str) -> None:
         """The scheduler bound the pod to `node` (before the watch reports it)."""
@@ -574,6 +604,34 @@ class ClusterState:
                 self.set_node(node)
             for pod in pods:
                 self.set_pod(pod)
+
+
+def _version(value: object) -> int | None:
+    """A resourceVersion as a number (etcd's revision), None when it is not one."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _predates(counted: PodRecord, pod: KubeObject, incoming: PodRecord | bool | None, phase: str) -> bool:
+    """True when `pod` is an older view than the one `counted` was read from (or than the write of the decision
+    it assumes): it must not replace it. A pod ending or replaced (another UID) always counts.
+
+    `incoming` is what the view counts (`record_of`), or None before it is read: then only what its
+    resourceVersion and its `hami.io/vgpu-node` say decides, and False means "read it and ask again"."""
+    m = meta(pod)
+    if phase in TERMINAL_PHASES or (counted.uid and str(m.get("uid") or "") != counted.uid):
+        return False
+    if counted.version is not None or not counted.assumed:
+        version = _version(m.get("resourceVersion"))
+        return version is not None and counted.version is not None and version < counted.version
+    # the write has not answered: a view without the decision was taken before it
+    if incoming is None:
+        return str((m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "") != counted.node
+    return not (
+        isinstance(incoming, PodRecord) and incoming.node == counted.node and incoming.allocation == counted.allocation
+    )
 
 
 HANDSHAKE_TIMEOUT = timedelta(seconds=60)

@@ -57,6 +57,14 @@ class KillingApiServer(FakeApiServer):
         self.daemon: DaemonProcess | None = None
         self.armed: tuple[int, bool] | None = None
         self.seen: list[str] = []
+        self.last_request = time.monotonic()
+
+    def quiet(self, seconds: float = 0.5, timeout: float = 15) -> None:
+        """Wait until no request but watches came for `seconds` (the daemon's start-up writes are done)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() - self.last_request < seconds:
+            assert time.monotonic() < deadline, "the daemon never stopped calling the API server"
+            time.sleep(0.05)
 
     def arm(self, step: int, after: bool) -> None:
         with self._lock:
@@ -67,6 +75,8 @@ class KillingApiServer(FakeApiServer):
         with self._lock:
             armed = self.armed
             kill = False
+            if not request.watch:
+                self.last_request = time.monotonic()
             if armed is not None and not request.watch:
                 self.seen.append(f"{request.method} {request.path}")
                 kill = len(self.seen) - 1 == armed[0]
@@ -141,6 +151,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def _undisturbed(world: World) -> tuple[ContainerEdits, list[str]]:
     place_pod(world.api.cluster, NODE, "reference", {"Scripted": [[dev("SCR-1", mem=3000, cores=30)]]})
+    world.api.quiet()  # under load the start-up's node writes can still be under way, and make the lock retry
     world.api.arm(10_000, False)  # records the requests, kills nobody
     edits = world.allocate()
     steps = list(world.api.seen)
@@ -183,6 +194,7 @@ def test_a_daemon_killed_during_allocate_answers_the_retry_the_same(
     name = f"crash-{step}-{'after' if after else 'before'}"
     cluster = world.api.cluster
     place_pod(cluster, NODE, name, {"Scripted": [[dev("SCR-1", mem=3000, cores=30)]]})
+    world.api.quiet()  # the restarted daemon's start-up writes are done: the step cut is the one named
     world.api.arm(step, after)
     with pytest.raises(PluginCallError):
         world.kubelet.start_container(RESOURCE, 1, device_ids=DEVICE_IDS)

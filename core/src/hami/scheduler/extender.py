@@ -44,6 +44,7 @@ from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
+from hami.scheduler.ranking import Evaluation, Rankings
 from hami.scheduler.state import (
     TERMINAL_PHASES,
     VGPU_NODE_ANNOTATION,
@@ -124,6 +125,16 @@ def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: 
         yield [c[2] for c in rest[start : start + size]]
 
 
+def _ordered_batches(
+    ordered: Iterator[tuple[float, str]], nodes: Mapping[str, NodeRecord], size: int, first: int
+) -> Iterator[list[NodeRecord]]:
+    """Candidates already in order (a ranking's): `first` of them, then `size` at a time."""
+    take = first
+    while batch := [nodes[name] for _, name in itertools.islice(ordered, take)]:
+        yield batch
+        take = size
+
+
 def _shortfall(request: ContainerRequest, kind: str, enough: int, total: int) -> str:
     """Why a node cannot serve `request`, in the words of the request."""
     many = f"{request.count} {kind} devices" if request.count > 1 else f"1 {kind} device"
@@ -163,6 +174,8 @@ class Extender:
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
         self._memo_ids: dict[tuple[object, ...], int] = {}
+        self.rankings = Rankings(state)
+        """Per pod shape (memo id), the named nodes evaluated and ordered (`hami.scheduler.ranking`)."""
         self._memo_counter = itertools.count()
         self.quota: QuotaLedger | None = None
         """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
@@ -290,7 +303,6 @@ class Extender:
             nodes = self.state.nodes
             signature = self.state.signature
             single = kinds[0] if len(kinds) == 1 else None
-            by_group: dict[int, float] = {}  # the adjustment per node group, for single-kind pods
             memo_key = self._memo_id(
                 (
                     policy.node,
@@ -311,35 +323,56 @@ class Extender:
                         return _shortfall(request, kind, enough, len(record.views[kind].devices)), 0.0
                 return None, order(record)
 
-            failed, append, node_of = result.failed, candidates.append, nodes.get  # this loop runs once per node
-            for name in node_names:
-                record = node_of(name)
-                if record is None or (
-                    single not in record.totals if single else any(k not in record.totals for k in kinds)
-                ):
-                    failed[name] = self._unregistered(record, kinds)
-                    continue
-                memo = record.memo
-                hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
-                if hit is None:
-                    if len(memo) > 512:
-                        memo.clear()
-                    hit = memo[memo_key] = evaluate(record)
-                reason, key = hit
-                if reason is not None:
-                    failed[name] = reason
-                    continue
+            node_of = nodes.get
+            size = self.settings.batch_size
+            # A policy that takes the first feasible node in its order needs no more than that node fitted, and the
+            # first candidate nearly always fits (it passed the free-share check); others compare a batch's scores.
+            first = 1 if node_policy.takes_first_feasible else size
+            batches: Iterator[list[NodeRecord]]
+            if single is not None:
+                # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
+                kind_of = single
+
+                def evaluate_node(name: str) -> Evaluation:
+                    record = node_of(name)
+                    if record is None or kind_of not in record.totals:
+                        return self._unregistered(record, kinds), 0.0, 0
+                    memo = record.memo
+                    hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
+                    if hit is None:
+                        if len(memo) > 512:
+                            memo.clear()
+                        hit = memo[memo_key] = evaluate(record)
+                    return hit[0], hit[1], record.totals[kind_of].group
+
+                ranking = self.rankings.current(memo_key, node_names, evaluate_node)
+                result.failed.update(ranking.failed)
+                adjustments: dict[int, float] = {}
                 if adjust is not None:
-                    if single:
-                        group = record.totals[single].group
-                        extra = by_group.get(group)
-                        if extra is None:
-                            extra = by_group[group] = adjust(record)
-                        key += extra
-                    else:
+                    adjustments = {g: adjust(nodes[n]) for g, n in ranking.representatives().items()}
+                batches = _ordered_batches(ranking.ordered(adjustments), nodes, size, first)
+            else:
+                failed, append = result.failed, candidates.append  # this loop runs once per node
+                for name in node_names:
+                    record = node_of(name)
+                    if record is None or any(k not in record.totals for k in kinds):
+                        failed[name] = self._unregistered(record, kinds)
+                        continue
+                    memo = record.memo
+                    cached: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
+                    if cached is None:
+                        if len(memo) > 512:
+                            memo.clear()
+                        cached = memo[memo_key] = evaluate(record)
+                    reason, key = cached
+                    if reason is not None:
+                        failed[name] = reason
+                        continue
+                    if adjust is not None:
                         key += adjust(record)
-                append((key, name, record))
-            best = self._fit_in_batches(pod, requests, kinds, candidates, policy, node_policy, result)
+                    append((key, name, record))
+                batches = _batches(candidates, size, first)
+            best = self._fit_in_batches(pod, requests, kinds, batches, policy, node_policy, result)
             if best is None:
                 if withdrawn:
                     self._withdraw_decision(pod)
@@ -462,17 +495,13 @@ class Extender:
         pod: Pod,
         requests: Mapping[str, list[ContainerRequest | None]],
         kinds: Sequence[str],
-        candidates: list[tuple[float, str, NodeRecord]],
+        batches: Iterator[list[NodeRecord]],
         policy: SchedulingPolicy,
         node_policy: NodePolicy,
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
         """The chosen node, its placement per kind, and the pod annotations its fits carry."""
-        size = self.settings.batch_size
-        # A policy that takes the first feasible node in its order needs no more than that node fitted, and the
-        # first candidate nearly always fits (it passed the free-share check); others compare a batch's scores.
-        first = 1 if node_policy.takes_first_feasible else size
-        for batch in _batches(candidates, size, first):
+        for batch in batches:
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
             written: dict[str, dict[str, str]] = {}

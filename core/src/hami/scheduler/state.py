@@ -202,6 +202,10 @@ class NodeTotals:
 _MODEL_GROUPS: dict[tuple[str, tuple[int, int]], int] = {}
 
 
+CHANGE_LOG_LENGTH = 1 << 16
+"""Entries kept in the change log before its older half is dropped (a ranking older than that is rebuilt)."""
+
+
 def _model_group(model: str, largest: tuple[int, int]) -> int:
     return _MODEL_GROUPS.setdefault((model, largest), len(_MODEL_GROUPS))
 
@@ -229,6 +233,34 @@ class ClusterState:
         self.on_mismatch: Callable[[KubeObject, str], None] = lambda pod, message: None
         """Called once per change of a pod's annotations that its signature does not cover, with why."""
         self._mismatches: dict[str, str] = {}
+        self.changes: list[str] = []
+        """The change log: a node's name each time what a filter evaluates of it may have changed (its devices,
+        their usage, its CPU and memory), oldest first; `hami.scheduler.ranking` replays it."""
+        self.changes_dropped = 0
+        """How many entries were dropped from the front of `changes` (position p is `changes[p - dropped]`)."""
+
+    def _changed(self, record: NodeRecord) -> None:
+        """What a filter evaluates of the node may have changed: forget its memos and log it."""
+        record.memo.clear()
+        self._log(record.name)
+
+    def _log(self, name: str) -> None:
+        self.changes.append(name)
+        if len(self.changes) > CHANGE_LOG_LENGTH:
+            half = len(self.changes) // 2
+            del self.changes[:half]
+            self.changes_dropped += half
+
+    @property
+    def change_position(self) -> int:
+        """The position after the newest entry of the change log."""
+        return self.changes_dropped + len(self.changes)
+
+    def changed_since(self, position: int) -> set[str] | None:
+        """The nodes changed since `position` of the change log; None when that part of it was dropped."""
+        if position < self.changes_dropped:
+            return None
+        return set(self.changes[position - self.changes_dropped :])
 
     # ---------------------------------------------------------------------------------- nodes
 
@@ -304,6 +336,7 @@ class ClusterState:
                 record.host_pods = old.host_pods
                 record.cpu_requested, record.memory_requested = old.cpu_requested, old.memory_requested
             self.nodes[name] = record
+            self._log(name)
             self._count_free(record, +1)
             for key in record.pods:
                 self._apply(self.pods[key], +1)
@@ -312,6 +345,7 @@ class ClusterState:
         with self.lock:
             old = self.nodes.pop(name, None)
             if old is not None:
+                self._log(name)
                 self._count_free(old, -1)
 
     def _count_free(self, record: NodeRecord, sign: int) -> None:
@@ -471,7 +505,7 @@ class ClusterState:
             if previous is not None:
                 old = self.nodes.get(previous[0])
                 if old is not None:
-                    old.memo.clear()
+                    self._changed(old)
                     old.cpu_requested -= previous[1]
                     old.memory_requested -= previous[2]
                     old.host_pods.discard(key)
@@ -480,7 +514,7 @@ class ClusterState:
             record = self.nodes.get(node)
             if record is None:
                 record = self.nodes[node] = NodeRecord(node, {}, {}, {})
-            record.memo.clear()
+            self._changed(record)
             record.cpu_requested += cpu
             record.memory_requested += memory
             record.host_pods.add(key)
@@ -528,6 +562,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is None:
             node = self.nodes[record.node] = NodeRecord(record.node, {}, {}, {})
+            self._log(record.node)
         node.pods.add(record.key)
         self._apply(record, +1)
 
@@ -550,7 +585,7 @@ class ClusterState:
                 continue
             totals = node.totals[kind]
             free_before = sum(self.signature(node, kind))
-            node.memo.clear()
+            self._changed(node)
             if sign > 0:
                 view.pods[record.key] = record.placed()
             else:
@@ -596,6 +631,8 @@ class ClusterState:
     def replay(self, nodes: Iterable[KubeObject], pods: Iterable[KubeObject]) -> None:
         """Rebuild from scratch from listed objects (start-up, or after a watch was lost)."""
         with self.lock:
+            self.changes.clear()
+            self.changes_dropped = self.change_position + 1  # every ranking is rebuilt
             self.nodes.clear()
             self.free_by_model.clear()
             self.pods.clear()

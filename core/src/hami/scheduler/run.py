@@ -76,10 +76,11 @@ def run_scheduler(
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
             dra_driver=settings.dra_driver,
-            # Decisions are written before the filter answers: with the background write, an extender restarted
-            # during a burst double-booked a card in tests/e2e/test_nvidia_pods.py (2026-12-02), so it stays off
-            # until that race is understood.
-            record_in_background=False,
+            # Decisions are written off the filter's path (bind waits for the write). The double booking once
+            # seen with it (an extender restarted during a burst, tests/e2e/test_nvidia_pods.py) was late watch
+            # views of a pod undoing its assumed decision; `ClusterState.set_pod` now ignores views older than
+            # what it counted.
+            record_in_background=True,
         ),
         settings.leader_election,
     ).start()

@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -332,18 +332,30 @@ class Extender:
             if single is not None:
                 # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
                 kind_of = single
+                classify = node_policy.order_class(self.state, shape)
+                alike: dict[Hashable, tuple[str | None, float]] = {}  # node class → evaluation, this filter
 
                 def evaluate_node(name: str) -> Evaluation:
                     record = node_of(name)
                     if record is None or kind_of not in record.totals:
                         return self._unregistered(record, kinds), 0.0, 0
                     memo = record.memo
+                    totals = record.totals[kind_of]
                     hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
                     if hit is None:
                         if len(memo) > 512:
                             memo.clear()
-                        hit = memo[memo_key] = evaluate(record)
-                    return hit[0], hit[1], record.totals[kind_of].group
+                        if classify is None:
+                            hit = evaluate(record)
+                        else:
+                            # what `evaluate` reads: the free shares, the device size and count, the policy's part
+                            devices = len(record.views[kind_of].devices)
+                            cls = (signature(record, kind_of), totals.largest, devices, classify(record))
+                            hit = alike.get(cls)
+                            if hit is None:
+                                hit = alike[cls] = evaluate(record)
+                        memo[memo_key] = hit
+                    return hit[0], hit[1], totals.group
 
                 ranking = self.rankings.current(memo_key, node_names, evaluate_node)
                 result.failed.update(ranking.failed)

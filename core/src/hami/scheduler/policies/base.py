@@ -10,17 +10,19 @@ devices, recording and binding stay in `hami.scheduler.extender`; device choice 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.fragmentation import FULL, WorkloadProfile, request_share
 from hami.model import ContainerRequest
 from hami.scheduler.state import ClusterState, NodeRecord
 
-__all__ = ["NodeKey", "NodePolicy", "PodShape", "Shares", "node_share"]
+__all__ = ["NodeClass", "NodeKey", "NodePolicy", "PodShape", "Shares", "node_share"]
 
 NodeKey = Callable[[NodeRecord], float]
 """A node's place in the order (lowest first)."""
+NodeClass = Callable[[NodeRecord], Hashable]
+"""What a policy's order reads of a node (`NodePolicy.order_class`)."""
 
 
 def node_share(record: NodeRecord, kinds: Iterable[str]) -> float:
@@ -81,6 +83,13 @@ class NodePolicy:
         """The key candidates are fitted in (lowest first). It may read only the node and the pod: the extender
         memoises it on the node (under the pod's shape) until the node's usage changes."""
         raise NotImplementedError
+
+    def order_class(self, state: ClusterState, pod: PodShape) -> NodeClass | None:
+        """What `order` reads of a node beyond its free shares and device size, as a hashable value, for a
+        single-kind pod: nodes alike in it and in those (the extender adds them) get one evaluation between
+        them, so that a filter that evaluates every node (a new pod shape, a new workload profile) pays once per
+        kind of node. None (the default): every node is evaluated on its own."""
+        return None
 
     def adjustment(self, state: ClusterState, pod: PodShape) -> NodeKey | None:
         """What `order` must leave out because it changes with other nodes' usage; added to the memoised key on

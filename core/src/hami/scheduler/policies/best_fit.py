@@ -10,7 +10,7 @@ gap to the paper is not in the node order, so this policy stays what it was and 
 
 from __future__ import annotations
 
-from hami.scheduler.policies.base import NodeKey, NodePolicy, PodShape
+from hami.scheduler.policies.base import NodeClass, NodeKey, NodePolicy, PodShape
 from hami.scheduler.state import ClusterState, NodeRecord
 
 __all__ = ["BestFit"]
@@ -29,3 +29,6 @@ class BestFit(NodePolicy):
             return float(left) if left >= 0 else float("inf")
 
         return leftover
+
+    def order_class(self, state: ClusterState, pod: PodShape) -> NodeClass | None:
+        return lambda record: ()  # the free shares and the device size are all it reads

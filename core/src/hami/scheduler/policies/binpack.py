@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hami.scheduler.policies.base import NodeKey, NodePolicy, PodShape, node_share
+from hami.scheduler.policies.base import NodeClass, NodeKey, NodePolicy, PodShape, node_share
 from hami.scheduler.state import ClusterState, NodeRecord
 
 __all__ = ["Binpack"]
@@ -22,6 +22,15 @@ class Binpack(NodePolicy):
             return lambda record: sign * record.totals[kind].share()
         kinds = pod.kinds
         return lambda record: sign * node_share(record, kinds)
+
+    def order_class(self, state: ClusterState, pod: PodShape) -> NodeClass | None:
+        kind = pod.kinds[0]
+
+        def share_inputs(record: NodeRecord) -> tuple[int, ...]:
+            t = record.totals[kind]
+            return (t.slots, t.cores, t.memory, t.used, t.usedcores, t.usedmem)
+
+        return share_inputs
 
     def choose(self, batch: Sequence[NodeRecord], feasible: Mapping[str, float]) -> str:
         return max(sorted(feasible), key=lambda n: feasible[n])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hami.scheduler.policies.base import NodeKey, NodePolicy, PodShape
+from hami.scheduler.policies.base import NodeClass, NodeKey, NodePolicy, PodShape
 from hami.scheduler.state import ClusterState, NodeRecord
 
 __all__ = ["TIE_BREAK", "FragmentationAware"]
@@ -47,6 +47,10 @@ class FragmentationAware(NodePolicy):
             return delta + TIE_BREAK * sum(signature)
 
         return growth
+
+    def order_class(self, state: ClusterState, pod: PodShape) -> NodeClass | None:
+        kind = pod.kinds[0]
+        return lambda record: (record.cpu_free, record.memory_free, record.totals[kind].model)
 
     def adjustment(self, state: ClusterState, pod: PodShape) -> NodeKey | None:
         """The scarcity charge: what a placement costs in device models that restricted tasks need, the model's

@@ -34,7 +34,8 @@ def test_each_kind_is_answered_with_its_own_chips_processes(
     monkeypatch.setenv("FAKE_DCMI_PROCESSES", str(table))
     b3 = host.device_processes("Ascend910B3")
     p310 = host.device_processes("Ascend310P")
-    assert b3 is not None and p310 is not None
+    assert b3 is not None
+    assert p310 is not None
     assert [(p.device_uuid, p.pid, p.used_bytes) for p in b3] == [(npus[0].uuid, 101, 1000 * MiB)]
     assert sorted((p.device_uuid, p.pid, p.used_bytes) for p in p310) == [
         (npus[1].uuid, 202, 2000 * MiB),

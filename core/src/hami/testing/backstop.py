@@ -191,9 +191,7 @@ class BackstopTests:
         assert not overrun.killed
         assert over.poll() is None
 
-    def test_two_containers_on_one_device_are_told_apart_by_their_container_ids(
-        self, machine: BackstopMachine
-    ) -> None:
+    def test_two_containers_on_one_device_are_told_apart_by_their_container_ids(self, machine: BackstopMachine) -> None:
         cluster = MemoryCluster()
         cluster.create("namespaces", {"metadata": {"name": "team"}})
         statuses = [

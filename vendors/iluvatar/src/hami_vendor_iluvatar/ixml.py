@@ -7,8 +7,8 @@ and reads, per GPU, what discovery and container edits need: index, UUID (``GPU-
 minor number (``/dev/iluvatar<minor>``), memory (bytes), PCI bus id, and whether the GPU answers (a GPU whose
 memory query fails is reported unhealthy, the others keep being served); and which chips share a board
 (``nvmlDeviceOnSameBoard``); and each GPU's compute processes with the device memory ixML counts for each
-(``nvmlDeviceGetComputeRunningProcesses``, NVML's v1 record: PID and bytes), for the node-side backstop. Every failure is an `IxmlError` naming
-the call and ixML's own message (``nvmlErrorString``).
+(``nvmlDeviceGetComputeRunningProcesses``, NVML's v1 record: PID and bytes), for the node-side backstop. Every
+failure is an `IxmlError` naming the call and ixML's own message (``nvmlErrorString``).
 """
 
 from __future__ import annotations

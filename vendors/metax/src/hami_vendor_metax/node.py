@@ -7,8 +7,9 @@ and the devices of the last read, which allocation and container edits use to tu
 real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i`` (what HAMi's scheduler writes for
 whole cards). Without any driver (simulated devices), a placement's names give the card indices.
 
-For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for each
-(none where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
+For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for
+each (none where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts
+(two tests) never share one.
 """
 
 from __future__ import annotations

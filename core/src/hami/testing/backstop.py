@@ -107,10 +107,10 @@ class BackstopMachine:
         kind = self.node.kind
         granted = ContainerDevice(uuid=self.node.uuids[device], type=self.node.device_type or kind, usedmem=mib,
                                   usedcores=30)  # fmt: skip
-        return ServedContainer("team", "train", POD_UID, container, index, kind, [granted])
+        return ServedContainer("team", "train", POD_UID, container, index, kind, (granted,))
 
     def backstop(self, containers: list[ServedContainer], cluster: Any = None, **settings: Any) -> Backstop:
-        config = BackstopSettings(procRoot=self.proc, **settings)
+        config = BackstopSettings(proc_root=self.proc, **settings)
         return Backstop(self.node.host, cluster or MemoryCluster(), lambda: containers, config)
 
     def stop(self) -> None:

@@ -214,8 +214,9 @@ class Rsmi:
                 if len(devices) == 1:
                     found.append((devices[0], pid, int(info.vram_usage)))
                     continue
-                if devices and by_device is None:
-                    unsplit.append(pid)
+                if by_device is None:
+                    if devices:
+                        unsplit.append(pid)
                     continue
                 for device in devices:
                     one = _ProcessInfo()

@@ -19,6 +19,7 @@ from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,18 @@ def _build_fake_dcmi(directory: Path) -> Path:
         pytest.skip("no C compiler to build the Ascend fake DCMI")
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / "libdcmi.so"
-    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(out), str(FAKE_DCMI)]
+    argv = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        f"-I{CSRC}",
+        "-fvisibility=hidden",
+        "-o",
+        str(out),
+        str(FAKE_DCMI),
+    ]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     return out
 

@@ -23,6 +23,7 @@ from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_link_scores, decode_pod_devices
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +53,18 @@ def _build_fake_cndev(directory: Path) -> Path:
         pytest.skip("no C compiler to build the Cambricon fake CNDev")
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / "libcndev.so"
-    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(out), str(FAKE_CNDEV)]
+    argv = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        f"-I{CSRC}",
+        "-fvisibility=hidden",
+        "-o",
+        str(out),
+        str(FAKE_CNDEV),
+    ]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     return out
 

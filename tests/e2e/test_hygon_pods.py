@@ -20,6 +20,7 @@ from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -35,8 +36,8 @@ def _build(directory: Path) -> dict[str, str]:
     out = {}
     for variant, name in (("RSMI", "librocm_smi64.so"), ("DMI", "libhydmi.so")):
         target = directory / name
-        argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", f"-DFAKE_{variant}", "-o",
-                str(target), str(FAKE_DTK)]  # fmt: skip
+        argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", f"-I{CSRC}", "-fvisibility=hidden", f"-DFAKE_{variant}",
+                "-o", str(target), str(FAKE_DTK)]  # fmt: skip
         subprocess.run(argv, check=True, capture_output=True, timeout=120)
         out[variant] = str(target)
     return out

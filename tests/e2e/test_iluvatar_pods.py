@@ -28,7 +28,7 @@ from hami.codec import decode_legacy_register, decode_pod_devices
 from hami.isolation.grant import parse
 from hami.plugins import VendorHost
 from hami.testing.isolation_benchmark import load_setup
-from hami.testing.sandbox import FAKE_STATE_SIZE, prepare
+from hami.testing.sandbox import CSRC, FAKE_STATE_SIZE, prepare
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,18 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
     root = stack.dir / "nodes" / "iluvatar-node-1"
     ixml = root / "corex" / "libixml.so"
     ixml.parent.mkdir(parents=True, exist_ok=True)
-    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(ixml), str(FAKE_IXML)]
+    argv = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        f"-I{CSRC}",
+        "-fvisibility=hidden",
+        "-o",
+        str(ixml),
+        str(FAKE_IXML),
+    ]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     # uuid minor memory-MiB bus-id board health name (fake_ixml.c's format): one board, two chips
     (ixml.parent / "fake_ixml.machine").write_text(

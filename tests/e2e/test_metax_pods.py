@@ -25,6 +25,7 @@ from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,18 @@ def _build(directory: Path) -> str:
         pytest.skip("no C compiler to build the MetaX fake libmxsml.so")
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "libmxsml.so"
-    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(target), str(FAKE_MXSML)]
+    argv = [
+        cc,
+        "-std=c11",
+        "-O1",
+        "-fPIC",
+        "-shared",
+        f"-I{CSRC}",
+        "-fvisibility=hidden",
+        "-o",
+        str(target),
+        str(FAKE_MXSML),
+    ]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     return str(target)
 

@@ -31,6 +31,8 @@ from control_plane import ROOT, Binaries, ControlPlane, Process, free_port, rend
 from e2e_kubelet import NodeKubelet
 from kube_rest import ApiError, KubeApi
 
+from hami.testing.sandbox import CSRC
+
 __all__ = ["DeviceNode", "GpuNode", "HamiStack", "build_fake_nvml", "gpu_box"]
 
 CHART = ROOT / "charts" / "hami"
@@ -279,7 +281,7 @@ def build_fake_nvml(directory: Path) -> Path:
         raise RuntimeError("no C compiler to build the fake NVML (set CC or install gcc)")
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / "libnvidia-ml.so.1"
-    argv = [cc, "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(out), str(FAKE_NVML)]
+    argv = [cc, "-shared", f"-I{CSRC}", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(out), str(FAKE_NVML)]
     subprocess.run(argv, check=True, capture_output=True, timeout=120)
     return out
 

@@ -337,6 +337,8 @@ def hami_device_processes(kind: DeviceKind, settings: Any) -> Sequence[DevicePro
     container, so it catches what the in-process isolation library cannot (a static binary, raw device calls, a
     process that patched its own memory). Answer from the management library the vendor's device plugin uses
     (NVML's ``nvmlDeviceGetComputeRunningProcesses``); PIDs in the host's namespace, as those libraries give them.
+    Answer for `kind`'s devices only (the daemon adds up the answers of every kind it serves), each process once per
+    device with its memory on that device, in bytes, under the device's `Device.id`.
 
     :returns: the processes (an empty list when none), or None when the vendor cannot say this round.
     """

@@ -23,6 +23,7 @@ import pytest
 
 import hami_vendor_ascend.plugin as plugin
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_dcmi" / "fake_dcmi.c"
 
@@ -53,7 +54,7 @@ def fake_dcmi(tmp_path_factory: pytest.TempPathFactory) -> FakeDcmi:
         target = out / variant / "libdcmi.so"
         target.parent.mkdir()
         cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-               *flags, "-o", str(target), str(SOURCE)]  # fmt: skip
+               f"-I{CSRC}", *flags, "-o", str(target), str(SOURCE)]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             pytest.fail(f"building the fake DCMI failed:\n{' '.join(cmd)}\n{done.stderr}")

@@ -20,6 +20,7 @@ import pytest
 
 import hami_vendor_cambricon.plugin as plugin
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_cndev" / "fake_cndev.c"
 
@@ -51,7 +52,7 @@ def build_fake_cndev(variant: str = "current") -> Path:
     target = Path(tempfile.mkdtemp(prefix=f"fake-cndev-{variant}-")) / "libcndev.so"
     flags = ["-DOLD_DRIVER"] if variant == "old" else []
     cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           *flags, "-o", str(target), str(SOURCE)]  # fmt: skip
+           f"-I{CSRC}", *flags, "-o", str(target), str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         pytest.fail(f"building the fake CNDev failed:\n{' '.join(cmd)}\n{done.stderr}")

@@ -22,7 +22,7 @@ import pytest
 
 import hami_vendor_hygon.plugin as plugin
 from hami.plugins import VendorHost
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_dtk" / "fake_dtk.c"
 GIB = 1024**3
@@ -32,6 +32,8 @@ GIB = 1024**3
 class FakeDtk:
     rsmi: Path
     dmi: Path
+    rsmi_old: Path
+    """A ROCm SMI without ``rsmi_compute_process_info_by_device_get``, as older libraries are."""
 
 
 @pytest.fixture(scope="session")
@@ -42,14 +44,17 @@ def fake_dtk(tmp_path_factory: pytest.TempPathFactory) -> FakeDtk:
         pytest.fail(f"the Hygon tests build fake DTK libraries in C: {exc}")
     out = tmp_path_factory.mktemp("fake-dtk")
     built = {}
-    for variant, name in (("RSMI", "librocm_smi64.so"), ("DMI", "libhydmi.so")):
+    variants = (("rsmi", "librocm_smi64.so", ["-DFAKE_RSMI"]), ("dmi", "libhydmi.so", ["-DFAKE_DMI"]),
+                ("rsmi_old", "old/librocm_smi64.so", ["-DFAKE_RSMI", "-DFAKE_RSMI_NO_BY_DEVICE"]))  # fmt: skip
+    for variant, name, defines in variants:
         target = out / name
+        target.parent.mkdir(exist_ok=True)
         cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-               f"-DFAKE_{variant}", "-o", str(target), str(SOURCE)]  # fmt: skip
+               f"-I{CSRC}", *defines, "-o", str(target), str(SOURCE)]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             pytest.fail(f"building the fake {name} failed:\n{' '.join(cmd)}\n{done.stderr}")
-        built[variant.lower()] = target
+        built[variant] = target
     return FakeDtk(**built)
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import hami_vendor_iluvatar.plugin as plugin
 from hami.plugins import VendorHost
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_ixml" / "fake_ixml.c"
 
@@ -31,7 +31,7 @@ def build_fake_ixml(out: Path, *defines: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     target = out / "libixml.so"
     cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           *defines, "-o", str(target), str(SOURCE)]  # fmt: skip
+           f"-I{CSRC}", *defines, "-o", str(target), str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the fake libixml.so failed:\n{' '.join(cmd)}\n{done.stderr}")

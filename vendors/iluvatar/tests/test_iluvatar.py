@@ -27,7 +27,7 @@ from hami.model import (
 )
 from hami.plugins import VendorHost
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
-from hami.testing.sandbox import find_compiler
+from hami.testing.sandbox import CSRC, find_compiler
 from hami_vendor_iluvatar import plugin
 
 V150 = "BI-V150"
@@ -87,7 +87,7 @@ def conformance_node() -> Path:
         directory = Path(tempfile.mkdtemp(prefix="hami-iluvatar-conformance-"))
         atexit.register(shutil.rmtree, directory, True)
         source = Path(__file__).parent / "fake_ixml" / "fake_ixml.c"
-        argv = [find_compiler(), "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o",
+        argv = [find_compiler(), "-std=c11", "-O1", "-fPIC", "-shared", f"-I{CSRC}", "-fvisibility=hidden", "-o",
                 str(directory / "libixml.so"), str(source)]  # fmt: skip
         subprocess.run(argv, check=True, capture_output=True, timeout=120)
         lines = [

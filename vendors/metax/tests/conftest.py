@@ -19,7 +19,7 @@ import pytest
 
 import hami_vendor_metax.plugin as plugin
 from hami.plugins import VendorHost
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_mxsml" / "fake_mxsml.c"
 GIB = 1024**3
@@ -42,6 +42,7 @@ def fake_mxsml(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "-fPIC",
         "-shared",
         "-fvisibility=hidden",
+        f"-I{CSRC}",
         "-o",
         str(target),
         str(SOURCE),

@@ -24,6 +24,7 @@ import pytest
 
 import hami_vendor_nvidia.plugin as plugin
 from hami.plugins import VendorHost
+from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
 
@@ -42,7 +43,8 @@ def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if cc is None:
         pytest.skip("the NVIDIA tests build a fake NVML in C and need a C compiler (set CC or install gcc)")
     out = tmp_path_factory.mktemp("fake-nvml") / "libnvidia-ml.so.1"
-    cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(out), str(SOURCE)]
+    cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libnvidia-ml.so.1", f"-I{CSRC}", "-o", str(out),
+           str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         pytest.fail(f"building the fake NVML failed:\n{' '.join(cmd)}\n{done.stderr}")

@@ -19,7 +19,10 @@ cannot be changed from inside a container, so at each round the daemon
 
 `hami_backstop_device_memory_bytes` exports the driver's figure for every served container and device. The round
 runs every `backstop.intervalSeconds` (default 5 s) in the daemon's worker thread. What it does not see: memory a
-vendor's library does not report per process, and a container over its limit for less than one round.
+vendor's library does not report per process, and a container over its limit for less than one round. What it
+gets wrong: a placement naming a device otherwise than discovery's `Device.id` (HAMi's own scheduler names
+Cambricon's and MetaX's whole cards by capacity, ``<node>-cambricon-mlu-<i>``, ``<node>-metax-<i>``) matches none
+of the processes' devices, so their memory is judged as on a device the pod was not given (a grant of 0).
 """
 
 from __future__ import annotations

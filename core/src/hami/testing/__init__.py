@@ -17,4 +17,7 @@
   driver and NVML-compatible library, the client's CUDA side, the hooked functions, `cuda_isolation_setup`).
 - `hami.testing.isolation`: the isolation checks every vendor runs in its sandbox (`CrashTests`, `StartupTests`)
   and the device-time share measurement; `hami.testing.isolation_benchmark`: the library overhead benchmark.
+- `hami.testing.backstop`: the node-side backstop's checks over a vendor's fake management library
+  (`BackstopTests`, with a `backstop_node` fixture giving a `BackstopNode`; the fake's per-process call reads the
+  process table of ``csrc/fake_processes.h``).
 """

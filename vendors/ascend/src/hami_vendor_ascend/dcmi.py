@@ -10,7 +10,9 @@ chip ``dcmi_get_device_logic_id``, ``dcmi_get_device_phyid_from_logicid``, ``dcm
 ``dcmi_get_device_health`` (0 is healthy), the virtual die id ``dcmi_get_device_die_v2(..., VDIE)``
 (``dcmi_get_device_die`` on older drivers) written as HAMi and mind-cluster write UUIDs (five 32-bit words in
 upper-case hex, eight digits each, joined by ``-``), and the memory from ``dcmi_get_device_hbm_info`` (HBM chips)
-or ``dcmi_get_device_memory_info_v3`` (310P's DDR), in MB.
+or ``dcmi_get_device_memory_info_v3`` (310P's DDR), in MB. For the node-side backstop, a chip's processes:
+``dcmi_get_device_resource_info`` (``struct dcmi_proc_mem_info``: the host PID and the memory in bytes, the
+device OS's share for the process included; at most 32 processes, DCMI documents).
 
 Loading: ``libdcmi.so`` through the dynamic loader (``LD_LIBRARY_PATH``, ``ldconfig``), then the driver's own
 directory, or the configured path. A missing library raises `DcmiUnavailable`; a failing call `DcmiError` with the
@@ -34,6 +36,8 @@ DRIVER_LIBRARY = Path("/usr/local/Ascend/driver/lib64/driver/libdcmi.so")
 VDIE = 1
 """`enum dcmi_die_type`: NDIE 0, VDIE 1, DDIE 2. HAMi's device UUID is the VDIE id."""
 MAX_CARDS = 64
+MAX_PROCESSES = 32
+"""DCMI reports at most 32 processes per chip (``dcmi_get_device_resource_info``)."""
 
 
 class DcmiError(Exception):
@@ -79,6 +83,10 @@ class _MemoryInfo(ctypes.Structure):
         ("utiliza", ctypes.c_uint),
         ("reserve", ctypes.c_ubyte * 60),
     ]
+
+
+class _ProcMemInfo(ctypes.Structure):
+    _fields_ = [("proc_id", ctypes.c_int), ("proc_mem_usage", ctypes.c_ulong)]
 
 
 class _DieId(ctypes.Structure):
@@ -216,6 +224,14 @@ class Dcmi:
         with self._lock:
             self._check("dcmi_get_device_health", card, device, ctypes.byref(code))
         return int(code.value)
+
+    def processes(self, card: int, device: int) -> list[tuple[int, int]]:
+        """(host PID, device memory in bytes) of each process on one chip. :raises DcmiError: the call failed."""
+        infos = (_ProcMemInfo * (2 * MAX_PROCESSES))()  # room beyond the documented 32, should a driver give more
+        count = ctypes.c_int(0)
+        with self._lock:
+            self._check("dcmi_get_device_resource_info", card, device, infos, ctypes.byref(count))
+        return [(int(p.proc_id), int(p.proc_mem_usage)) for p in infos[: max(0, min(count.value, len(infos)))]]
 
     def _uuid(self, card: int, device: int) -> str | None:
         die = _DieId()

@@ -16,6 +16,9 @@ one `NodeInventory` per chip kind, with exactly the values HAMi v2.10's ``hami.i
 * the node annotation ``hami-vnpu-core`` (``"true"``/``"false"``): whether the node serves soft-split pods, which
   the scheduler's fit requires of a node before it places a soft-split share there.
 
+For the node-side backstop, `device_processes`: the processes on the node's chips of one kind and the memory DCMI
+counts for each (``dcmi_get_device_resource_info``); nothing (None) where the chips come from npu-smi.
+
 A chip without a UUID (a driver that cannot tell its die id) is not reported: a device the scheduler cannot name
 could never be allocated. Nothing here writes to the cluster.
 
@@ -29,10 +32,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hami.model import Device, DeviceKind, NodeInventory
+from hami.model import Device, DeviceKind, DeviceProcess, NodeInventory
 from hami.vendorstate import driver_fact
 from hami_vendor_ascend.chips import DEFAULT_CHIPS, AscendChip
-from hami_vendor_ascend.dcmi import NpuChip
+from hami_vendor_ascend.dcmi import DcmiError, NpuChip
 from hami_vendor_ascend.node import runtime_for
 from hami_vendor_ascend.settings import AscendSettings
 
@@ -40,6 +43,7 @@ __all__ = [
     "NETWORK_ID",
     "SOFT_SPLIT_NODE_ANNOTATION",
     "common_word_of",
+    "device_processes",
     "discover",
     "inventories",
     "network_id",
@@ -134,6 +138,30 @@ def inventories(chips: Sequence[NpuChip], settings: AscendSettings) -> list[Node
 def discover(settings: AscendSettings) -> list[NodeInventory]:
     """This node's Ascend inventory; ``[]`` when there is no driver or no NPU."""
     return inventories(runtime_for(settings).read_chips(), settings)
+
+
+def device_processes(settings: AscendSettings, common_word: str) -> list[DeviceProcess] | None:
+    """The processes on this node's chips of kind `common_word` (the backstop asks per kind) and the memory DCMI
+    counts for each; None without DCMI, or when it fails this round (then nothing is checked rather than
+    something half-read)."""
+    runtime = runtime_for(settings)
+    with runtime.lock:
+        if runtime.simulated is not None:
+            return None
+        chips = runtime.chips if runtime.source == "dcmi" else runtime.read_chips()
+        dcmi = runtime.dcmi
+        if runtime.source != "dcmi" or dcmi is None:
+            return None
+        found = []
+        try:
+            for chip in chips:
+                if chip.uuid and common_word_of(chip.chip_name, settings.chips) == common_word:
+                    found += [DeviceProcess(device_uuid=chip.uuid, pid=pid, used_bytes=used)
+                              for pid, used in dcmi.processes(chip.card_id, chip.device_id)]  # fmt: skip
+        except DcmiError as exc:
+            log.warning("cannot read the Ascend chips' processes this round: %s", exc)
+            return None
+        return found
 
 
 def simulate(

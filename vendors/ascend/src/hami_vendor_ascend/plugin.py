@@ -6,7 +6,8 @@ owns the rule:
 * metadata and settings here (`INFO`, one device kind per chip, HAMi's common words `Ascend910A` … `Ascend910C`;
   `hami_vendor_ascend.settings`, `hami_vendor_ascend.chips`);
 * discovery through DCMI, with ``npu-smi info`` where DCMI is absent (`hami_vendor_ascend.discovery`, the driver
-  binding in `hami_vendor_ascend.dcmi`);
+  binding in `hami_vendor_ascend.dcmi`), and the node-side backstop's view of each chip's processes
+  (`hami_device_processes`, DCMI's ``dcmi_get_device_resource_info``);
 * requests and admission defaults: templates or soft split, whole cards for several devices, super-pod modules
   (`hami_vendor_ascend.admission`);
 * fitting on core's share fitter: template rounding, node modes, modules, NetworkID topology
@@ -33,6 +34,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -61,6 +63,7 @@ __all__ = [
     "hami_allocate",
     "hami_container_edits",
     "hami_container_request",
+    "hami_device_processes",
     "hami_discover_devices",
     "hami_fit_nodes",
     "hami_host_environment",
@@ -196,6 +199,11 @@ def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) 
 # --------------------------------------------------------------------------------------------------------
 # Container edits (node daemon, the answer to the kubelet)
 # --------------------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def hami_device_processes(kind: DeviceKind, settings: AscendSettings) -> list[DeviceProcess] | None:
+    return discovery.device_processes(settings, kind.common_word)
 
 
 @hookimpl

@@ -15,11 +15,17 @@
  * FAKE_DCMI_INIT_FAIL=1 makes dcmi_init fail (no driver loaded); FAKE_DCMI_FAIL=<function> makes that function
  * fail. Built with -DOLD_DRIVER it has the older names only: dcmi_get_card_num_list instead of
  * dcmi_get_card_list, dcmi_get_device_die instead of dcmi_get_device_die_v2.
+ *
+ * dcmi_get_device_resource_info (the processes on a chip, host PIDs, memory in bytes, at most 32 as DCMI documents)
+ * answers from the process table FAKE_DCMI_PROCESSES names (core's fake_processes.h; the device index is the NPU's
+ * line in the machine file).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_processes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_NPUS 64
@@ -225,5 +231,29 @@ EXPORT int dcmi_get_device_memory_info_v3(int card_id, int device_id, struct dcm
     memset(memory, 0, sizeof *memory);
     memory->memory_size = n->hbm ? 16384 : n->memory; /* an HBM chip's DDR is not its device memory */
     memory->memory_available = memory->memory_size / 2;
+    return OK;
+}
+
+struct dcmi_proc_mem_info {
+    int proc_id;
+    unsigned long proc_mem_usage; /* bytes: the device OS's share for the process and what it allocated */
+};
+
+#define DCMI_MAX_PROC_NUM 32
+
+EXPORT int dcmi_get_device_resource_info(int card_id, int device_id, struct dcmi_proc_mem_info *proc_info,
+                                         int *proc_num) {
+    CHECK("dcmi_get_device_resource_info");
+    struct npu *n = find(card_id, device_id);
+    if (!n || !proc_info || !proc_num) return ERR_INVALID;
+    struct fake_process found[DCMI_MAX_PROC_NUM];
+    int count = fake_processes("FAKE_DCMI_PROCESSES", (int)(n - g_npus), found, DCMI_MAX_PROC_NUM);
+    if (count < 0) return ERR_INVALID;
+    if (count > DCMI_MAX_PROC_NUM) count = DCMI_MAX_PROC_NUM;
+    for (int i = 0; i < count; i++) {
+        proc_info[i].proc_id = (int)found[i].pid;
+        proc_info[i].proc_mem_usage = (unsigned long)found[i].bytes;
+    }
+    *proc_num = count;
     return OK;
 }

@@ -21,6 +21,9 @@ and a memory size in bytes), ``cndevCreateSMluProfileInfo`` / ``cndevDestroySMlu
 ``cndevDestroySMluInstanceByHandle``. MLU-Link peers come from ``cndevGetMLULinkPortNumber``,
 ``cndevGetMLULinkStatusV2`` (a port whose MAC is down is skipped) and ``cndevGetMLULinkRemoteInfo`` (the peer's
 UUID), as Cambricon's plugin reads them. A driver without these calls answers `CndevError` ``not supported``.
+For the node-side backstop, each card's processes and the device memory each holds: ``cndevGetProcessInfo``
+(``cndevProcessInfo_t``: version, PID, physical and virtual memory used in KiB; asked again with the count CNDev
+answers when the room given is too little).
 
 A missing library raises `CndevUnavailable`; a failing call `CndevError` naming the call and CNDev's code.
 Calls are serialized by a lock. Nothing here decides anything: no health policy, no annotations.
@@ -126,6 +129,11 @@ class _CoreCount(ctypes.Structure):
 
 class _Numa(ctypes.Structure):
     _fields_ = [("version", ctypes.c_int32), ("nodeId", ctypes.c_int32)]
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_int32), ("pid", ctypes.c_uint32), ("physicalMemoryUsed", ctypes.c_uint64),
+                ("virtualMemoryUsed", ctypes.c_uint64)]  # fmt: skip
 
 
 class _SmluMode(ctypes.Structure):
@@ -344,6 +352,26 @@ class Cndev:
                     )
                 )
             return out
+
+    def processes(self, index: int) -> list[tuple[int, int]]:
+        """(PID, device memory in bytes) of each process on card `index`, CNDev's physical memory count."""
+        with self._lock:
+            self._has("cndevGetProcessInfo")
+            handle = self._handle(index)
+            count = ctypes.c_uint32(32)
+            for _ in range(4):  # processes may start between two calls
+                size = max(1, count.value)
+                infos = (_ProcessInfo * size)()
+                for info in infos:
+                    info.version = CNDEV_VERSION_6
+                count = ctypes.c_uint32(size)
+                code = int(self._lib.cndevGetProcessInfo(ctypes.byref(count), infos, handle))
+                if code == INSUFFICIENT_SPACE and count.value > size:
+                    continue  # CNDev answered how many there are: ask again with room for them
+                if code != 0:
+                    raise CndevError("cndevGetProcessInfo", code)
+                return [(int(p.pid), int(p.physicalMemoryUsed) << 10) for p in infos[: min(count.value, size)]]
+            raise CndevError("cndevGetProcessInfo", INSUFFICIENT_SPACE)
 
     # ------------------------------------------------------------------------------------------ sMLU
 

@@ -18,6 +18,9 @@ their bus id, no cores, no health; rows it cannot read are said in the log and t
 no sMLU can be made. MLU-Link: each card's peers (`Cndev.link_peers`) become pairwise link scores, the number of
 ports joining two cards, published as `LINK_ANNOTATION` (HAMi's link-score form) for core's topology-aware choice;
 a card whose links cannot be read has none, said in the log.
+
+For the node-side backstop, `device_processes`: each card's processes and the device memory CNDev counts for each
+(``cndevGetProcessInfo``), under the card's UUID; nothing (None) where the cards came from cnmon or CNDev fails.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from hami.codec import encode_link_scores
 from hami.errors import HamiError
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceProcess, NodeInventory
 from hami_vendor_cambricon import cnmon, smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, CndevUnavailable, MluCard
 from hami_vendor_cambricon.fit import LINK_ANNOTATION
@@ -41,6 +44,7 @@ __all__ = [
     "LINK_ANNOTATION",
     "REGISTER_ANNOTATION",
     "NodeRuntime",
+    "device_processes",
     "discover",
     "inventory",
     "link_scores",
@@ -153,6 +157,27 @@ class NodeRuntime:
             raise HamiError(
                 f"MLU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
             )
+
+
+def device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:
+    """Each process on this node's cards and the device memory CNDev counts for it; None without CNDev, or when
+    CNDev fails this round (the backstop then checks nothing rather than something half-read)."""
+    runtime = runtime_for(settings)
+    with runtime.lock:
+        cards = runtime.cards if runtime.cndev is not None else runtime.read_cards()
+        cndev = runtime.cndev
+        if cndev is None:
+            return None
+        found = []
+        try:
+            for card in cards:
+                if card.uuid:
+                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+                              for pid, used in cndev.processes(card.index)]  # fmt: skip
+        except CndevError as exc:
+            log.warning("cannot read the MLU cards' processes this round: %s", exc)
+            return None
+        return found
 
 
 def runtime_for(settings: CambriconSettings) -> NodeRuntime:

@@ -4,7 +4,8 @@ Every hook implementation of the vendor, in the order a pod meets them; each is 
 owns the rule:
 
 * metadata here (`INFO`), settings (`hami_vendor_cambricon.settings`);
-* discovery through CNDev (`hami_vendor_cambricon.discovery`, the binding in `hami_vendor_cambricon.cndev`);
+* discovery through CNDev (`hami_vendor_cambricon.discovery`, the binding in `hami_vendor_cambricon.cndev`), and
+  each card's processes for the node-side backstop (`hami_device_processes`, ``cndevGetProcessInfo``);
 * requests: memory in units of 256 MiB (`cambricon.com/mlu.smlu.vmemory: 4` is 1024 MiB); as in HAMi, a
   container that names memory but not `cambricon.com/mlu.smlu.vcore` gets the whole compute of its MLU
   (`defaultCores`, 100), since Cambricon's dynamic sMLU needs a compute share for every slice;
@@ -32,6 +33,7 @@ from hami.model import (
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    DeviceProcess,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -53,6 +55,7 @@ __all__ = [
     "hami_allocate",
     "hami_container_edits",
     "hami_container_request",
+    "hami_device_processes",
     "hami_discover_devices",
     "hami_fit_nodes",
     "hami_reconcile",
@@ -132,6 +135,11 @@ def hami_allocate(
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: CambriconSettings) -> None:
     allocation.release(settings, pod)
+
+
+@hookimpl
+def hami_device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:
+    return discovery.device_processes(settings)
 
 
 @hookimpl

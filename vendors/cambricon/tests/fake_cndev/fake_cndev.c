@@ -6,6 +6,9 @@
  * $FAKE_CNDEV_NO_INIT makes cndevInit answer CNDEV_ERROR_NO_DRIVER (1). Built with -DOLD_DRIVER it lacks
  * cndevGetMemoryUsageV2 (and the sMLU and MLU-Link calls), as older drivers do.
  *
+ * cndevGetProcessInfo answers from the process table $FAKE_CNDEV_PROCESSES names (core's fake_processes.h; the
+ * device index is the card's line), the memory in KiB as CNDev reports it.
+ *
  * sMLU (the driver's slices): profiles (a quota in percent and a memory size in bytes) and instances made from
  * them live in the driver, not in the caller: the fake keeps them in the file $FAKE_CNDEV_STATE (read before and
  * written after every sMLU call; without it, in this process only), so they outlive the process that made them,
@@ -17,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_processes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_CARDS 64
@@ -53,6 +58,8 @@ typedef struct { int32_t version; int32_t health; int32_t deviceState; int32_t d
     cndevCardHealthState_t;
 typedef struct { int32_t version; int32_t count; } cndevCardCoreCount_t;
 typedef struct { int32_t version; int32_t nodeId; } cndevNUMANodeId_t;
+
+typedef struct { int32_t version; uint32_t pid; uint64_t physicalMemoryUsed, virtualMemoryUsed; } cndevProcessInfo_t;
 
 typedef int32_t cndevMluInstance_t;
 typedef enum { CNDEV_FEATURE_DISABLED = 0, CNDEV_FEATURE_ENABLED = 1 } cndevEnableStatusEnum_t;
@@ -154,6 +161,27 @@ EXPORT cndevRet_t cndevInit(int32_t reserved) {
     (void)reserved;
     if (getenv("FAKE_CNDEV_NO_INIT")) return CNDEV_ERROR_NO_DRIVER;
     load();
+    return CNDEV_SUCCESS;
+}
+
+/* *count: the room in `infos` on the way in, the number of processes on the way out; too little room gives
+ * CNDEV_ERROR_INSUFFICIENT_SPACE with the number needed. Memory in KiB. */
+EXPORT cndevRet_t cndevGetProcessInfo(uint32_t *count, cndevProcessInfo_t *infos, cndevDevice_t dev) {
+    cndevRet_t r = check(dev, count, "cndevGetProcessInfo");
+    if (r != CNDEV_SUCCESS) return r;
+    struct fake_process found[256];
+    int n = fake_processes("FAKE_CNDEV_PROCESSES", dev, found, 256);
+    if (n < 0 || n > 256) return CNDEV_ERROR_UNKNOWN;
+    if (*count < (uint32_t)n || (n > 0 && infos == NULL)) {
+        *count = (uint32_t)n;
+        return CNDEV_ERROR_INSUFFICIENT_SPACE;
+    }
+    *count = (uint32_t)n;
+    for (int i = 0; i < n; i++) {
+        infos[i].pid = found[i].pid;
+        infos[i].physicalMemoryUsed = found[i].bytes >> 10;
+        infos[i].virtualMemoryUsed = found[i].bytes >> 10;
+    }
     return CNDEV_SUCCESS;
 }
 

@@ -6,7 +6,12 @@ Owns two sessions and turns their answers into plain values (`Dcu`, `VirtualDcu`
   ``rsmi_init(0)``, ``rsmi_num_monitor_devices``, per index ``rsmi_dev_pci_id_get`` (the BDF packed as
   ``domain << 32 | bus << 8 | device << 3 | function``), ``rsmi_dev_serial_number_get`` (the UUID is
   ``DCU-<serial>``), ``rsmi_dev_id_get`` (the PCI device id, which names the model), ``rsmi_dev_memory_total_get``
-  and ``rsmi_dev_memory_usage_get`` for VRAM (bytes), ``rsmi_topo_numa_affinity_get`` (optional: NUMA);
+  and ``rsmi_dev_memory_usage_get`` for VRAM (bytes), ``rsmi_topo_numa_affinity_get`` (optional: NUMA); for the
+  node-side backstop, the compute processes: ``rsmi_compute_process_info_get`` (``rsmi_process_info_t``: PID,
+  PASID, VRAM in bytes summed over the process's GPUs, SDMA time, CU occupancy), ``rsmi_compute_process_gpus_get``
+  (the device indices a process uses) and, for a process on several DCUs, ``rsmi_compute_process_info_by_device_get``
+  (its VRAM on one of them). A library without that last call cannot say how a multi-DCU process's VRAM is split:
+  such a process is left out (`Rsmi.processes` returns it in `unsplit`), never counted whole on each DCU;
 * Hygon DMI (``libhydmi.so``, ``dmi_virtual.h``), the virtualization interface: ``dmiGetDeviceInfo`` (compute
   units), ``dmiGetDeviceRemainingInfo`` (CUs and bytes not given to virtual devices), ``dmiGetVDeviceCount`` /
   ``dmiGetVDeviceInfo`` (the virtual devices), ``dmiCreateVDevices`` (CUs and MiB) and
@@ -25,7 +30,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Dcu", "Dmi", "DtkError", "DtkUnavailable", "Rsmi", "VirtualDcu", "bdf_of"]
+__all__ = ["ComputeProcesses", "Dcu", "Dmi", "DtkError", "DtkUnavailable", "Rsmi", "VirtualDcu", "bdf_of"]
 
 RSMI_LIBRARY = "librocm_smi64.so"
 DMI_LIBRARY = "libhydmi.so"
@@ -36,6 +41,8 @@ SEARCH_DIRS = (
     Path("/opt/dtk/rocm_smi/lib"),
 )
 RSMI_MEM_TYPE_VRAM = 0
+RSMI_STATUS_NOT_FOUND = 10
+RSMI_STATUS_INSUFFICIENT_SIZE = 11
 DMI_NAME_SIZE = 256
 DMI_VDEV_NOT_EXIST = 15
 DMI_OUT_OF_RESOURCES = 11
@@ -174,6 +181,71 @@ class Rsmi:
                     )
                 )
             return out
+
+    def processes(self) -> ComputeProcesses:
+        """Every compute process on the monitored DCUs and its VRAM on each. :raises DtkError: a call failed."""
+        with self.lock:
+            count = ctypes.c_uint32(0)
+            self._call("rsmi_compute_process_info_get", None, ctypes.byref(count))
+            for _ in range(4):  # processes may start between two calls: ask again with more room
+                room = count.value + 16
+                infos = (_ProcessInfo * room)()
+                count = ctypes.c_uint32(room)
+                code = self._lib.rsmi_compute_process_info_get(infos, ctypes.byref(count))
+                if code == 0:
+                    break
+                if code != RSMI_STATUS_INSUFFICIENT_SIZE:
+                    raise DtkError("rsmi_compute_process_info_get", code)
+            else:
+                raise DtkError("rsmi_compute_process_info_get", RSMI_STATUS_INSUFFICIENT_SIZE, "the list kept growing")
+            by_device = getattr(self._lib, "rsmi_compute_process_info_by_device_get", None)
+            found: list[tuple[int, int, int]] = []
+            unsplit: list[int] = []
+            for info in infos[: count.value]:
+                pid = int(info.process_id)
+                gpus = (ctypes.c_uint32 * 64)()
+                used = ctypes.c_uint32(64)
+                code = self._lib.rsmi_compute_process_gpus_get(ctypes.c_uint32(pid), gpus, ctypes.byref(used))
+                if code == RSMI_STATUS_NOT_FOUND:
+                    continue  # it ended between the two calls
+                if code != 0:
+                    raise DtkError("rsmi_compute_process_gpus_get", code)
+                devices = [int(d) for d in gpus[: used.value]]
+                if len(devices) == 1:
+                    found.append((devices[0], pid, int(info.vram_usage)))
+                    continue
+                if by_device is None:
+                    if devices:
+                        unsplit.append(pid)
+                    continue
+                for device in devices:
+                    one = _ProcessInfo()
+                    code = by_device(ctypes.c_uint32(pid), ctypes.c_uint32(device), ctypes.byref(one))
+                    if code == RSMI_STATUS_NOT_FOUND:
+                        continue
+                    if code != 0:
+                        raise DtkError("rsmi_compute_process_info_by_device_get", code)
+                    found.append((device, pid, int(one.vram_usage)))
+            return ComputeProcesses(found, unsplit)
+
+
+class _ProcessInfo(ctypes.Structure):  # rsmi_process_info_t
+    _fields_ = [
+        ("process_id", ctypes.c_uint32),
+        ("pasid", ctypes.c_uint32),
+        ("vram_usage", ctypes.c_uint64),
+        ("sdma_usage", ctypes.c_uint64),
+        ("cu_occupancy", ctypes.c_uint32),
+    ]
+
+
+@dataclass(frozen=True)
+class ComputeProcesses:
+    """The compute processes ROCm SMI reports: (device index, PID, VRAM bytes) per process and device, and the
+    PIDs of processes on several DCUs whose VRAM the library cannot split per device."""
+
+    found: list[tuple[int, int, int]]
+    unsplit: list[int]
 
 
 class Dmi:

@@ -5,7 +5,8 @@ Owns the choice of source (ROCm SMI through `hami_vendor_hygon.dtk` when ``libro
 compute units and makes virtual devices), the sessions' lifecycle (opened on first use, dropped and reopened after
 a failure), messages about a missing driver (each said once), and the devices of the last read, which allocation
 and container edits use to turn a placement's UUIDs into devices. On simulated devices (`simulate`, from
-`hami_simulated_devices`) the devices are the inventory's and no driver is read.
+`hami_simulated_devices`) the devices are the inventory's and no driver is read. For the node-side backstop,
+`NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi).
 
 One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
 """
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hami.errors import HamiError
+from hami.model import DeviceProcess
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
 from hami_vendor_hygon.hysmi import HySmiError, read_devices
 from hami_vendor_hygon.models import compute_units_of, model_of
@@ -119,6 +121,29 @@ class NodeRuntime:
             if dmi is not None and self.settings.dcu_mode == VDCU:
                 self.reconcile_once()
             return self.devices
+
+    def processes(self) -> list[DeviceProcess] | None:
+        """Each compute process on this node's DCUs and the VRAM ROCm SMI counts for it there; None on simulated
+        devices, without ROCm SMI, or when it fails this round (the backstop then checks nothing rather than
+        something half-read)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            devices = self.devices if self.rsmi is not None else self.read_devices()
+            if self.rsmi is None:
+                return None
+            try:
+                report = self.rsmi.processes()
+            except DtkError as exc:
+                log.warning("cannot read the DCUs' compute processes this round: %s", exc)
+                return None
+            if report.unsplit:
+                log.warning("ROCm SMI at %s cannot split the VRAM of processes %s over their DCUs "
+                            "(no rsmi_compute_process_info_by_device_get): they are not checked",
+                            self.rsmi.where, ", ".join(map(str, report.unsplit)))  # fmt: skip
+            uuid_of = {d.index: d.uuid for d in devices}
+            return [DeviceProcess(device_uuid=uuid_of[index], pid=pid, used_bytes=used)
+                    for index, pid, used in report.found if index in uuid_of]  # fmt: skip
 
     def _with_compute_units(self, device: Dcu, dmi: Dmi | None) -> Dcu:
         if dmi is not None:

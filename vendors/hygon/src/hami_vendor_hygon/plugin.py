@@ -6,6 +6,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   and settings (`hami_vendor_hygon.settings`);
 * discovery through ROCm SMI and DMI, or ``hy-smi`` without them (`hami_vendor_hygon.discovery`, the binding in
   `hami_vendor_hygon.dtk`);
+* the node-side backstop's view: the compute processes ROCm SMI reports and their VRAM on each DCU
+  (`hami_device_processes`, `hami_vendor_hygon.node`);
 * requests: HAMi's shared rules (memory in MiB, cores in percent of one DCU), `hami.requests`;
 * fitting: core's share fitter with HAMi's selectors (``hygon.com/use-dcutype`` … matched as HAMi does, by
   case-insensitive substring of the model);
@@ -30,6 +32,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -42,6 +45,7 @@ from hami.model import (
 )
 from hami.requests import read_share_request
 from hami_vendor_hygon import allocation, discovery, edits
+from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import HygonSettings
 
 __all__ = ["INFO", "KIND", "HygonSettings"]
@@ -107,6 +111,11 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: HygonSettings) -> None:
     allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_device_processes(settings: HygonSettings) -> list[DeviceProcess] | None:
+    return runtime_for(settings).processes()
 
 
 @hookimpl

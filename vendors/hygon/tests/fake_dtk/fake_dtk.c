@@ -11,12 +11,20 @@
  * The virtual devices live in $FAKE_DTK_STATE (one "<vdev id> <device> <cus> <mem MiB>" line each), so that
  * they outlive the process that created them, as the driver's do. FAKE_DTK_FAIL=<function> makes that function
  * fail (RSMI_STATUS_NOT_SUPPORTED / DMI_STATUS_ERROR).
+ *
+ * ROCm SMI's compute processes (rsmi_compute_process_info_get, rsmi_compute_process_gpus_get,
+ * rsmi_compute_process_info_by_pid_get, and rsmi_compute_process_info_by_device_get unless built with
+ * -DFAKE_RSMI_NO_BY_DEVICE, as older libraries lack it) answer from the process table $FAKE_DTK_PROCESSES names
+ * (core's fake_processes.h; the device index is the device's line): a process's vram_usage is its bytes summed
+ * over the devices it is listed on, as ROCm SMI sums a process's VRAM over its GPUs.
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_processes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 16
@@ -53,7 +61,7 @@ static int failing(const char *name) {
 
 #ifdef FAKE_RSMI
 typedef enum { RSMI_STATUS_SUCCESS = 0, RSMI_STATUS_INVALID_ARGS = 1, RSMI_STATUS_NOT_SUPPORTED = 2,
-               RSMI_STATUS_INIT_ERROR = 8, RSMI_STATUS_INSUFFICIENT_SIZE = 11 } rsmi_status_t;
+               RSMI_STATUS_INIT_ERROR = 8, RSMI_STATUS_NOT_FOUND = 10, RSMI_STATUS_INSUFFICIENT_SIZE = 11 } rsmi_status_t;
 typedef enum { RSMI_MEM_TYPE_VRAM = 0, RSMI_MEM_TYPE_VIS_VRAM = 1, RSMI_MEM_TYPE_GTT = 2 } rsmi_memory_type_t;
 
 static int g_init;
@@ -131,6 +139,116 @@ EXPORT rsmi_status_t rsmi_topo_numa_affinity_get(uint32_t dv_ind, int32_t *numa_
     *numa_node = d->numa;
     return RSMI_STATUS_SUCCESS;
 }
+
+typedef struct {
+    uint32_t process_id;
+    uint32_t pasid;
+    uint64_t vram_usage; /* bytes, over all the process's GPUs */
+    uint64_t sdma_usage;
+    uint32_t cu_occupancy;
+} rsmi_process_info_t;
+
+#define MAX_PROCS 256
+struct proc_row {
+    uint32_t pid;
+    uint64_t bytes[MAX_DEV];
+    int on[MAX_DEV];
+};
+
+/* The table's processes, one row per PID; -1 when the table cannot be read. */
+static int proc_rows(struct proc_row *rows) {
+    struct dev devs[MAX_DEV];
+    int ndev = load(devs), count = 0;
+    for (int dv = 0; dv < ndev; dv++) {
+        struct fake_process found[MAX_PROCS];
+        int n = fake_processes("FAKE_DTK_PROCESSES", dv, found, MAX_PROCS);
+        if (n < 0 || n > MAX_PROCS) return -1;
+        for (int i = 0; i < n; i++) {
+            int r = 0;
+            while (r < count && rows[r].pid != found[i].pid) r++;
+            if (r == count) {
+                if (count == MAX_PROCS) return -1;
+                memset(&rows[count], 0, sizeof rows[count]);
+                rows[count++].pid = found[i].pid;
+            }
+            rows[r].bytes[dv] += found[i].bytes;
+            rows[r].on[dv] = 1;
+        }
+    }
+    return count;
+}
+
+static void fill(rsmi_process_info_t *out, const struct proc_row *row, int only) {
+    memset(out, 0, sizeof *out);
+    out->process_id = row->pid;
+    out->pasid = row->pid & 0xffff;
+    for (int dv = 0; dv < MAX_DEV; dv++)
+        if (only < 0 || dv == only) out->vram_usage += row->bytes[dv];
+}
+
+static struct proc_row g_rows[MAX_PROCS];
+
+/* rocm_smi.h: procs NULL gives the number of processes in *num_items; too few items gives
+ * RSMI_STATUS_INSUFFICIENT_SIZE after writing the first *num_items. */
+EXPORT rsmi_status_t rsmi_compute_process_info_get(rsmi_process_info_t *procs, uint32_t *num_items) {
+    if (!g_init) return RSMI_STATUS_INIT_ERROR;
+    if (!num_items) return RSMI_STATUS_INVALID_ARGS;
+    if (failing("rsmi_compute_process_info_get")) return RSMI_STATUS_NOT_SUPPORTED;
+    int n = proc_rows(g_rows);
+    if (n < 0) return RSMI_STATUS_NOT_SUPPORTED;
+    if (procs) {
+        for (int i = 0; i < n && (uint32_t)i < *num_items; i++) fill(&procs[i], &g_rows[i], -1);
+        if (*num_items < (uint32_t)n) return RSMI_STATUS_INSUFFICIENT_SIZE;
+    }
+    *num_items = (uint32_t)n;
+    return RSMI_STATUS_SUCCESS;
+}
+
+static const struct proc_row *row_of(uint32_t pid, int n) {
+    for (int i = 0; i < n; i++)
+        if (g_rows[i].pid == pid) return &g_rows[i];
+    return NULL;
+}
+
+EXPORT rsmi_status_t rsmi_compute_process_gpus_get(uint32_t pid, uint32_t *dv_indices, uint32_t *num_devices) {
+    if (!g_init) return RSMI_STATUS_INIT_ERROR;
+    if (!num_devices) return RSMI_STATUS_INVALID_ARGS;
+    int n = proc_rows(g_rows);
+    const struct proc_row *row = n < 0 ? NULL : row_of(pid, n);
+    if (!row) return RSMI_STATUS_NOT_FOUND;
+    uint32_t found = 0;
+    for (int dv = 0; dv < MAX_DEV; dv++) {
+        if (!row->on[dv]) continue;
+        if (dv_indices && found < *num_devices) dv_indices[found] = (uint32_t)dv;
+        found++;
+    }
+    if (dv_indices && *num_devices < found) return RSMI_STATUS_INSUFFICIENT_SIZE;
+    *num_devices = found;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_compute_process_info_by_pid_get(uint32_t pid, rsmi_process_info_t *proc) {
+    if (!g_init) return RSMI_STATUS_INIT_ERROR;
+    if (!proc) return RSMI_STATUS_INVALID_ARGS;
+    int n = proc_rows(g_rows);
+    const struct proc_row *row = n < 0 ? NULL : row_of(pid, n);
+    if (!row) return RSMI_STATUS_NOT_FOUND;
+    fill(proc, row, -1);
+    return RSMI_STATUS_SUCCESS;
+}
+
+#ifndef FAKE_RSMI_NO_BY_DEVICE
+EXPORT rsmi_status_t rsmi_compute_process_info_by_device_get(uint32_t pid, uint32_t dv_ind, rsmi_process_info_t *proc) {
+    DEVICE_OR_FAIL("rsmi_compute_process_info_by_device_get", dv_ind)
+    (void)d;
+    if (!proc) return RSMI_STATUS_INVALID_ARGS;
+    int rows = proc_rows(g_rows);
+    const struct proc_row *row = rows < 0 ? NULL : row_of(pid, rows);
+    if (!row || !row->on[dv_ind]) return RSMI_STATUS_NOT_FOUND;
+    fill(proc, row, (int)dv_ind);
+    return RSMI_STATUS_SUCCESS;
+}
+#endif
 #endif
 
 #ifdef FAKE_DMI

@@ -26,13 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from hami.codec import encode_link_scores
-from hami.model import Device, DeviceKind, NodeInventory
+from hami.model import Device, DeviceKind, DeviceProcess, NodeInventory
 from hami.vendorstate import driver_fact
 from hami_vendor_iluvatar.ixml import Gpu
 from hami_vendor_iluvatar.node import runtime_for
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
-__all__ = ["LINK_SCORE_ANNOTATION", "MODE_NODE_ANNOTATION", "chip_of", "discover", "inventory", "simulate"]
+__all__ = [
+    "LINK_SCORE_ANNOTATION",
+    "MODE_NODE_ANNOTATION",
+    "chip_of",
+    "device_processes",
+    "discover",
+    "inventory",
+    "simulate",
+]
 
 log = logging.getLogger("hami_vendor_iluvatar")
 
@@ -101,6 +109,12 @@ def discover(settings: IluvatarSettings, chips: tuple[str, ...]) -> list[NodeInv
     runtime = runtime_for(settings)
     gpus = runtime.read_gpus()
     return inventory(gpus, settings, chips, runtime.boards)
+
+
+def device_processes(settings: IluvatarSettings, chip: str, chips: tuple[str, ...]) -> list[DeviceProcess] | None:
+    """The compute processes on this node's GPUs of `chip` (the backstop asks per kind), as ixML counts them."""
+    runtime = runtime_for(settings)
+    return runtime.processes([g for g in runtime.known_gpus() if chip_of(g.name, chips) == chip])
 
 
 def simulate(

@@ -6,8 +6,9 @@ project's XML parser is also called ``libixml.so``: a library without ``nvmlInit
 and reads, per GPU, what discovery and container edits need: index, UUID (``GPU-…``), name (``Iluvatar BI-V150S``),
 minor number (``/dev/iluvatar<minor>``), memory (bytes), PCI bus id, and whether the GPU answers (a GPU whose
 memory query fails is reported unhealthy, the others keep being served); and which chips share a board
-(``nvmlDeviceOnSameBoard``). Every failure is an `IxmlError` naming
-the call and ixML's own message (``nvmlErrorString``).
+(``nvmlDeviceOnSameBoard``); and each GPU's compute processes with the device memory ixML counts for each
+(``nvmlDeviceGetComputeRunningProcesses``, NVML's v1 record: PID and bytes), for the node-side backstop. Every
+failure is an `IxmlError` naming the call and ixML's own message (``nvmlErrorString``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "
 
 DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
 SUCCESS = 0
+INSUFFICIENT_SIZE = 7  # NVML_ERROR_INSUFFICIENT_SIZE
+NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE: the memory of a process the library cannot count
 _BUFFER = 96
 
 
@@ -36,6 +39,10 @@ class IxmlUnavailable(IxmlError):
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_v1_t, what the unversioned call fills
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong)]
 
 
 class _PciInfo(ctypes.Structure):  # nvmlPciInfo_t (v3)
@@ -162,6 +169,28 @@ class Ixml:
         same = ctypes.c_int()
         self._call("nvmlDeviceOnSameBoard", handles[0], handles[1], ctypes.byref(same))
         return bool(same.value)
+
+    def compute_processes(self, index: int) -> list[tuple[int, int]]:
+        """(PID, device memory in bytes) of each compute process on GPU `index`; a process whose memory ixML
+        cannot count (NVML_VALUE_NOT_AVAILABLE) is left out."""
+        handle = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+        try:
+            function = self._lib.nvmlDeviceGetComputeRunningProcesses
+        except AttributeError:
+            raise IxmlError(f"ixML at {self.where} has no nvmlDeviceGetComputeRunningProcesses") from None
+        room = 32
+        for _ in range(4):  # processes may start between the calls: grow the buffer a few times
+            infos = (_ProcessInfo * room)()
+            count = ctypes.c_uint(room)
+            with self._lock:
+                code = function(handle, ctypes.byref(count), infos)
+            if code == SUCCESS:
+                return [(p.pid, p.used) for p in infos[: count.value] if p.used != NOT_AVAILABLE]
+            if code != INSUFFICIENT_SIZE:
+                raise IxmlError(f"ixML nvmlDeviceGetComputeRunningProcesses failed: {self._reason(code)}")
+            room = count.value + 16
+        raise IxmlError("ixML nvmlDeviceGetComputeRunningProcesses: the process list kept growing")
 
     def driver_version(self) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)

@@ -5,7 +5,8 @@ missing driver (said once, and again when it changes), and the GPUs of the last 
 which container edits use to
 turn a placement's UUIDs into GPUs (device nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
 error line naming it; the node keeps serving the others. On simulated devices (`simulate`, from
-`hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. One runtime per settings object
+`hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. Also the compute processes on
+given GPUs, for the node-side backstop (`NodeRuntime.processes`). One runtime per settings object
 (`runtime_for`), so that two hosts (two tests) never share one.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hami.errors import HamiError
+from hami.model import DeviceProcess
 from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError, IxmlUnavailable
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
@@ -95,6 +97,27 @@ class NodeRuntime:
             log.info("ixML cannot tell which Iluvatar chips share a board (%s): no link scores", exc)
             return {}
         return boards
+
+    def known_gpus(self) -> list[Gpu]:
+        """The GPUs of the last read (read now when there was none)."""
+        with self.lock:
+            return self.gpus or self.read_gpus()
+
+    def processes(self, gpus: Sequence[Gpu]) -> list[DeviceProcess] | None:
+        """Each compute process on `gpus` and the memory ixML counts for it; None on simulated devices, without
+        ixML, or when ixML fails this round (the backstop then checks nothing rather than something half-read)."""
+        with self.lock:
+            if self.simulated is not None or self.session is None:
+                return None
+            found = []
+            try:
+                for gpu in gpus:
+                    found += [DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
+                              for pid, used in self.session.compute_processes(gpu.index)]  # fmt: skip
+            except IxmlError as exc:
+                log.warning("cannot read the Iluvatar GPUs' compute processes this round: %s", exc)
+                return None
+            return found
 
     def by_uuid(self, uuids: Sequence[str]) -> list[Gpu]:
         """The GPUs with these UUIDs (read again when one is not known).

@@ -15,6 +15,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * fitting: core's share fitter (HAMi's Iluvatar rules: exact chip type, UUID selectors, exclusive 100% cores), and
   with the ``topology-aware`` device policy the chips of one board together (core's `hami.topology`, over the
   node's ``hami.io/node-iluvatar-score``);
+* the node-side backstop's view: each GPU's compute processes and their memory, as ixML counts them
+  (`hami_device_processes`, `hami_vendor_iluvatar.discovery.device_processes`);
 * allocation, release and container edits (`hami_vendor_iluvatar.edits`): ``IX_VISIBLE_DEVICES``, the device nodes,
   CoreX's mounts; in ``hami-core`` mode the isolation library ``libvcorex.so``, its accounting directory and grant.
 """
@@ -34,6 +36,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -148,6 +151,11 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: IluvatarSettings) -> None:
     edits.release(settings, pod)
+
+
+@hookimpl
+def hami_device_processes(kind: DeviceKind, settings: IluvatarSettings) -> list[DeviceProcess] | None:
+    return discovery.device_processes(settings, kind.common_word, CHIPS)
 
 
 @hookimpl

@@ -9,7 +9,8 @@
  * same board number are on one board: nvmlDeviceOnSameBoard, a BI-V150 has two). A GPU whose
  * health is not "ok" answers nvmlDeviceGetMemoryInfo with NVML_ERROR_GPU_IS_LOST; a uuid of "-" makes
  * nvmlDeviceGetUUID fail (a GPU that cannot be named). FAKE_IXML_FAIL_INIT=1 makes nvmlInit_v2 fail
- * (NVML_ERROR_DRIVER_NOT_LOADED). Built with -DFAKE_NOT_IXML it is instead another project's libixml.so: an XML
+ * (NVML_ERROR_DRIVER_NOT_LOADED). nvmlDeviceGetComputeRunningProcesses answers from the process table
+ * FAKE_IXML_PROCESSES names (fake_processes.h; the device index is the GPU's line). Built with -DFAKE_NOT_IXML it is instead another project's libixml.so: an XML
  * parser with none of these functions.
  */
 #define _GNU_SOURCE
@@ -17,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_processes.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -44,6 +47,11 @@ typedef struct {
     unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
     char busId[32];
 } nvmlPciInfo_t;
+
+typedef struct { /* nvmlProcessInfo_v1_t, what the unversioned call fills */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_t;
 
 #define MAX_GPUS 16
 struct gpu {
@@ -200,6 +208,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     memory->total = device->memory_mib << 20;
     memory->used = 0;
     memory->free = memory->total;
+    return NVML_SUCCESS;
+}
+
+/* As NVML documents: *count is the room in `infos` on the way in and the number of processes on the way out; too
+ * little room (a NULL buffer with 0 is how callers ask) gives NVML_ERROR_INSUFFICIENT_SIZE with the number needed. */
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned *count, nvmlProcessInfo_t *infos) {
+    if (!g_initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!device || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->healthy) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_process found[256];
+    int n = fake_processes("FAKE_IXML_PROCESSES", (int)(device - g_gpus), found, 256);
+    if (n < 0 || n > 256) return NVML_ERROR_UNKNOWN;
+    unsigned room = infos ? *count : 0;
+    *count = (unsigned)n;
+    if ((unsigned)n > room) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int i = 0; i < n; i++) {
+        infos[i].pid = found[i].pid;
+        infos[i].usedGpuMemory = found[i].bytes;
+    }
     return NVML_SUCCESS;
 }
 #endif

@@ -7,7 +7,10 @@ from, and turns its answers into plain values (`MetaxGpu`):
 * per index ``mxSmlGetDeviceInfo`` (``mxSmlDeviceInfo_t``: BDF, UUID, device name), ``mxSmlGetMemoryInfo``
   (``mxSmlMemoryInfo_t``, VRAM total and use in KB), ``mxSmlGetDeviceState`` (1 available, 0 not: health);
 * per pair ``mxSmlGetDeviceTopology`` (``mxSmlGpuTopologyLevel_t``): `MetaxGpu.metalink` is the set of devices
-  the driver reports as ``MXSML_TOPOLOGY_METAXLINK`` to it.
+  the driver reports as ``MXSML_TOPOLOGY_METAXLINK`` to it;
+* for the node-side backstop, per index ``mxSmlGetSingleGpuProcess`` (``mxSmlProcessInfo_t``, v1: each process
+  with the GPUs it uses, by BDF and sequence label, and the device memory allocated on each, in bytes): the
+  memory of a process on this device is its entry for this device's BDF (else its sequence label).
 
 Loading: the library by name through the dynamic loader, then MetaX's install directories (``/opt/mxdriver/lib``,
 ``/opt/maca/lib``, ``/opt/mxn100/lib``), or the configured path. A missing library or one that finds no device
@@ -30,6 +33,7 @@ MXSML_SUCCESS = 0
 MXSML_NO_DEVICE = 2
 TOPOLOGY_METAXLINK = 5
 _BDF_SIZE, _UUID_SIZE, _NAME_SIZE = 32, 96, 32
+_PROCESS_NAME_SIZE, _GPUS_PER_PROCESS = 64, 64
 
 
 class MxsmlError(Exception):
@@ -84,6 +88,19 @@ class _MemoryInfo(ctypes.Structure):
         ("vramUse", ctypes.c_long),
         ("xttTotal", ctypes.c_long),
         ("xttUse", ctypes.c_long),
+    ]
+
+
+class _ProcessGpuInfo(ctypes.Structure):
+    _fields_ = [("bdfId", ctypes.c_char * _BDF_SIZE), ("gpuId", ctypes.c_uint), ("gpuMemoryUsage", ctypes.c_ulong)]
+
+
+class _ProcessInfo(ctypes.Structure):  # mxSmlProcessInfo_t (v1)
+    _fields_ = [
+        ("processId", ctypes.c_uint),
+        ("processName", ctypes.c_char * _PROCESS_NAME_SIZE),
+        ("gpuNumber", ctypes.c_uint),
+        ("processGpuInfo", _ProcessGpuInfo * _GPUS_PER_PROCESS),
     ]
 
 
@@ -174,3 +191,26 @@ class Mxsml:
                 )
                 for i, (info, memory, healthy) in enumerate(infos)
             ]
+
+    def processes(self, index: int, bdf: str) -> list[tuple[int, int]]:
+        """(PID, device memory in bytes) of each process on device `index` (PCI address `bdf`).
+
+        :raises MxsmlError: the call failed."""
+        with self.lock:
+            room = 32
+            for _ in range(4):  # processes may start between two calls: ask again with room for all
+                infos = (_ProcessInfo * room)()
+                count = ctypes.c_uint(room)
+                self._call("mxSmlGetSingleGpuProcess", ctypes.c_uint(index), ctypes.byref(count), infos)
+                if count.value < room:
+                    break
+                room = count.value + 16
+            else:
+                raise MxsmlError("mxSmlGetSingleGpuProcess", -1, "the process list kept growing")
+            found = []
+            for info in infos[: count.value]:
+                entries = info.processGpuInfo[: min(int(info.gpuNumber), _GPUS_PER_PROCESS)]
+                mine = [e for e in entries if _text(e.bdfId).lower() == bdf] if bdf else []
+                mine = mine or [e for e in entries if not _text(e.bdfId) and e.gpuId == index]
+                found.append((int(info.processId), sum(int(e.gpuMemoryUsage) for e in mine)))
+            return found

@@ -7,7 +7,9 @@ and the devices of the last read, which allocation and container edits use to tu
 real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i`` (what HAMi's scheduler writes for
 whole cards). Without any driver (simulated devices), a placement's names give the card indices.
 
-One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
+For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for
+each (none where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts
+(two tests) never share one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hami.errors import HamiError
+from hami.model import DeviceProcess
 from hami.pcidevice import numa_node
 from hami_vendor_metax.mxsmi import MxSmiError, read_devices
 from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError, MxsmlUnavailable
@@ -122,6 +125,23 @@ class NodeRuntime:
             raise HamiError(
                 f"MetaX GPU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
             )
+
+    def processes(self) -> list[DeviceProcess] | None:
+        """Each process on this node's cards and the memory MXSML counts for it; None without MXSML, or when it
+        fails this round (the backstop then checks nothing rather than something half-read)."""
+        with self.lock:
+            cards = self.cards if self.session is not None else self.read_cards()
+            if self.session is None:
+                return None
+            found = []
+            try:
+                for card in cards:
+                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+                              for pid, used in self.session.processes(card.index, card.gpu.bdf)]  # fmt: skip
+            except MxsmlError as exc:
+                log.warning("cannot read the MetaX GPUs' processes this round: %s", exc)
+                return None
+            return found
 
     def cards_of(self, uuids: Sequence[str]) -> list[Card]:
         return [self.card_of(u) for u in uuids]

@@ -9,6 +9,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   ``metax-tech.com/node-gpu-devices``); settings in `hami_vendor_metax.settings`;
 * discovery through MXSML, or ``mx-smi`` without it (`hami_vendor_metax.discovery`, the binding in
   `hami_vendor_metax.mxsml`), and the scheduler's reading of ``metax-tech.com/node-gpu-devices``;
+* the node-side backstop's view, for the node's kind: each card's processes and the memory MXSML counts for each
+  (`hami_device_processes`, ``mxSmlGetSingleGpuProcess``; `hami_vendor_metax.node`);
 * requests: whole cards by count; shares by HAMi's shared rules with memory in GiB and, as in HAMi, a container
   naming memory but not ``vcore`` gets the whole compute of its card (``defaultCores``, 100). The pod's
   ``metax-tech.com/sgpu-qos-policy`` must be ``best-effort`` (the default, written at admission when absent),
@@ -38,6 +40,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceProcess,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -50,7 +53,7 @@ from hami.model import (
 )
 from hami.requests import read_share_request
 from hami_vendor_metax import allocation, discovery, fit
-from hami_vendor_metax.node import CAPACITY_NAME
+from hami_vendor_metax.node import CAPACITY_NAME, runtime_for
 from hami_vendor_metax.settings import MetaxSettings
 
 __all__ = ["GPU", "INFO", "SGPU", "MetaxSettings"]
@@ -167,6 +170,14 @@ def hami_allocate(
     kind: DeviceKind, pod: Pod, container_index: int, devices: ContainerPlacement, settings: MetaxSettings
 ) -> Allocation:
     return allocation.allocate(settings, kind.common_word, pod, container_index, devices)
+
+
+@hookimpl
+def hami_device_processes(kind: DeviceKind, settings: MetaxSettings) -> list[DeviceProcess] | None:
+    node_kind = GPU if settings.node_kind == "gpu" else SGPU
+    if kind.common_word != node_kind.common_word:
+        return []  # a node serves one kind: the other has no containers here
+    return runtime_for(settings).processes()
 
 
 @hookimpl

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fake_processes.h"
+
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 32
 
@@ -64,6 +66,20 @@ typedef struct {
     long xttTotal;
     long xttUse;
 } mxSmlMemoryInfo_t;
+
+#define PROCESS_NAME_SIZE 64
+#define MAX_GPU_NUM_USED_BY_PROCESS 64
+typedef struct {
+    char bdfId[DEVICE_BDF_ID_SIZE];
+    unsigned int gpuId;
+    unsigned long gpuMemoryUsage; /* bytes */
+} mxSmlProcessGpuInfo_t;
+typedef struct {
+    unsigned int processId;
+    char processName[PROCESS_NAME_SIZE];
+    unsigned int gpuNumber;
+    mxSmlProcessGpuInfo_t processGpuInfo[MAX_GPU_NUM_USED_BY_PROCESS];
+} mxSmlProcessInfo_t;
 
 struct dev {
     char bdf[DEVICE_BDF_ID_SIZE];
@@ -173,4 +189,26 @@ EXPORT const char *mxSmlGetErrorString(mxSmlReturn_t result) {
     case MXSML_InvalidInput: return "Invalid input";
     default: return "Unknown error";
     }
+}
+
+EXPORT mxSmlReturn_t mxSmlGetSingleGpuProcess(unsigned int deviceId, unsigned int *processNumber,
+                                              mxSmlProcessInfo_t *processInfo) {
+    DEVICE_OR_FAIL("mxSmlGetSingleGpuProcess", deviceId)
+    if (!processNumber || !processInfo) return MXSML_InvalidInput;
+    struct fake_process found[256];
+    int count = fake_processes("FAKE_MXSML_PROCESSES", (int)deviceId, found, 256);
+    if (count < 0 || count > 256) return MXSML_Failure;
+    unsigned room = *processNumber;
+    for (int i = 0; i < count && (unsigned)i < room; i++) {
+        mxSmlProcessInfo_t *p = &processInfo[i];
+        memset(p, 0, sizeof *p);
+        p->processId = found[i].pid;
+        snprintf(p->processName, sizeof p->processName, "python3");
+        p->gpuNumber = 1;
+        snprintf(p->processGpuInfo[0].bdfId, sizeof p->processGpuInfo[0].bdfId, "%s", d->bdf);
+        p->processGpuInfo[0].gpuId = deviceId;
+        p->processGpuInfo[0].gpuMemoryUsage = (unsigned long)found[i].bytes;
+    }
+    *processNumber = (unsigned)count;
+    return MXSML_Success;
 }

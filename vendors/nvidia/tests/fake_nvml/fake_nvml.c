@@ -34,6 +34,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fake_processes.h"
+
 typedef int nvmlReturn_t;
 enum {
     NVML_SUCCESS = 0,
@@ -1010,34 +1012,27 @@ typedef struct {
     unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
-/* The compute processes of a device: the lines "<device index> <pid> <used bytes>" of the file FAKE_NVML_PROCESSES,
- * read at every call (a test rewrites it as processes come and go). As NVML documents: *infoCount is the capacity
- * of `infos` on the way in and the number of processes on the way out; too small a buffer (a NULL one with count
- * 0 is how callers ask the size) gives NVML_ERROR_INSUFFICIENT_SIZE with *infoCount set to the number needed. */
+/* The compute processes of a device: the process table FAKE_NVML_PROCESSES names (core's fake_processes.h: lines
+ * "<device index> <pid> <used bytes>", read at every call; a test appends to it as processes come and go). As NVML
+ * documents: *infoCount is the capacity of `infos` on the way in and the number of processes on the way out; too
+ * small a buffer (a NULL one with count 0 is how callers ask the size) gives NVML_ERROR_INSUFFICIENT_SIZE with
+ * *infoCount set to the number needed. */
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int *infoCount, nvmlProcessInfo_t *infos) {
     NEED_INIT();
     gpu_t *g = as_gpu(device);
     if (!g || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
     if (g->lost) return NVML_ERROR_GPU_IS_LOST;
-    const char *path = getenv("FAKE_NVML_PROCESSES");
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    unsigned int found = 0;
-    char line[128];
-    while (f && fgets(line, sizeof(line), f)) {
-        int index;
-        unsigned int pid;
-        unsigned long long used;
-        if (sscanf(line, "%d %u %llu", &index, &pid, &used) != 3 || index != g->index) continue;
-        if (infos && found < *infoCount) {
-            infos[found].pid = pid;
-            infos[found].usedGpuMemory = used;
-            infos[found].gpuInstanceId = 0xFFFFFFFFu;
-            infos[found].computeInstanceId = 0xFFFFFFFFu;
-        }
-        found++;
-    }
-    if (f) fclose(f);
+    struct fake_process found[256];
+    int n = fake_processes("FAKE_NVML_PROCESSES", g->index, found, 256);
+    if (n < 0 || n > 256) return NVML_ERROR_UNKNOWN;
     unsigned int room = infos ? *infoCount : 0;
-    *infoCount = found;
-    return found > room ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    *infoCount = (unsigned int)n;
+    if ((unsigned int)n > room) return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int i = 0; i < n; i++) {
+        infos[i].pid = found[i].pid;
+        infos[i].usedGpuMemory = found[i].bytes;
+        infos[i].gpuInstanceId = 0xFFFFFFFFu;
+        infos[i].computeInstanceId = 0xFFFFFFFFu;
+    }
+    return NVML_SUCCESS;
 }

@@ -20,9 +20,11 @@ cannot be changed from inside a container, so at each round the daemon
 `hami_backstop_device_memory_bytes` exports the driver's figure for every served container and device. The round
 runs every `backstop.intervalSeconds` (default 5 s) in the daemon's worker thread. What it does not see: memory a
 vendor's library does not report per process, and a container over its limit for less than one round. What it
-gets wrong: a placement naming a device otherwise than discovery's `Device.id` (HAMi's own scheduler names
-Cambricon's and MetaX's whole cards by capacity, ``<node>-cambricon-mlu-<i>``, ``<node>-metax-<i>``) matches none
-of the processes' devices, so their memory is judged as on a device the pod was not given (a grant of 0).
+judges only where the placement can be read: a process on a device its pod was not given is held to a grant
+of 0, but only when every device the pod's placements name is one discovery reports here (`devices`). HAMi's own
+scheduler names Cambricon's and MetaX's whole cards by capacity (``<node>-cambricon-mlu-<i>``,
+``<node>-metax-<i>``), which matches no device id: such a pod's processes are not judged (logged once), rather
+than killed for using the cards they were given under another name.
 """
 
 from __future__ import annotations
@@ -109,8 +111,12 @@ class Backstop(Collector):
         settings: BackstopSettings | None = None,
         *,
         kill: Callable[[int], None] | None = None,
+        devices: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.host = host
+        self.devices = devices
+        """The ids of the devices discovery reports on this node; None: every placement is taken as readable."""
+        self._unreadable: set[str] = set()
         self.cluster = cluster
         self.containers = containers
         self.settings = settings or BackstopSettings()
@@ -129,6 +135,7 @@ class Backstop(Collector):
         for c in served:
             by_pod.setdefault(c.pod_uid, []).append(c)
         processes = self._processes({c.kind for c in served})
+        known = set(self.devices()) if self.devices is not None else None
         holdings: dict[tuple[str, str, str], _Holding] = {}
         chosen_of: dict[tuple[str, str, str], ServedContainer] = {}
         pod_level: dict[tuple[str, str], _Holding] = {}
@@ -139,6 +146,10 @@ class Backstop(Collector):
             pod_uid, container_id = owner
             candidates = [c for c in by_pod[pod_uid] if any(d.uuid == process.device_uuid for d in c.devices)]
             if not candidates:
+                named = {d.uuid for c in by_pod[pod_uid] for d in c.devices}
+                if known is not None and not named <= known:
+                    self._cannot_read(by_pod[pod_uid][0], named - known)
+                    continue
                 candidates = by_pod[pod_uid]  # on a device the pod was not given: its containers' business still
             chosen = candidates[0] if len(candidates) == 1 else self._by_container_id(candidates, container_id)
             if chosen is None:
@@ -154,6 +165,15 @@ class Backstop(Collector):
         for (pod_uid, uuid), h in pod_level.items():
             found.append(self._judge_pod(by_pod[pod_uid], uuid, h))
         return [o for o in found if o is not None]
+
+    def _cannot_read(self, c: ServedContainer, unknown: set[str]) -> None:
+        if c.pod_uid not in self._unreadable:
+            self._unreadable.add(c.pod_uid)
+            log.warning(
+                "pod %s/%s: its placement names %s, which are no device ids here (HAMi names some whole cards by "
+                "capacity): its processes on other devices are not judged",
+                c.namespace, c.pod, ", ".join(sorted(unknown)),
+            )  # fmt: skip
 
     def _processes(self, kinds: Iterable[str]) -> list[DeviceProcess]:
         found: list[DeviceProcess] = []

@@ -160,7 +160,13 @@ class NodeDaemon:
         )
         self.backstop: Backstop | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
-            self.backstop = Backstop(host, cluster, self.served.containers, settings.backstop)
+            self.backstop = Backstop(
+                host,
+                cluster,
+                self.served.containers,
+                settings.backstop,
+                devices=lambda: {d.id for inventory in self.inventories.values() for d in inventory.devices},
+            )
             self.monitor.registry.register(self.backstop)
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}

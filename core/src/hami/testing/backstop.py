@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,9 @@ class BackstopMachine:
 
     def backstop(self, containers: list[ServedContainer], cluster: Any = None, **settings: Any) -> Backstop:
         config = BackstopSettings(proc_root=self.proc, **settings)
-        return Backstop(self.node.host, cluster or MemoryCluster(), lambda: containers, config)
+        return Backstop(
+            self.node.host, cluster or MemoryCluster(), lambda: containers, config, devices=lambda: self.node.uuids
+        )
 
     def stop(self) -> None:
         for child in self.children:
@@ -183,6 +185,25 @@ class BackstopTests:
         assert stop.check() == []
         assert host_process.poll() is None
         assert other_pod.poll() is None
+
+    def test_memory_on_a_device_the_pod_was_not_given_is_over_a_grant_of_nothing(
+        self, machine: BackstopMachine
+    ) -> None:
+        stop = machine.backstop([machine.served(0, 4000)])
+        # granted device 0, the tenant's process opens device 1 anyway (a raw device node, a static binary)
+        elsewhere = machine.run(1, 100, systemd_cgroup(POD_UID, CONTAINER_ID))
+        (overrun,) = stop.check()
+        assert (overrun.device_uuid, overrun.used_bytes, overrun.limit_bytes) == (machine.node.uuids[1], 100 * MiB, 0)
+        assert elsewhere.wait(timeout=10) == -signal.SIGKILL
+
+    def test_a_placement_naming_no_device_here_is_not_judged_on_other_devices(self, machine: BackstopMachine) -> None:
+        # HAMi's scheduler names some whole cards by capacity: the pod's card is device 1 under another name
+        granted = machine.served(0, 4000)
+        renamed = replace(granted, devices=(granted.devices[0].model_copy(update={"uuid": "node-a-card-1"}),))
+        stop = machine.backstop([renamed])
+        legitimate = machine.run(1, 3000, systemd_cgroup(POD_UID, CONTAINER_ID))
+        assert stop.check() == []
+        assert legitimate.poll() is None
 
     def test_with_kill_off_an_overrun_is_reported_and_the_process_lives(self, machine: BackstopMachine) -> None:
         stop = machine.backstop([machine.served(0, 1000)], kill=False)

@@ -8,18 +8,16 @@ why, while the Ascend plugin lacks discovery, fitting or container edits, or its
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
-from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -42,25 +40,7 @@ def _require_ascend() -> None:
 
 
 def _build_fake_dcmi(directory: Path) -> Path:
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the Ascend fake DCMI")
-    directory.mkdir(parents=True, exist_ok=True)
-    out = directory / "libdcmi.so"
-    argv = [
-        cc,
-        "-std=c11",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        f"-I{CSRC}",
-        "-fvisibility=hidden",
-        "-o",
-        str(out),
-        str(FAKE_DCMI),
-    ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    return out
+    return build_fake_library(FAKE_DCMI, directory / "libdcmi.so")
 
 
 def _uuid(die0: int) -> str:

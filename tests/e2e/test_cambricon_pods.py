@@ -13,17 +13,15 @@ The test skips, saying why, while the Cambricon plugin or its fake CNDev is not 
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_link_scores, decode_pod_devices
 from hami.plugins import VendorHost
-from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -48,25 +46,7 @@ def _require_cambricon() -> None:
 
 
 def _build_fake_cndev(directory: Path) -> Path:
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the Cambricon fake CNDev")
-    directory.mkdir(parents=True, exist_ok=True)
-    out = directory / "libcndev.so"
-    argv = [
-        cc,
-        "-std=c11",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        f"-I{CSRC}",
-        "-fvisibility=hidden",
-        "-o",
-        str(out),
-        str(FAKE_CNDEV),
-    ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    return out
+    return build_fake_library(FAKE_CNDEV, directory / "libcndev.so")
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,16 @@ when the pod is deleted.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
-from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -29,18 +27,10 @@ SERIALS = ["PD23010000", "PD23010001"]
 
 
 def _build(directory: Path) -> dict[str, str]:
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the Hygon fake DTK libraries")
-    directory.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for variant, name in (("RSMI", "librocm_smi64.so"), ("DMI", "libhydmi.so")):
-        target = directory / name
-        argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", f"-I{CSRC}", "-fvisibility=hidden", f"-DFAKE_{variant}",
-                "-o", str(target), str(FAKE_DTK)]  # fmt: skip
-        subprocess.run(argv, check=True, capture_output=True, timeout=120)
-        out[variant] = str(target)
-    return out
+    return {
+        variant: str(build_fake_library(FAKE_DTK, directory / name, f"-DFAKE_{variant}"))
+        for variant, name in (("RSMI", "librocm_smi64.so"), ("DMI", "libhydmi.so"))
+    }
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_legacy_register, decode_pod_devices
 from hami.isolation.grant import parse
 from hami.plugins import VendorHost
 from hami.testing.isolation_benchmark import load_setup
-from hami.testing.sandbox import CSRC, FAKE_STATE_SIZE, prepare
+from hami.testing.sandbox import FAKE_STATE_SIZE, prepare
 
 pytestmark = pytest.mark.e2e
 
@@ -44,25 +44,8 @@ def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
         pytest.skip("the Iluvatar vendor plugin (hami-vendor-iluvatar) is not installed")
     if "iluvatar" in stack.disabled_vendors().split(","):
         pytest.skip("the chart rendered for this stack disables Iluvatar (vendors.iluvatar.enabled)")
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the fake ixML")
     root = stack.dir / "nodes" / "iluvatar-node-1"
-    ixml = root / "corex" / "libixml.so"
-    ixml.parent.mkdir(parents=True, exist_ok=True)
-    argv = [
-        cc,
-        "-std=c11",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        f"-I{CSRC}",
-        "-fvisibility=hidden",
-        "-o",
-        str(ixml),
-        str(FAKE_IXML),
-    ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
+    ixml = build_fake_library(FAKE_IXML, root / "corex" / "libixml.so")
     # uuid minor memory-MiB bus-id board health name (fake_ixml.c's format): one board, two chips
     (ixml.parent / "fake_ixml.machine").write_text(
         "".join(f"{u} {i} 32768 00000000:{0x8A + i:02X}:00.0 0 ok Iluvatar BI-V150S\n" for i, u in enumerate(UUIDS))

@@ -13,19 +13,17 @@ with the grant file the daemon writes.
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
 from hami.plugins import VendorHost
-from hami.testing.sandbox import CSRC
 
 pytestmark = pytest.mark.e2e
 
@@ -36,25 +34,7 @@ ANNOTATION = "metax-tech.com/node-gpu-devices"
 
 
 def _build(directory: Path) -> str:
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the MetaX fake libmxsml.so")
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / "libmxsml.so"
-    argv = [
-        cc,
-        "-std=c11",
-        "-O1",
-        "-fPIC",
-        "-shared",
-        f"-I{CSRC}",
-        "-fvisibility=hidden",
-        "-o",
-        str(target),
-        str(FAKE_MXSML),
-    ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    return str(target)
+    return str(build_fake_library(FAKE_MXSML, directory / "libmxsml.so"))
 
 
 def _node(stack: HamiStack, name: str, uuids: list[str], **extra: str) -> DeviceNode:

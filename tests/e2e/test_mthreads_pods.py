@@ -10,7 +10,6 @@ whole-GPU limits.
 
 from __future__ import annotations
 
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from control_plane import ROOT, wait_until, which_cc
+from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,14 +31,7 @@ UUIDS = [f"0c8e1a2b-0000-4000-8000-00000000000{i}" for i in range(2)]
 
 
 def _build_fake_mtml(directory: Path) -> Path:
-    cc = which_cc()
-    if cc is None:
-        pytest.skip("no C compiler to build the Moore Threads fake MTML")
-    directory.mkdir(parents=True, exist_ok=True)
-    out = directory / "libmtml.so"
-    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-o", str(out), str(FAKE_MTML)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=120)
-    return out
+    return build_fake_library(FAKE_MTML, directory / "libmtml.so")
 
 
 @pytest.fixture(scope="module")

@@ -442,3 +442,17 @@ def which_cc() -> str | None:
         if candidate and shutil.which(candidate):
             return candidate
     return None
+
+
+def build_fake_library(source: Path, out: Path, *flags: str) -> Path:
+    """Compile one fake vendor library (a C file written from the vendor's API, the fakes' shared headers on the
+    include path) as the shared library `out`, for a node daemon of the stack to load as it loads the real one."""
+    from hami.testing.sandbox import CSRC
+
+    cc = which_cc()
+    if cc is None:
+        raise RuntimeError(f"no C compiler to build {out.name} from {source.name} (set CC or install gcc)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [cc, "-std=c11", "-O1", "-fPIC", "-shared", f"-I{CSRC}", "-fvisibility=hidden", *flags]
+    subprocess.run([*argv, "-o", str(out), str(source)], check=True, capture_output=True, timeout=120)
+    return out

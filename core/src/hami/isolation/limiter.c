@@ -24,6 +24,22 @@
  * measurements (taken at its next launches, cheaply: containers starting together inflate each other's first
  * ones, seen three in a row), and then moves a quarter of the way to each median.
  *
+ * Events cannot tell the launch's own time from other work the device ran between them, and a device that
+ * time-slices contexts runs the other containers' queued work there: with a 90 % container keeping the queue full,
+ * every measurement of a 10 % container's 4 ms kernel reads 4-8 ms, none clean, and a bucket drained by those held
+ * it at 1:11-1:17 instead of 1:9. So where the vendor can ask the device what it ran for this process
+ * (hami_iso_vendor.device_busy: NVML's per-process utilization in the CUDA layer), the share is held by that:
+ * every 50 ms (asked from the launching thread, when it flushes a millisecond of charges or waits in debt; no
+ * thread of our own) the bucket pays the difference between the device time the device counted for the process
+ * since the last answer and what its launches were charged meanwhile (charges are flushed per thread at least
+ * every millisecond of them). Over any run of answers the bucket is thus drained by the device time the
+ * process's work really took, whatever the estimates; while answers come, the events' corrections are left out
+ * of the bucket, and what the events measure is scaled by what the device counted per nanosecond charged (moved
+ * halfway each 20 ms of charges), so that the estimates, which pace the launches between answers, follow the
+ * device's count too. Measured on the fake device (10:90, 4 ms kernels, 2-core host): 1:9.0-1:9.2 with blurred
+ * ("queued") timing, 1:8.7-1:9.0 with clean timing. Without answers (no such library, another pid namespace, an
+ * error) the limiter works from the events alone, as above: exact with clean timing, short with blurred.
+ *
  * The bucket is refilled lazily: only a thread that finds it in debt refills it from the elapsed time, so a
  * launch under the limit costs one atomic subtraction. GPU_CORE_UTILIZATION_POLICY=disable turns all of this
  * off; the node daemon may lift the limit for a while (policy default only: "force" keeps it) or make

@@ -9,7 +9,10 @@
  *   - tracking: hami_iso_track() / hami_iso_untrack() remember the exact size counted for a pointer or handle;
  *   - compute: hami_iso_launch_admit() before a launch (it charges the launch's estimated device time and
  *              waits while the container is over its share), hami_iso_launch_timed() with a measured device
- *              time when the core asked for one.
+ *              time when the core asked for one; and, where the vendor's management library can say how much
+ *              device time the device itself spent on this process (NVML's per-process utilization), the
+ *              vendor's device_busy() callback, by which the core holds the share when events are blurred by
+ *              other containers' work (a device that time-slices contexts; limiter.c).
  * The core owns the configuration (read at every process start from the node's grant, GRANT.md, which the
  * environment may only lower; a grant expected but unreadable makes hami_iso_memory_reserve() refuse
  * everything, so a vendor library fails closed by calling it before every allocation), the accounting file

@@ -7,6 +7,7 @@ over a window after a warm-up; the bounds asserted are the issue's acceptance, n
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -180,3 +181,33 @@ def test_nvml_reports_each_process_share_of_the_device_from_what_it_ran(sandbox)
     )
     assert idle["r"] == 6, "NVML_ERROR_NOT_FOUND when nothing ran since then"
     assert idle["samples"] == {}
+
+
+def _new_pid_namespace() -> list[str]:
+    """The command prefix that runs a program in a new pid namespace (an unprivileged user namespace's)."""
+    command = ["unshare", "--user", "--map-root-user", "--pid", "--fork"]
+    try:
+        subprocess.run([*command, "true"], check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("this host cannot make a new pid namespace without privileges (unshare -Urpf)")
+    return command
+
+
+@SHARE_MEASUREMENT
+def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_own(sandbox):
+    """NVML names processes by their host pid: in a container's pid namespace the process's own pid may be another
+    process's on the host, whose (lower) figures would lift its limit. There the limiter keeps to its events, and
+    the limit still holds."""
+    timing = {"FAKE_CUDA_KERNEL_NS": "1000000", "LIBCUDA_LOG_LEVEL": "2"}
+    argv = [*_new_pid_namespace(), str(sandbox.build.client), "launch", "2.5", "kernel", "132"]
+    proc = subprocess.Popen(
+        argv, env=sandbox.env(cores=30, extra=timing), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        (share,) = shares(sandbox, [0])
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "not in the host's pid namespace: the compute limit is held by event timing alone" in err
+    assert share == pytest.approx(0.30, abs=0.05)

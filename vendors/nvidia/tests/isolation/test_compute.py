@@ -205,7 +205,7 @@ def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_ow
     )
     try:
         (share,) = shares(sandbox, [0])
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
     assert proc.returncode == 0, err

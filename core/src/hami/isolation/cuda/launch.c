@@ -41,6 +41,7 @@ int hami_cu_stream_capturing(void *stream) {
 static _Atomic int g_nvml_up; /* 0 not tried, 1 initialized, -1 unavailable */
 static unsigned long long g_last_seen[HAMI_ISO_MAX_DEVICES]; /* microseconds, CLOCK_REALTIME; 0: never asked */
 static int g_pid_seen[HAMI_ISO_MAX_DEVICES];                 /* NVML has shown this pid busy on the device */
+static unsigned g_owner;                                     /* the pid these are about */
 
 #define HOST_PID_NAMESPACE "pid:[4026531836]" /* the initial pid namespace's inode (PROC_PID_INIT_INO) */
 
@@ -75,6 +76,12 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
     }
     nvmlDevice_t handle;
     if (up < 0 || hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
+    unsigned pid = (unsigned)getpid();
+    if (g_owner != pid) { /* a forked child: what its parent was shown is not its own */
+        memset(g_last_seen, 0, sizeof g_last_seen);
+        memset(g_pid_seen, 0, sizeof g_pid_seen);
+        g_owner = pid;
+    }
     unsigned long long since = g_last_seen[device], now = wall_us();
     if (!since) { /* the first question only sets where the next one starts */
         g_last_seen[device] = now;
@@ -85,7 +92,6 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
     nvmlReturn_t r = hami_real.nvmlDeviceGetProcessUtilization(handle, samples, &count, since);
     if (r == NVML_ERROR_NOT_FOUND) count = 0; /* nothing ran since then */
     else if (r != NVML_SUCCESS) return -1;    /* more processes than samples here, or an error: not known */
-    unsigned pid = (unsigned)getpid();
     unsigned long long until = now;
     uint64_t busy = 0;
     for (unsigned i = 0; i < count && i < BUSY_SAMPLES; i++) {

@@ -136,6 +136,12 @@ struct hami_process_device {
     struct hami_control *control; /* the node daemon's control words for this device (hami_control_of) */
     _Atomic int64_t fallback_ns; /* average device time of a launch, for kernels without an estimate */
     _Atomic int measured;        /* a launch was timed on this device */
+    _Atomic int64_t charged_ns;  /* device time this process's launches were charged (flushed per thread) */
+    _Atomic uint64_t busy_poll_ns; /* CLOCK_MONOTONIC of the last question to the vendor's device_busy */
+    int64_t charged_seen;          /* charged_ns then */
+    _Atomic int busy_known;        /* the last answer was known: the device's count holds the share, not events */
+    int64_t window_real, window_charged; /* since `scale` last moved */
+    _Atomic uint32_t scale;        /* 16.16: what the device counted per ns the events measured (0: 1.0) */
     _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];
 };
 

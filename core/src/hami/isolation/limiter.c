@@ -24,6 +24,22 @@
  * measurements (taken at its next launches, cheaply: containers starting together inflate each other's first
  * ones, seen three in a row), and then moves a quarter of the way to each median.
  *
+ * Events cannot tell the launch's own time from other work the device ran between them, and a device that
+ * time-slices contexts runs the other containers' queued work there: with a 90 % container keeping the queue full,
+ * every measurement of a 10 % container's 4 ms kernel reads 4-8 ms, none clean, and a bucket drained by those held
+ * it at 1:11-1:17 instead of 1:9. So where the vendor can ask the device what it ran for this process
+ * (hami_iso_vendor.device_busy: NVML's per-process utilization in the CUDA layer), the share is held by that:
+ * every 50 ms (asked from the launching thread, when it flushes a millisecond of charges or waits in debt; no
+ * thread of our own) the bucket pays the difference between the device time the device counted for the process
+ * since the last answer and what its launches were charged meanwhile (charges are flushed per thread at least
+ * every millisecond of them). Over any run of answers the bucket is thus drained by the device time the
+ * process's work really took, whatever the estimates; while answers come, the events' corrections are left out
+ * of the bucket, and what the events measure is scaled by what the device counted per nanosecond charged (moved
+ * halfway each 20 ms of charges), so that the estimates, which pace the launches between answers, follow the
+ * device's count too. Measured on the fake device (10:90, 4 ms kernels, 2-core host): 1:9.0-1:9.2 with blurred
+ * ("queued") timing, 1:8.7-1:9.0 with clean timing. Without answers (no such library, another pid namespace, an
+ * error) the limiter works from the events alone, as above: exact with clean timing, short with blurred.
+ *
  * The bucket is refilled lazily: only a thread that finds it in debt refills it from the elapsed time, so a
  * launch under the limit costs one atomic subtraction. GPU_CORE_UTILIZATION_POLICY=disable turns all of this
  * off; the node daemon may lift the limit for a while (policy default only: "force" keeps it) or make
@@ -38,7 +54,10 @@
 
 #define SAMPLE_EVERY 32u  /* a power of two */
 #define FLUSH_EVERY 64u   /* launches counted per thread before the shared counters are updated */
+#define FLUSH_NS 1000000  /* ... or device time charged */
 #define ESTIMATE_YOUNG 5u /* a new kernel is timed at each launch until measured this many times */
+#define BUSY_EVERY_NS 50000000ull /* how often the vendor's device_busy is asked */
+#define WINDOW_NS 20000000       /* device time charged between moves of the events' scale */
 
 struct launch_stats {
     int device;
@@ -50,8 +69,15 @@ struct launch_stats {
 
 static _Thread_local struct launch_stats tls __attribute__((tls_model("initial-exec")));
 
+static void poll_busy(int device);
+
 static inline void flush_stats(void) {
     if (tls.pending) hami_slot_add_launches(tls.device, tls.pending, tls.device_ns);
+    if (tls.device_ns) {
+        atomic_fetch_add_explicit(&hami_proc.devices[tls.device].charged_ns, (int64_t)tls.device_ns,
+                                  memory_order_relaxed);
+        poll_busy(tls.device);
+    }
     tls.pending = 0;
     tls.device_ns = 0;
 }
@@ -63,7 +89,50 @@ static inline void count_launch(int device, uint64_t device_ns) {
     }
     tls.pending++;
     tls.device_ns += device_ns;
-    if ((++tls.total & (FLUSH_EVERY - 1)) == 1) flush_stats(); /* the first launch, then every 64th */
+    /* the first launch, then every 64th, or every millisecond of device time charged */
+    if ((++tls.total & (FLUSH_EVERY - 1)) == 1 || tls.device_ns >= FLUSH_NS) flush_stats();
+}
+
+/* What the device counted for this process (the vendor's device_busy) replaces what it was charged: the bucket
+ * pays the difference, so over any stretch of polls the container's bucket is drained by the device time its work
+ * really took, however wrong the estimates, and whatever the events measured. */
+static void poll_busy(int device) {
+    struct hami_process *p = &hami_proc;
+    if (!p->vendor || !p->vendor->device_busy || !p->header) return;
+    struct hami_process_device *pd = &p->devices[device];
+    if (!pd->limited) return;
+    uint64_t now = hami_mono_ns(), last = atomic_load_explicit(&pd->busy_poll_ns, memory_order_relaxed);
+    if (now - last < BUSY_EVERY_NS ||
+        !atomic_compare_exchange_strong_explicit(&pd->busy_poll_ns, &last, now, memory_order_acquire,
+                                                 memory_order_relaxed))
+        return;
+    int64_t charged = atomic_load_explicit(&pd->charged_ns, memory_order_relaxed);
+    uint64_t busy = 0;
+    if (p->vendor->device_busy(device, &busy) != 0) {
+        pd->window_real = pd->window_charged = 0;
+        pd->charged_seen = charged;
+        atomic_store_explicit(&pd->busy_known, 0, memory_order_relaxed);
+        return;
+    }
+    int64_t real = busy > (uint64_t)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)busy;
+    int64_t owed = real - (charged - pd->charged_seen);
+    pd->window_real += real;
+    pd->window_charged += charged - pd->charged_seen;
+    pd->charged_seen = charged;
+    if (pd->window_charged >= WINDOW_NS && pd->window_real > 0) {
+        /* estimates come from the events: scale what they measure by what the device counted per ns charged, so
+         * that the launches' pacing follows the device's count too (not only the bucket's corrections) */
+        uint64_t scale = atomic_load_explicit(&pd->scale, memory_order_relaxed);
+        if (!scale) scale = 65536;
+        uint64_t target = scale * (uint64_t)pd->window_real / (uint64_t)pd->window_charged;
+        if (target < 4096) target = 4096;        /* 1/16 */
+        if (target > 1048576) target = 1048576;  /* 16 */
+        atomic_store_explicit(&pd->scale, (uint32_t)((scale + target) / 2), memory_order_relaxed);
+        pd->window_real = pd->window_charged = 0;
+    }
+    atomic_store_explicit(&pd->busy_known, 1, memory_order_relaxed);
+    if (owed) atomic_fetch_sub_explicit(&p->header->devices[device].tokens_ns, owed, memory_order_relaxed);
+    if (owed > 0) hami_slot_add_launches(device, 0, (uint64_t)owed);
 }
 
 static void sleep_ns(uint64_t ns) {
@@ -106,6 +175,7 @@ static void throttle(struct hami_process *p, struct hami_process_device *pd, str
                      struct hami_control *control, void *stream, int64_t charged) {
     int capture_checked = 0;
     for (;;) {
+        if (p->vendor && p->vendor->device_busy) poll_busy((int)(pd - p->devices));
         refill(pd, rd);
         int64_t tokens = atomic_load_explicit(&rd->tokens_ns, memory_order_relaxed);
         if (tokens >= 0) return;
@@ -193,6 +263,9 @@ void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns) {
     if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !p->header) return;
     struct hami_process_device *pd = &p->devices[device];
     int64_t measured = device_ns > (uint64_t)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)device_ns;
+    uint32_t scale = atomic_load_explicit(&pd->scale, memory_order_relaxed);
+    if (scale && atomic_load_explicit(&pd->busy_known, memory_order_relaxed))
+        measured = (int64_t)(((unsigned __int128)measured * scale) >> 16);
     int64_t counted = measured; /* what it counts for (see the header) */
     struct hami_estimate *e = &pd->estimates[launch->estimator & (HAMI_ESTIMATES - 1)];
     if (atomic_load_explicit(&e->key, memory_order_acquire) == launch->kernel) {
@@ -227,7 +300,7 @@ void hami_iso_launch_timed(const hami_iso_launch *launch, uint64_t device_ns) {
         atomic_store_explicit(&pd->fallback_ns, old + (counted - old) / 8, memory_order_relaxed);
     }
     int64_t correction = counted - launch->charged_ns;
-    if (pd->limited && correction) {
+    if (pd->limited && correction && !atomic_load_explicit(&pd->busy_known, memory_order_relaxed)) {
         atomic_fetch_sub_explicit(&p->header->devices[device].tokens_ns, correction, memory_order_relaxed);
         if (correction > 0 && tls.device == device) tls.device_ns += (uint64_t)correction;
     }

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 FAKE_CUDA = CSRC / "fake_cuda.c"  # the fake driver (FAKE_CUDA_* variables, fake_device.h)
-FAKE_NVML = CSRC / "fake_nvml.c"  # the fake NVML-compatible management library (memory questions only)
+FAKE_NVML = CSRC / "fake_nvml.c"  # the fake NVML-compatible management library (memory, per-process utilization)
 CUDA_CLIENT = CSRC / "cuda_client.c"  # the client's CUDA calls (with ISOLATION_CLIENT)
 
 # Every function the layer hooks (hami/isolation/cuda/hami_cuda.h), by CUDA's name.

@@ -69,7 +69,7 @@ FAKE_DEVICE = CSRC / "fake_device.c"  # the fake hardware (fake_device.h): compi
 ISOLATION_CLIENT = CSRC / "isolation_client.c"  # main and the shared scenarios of the client (isolation_client.h)
 CFLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{CSRC}")
 DRIVER_DIR_VARIABLE = "HAMI_ISOLATION_DRIVER_DIR"
-FAKE_STATE_SIZE = 4096  # fake_device.h: a 256-byte header, then 256 bytes per device
+FAKE_STATE_SIZE = 4096 + 8 * (32 + 2048 * 32)  # fake_device.h: a 256-byte header, 256 bytes per device, its runs
 _PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
 
 

@@ -151,7 +151,11 @@
     X(nvmlDeviceGetMemoryInfo)                                                                                     \
     X(nvmlDeviceGetMemoryInfo_v2)
 
-#define HAMI_NVML_CALLS(X) X(nvmlDeviceGetIndex)
+#define HAMI_NVML_CALLS(X)                                                                                         \
+    X(nvmlDeviceGetIndex)                                                                                          \
+    X(nvmlInit_v2)                                                                                                 \
+    X(nvmlDeviceGetHandleByIndex_v2)                                                                               \
+    X(nvmlDeviceGetProcessUtilization)
 #else
 #define HAMI_NVML_HOOKS(X)
 #define HAMI_NVML_CALLS(X)
@@ -228,5 +232,6 @@ static inline void hami_cu_context_changed(void) { hami_cu_tls.valid = 0; }
 
 /* launch.c */
 int hami_cu_stream_capturing(void *stream);
+int hami_cu_device_busy(int device, uint64_t *busy_ns);
 
 #endif /* HAMI_CUDA_H */

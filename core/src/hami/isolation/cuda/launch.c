@@ -7,9 +7,22 @@
  * them is the device's time for that launch, read later without waiting, or at once when the limiter has no
  * estimate yet. A stream being captured into a graph is never bracketed (that would add nodes to the user's
  * graph). Without a limit the fast path is one call into the core and the driver's launch.
+ *
+ * Events can only tell how long the device took from the start event to the end, which includes other contexts'
+ * work the device ran in between (a device that time-slices contexts). So the limiter also asks, every 50 ms
+ * (hami_iso_vendor.device_busy), for the device time the device itself counted for this process: NVML's
+ * per-process utilization (nvmlDeviceGetProcessUtilization, the smUtil of this process's samples times the span
+ * they cover), when the vendor names an NVML-compatible library and it has the function. NVML names processes by
+ * their pid in the host's pid namespace, so the answer is used only by a process in that namespace (a pod with
+ * hostPID, or no container): in any other, a pid of the container's could be another process's on the host, and
+ * taking that process's figures as ours could lift the limit; there, and until NVML has once shown this pid busy,
+ * the answer is "unknown" and the limiter uses its event timing alone.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "hami_cuda.h"
 
@@ -19,6 +32,86 @@ int hami_cu_stream_capturing(void *stream) {
     if (hami_real.HAMI_CU(StreamIsCapturing)((CUstream)stream, &status) != CUDA_SUCCESS) return 0;
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
+
+/* ---- what the device counted for this process (NVML) ---------------------------------------------------- */
+
+#ifdef HAMI_CUDA_NVML_LIBRARIES
+#define BUSY_SAMPLES 64
+
+static _Atomic int g_nvml_up; /* 0 not tried, 1 initialized, -1 unavailable */
+static unsigned long long g_last_seen[HAMI_ISO_MAX_DEVICES]; /* microseconds, CLOCK_REALTIME; 0: never asked */
+static int g_pid_seen[HAMI_ISO_MAX_DEVICES];                 /* NVML has shown this pid busy on the device */
+static unsigned g_owner;                                     /* the pid these are about */
+
+#define HOST_PID_NAMESPACE "pid:[4026531836]" /* the initial pid namespace's inode (PROC_PID_INIT_INO) */
+
+static int in_host_pid_namespace(void) {
+    char link[64];
+    ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);
+    if (n <= 0) return 0;
+    link[n] = 0;
+    return !strcmp(link, HOST_PID_NAMESPACE);
+}
+
+static unsigned long long wall_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
+}
+
+/* The core's limiter calls this for one device at a time, at most every 50 ms (limiter.c). */
+int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+    if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !hami_cu_nvml()) return -1;
+    if (!hami_real.nvmlInit_v2 || !hami_real.nvmlDeviceGetHandleByIndex_v2 || !hami_real.nvmlDeviceGetProcessUtilization)
+        return -1;
+    int up = atomic_load(&g_nvml_up);
+    if (!up) {
+        if (!in_host_pid_namespace()) {
+            up = -1;
+            HAMI_LOG(HAMI_LOG_INFO, "not in the host's pid namespace: the compute limit is held by event timing alone");
+        } else {
+            up = hami_real.nvmlInit_v2() == NVML_SUCCESS ? 1 : -1;
+        }
+        atomic_store(&g_nvml_up, up);
+    }
+    nvmlDevice_t handle;
+    if (up < 0 || hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
+    unsigned pid = (unsigned)getpid();
+    if (g_owner != pid) { /* a forked child: what its parent was shown is not its own */
+        memset(g_last_seen, 0, sizeof g_last_seen);
+        memset(g_pid_seen, 0, sizeof g_pid_seen);
+        g_owner = pid;
+    }
+    unsigned long long since = g_last_seen[device], now = wall_us();
+    if (!since) { /* the first question only sets where the next one starts */
+        g_last_seen[device] = now;
+        return -1;
+    }
+    nvmlProcessUtilizationSample_t samples[BUSY_SAMPLES];
+    unsigned count = BUSY_SAMPLES;
+    nvmlReturn_t r = hami_real.nvmlDeviceGetProcessUtilization(handle, samples, &count, since);
+    if (r == NVML_ERROR_NOT_FOUND) count = 0; /* nothing ran since then */
+    else if (r != NVML_SUCCESS) return -1;    /* more processes than samples here, or an error: not known */
+    unsigned long long until = now;
+    uint64_t busy = 0;
+    for (unsigned i = 0; i < count && i < BUSY_SAMPLES; i++) {
+        if (samples[i].pid != pid || samples[i].timeStamp <= since) continue;
+        busy += (uint64_t)samples[i].smUtil * (samples[i].timeStamp - since) * 10u; /* percent of us, in ns */
+        until = samples[i].timeStamp;
+        if (samples[i].smUtil) g_pid_seen[device] = 1;
+    }
+    g_last_seen[device] = until;
+    if (!g_pid_seen[device]) return -1; /* NVML has not known this process yet (another pid namespace?) */
+    *busy_ns = busy;
+    return 0;
+}
+#else
+int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+    (void)device;
+    (void)busy_ns;
+    return -1;
+}
+#endif
 
 /* The driver's events, for the core's launch timer (hookkit.c). */
 static int event_create(void **event) { return hami_real.HAMI_CU(EventCreate)((CUevent *)event, CU_EVENT_DEFAULT); }

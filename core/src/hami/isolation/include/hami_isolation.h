@@ -9,7 +9,10 @@
  *   - tracking: hami_iso_track() / hami_iso_untrack() remember the exact size counted for a pointer or handle;
  *   - compute: hami_iso_launch_admit() before a launch (it charges the launch's estimated device time and
  *              waits while the container is over its share), hami_iso_launch_timed() with a measured device
- *              time when the core asked for one.
+ *              time when the core asked for one; and, where the vendor's management library can say how much
+ *              device time the device itself spent on this process (NVML's per-process utilization), the
+ *              vendor's device_busy() callback, by which the core holds the share when events are blurred by
+ *              other containers' work (a device that time-slices contexts; limiter.c).
  * The core owns the configuration (read at every process start from the node's grant, GRANT.md, which the
  * environment may only lower; a grant expected but unreadable makes hami_iso_memory_reserve() refuse
  * everything, so a vendor library fails closed by calling it before every allocation), the accounting file
@@ -56,6 +59,12 @@ typedef struct hami_iso_vendor {
     /* Called by the limiter before it makes a launch wait: return non-zero when `stream` is being captured
      * (nothing runs now, so nothing is charged). May be NULL. */
     int (*stream_capturing)(void *stream);
+    /* Called by the limiter, for one device at a time and at most every 50 ms: the device time `device` spent on
+     * this process's work since the previous call, as the device itself counted it (NVML's per-process
+     * utilization for a CUDA-compatible vendor), in *busy_ns; return 0, or -1 when it is not known (then, and
+     * with NULL here, the limiter relies on its event timing alone, which a device that time-slices contexts
+     * blurs with other containers' work). The first call may answer -1: it only marks where the next starts. */
+    int (*device_busy)(int device, uint64_t *busy_ns);
 } hami_iso_vendor;
 
 /* Read the configuration, open (or create) the accounting file and take this process's slot in it.

@@ -218,6 +218,52 @@ static uint64_t queued(uint64_t now) {
     return g_queued_ns;
 }
 
+/* Record that [start, end) of the timeline is this process's. Lock-free (a process killed here leaves at most
+ * one record half-written): a launch that follows this process's previous one on the timeline extends that
+ * record; any other takes the next one. */
+static _Atomic uint64_t g_my_record[FAKE_MAX_DEVICES]; /* index + 1 of this process's newest record */
+
+static void record_run(int device, uint64_t start, uint64_t end) {
+    struct fake_runs *runs = &fake_state->runs[device];
+    int64_t pid = (int64_t)getpid();
+    uint64_t mine = atomic_load(&g_my_record[device]);
+    if (mine) {
+        struct fake_run_record *last = &runs->records[(mine - 1) % FAKE_RUNS];
+        uint64_t seq = atomic_load(&last->seq), expected = start;
+        if (!(seq & 1) && atomic_load(&last->pid) == pid &&
+            atomic_compare_exchange_strong(&last->end_ns, &expected, end) && atomic_load(&last->seq) == seq)
+            return;
+    }
+    uint64_t i = atomic_fetch_add(&runs->next, 1);
+    struct fake_run_record *r = &runs->records[i % FAKE_RUNS];
+    uint64_t seq = atomic_load(&r->seq);
+    atomic_store(&r->seq, seq | 1);
+    atomic_store(&r->pid, pid);
+    atomic_store(&r->start_ns, start);
+    atomic_store(&r->end_ns, end);
+    atomic_store(&r->seq, (seq | 1) + 1);
+    atomic_store(&g_my_record[device], i + 1);
+}
+
+uint64_t fake_busy_ns(int device, int64_t pid, uint64_t from_ns, uint64_t to_ns, uint64_t *covered_from) {
+    struct fake_runs *runs = &fake_state->runs[device];
+    uint64_t busy = 0, oldest = UINT64_MAX;
+    int wrapped = atomic_load(&runs->next) > FAKE_RUNS;
+    for (unsigned i = 0; i < FAKE_RUNS; i++) {
+        struct fake_run_record *r = &runs->records[i];
+        uint64_t seq = atomic_load(&r->seq);
+        int64_t who = atomic_load(&r->pid);
+        uint64_t start = atomic_load(&r->start_ns), end = atomic_load(&r->end_ns);
+        if (!seq || (seq & 1) || seq != atomic_load(&r->seq)) continue; /* empty, or being written */
+        if (start < oldest) oldest = start;
+        if (who != pid) continue;
+        uint64_t a = start > from_ns ? start : from_ns, b = end < to_ns ? end : to_ns;
+        if (b > a) busy += b - a;
+    }
+    if (covered_from) *covered_from = wrapped && oldest != UINT64_MAX && oldest > from_ns ? oldest : from_ns;
+    return busy;
+}
+
 void fake_run(int device, uint64_t duration) {
     if (!duration) return;
     /* A full queue blocks the launch before it is queued, as a full command buffer does. */
@@ -234,6 +280,7 @@ void fake_run(int device, uint64_t duration) {
     do {
         end = (busy > now ? busy : now) + duration;
     } while (!atomic_compare_exchange_weak(&d->busy_until, &busy, end));
+    record_run(device, end - duration, end);
     g_queue_end[g_queue_tail % QUEUE_SLOTS] = end;
     g_queue_len[g_queue_tail % QUEUE_SLOTS] = duration;
     g_queue_tail++;

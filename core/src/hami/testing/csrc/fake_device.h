@@ -6,7 +6,9 @@
  * The hardware lives in one state file shared by every process of a test (hami.testing.sandbox creates it
  * zero-filled, FAKE_STATE_SIZE bytes, and reads it with the offsets below); without it each process has its own.
  * For each device: what is really allocated now and its peak, and a timeline of device work that runs one thing at
- * a time in the order it was queued, with the device time credited to the launching process's tag.
+ * a time in the order it was queued, with the device time credited to the launching process's tag, and the
+ * stretches of that timeline each process's work occupied (the last FAKE_RUNS of them, by process id: what the
+ * fake NVML's per-process utilization is computed from, as a driver's is from what the device ran).
  *
  * Configuration, read by fake_device_load from variables named by the fake's prefix P (for example "FAKE_X_"):
  *   P DEVICES (default 1), P MEMORY (bytes per device, k/m/g suffix), P KERNEL_NS and P KERNEL_NS_PER_BLOCK (the
@@ -29,7 +31,8 @@
 
 #define FAKE_MAX_DEVICES 8
 #define FAKE_TAGS 8
-#define FAKE_STATE_SIZE 4096
+#define FAKE_RUNS 2048 /* executed intervals kept per device, for the fake NVML's per-process utilization */
+#define FAKE_STATE_SIZE (4096 + FAKE_MAX_DEVICES * (32 + FAKE_RUNS * 32))
 
 struct fake_device_state {                   /* 256 bytes */
     _Atomic uint64_t allocated;              /*   0: bytes really allocated now, by every process */
@@ -42,13 +45,31 @@ struct fake_device_state {                   /* 256 bytes */
     uint8_t pad[144];
 };
 
+/* One stretch of a device's timeline spent on one process's work: [start_ns, end_ns) CLOCK_MONOTONIC. A launch that
+ * follows the same process's previous one on the timeline extends its record. `seq` is odd while it is written. */
+struct fake_run_record {
+    _Atomic uint64_t seq;
+    _Atomic int64_t pid;
+    _Atomic uint64_t start_ns;
+    _Atomic uint64_t end_ns;
+};
+
+struct fake_runs {
+    _Atomic uint64_t next;  /* records taken so far; record i is at i % FAKE_RUNS */
+    uint8_t pad[24];
+    struct fake_run_record records[FAKE_RUNS];
+};
+
 struct fake_state {
     uint8_t header[256];
     struct fake_device_state devices[FAKE_MAX_DEVICES]; /* at 256 */
+    uint8_t pad[4096 - 256 - FAKE_MAX_DEVICES * 256];
+    struct fake_runs runs[FAKE_MAX_DEVICES]; /* at 4096: what each device executed, for whom (fake_busy_ns) */
 };
 
 _Static_assert(sizeof(struct fake_device_state) == 256, "fake device state is 256 bytes");
-_Static_assert(sizeof(struct fake_state) <= FAKE_STATE_SIZE, "fits the file");
+_Static_assert(sizeof(struct fake_runs) == 32 + FAKE_RUNS * 32, "run records are 32 bytes");
+_Static_assert(sizeof(struct fake_state) == FAKE_STATE_SIZE, "the file's size");
 
 struct fake_config {
     int devices;       /* P DEVICES, at most FAKE_MAX_DEVICES */
@@ -104,5 +125,10 @@ uint64_t fake_reached(int device);
 
 /* Sleep until this process's queued work is done. */
 void fake_synchronize(void);
+
+/* Device time `device` spent on process `pid`'s work within [from_ns, to_ns) (CLOCK_MONOTONIC), from the runs it
+ * executed; *covered_from is set to the start of the span the records still cover (later than from_ns when older
+ * records were overwritten: the answer is then for [*covered_from, to_ns)). */
+uint64_t fake_busy_ns(int device, int64_t pid, uint64_t from_ns, uint64_t to_ns, uint64_t *covered_from);
 
 #endif

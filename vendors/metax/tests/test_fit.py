@@ -140,7 +140,7 @@ def test_exclusive_shares_stay_within_one_metaxlink_group() -> None:
     # zone 1 holds three cards, zone 2 two: two whole cards come from the smallest group that holds them
     cards = [card(0, 1), card(1, 1), card(2, 1), card(3, 2), card(4, 2), card(5, 0)]
     assert chosen(fit([node("n", cards)], req(2, memory=0, cores=100))) == [["GPU-4", "GPU-3"]]  # walk order
-    assert chosen(fit([node("n", cards)], req(3, memory=0, cores=100))) == [["GPU-0", "GPU-1", "GPU-2"]]
+    assert chosen(fit([node("n", cards)], req(3, memory=0, cores=100))) == [["GPU-2", "GPU-1", "GPU-0"]]
     # four need two groups; unlinked cards come last
     assert sorted(chosen(fit([node("n", cards)], req(4, memory=0, cores=100)))[0]) == [
         "GPU-0",

@@ -143,8 +143,8 @@ def test_exclusive_shares_stay_within_one_metaxlink_group() -> None:
     assert chosen(fit([node("n", cards)], req(3, memory=0, cores=100))) == [["GPU-2", "GPU-1", "GPU-0"]]
     # four need two groups; unlinked cards come last
     assert sorted(chosen(fit([node("n", cards)], req(4, memory=0, cores=100)))[0]) == [
-        "GPU-0",
         "GPU-1",
+        "GPU-2",
         "GPU-3",
         "GPU-4",
     ]

@@ -38,6 +38,7 @@ from hami.model import Device
 
 GOLDEN = Path(__file__).parent / "golden"
 UNIX_KEYS = ("hami.io/vgpu-time", "hami.io/bind-time", "predicate-time")
+NANO_KEYS = ("mthreads.com/predicate-time",)
 LOCK = "hami.io/mutex.lock"
 
 
@@ -165,6 +166,10 @@ def masked(annotations: dict[str, str]) -> dict[str, str]:
             assert re.fullmatch(r"[0-9]+", value), (key, value)
             assert abs(int(value) - time.time()) < 300, (key, value)
             value = "<unix seconds>"
+        if key in NANO_KEYS:
+            assert re.fullmatch(r"[0-9]+", value), (key, value)
+            assert abs(int(value) / 1e9 - time.time()) < 300, (key, value)
+            value = "<unix nanoseconds>"
         out[key] = value
     return out
 

@@ -334,7 +334,8 @@ def test_a_policy_chain_breaks_ties_by_index_and_mutex_puts_busy_devices_first()
     node = NodeView(name="n", devices=[usage(0, numa=1), usage(1, numa=0), usage(2, numa=0)])
     assert uuids(node, req(memory=10), "numa") == ["ACC-0"]  # highest NUMA node
     (fit,) = FITTER.fit_nodes(pod(), [req(memory=10)], [node], SchedulingPolicy(device=("spread", "mutex")))
-    assert fit.placement is not None and fit.placement[0][0].uuid == "ACC-2"  # a chain without numa: the index
+    assert fit.placement is not None
+    assert fit.placement[0][0].uuid == "ACC-2"
     assert uuids(node, req(memory=10), "spread") == ["ACC-0"]  # a single policy: the NUMA node first
     busy = NodeView(name="n", devices=[usage(0), usage(1, used=1, mem=10), usage(2)])
     assert uuids(busy, req(memory=10), "mutex") == ["ACC-2"]

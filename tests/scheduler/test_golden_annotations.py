@@ -146,7 +146,11 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             [
                 container(
                     "main",
-                    {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "16", "cambricon.com/mlu.smlu.vcore": "25"},
+                    {
+                        "cambricon.com/vmlu": "1",
+                        "cambricon.com/mlu.smlu.vmemory": "16",
+                        "cambricon.com/mlu.smlu.vcore": "25",
+                    },
                 )
             ],
         ),

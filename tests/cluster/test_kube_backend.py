@@ -434,7 +434,8 @@ def test_the_scheduler_places_and_binds_a_pod_through_the_api(kube: KubeCluster,
         pod = api.cluster.get("pods", "p1", "default")
         assert pod["spec"]["nodeName"] == "node-a"
         annotations = meta(pod)["annotations"]
-        assert annotations["hami.io/vgpu-devices-allocated"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+        # two idle cards on one NUMA node: HAMi takes the highest index on equal scores
+        assert annotations["hami.io/vgpu-devices-allocated"] == "GPU-node-a-1,NVIDIA,3000,30:;"
         assert annotations[BIND_PHASE] == "allocating"
         assert LOCK_ANNOTATION in meta(api.cluster.get("nodes", "node-a"))["annotations"]
         assert api.calls("POST", "/api/v1/namespaces/default/pods/p1/binding")

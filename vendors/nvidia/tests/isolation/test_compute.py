@@ -194,24 +194,45 @@ def _new_pid_namespace() -> list[str]:
     return command
 
 
+HOST_PID_NAMESPACE = 4026531836  # the initial pid namespace's inode
+
+
 @SHARE_MEASUREMENT
-def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_own(sandbox):
+@pytest.mark.parametrize("pid_map", ["none", "another namespace's"])
+def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_own(sandbox, pid_map):
     """NVML names processes by their host pid: in a container's pid namespace the process's own pid may be another
-    process's on the host, whose (lower) figures would lift its limit. There the limiter keeps to its events, and
-    the limit still holds."""
+    process's on the host, whose (lower) figures would lift its limit. Here it is: a 10 % process on the host has
+    host pid T, and the client is made pid T of its namespace. Without the node daemon's map, or with a map that
+    lists pid T for another pid namespace only (a process of a nested namespace, or of the host, with the same
+    number), the limiter keeps to its events, and the 30 % limit still holds."""
     timing = {"FAKE_CUDA_KERNEL_NS": "1000000", "LIBCUDA_LOG_LEVEL": "2"}
-    argv = [*_new_pid_namespace(), str(sandbox.build.client), "launch", "2.5", "kernel", "132"]
-    proc = subprocess.Popen(
-        argv, env=sandbox.env(cores=30, extra=timing), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    decoy = sandbox.start(
+        "launch", 3.5, "kernel", 132, env=sandbox.env("decoy", cores=10, extra={**timing, "FAKE_CUDA_TAG": "1"})
     )
+    extra = dict(timing)
+    if pid_map != "none":
+        extra.update(sandbox.grant(grant_text(0, cores=30)))
+        write_pid_map(sandbox.grant_dir(), render_pid_map([(decoy.pid, decoy.pid, HOST_PID_NAMESPACE)]))
+    client = f"{sandbox.build.client} launch 2.5 kernel 132; exit $?"
+    script = f"echo {decoy.pid - 1} > /proc/sys/kernel/ns_last_pid && {client}"  # the client is pid T there
+    proc = subprocess.Popen(
+        [*_new_pid_namespace(), "sh", "-c", script],
+        env=sandbox.env(cores=30, extra=extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
+        host = _namespaced_child(_namespaced_child(proc.pid))  # unshare, its sh, the client
+        found = namespace_pid(host)
+        assert found is not None, "no NSpid for the client"
+        assert found[0] == decoy.pid, f"the client is pid {found[0]} in its namespace, not {decoy.pid}"
         (share,) = shares(sandbox, [0])
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
+    finish(decoy)
     assert proc.returncode == 0, err
+    assert share == pytest.approx(0.30, abs=0.05), f"the client took the host's pid {decoy.pid}'s figures: {share:.1%}"
     assert "not in the host's pid namespace: the compute limit is held by event timing alone" in err
-    assert share == pytest.approx(0.30, abs=0.05)
+    assert "(the node daemon's map)" not in err
 
 
 def _namespaced_child(unshare_pid: int, timeout: float = 10) -> int:

@@ -200,7 +200,8 @@ class Backstop(Collector):
         holdings: dict[tuple[str, str, str], _Holding],
         chosen_of: dict[tuple[str, str, str], ServedContainer],
     ) -> None:
-        """Write each served container's ``pids`` where it changed (none yet is an empty map)."""
+        """Write each served container's ``pids`` where it changed, and once at the first round that sees it: what a
+        daemon before a restart left there may list processes that have ended since."""
         entries: dict[str, set[tuple[int, int, int]]] = {c.grant_dir: set() for c in served if c.grant_dir}
         for key, held in holdings.items():
             directory = chosen_of[key].grant_dir
@@ -213,7 +214,7 @@ class Backstop(Collector):
         self.pid_maps = {d: t for d, t in self.pid_maps.items() if d in entries}  # forget released containers
         for directory, found in entries.items():
             text = render_pid_map(sorted(found))
-            if self.pid_maps.get(directory, "") == text:
+            if self.pid_maps.get(directory) == text:  # a directory not written yet (a restart) is written
                 continue
             try:
                 write_pid_map(directory, text)

@@ -272,17 +272,21 @@ class BackstopTests:
                 "status": {"containerStatuses": statuses},
             },
         )
-        containers = [machine.served(0, 4000, "main", 0), machine.served(0, 4000, "sidecar", 1)]
+        containers = [machine.served(0, 4000, "main", 0), machine.served(0, 4000, "sidecar", 1),
+                      machine.served(1, 1000, "idle", 2)]  # fmt: skip
         stop = machine.backstop(containers, cluster)
         first = machine.run(0, 100, systemd_cgroup(POD_UID, CONTAINER_ID), inner_pid=7)
         second = machine.run(0, 100, systemd_cgroup(POD_UID, CONTAINER_ID), inner_pid=12)
         sidecar = machine.run(0, 100, systemd_cgroup(POD_UID, SIDECAR_ID), inner_pid=7, namespace=4026532999)
         machine.run(0, 100, systemd_cgroup(OTHER_POD_UID, CONTAINER_ID), inner_pid=8)  # not served here
+        stale = machine.grant_dir("idle") / "pids"
+        stale.write_text(f"7 1 {CONTAINER_PID_NAMESPACE}\n")  # left by the daemon before a restart; ended since
         assert stop.check() == []
         main_map = machine.grant_dir("main") / "pids"
         ns = CONTAINER_PID_NAMESPACE
         assert main_map.read_text() == f"7 {first.pid} {ns}\n12 {second.pid} {ns}\n"
         assert (machine.grant_dir("sidecar") / "pids").read_text() == f"7 {sidecar.pid} 4026532999\n"
+        assert stale.read_text() == "", "no process of that container runs now"
         assert main_map.stat().st_mode & 0o777 == 0o644
         assert not [p for p in machine.grant_dir("main").iterdir() if p.name != "pids"], "no temporary file left"
         written = main_map.stat().st_ino

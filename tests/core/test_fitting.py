@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami.fitting import CORDON_ANNOTATION, Candidate, ChoiceContext, ShareFitter, node_score
+from hami.fitting import (
+    CORDON_ANNOTATION,
+    Candidate,
+    ChoiceContext,
+    DeviceState,
+    ShareFitter,
+    hami_device_score,
+    node_score,
+)
 from hami.model import (
     AnnotationKeys,
     Container,
@@ -79,7 +88,8 @@ def test_selectors_and_cordon_exclude_devices() -> None:
     assert uuids(node, req(memory=10), **{"example.com/use-type": "small"}) == ["ACC-1"]
     assert uuids(node, req(memory=10), **{"example.com/nouse-type": "SMALL"}) == ["ACC-0"]
     assert uuids(node, req(memory=10), **{"example.com/use-uuid": "ACC-1,ACC-2"}) == ["ACC-1"]
-    assert uuids(node, req(count=2, memory=10), **{"example.com/nouse-uuid": "ACC-9"}) == ["ACC-0", "ACC-1"]
+    # equal scores: HAMi's walk from the end of its sorted list, so the higher index first
+    assert uuids(node, req(count=2, memory=10), **{"example.com/nouse-uuid": "ACC-9"}) == ["ACC-1", "ACC-0"]
 
 
 def test_refusal_counts_why_devices_were_unusable() -> None:
@@ -284,3 +294,66 @@ def test_the_fitter_places_exactly_what_the_peak_rule_admits(inits: list[int], a
     (fit,) = FITTER.fit_nodes(the_pod, requests, [node], SchedulingPolicy())
     free = 16000 - busy
     assert fit.fits == (all(m <= free for m in inits) and sum(apps) <= free), fit.reason
+
+
+# HAMi v2.10's device order (`policy.DeviceUsageList.Less`, each vendor's `Fit` walking the sorted list backwards)
+
+
+def test_equal_scores_take_the_highest_numa_node_then_the_highest_index() -> None:
+    node = NodeView(name="n", devices=[usage(0, numa=0), usage(1, numa=0), usage(2, numa=1), usage(3, numa=1)])
+    assert uuids(node, req(memory=10), "spread") == ["ACC-3"]
+    assert uuids(node, req(memory=10), "binpack") == ["ACC-3"]
+    assert uuids(node, req(count=3, memory=10), "spread") == ["ACC-3", "ACC-2", "ACC-1"]
+    flipped = NodeView(name="n", devices=[usage(0, numa=1), usage(1, numa=1), usage(2, numa=0)])
+    assert uuids(flipped, req(memory=10), "spread") == ["ACC-1"]
+
+
+def test_the_sorted_list_carries_over_from_one_app_container_to_the_next() -> None:
+    # HAMi sorts one list in place for all app containers (stably): after three containers have taken one
+    # device each, the fourth finds all tied and takes the device its list ends with, not the highest index
+    node = NodeView(name="n", devices=[usage(0), usage(1), usage(2)])
+    the_pod = pod("a", "b", "c", "d")
+    (fit,) = FITTER.fit_nodes(the_pod, [req(memory=1000)] * 4, [node], SchedulingPolicy(device=("spread",)))
+    assert fit.placement is not None
+    assert [c[0].uuid for c in fit.placement] == ["ACC-2", "ACC-1", "ACC-0", "ACC-0"]
+
+
+def test_each_init_container_starts_from_the_registration_order() -> None:
+    node = NodeView(name="n", devices=[usage(0), usage(1)])
+    the_pod = Pod(
+        name="p",
+        init_containers=(Container(name="i1"), Container(name="i2")),
+        containers=(Container(name="a"), Container(name="b")),
+    )
+    (fit,) = FITTER.fit_nodes(the_pod, [req(memory=1000)] * 4, [node], SchedulingPolicy())
+    assert fit.placement is not None
+    assert [c[0].uuid for c in fit.placement] == ["ACC-1", "ACC-1", "ACC-1", "ACC-0"]
+
+
+def test_a_policy_chain_breaks_ties_by_index_and_mutex_puts_busy_devices_first() -> None:
+    node = NodeView(name="n", devices=[usage(0, numa=1), usage(1, numa=0), usage(2, numa=0)])
+    assert uuids(node, req(memory=10), "numa") == ["ACC-0"]  # highest NUMA node
+    (fit,) = FITTER.fit_nodes(pod(), [req(memory=10)], [node], SchedulingPolicy(device=("spread", "mutex")))
+    assert fit.placement is not None
+    assert fit.placement[0][0].uuid == "ACC-2"
+    assert uuids(node, req(memory=10), "spread") == ["ACC-0"]  # a single policy: the NUMA node first
+    busy = NodeView(name="n", devices=[usage(0), usage(1, used=1, mem=10), usage(2)])
+    assert uuids(busy, req(memory=10), "mutex") == ["ACC-2"]
+
+
+def test_numa_binding_takes_the_numa_node_hamis_walk_completes_first() -> None:
+    devices = [usage(0, numa=0), usage(1, numa=0), usage(2, numa=1), usage(3, numa=1, used=1, mem=4000)]
+    node = NodeView(name="n", devices=devices)
+    (fit,) = ShareFitter(KIND, numa_bind=True).fit_nodes(pod(), [req(count=2, memory=10)], [node], SchedulingPolicy())
+    assert fit.placement is not None
+    assert [d.uuid for d in fit.placement[0]] == ["ACC-2", "ACC-3"]
+
+
+def test_the_device_score_is_hamis_float32_formula() -> None:
+    state = DeviceState(usage(0, used=1, mem=5000, cores=30), 1, 5000, 30)
+    assert hami_device_score(state, {"slot": 1, "core": 1, "memory": 1}) == pytest.approx(
+        10 * (1 / 4 + 30 / 100 + 5000 / 16000), rel=1e-6
+    )
+    got = hami_device_score(state, {"slot": 1, "core": 2, "memory": 1}, (1000, 10))
+    assert got == struct.unpack("f", struct.pack("f", got))[0]  # a float32 value
+    assert got == pytest.approx(10 * (2 / 4 + 2 * 40 / 100 + 6000 / 16000), rel=1e-6)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hami.errors import RequestError
@@ -233,6 +233,7 @@ quantities = st.one_of(
     cores=st.none() | quantities,
     unit=st.sampled_from([1, 256, 512]),
 )
+@example(count=None, memory=None, percent=None, cores="10E", unit=1)  # beyond a quantity's range: was a ValueError
 def test_any_resource_values_give_a_request_or_a_request_error(
     count: str | None, memory: str | None, percent: str | None, cores: str | None, unit: int
 ) -> None:

@@ -56,8 +56,8 @@ def test_a_share_runs_with_its_profile_and_cambricons_env(report: dict[str, Any]
 def test_whole_cards_run_together(report: dict[str, Any]) -> None:
     pod = report["default/cambricon-whole-cards"]
     assert pod["outcome"] == "running", pod
-    indices = sorted(int(d["uuid"].rsplit("-", 1)[1]) for d in pod["devices"])
-    assert len(indices) == 2
+    indices = [int(d["uuid"].rsplit("-", 1)[1]) for d in pod["devices"]]  # in the order granted (HAMi's walk)
+    assert len(set(indices)) == 2
     assert all(d["memory"] == 24576 and d["cores"] == 100 for d in pod["devices"])
     assert pod["env"]["trainer"] == {"CAMBRICON_VISIBLE_DEVICES": ",".join(map(str, indices))}
     assert report["summary"].startswith("3 pods: 2 running, 1 unschedulable")

@@ -4,22 +4,28 @@ HAMi's plugin registers the node's GPUs (`hami.io/node-nvidia-register`) and has
 `nvidia.com/gpu`, but never answers the handshake: the question HAMi's scheduler left on the node
 (`Requesting_<time>`) stays unanswered. HAMi keeps such a node while its allocatable GPU count is above 0, and
 so must this scheduler when it replaces HAMi's: the node is placed on, and never marked `Deleted_`.
-(The other half, this project's node daemon under HAMi's scheduler, rests on HAMi asking again after any
-answer: `tests/scheduler/test_handshake.py`.)
+
+The other half: this project's node daemon under HAMi's scheduler. HAMi v2.10's scheduler is not built here (its
+module is not served by the Go proxy these machines reach), so
+`test_this_projects_daemon_serves_a_pod_placed_by_hamis_scheduler`
+plays its part on the wire, with the strings protocol.md gives for HAMi's writes: the handshake question, the
+placement annotations, `bind-phase: allocating`, the node lock in HAMi's `<RFC3339>,<namespace>,<name>` form and
+the Binding. The daemon must serve that pod, say `success` and free the lock, exactly as HAMi's device plugin does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from control_plane import wait_until
 from e2e_kubelet import NodeKubelet
-from hami_stack import HamiStack
-from kube_rest import ApiError
+from hami_stack import GpuNode, HamiStack, build_fake_nvml, gpu_box
+from kube_rest import ApiError, path_of
 
 from hami.codec import HANDSHAKE_TIME_FORMAT, decode_pod_devices, encode_node_register
 from hami.model import Device
@@ -94,3 +100,75 @@ def test_a_node_running_hamis_device_plugin_keeps_its_gpus(
     assert devices[0].uuid.startswith("GPU-hami-plugin-")
     assert devices[0].usedmem == 3000
     assert not stack.admin.get("Node", NODE)["metadata"]["annotations"][HANDSHAKE].startswith("Deleted_")
+
+
+HAMI_PLACED_NODE = "hami-placed-node"
+
+
+@pytest.fixture
+def our_node_under_hamis_scheduler(stack: HamiStack) -> Iterator[GpuNode]:
+    node = GpuNode(stack, HAMI_PLACED_NODE, gpu_box("e1", 2), build_fake_nvml(stack.dir / "fake-nvml-hami"), {})
+    node.kubelet.labels = {"hami-placed": "on"}  # none of this stack's pods select it
+    stack.add_node(node)
+    try:
+        yield node
+    finally:
+        node.stop()
+        stack.nodes.pop(node.name, None)
+        with contextlib.suppress(ApiError):
+            stack.admin.delete("Node", HAMI_PLACED_NODE)
+
+
+def test_this_projects_daemon_serves_a_pod_placed_by_hamis_scheduler(
+    stack: HamiStack, ns: str, our_node_under_hamis_scheduler: GpuNode
+) -> None:
+    api = stack.admin
+    node = our_node_under_hamis_scheduler
+    uuid = node.uuids[1]
+    # HAMi's scheduler asks the node (a fresh question: it asks again after any answer)
+    asked = datetime.now().strftime(HANDSHAKE_TIME_FORMAT)
+    api.merge_patch("Node", HAMI_PLACED_NODE, {"metadata": {"annotations": {HANDSHAKE: f"Requesting_{asked}"}}})
+    # ... finds the node's GPUs in the register annotation this project's daemon publishes ...
+    registered = api.get("Node", HAMI_PLACED_NODE)
+    assert uuid in registered["metadata"]["annotations"][REGISTER]
+    assert registered["status"]["allocatable"].get("nvidia.com/gpu", "0") != "0", "HAMi keeps a node offering GPUs"
+    # ... takes a pod no scheduler of this stack schedules (HAMi's runs under its own name) ...
+    pod = gpu_pod("placed-by-hami", ns)
+    pod["spec"]["schedulerName"] = "hami-scheduler-v2-10"
+    pod["spec"]["nodeSelector"] = {"hami-placed": "on"}
+    pod["metadata"]["labels"] = {"hami.io/webhook": "ignore"}  # HAMi's own webhook mutated it already
+    created = api.create(pod)
+    # ... its filter writes the placement, its bind the phase, the node lock, and the Binding
+    placement = f"{uuid},NVIDIA,3000,0:;"
+    now = int(time.time())
+    api.merge_patch("Pod", "placed-by-hami", {"metadata": {"annotations": {
+        "hami.io/vgpu-devices-to-allocate": placement,
+        "hami.io/vgpu-devices-allocated": placement,
+        "hami.io/vgpu-node": HAMI_PLACED_NODE,
+        "hami.io/vgpu-time": str(now),
+        "hami.io/bind-phase": "allocating",
+        "hami.io/bind-time": str(now),
+    }, "labels": {"hami.io/vgpu-node": HAMI_PLACED_NODE}}}, namespace=ns)  # fmt: skip
+    lock = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") + f",{ns},placed-by-hami"
+    api.merge_patch("Node", HAMI_PLACED_NODE, {"metadata": {"annotations": {"hami.io/mutex.lock": lock}}})
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "placed-by-hami", "namespace": ns, "uid": created["metadata"]["uid"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": HAMI_PLACED_NODE},
+    }
+    api.request("POST", path_of("Pod", "placed-by-hami", ns, sub="binding"), binding)
+
+    def running() -> dict[str, Any] | None:
+        got = api.get("Pod", "placed-by-hami", ns)
+        return got if got["status"].get("phase") == "Running" else None
+
+    served = wait_until(running, 60, "the HAMi-placed pod running", stack.diagnose)
+    annotations = served["metadata"]["annotations"]
+    assert annotations["hami.io/bind-phase"] == "success"
+    assert annotations["hami.io/vgpu-devices-to-allocate"] == ";", "the served entry is emptied, as HAMi's plugin does"
+    assert "hami.io/mutex.lock" not in (api.get("Node", HAMI_PLACED_NODE)["metadata"].get("annotations") or {})
+    started = node.kubelet.started[served["metadata"]["uid"]]
+    (edits,) = started.edits["cuda"].values()
+    assert edits.env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert edits.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"

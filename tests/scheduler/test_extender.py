@@ -33,9 +33,9 @@ def test_filter_places_a_pod_and_writes_hamis_annotations(harness: Harness) -> N
         "Error": "",
     }
     got = annotations(harness, "p1")
-    # spread (the default device policy) takes the idlest card; ties go to the lowest index
-    assert got["hami.io/vgpu-devices-allocated"] == "GPU-node-a-0,NVIDIA,3000,30:;"
-    assert got["hami.io/vgpu-devices-to-allocate"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+    # spread (the default device policy) takes the idlest card; ties: HAMi's highest NUMA node, then highest index
+    assert got["hami.io/vgpu-devices-allocated"] == "GPU-node-a-1,NVIDIA,3000,30:;"
+    assert got["hami.io/vgpu-devices-to-allocate"] == "GPU-node-a-1,NVIDIA,3000,30:;"
     assert got["hami.io/vgpu-node"] == "node-a"
     assert abs(int(got["hami.io/vgpu-time"]) - time.time()) < 5
     assert meta(harness.cluster.get("pods", "p1", "default"))["labels"]["hami.io/vgpu-node"] == "node-a"
@@ -48,7 +48,7 @@ def test_init_and_app_containers_are_positional_in_the_annotation(harness: Harne
     harness.start()
     assert harness.filter("p")["NodeNames"] == ["node-a"]
     value = annotations(harness, "p")["hami.io/vgpu-devices-allocated"]
-    assert value == ";GPU-node-a-0,NVIDIA,2500,25:;GPU-node-a-1,NVIDIA,2500,25:;"
+    assert value == ";GPU-node-a-1,NVIDIA,2500,25:;GPU-node-a-0,NVIDIA,2500,25:;"
 
 
 def test_next_pod_sees_the_previous_decision_at_once(harness: Harness) -> None:
@@ -78,12 +78,12 @@ def test_device_policy_and_selectors_from_annotations(harness: Harness) -> None:
     harness.add_node(gpu_node("node-a", gpus=2))
     harness.add_pod(gpu_pod("first", mem=1000))
     harness.start()
-    harness.filter("first")  # takes GPU 0
+    harness.filter("first")  # takes GPU 1 (equal scores: the highest index)
     harness.add_pod(gpu_pod("binpack", mem=1000, annotations={"hami.io/gpu-scheduler-policy": "binpack"}))
-    harness.add_pod(gpu_pod("avoid", mem=1000, annotations={"nvidia.com/nouse-gpuuuid": "GPU-node-a-1"}))
+    harness.add_pod(gpu_pod("avoid", mem=1000, annotations={"nvidia.com/nouse-gpuuuid": "GPU-node-a-0"}))
     harness.add_pod(gpu_pod("bad", annotations={"hami.io/gpu-scheduler-policy": "tightest"}))
-    assert annotations_after(harness, "binpack").startswith("GPU-node-a-0,")
-    assert annotations_after(harness, "avoid").startswith("GPU-node-a-0,")
+    assert annotations_after(harness, "binpack").startswith("GPU-node-a-1,")
+    assert annotations_after(harness, "avoid").startswith("GPU-node-a-1,")
     answer = harness.filter("bad")
     assert "hami.io/gpu-scheduler-policy: 'tightest' is not a comma list" in answer["Error"]
 

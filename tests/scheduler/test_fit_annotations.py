@@ -37,7 +37,7 @@ def scripted_pod(name: str, memory: int = 1000) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "namespace": "default",
-            "annotations": {"hami.io/gpu-scheduler-policy": "binpack"},  # without reservations: the busiest device
+            "annotations": {"hami.io/gpu-scheduler-policy": "binpack"},  # the busiest device; ties: the highest index
         },
         "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "main", "resources": {"limits": limits}}]},
         "status": {"phase": "Pending"},
@@ -69,15 +69,15 @@ def view_pods(h: Harness, node: str = "node-a") -> dict[str, dict[str, str]]:
 def test_a_fits_annotations_are_written_with_the_placement(reserving: Harness) -> None:
     assert reserving.filter("first")["NodeNames"] == ["node-a"]
     got = annotations_of(reserving, "first")
-    assert got[RESERVED] == "SCR-0"
-    assert got[ALLOCATED] == "SCR-0,Scripted,1000,0:;"
+    assert got[RESERVED] == "SCR-1"
+    assert got[ALLOCATED] == "SCR-1,Scripted,1000,0:;"
     assert got["hami.io/vgpu-node"] == "node-a"
 
 
 def test_the_next_fit_sees_the_previous_pods_reservation_at_once(reserving: Harness) -> None:
     reserving.filter("first")
     reserving.filter("second")  # no flush: the watch may not have delivered the first pod's annotations yet
-    assert annotations_of(reserving, "second")[RESERVED] == "SCR-1"
+    assert annotations_of(reserving, "second")[RESERVED] == "SCR-0"
     answer = reserving.filter("third")
     assert answer["NodeNames"] == []
     assert answer["FailedNodes"] == {"node-a": "pod: needs 1 Scripted device, 0/2 usable (2 reserved by another pod)"}
@@ -88,7 +88,7 @@ def test_the_pods_own_update_replaces_the_assumed_annotations(reserving: Harness
     reserving.flush()
     seen = view_pods(reserving)["default/first"]
     assert seen == annotations_of(reserving, "first")
-    assert seen[ALLOCATED] == "SCR-0,Scripted,1000,0:;"
+    assert seen[ALLOCATED] == "SCR-1,Scripted,1000,0:;"
 
 
 def test_a_restart_rebuilds_the_same_reservations_from_the_pods(reserving: Harness) -> None:
@@ -114,7 +114,7 @@ def test_a_deleted_pod_leaves_the_node_view_and_frees_its_reservation(reserving:
     reserving.flush()
     assert set(view_pods(reserving)) == {"default/second"}
     assert reserving.filter("third")["NodeNames"] == ["node-a"]
-    assert annotations_of(reserving, "third")[RESERVED] == "SCR-0"
+    assert annotations_of(reserving, "third")[RESERVED] == "SCR-1"
 
 
 def test_the_placements_own_annotations_win_over_a_fits(reserving: Harness) -> None:
@@ -130,7 +130,7 @@ def test_the_placements_own_annotations_win_over_a_fits(reserving: Harness) -> N
     result: FilterResult = extender.filter(reserving.cluster.get("pods", "first", "default"), ["node-a"])
     assert result.node == "node-a"
     got = annotations_of(reserving, "first")
-    assert (got[ALLOCATED], got["hami.io/vgpu-node"]) == ("SCR-0,Scripted,1000,0:;", "node-a")
+    assert (got[ALLOCATED], got["hami.io/vgpu-node"]) == ("SCR-1,Scripted,1000,0:;", "node-a")
 
 
 # ------------------------------------------------------------------------------------------------------

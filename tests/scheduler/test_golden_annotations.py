@@ -27,11 +27,18 @@ import pytest
 from scheduler_harness import Harness, gpu_node
 
 from hami.cluster import meta
-from hami.codec import decode_node_lock, decode_pod_devices, encode_node_register, encode_pod_devices
+from hami.codec import (
+    decode_node_lock,
+    decode_pod_devices,
+    encode_legacy_register,
+    encode_node_register,
+    encode_pod_devices,
+)
 from hami.model import Device
 
 GOLDEN = Path(__file__).parent / "golden"
 UNIX_KEYS = ("hami.io/vgpu-time", "hami.io/bind-time", "predicate-time")
+NANO_KEYS = ("mthreads.com/predicate-time",)
 LOCK = "hami.io/mutex.lock"
 
 
@@ -63,6 +70,31 @@ def ascend_node(name: str, count: int = 2) -> dict[str, Any]:
     }
 
 
+def vendor_node(
+    name: str,
+    register: str,
+    capacity: str,
+    model: str,
+    count: int = 2,
+    memory: int = 16384,
+    split: int = 4,
+    prefix: str = "",
+    legacy: bool = False,
+) -> dict[str, Any]:
+    """A node as a vendor's device plugin registers it (HAMi's register annotation), devices of one model."""
+    devices = [
+        Device(id=f"{prefix}{name}-{i}", index=i, count=split, devmem=memory, devcore=100, type=model, numa=0)
+        for i in range(count)
+    ]
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {register: encode_legacy_register(devices) if legacy else encode_node_register(devices)},
+        },
+        "status": {"capacity": {capacity: str(count * split)}},
+    }
+
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "nvidia-one-container": (pod("p", [container("cuda", GPU)]), gpu_node("node-a", gpus=2)),
@@ -84,6 +116,50 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
         ),
         ascend_node("npu-a"),
     ),
+    "hygon-share-and-whole-card": (
+        pod(
+            "p",
+            [
+                container("share", {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "30"}),
+                container("whole", {"hygon.com/dcunum": "1", "hygon.com/dcucores": "100"}),
+            ],
+        ),
+        vendor_node("dcu-a", "hami.io/node-dcu-register", "hygon.com/dcunum", "DCU", prefix="DCU-", legacy=True),
+    ),
+    "iluvatar-two-chips-and-a-sidecar": (
+        pod(
+            "p",
+            [
+                container("main", {"iluvatar.ai/BI-V150-vgpu": "2", "iluvatar.ai/BI-V150.vMem": "4"}),
+                container("sidecar"),
+            ],
+        ),
+        vendor_node("ix-a", "hami.io/node-BI-V150-register", "iluvatar.ai/BI-V150-vgpu", "BI-V150", legacy=True),
+    ),
+    "mthreads-share": (
+        pod("p", [container("main", {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4"})]),
+        vendor_node("mt-a", "hami.io/node-mthreads-register", "mthreads.com/vgpu", "MTT S4000"),
+    ),
+    "cambricon-share": (
+        pod(
+            "p",
+            [
+                container(
+                    "main",
+                    {
+                        "cambricon.com/vmlu": "1",
+                        "cambricon.com/mlu.smlu.vmemory": "16",
+                        "cambricon.com/mlu.smlu.vcore": "25",
+                    },
+                )
+            ],
+        ),
+        vendor_node("mlu-a", "hami.io/node-cambricon-mlu-register", "cambricon.com/vmlu", "MLU370-X8"),
+    ),
+    "metax-whole-cards": (
+        pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),
+        vendor_node("mx-a", "hami.io/node-metax-gpu-register", "metax-tech.com/gpu", "MXC500", count=3, split=1),
+    ),
 }
 
 
@@ -94,13 +170,19 @@ def masked(annotations: dict[str, str]) -> dict[str, str]:
             assert re.fullmatch(r"[0-9]+", value), (key, value)
             assert abs(int(value) - time.time()) < 300, (key, value)
             value = "<unix seconds>"
+        if key in NANO_KEYS:
+            assert re.fullmatch(r"[0-9]+", value), (key, value)
+            assert abs(int(value) / 1e9 - time.time()) < 300, (key, value)
+            value = "<unix nanoseconds>"
         out[key] = value
     return out
 
 
 def decided(harness: Harness, name: str) -> dict[str, Any]:
     """Filter and bind the case's pod; its annotations and the node's lock, times masked."""
-    (node,) = harness.filter("p")["NodeNames"]
+    answer = harness.filter("p")
+    assert len(answer["NodeNames"]) == 1, answer
+    (node,) = answer["NodeNames"]
     lock_before_bind = meta(harness.cluster.get("nodes", node)).get("annotations", {}).get(LOCK)
     assert lock_before_bind is None
     assert harness.bind("p", node) == {"Error": ""}

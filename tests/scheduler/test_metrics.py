@@ -108,7 +108,7 @@ def test_a_placed_pod_shows_on_its_device_and_as_its_container(harness: Harness)
     metrics = metrics_for(harness)
     assert harness.filter("p1")["NodeNames"] == ["node-a"]
     s = Scrape(metrics)  # at once: the filter's own assumption already counts
-    used, idle = device_labels("node-a", 0), device_labels("node-a", 1)
+    used, idle = device_labels("node-a", 1), device_labels("node-a", 0)  # equal scores: HAMi's highest index
     assert s.value("hami_gpu_memory_allocated_bytes", **used) == 3000 * MIB
     assert s.value("hami_gpu_core_allocated_ratio", **used) == 30
     assert s.value("hami_gpu_shared_count", **used) == 1
@@ -117,8 +117,8 @@ def test_a_placed_pod_shows_on_its_device_and_as_its_container(harness: Harness)
     assert s.value("hami_gpu_memory_limit_bytes", **used) == 16384 * MIB
     assert s.value("hami_gpu_memory_allocated_bytes", **idle) == 0
     container = {"zone": "vGPU", "namespace": "default", "node": "node-a", "pod": "p1", "container_index": "0"}
-    assert s.value("hami_vgpu_memory_allocated_bytes", device_uuid="GPU-node-a-0", **container) == 3000 * MIB
-    assert s.value("hami_vgpu_core_allocated_ratio", device_uuid="GPU-node-a-0", **container) == 30
+    assert s.value("hami_vgpu_memory_allocated_bytes", device_uuid="GPU-node-a-1", **container) == 3000 * MIB
+    assert s.value("hami_vgpu_core_allocated_ratio", device_uuid="GPU-node-a-1", **container) == 30
     assert len(s.samples("hami_vgpu_memory_allocated_bytes")) == 1
 
     harness.flush()  # the pod's own annotations come back through the watch: the same numbers
@@ -138,7 +138,7 @@ def test_container_index_is_the_position_in_the_annotation_init_containers_first
         (x.labels["container_index"], x.labels["device_uuid"]): x.value
         for x in s.find("hami_vgpu_memory_allocated_bytes", pod="mixed", namespace="default")
     }
-    assert mixed == {("1", "GPU-node-a-0"): 2500 * MIB, ("2", "GPU-node-a-1"): 2500 * MIB}
+    assert mixed == {("1", "GPU-node-a-3"): 2500 * MIB, ("2", "GPU-node-a-2"): 2500 * MIB}  # HAMi's order
     multi = s.find("hami_vgpu_core_allocated_ratio", pod="multi", namespace="team", node="node-a")
     assert sorted(x.labels["container_index"] for x in multi) == ["0", "0"]
     assert len({x.labels["device_uuid"] for x in multi}) == 2

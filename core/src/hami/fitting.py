@@ -6,8 +6,9 @@ enough free cores; cores equal to the whole device need an idle device; a reques
 on a device whose cores are all taken. Init containers run one after another and before the app containers, so
 (as in HAMi) each init container is fitted alone against the node's usage and the app containers together
 against the same usage: a device must hold the larger of the two phases, not their sum (`pod_peaks`).
-Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`), app containers
-of one pod see each other's grants, and every refused node gets a reason a user can read. The node score is HAMi's.
+Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`) in HAMi v2.10's order
+(`hami_device_order`), app containers of one pod see each other's grants, and every refused node gets a reason a
+user can read. The node score is HAMi's.
 
 Vendor specifics (topology tables, partition profiles, templates) stay in the vendor. `ShareFitter` has two
 extension points: `extra_filter` refuses devices for the vendor's own reasons, and `ShareFitter.choose_devices`
@@ -17,9 +18,10 @@ can also post-process the fits. Nothing here modifies the node views it is given
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami.fragmentation import WorkloadProfile, free_share
 from hami.model import (
@@ -44,6 +46,8 @@ __all__ = [
     "Selectors",
     "ShareFitter",
     "effective_grants",
+    "hami_device_order",
+    "hami_device_score",
     "node_score",
     "pod_peaks",
 ]
@@ -90,6 +94,11 @@ class ChoiceContext:
     policy: SchedulingPolicy
     devices: Sequence[DeviceState]
     """Every device of the node, usable or not, with the grants of the pod's containers placed so far."""
+    order: list[int] = field(default_factory=list)
+    """Positions in `devices`, in the order HAMi's device list has after the last container's sort: HAMi sorts
+    one list in place for all app containers of a pod (a stable sort, so ties keep the earlier order), and
+    starts each init container from the node's registration order (here: index order). `choose_devices` and the
+    fitter update it."""
 
 
 def _split(value: str | None) -> list[str]:
@@ -131,6 +140,74 @@ def _device_score(free: DeviceState, memory: int, cores: int, weights: Mapping[s
     core = (free.usedcores + cores) / d.devcore if d.devcore else 1.0
     mem = (free.usedmem + memory) / d.devmem if d.devmem else 1.0
     return weights.get("slot", 1) * slot + weights.get("core", 1) * core + weights.get("memory", 1) * mem
+
+
+def _f32(value: float) -> float:
+    """`value` rounded to a float32, as Go's float32 arithmetic rounds each operation."""
+    rounded: float = struct.unpack("f", struct.pack("f", value))[0]
+    return rounded
+
+
+def hami_device_score(state: DeviceState, weights: Mapping[str, int], request: tuple[int, int] | None = None) -> float:
+    """HAMi's device score (`DeviceListsScore.ComputeScore`, float32 like HAMi's): 10 × (slot share + core share
+    + memory share) after the container's request, weighted. HAMi counts the request only when its type equals
+    the device's registered type (`request` is then its (MiB, cores)); otherwise the score is the device's
+    current use. A device without slots, cores or memory scores 0."""
+    d = state.usage.device
+    if not d.count or not d.devcore or not d.devmem:
+        return 0.0
+    slots, memory, cores = (1, *request) if request is not None else (0, 0, 0)
+    slot = _f32(float(slots + state.used) / d.count)
+    core = _f32(float(cores + state.usedcores) / d.devcore)
+    mem = _f32(float(memory + state.usedmem) / d.devmem)
+    total = _f32(_f32(weights.get("slot", 1)) * slot)
+    total = _f32(total + _f32(_f32(weights.get("core", 1)) * core))
+    total = _f32(total + _f32(_f32(weights.get("memory", 1)) * mem))
+    return _f32(10.0 * total)
+
+
+_CHAIN_KEYS = ("binpack", "spread", "numa")
+
+
+def hami_device_order(
+    devices: Sequence[DeviceState], order: Sequence[int], scores: Sequence[float], policy: str, numa_bind: bool
+) -> list[int]:
+    """HAMi v2.10's sort of a node's device list (`policy.DeviceUsageList.Less`), stable from `order`.
+
+    `policy` is the pod's GPU policy string (`hami.io/gpu-scheduler-policy`, default `spread`), `scores` the
+    devices' `hami_device_score`s by position. HAMi's vendors then take devices walking the sorted list from its
+    end, so the last entries are the favourites: spread puts the highest score first, binpack the lowest, ties
+    ordered by ascending NUMA node (walked: the highest NUMA node first), then by the list's earlier order.
+    A comma chain (or bare `numa`) sorts by its binpack/spread/numa keys in the order written, then by device
+    index; `mutex` alone puts the busiest devices first. With NUMA binding the NUMA nodes stay contiguous.
+    Go's sort.Sort is stable for lists of up to 12 devices (insertion sort), which this is for any length."""
+
+    def numa(i: int) -> int:
+        return devices[i].usage.device.numa
+
+    chain_form = "," in policy or policy == "numa"
+    if chain_form:
+        names = [p.strip() for p in policy.split(",")]
+        chain = [k for k in _CHAIN_KEYS if k in names]
+        chain.sort(key=names.index)
+        if not chain:
+            chain = ["spread"]
+        if numa_bind and chain[0] != "numa":
+            chain = ["numa", *(k for k in chain if k != "numa")]
+
+        def chained(i: int) -> tuple[float, ...]:
+            parts: list[float] = []
+            for k in chain:
+                parts.append(scores[i] if k == "binpack" else -scores[i] if k == "spread" else numa(i))
+            return (*parts, devices[i].usage.device.index)
+
+        return sorted(order, key=chained)
+    if policy == "mutex":
+        return sorted(order, key=lambda i: (-devices[i].used, numa(i)))
+    binpack = policy == "binpack"
+    if numa_bind:
+        return sorted(order, key=lambda i: (-numa(i), scores[i]) if binpack else (numa(i), -scores[i]))
+    return sorted(order, key=lambda i: (scores[i], numa(i)) if binpack else (-scores[i], numa(i)))
 
 
 def pod_peaks(placement: Sequence[ContainerPlacement], init_containers: int) -> dict[str, tuple[int, int, int]]:
@@ -185,9 +262,12 @@ class ShareFitter:
         kind: DeviceKind,
         *,
         extra_filter: Callable[[DeviceUsage, ContainerRequest], str | None] | None = None,
+        numa_bind: bool = False,
     ) -> None:
         self.kind = kind
         self.extra_filter = extra_filter
+        self.numa_bind = numa_bind
+        """All devices of a container on one NUMA node (HAMi's NUMA binding): ordered as HAMi orders them then."""
 
     def fit_nodes(
         self, pod: Pod, requests: Sequence[ContainerRequest | None], nodes: Sequence[NodeView], policy: SchedulingPolicy
@@ -208,8 +288,15 @@ class ShareFitter:
         def fresh() -> list[DeviceState]:
             return [DeviceState(u, u.used, u.usedmem, u.usedcores) for u in node.devices]
 
+        def registered() -> list[int]:
+            # HAMi's list is in registration order, which is index order on every node daemon (HAMi's and this
+            # project's); sorting by index keeps a choice independent of how a view happens to list the devices
+            return sorted(
+                range(len(node.devices)), key=lambda i: (node.devices[i].device.index, node.devices[i].device.id)
+            )
+
         inits = len(pod.init_containers)
-        apps = ChoiceContext(pod, node, policy, fresh())
+        apps = ChoiceContext(pod, node, policy, fresh(), registered())
         names = [c.name for c in pod.all_containers]
         placement: list[ContainerPlacement] = []
         for index, request in enumerate(requests):
@@ -217,7 +304,7 @@ class ShareFitter:
                 placement.append(())
                 continue
             # an init container runs alone: it sees the node's usage, not its siblings' grants
-            context = ChoiceContext(pod, node, policy, fresh()) if index < inits else apps
+            context = ChoiceContext(pod, node, policy, fresh(), registered()) if index < inits else apps
             chosen, reason = self._fit_container(request, list(context.devices), cordoned, selectors, context)
             if chosen is None:
                 who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
@@ -248,6 +335,7 @@ class ShareFitter:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
+        self._sort_devices(request, context)
         chosen = self.choose_devices(usable, request.count, context)
         if len(chosen) != request.count or len({id(c.state) for c in chosen}) != request.count:
             raise ValueError(
@@ -298,7 +386,9 @@ class ShareFitter:
         `count` distinct ones and must not modify them. This implementation applies the device policy in
         ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
         ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
-        use grows the node's expected fragmentation least); ties go to the lower device index.
+        use grows the node's expected fragmentation least). Except for the last, the order is HAMi's
+        (`hami_device_order`, walked from its end): on equal scores the highest NUMA node, then the device
+        latest in HAMi's list (at first the registration order: the highest index).
         """
         policy = context.policy
         if "fragmentation-aware" in policy.device and policy.workload is not None:
@@ -306,22 +396,55 @@ class ShareFitter:
             cpu = None if node.cpu_free is None else node.cpu_free - pod.host_cpu
             memory = None if node.memory_free is None else node.memory_free - pod.host_memory
             return _least_fragmenting(candidates, count, policy.workload, context.devices, cpu, memory)
-        binpack = "binpack" in policy.device or "best-fit" in policy.device
-
-        def order(item: Candidate) -> tuple[float, int, str]:
-            score = _device_score(item.state, item.memory, item.cores, policy.weights)
-            d = item.state.usage.device
-            return (-score if binpack else score, d.index, d.id)
-
-        ranked = sorted(candidates, key=order)
-        if "numa" in policy.device and count > 1:
+        if not context.order:  # called outside `fit_node`: the candidates' own scores, from registration order
+            by_state = {id(c.state): c for c in candidates}
+            scores = [
+                hami_device_score(f, policy.weights, self._counted(f, by_state.get(id(f)))) for f in context.devices
+            ]
+            devices = context.devices
+            by_index = sorted(range(len(devices)), key=lambda i: (devices[i].device.index, devices[i].device.id))
+            context.order[:] = hami_device_order(devices, by_index, scores, _hami_policy(policy), self.numa_bind)
+        position = {id(c.state): c for c in candidates}
+        # HAMi's vendors walk the sorted list from its end: the walk order is the preference order
+        ranked = [
+            position[id(context.devices[i])] for i in reversed(context.order) if id(context.devices[i]) in position
+        ]
+        if ("numa" in policy.device or self.numa_bind) and count > 1:
             groups: dict[int, list[Candidate]] = {}
             for item in ranked:
                 groups.setdefault(item.device.numa, []).append(item)
             whole = [g for g in groups.values() if len(g) >= count]
             if whole:
-                return min(whole, key=lambda g: [order(i) for i in g[:count]])[:count]
+                return whole[0][:count]  # the first NUMA node whose run completes in HAMi's walk
         return ranked[:count]
+
+    def _counted(self, state: DeviceState, candidate: Candidate | None) -> tuple[int, int] | None:
+        """What HAMi's device score counts of a container's request on `state`: only on a device whose
+        registered type is the request's type (the kind's common word), else nothing."""
+        if candidate is None or state.usage.device.type != self.kind.common_word:
+            return None
+        return (candidate.memory, candidate.cores)
+
+    def _sort_devices(self, request: ContainerRequest, context: ChoiceContext) -> None:
+        """Sort `context.order` as HAMi sorts the node's device list before fitting one container."""
+        weights = context.policy.weights
+        scores = []
+        for state in context.devices:
+            d = state.usage.device
+            counted = (request.memory_on(d), request.cores) if d.type == self.kind.common_word else None
+            scores.append(hami_device_score(state, weights, counted))
+        devices = context.devices
+        order = context.order or sorted(
+            range(len(devices)), key=lambda i: (devices[i].device.index, devices[i].device.id)
+        )
+        context.order[:] = hami_device_order(
+            context.devices, order, scores, _hami_policy(context.policy), self.numa_bind
+        )
+
+
+def _hami_policy(policy: SchedulingPolicy) -> str:
+    """The pod's device policy as HAMi's policy string (`best-fit` is this project's name for binpack)."""
+    return ",".join("binpack" if p == "best-fit" else p for p in policy.device)
 
 
 def _share_of(free: DeviceState) -> int:

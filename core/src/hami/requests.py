@@ -60,7 +60,10 @@ def read_count(container: Container, resource: str, *, unit: str = "", limit: in
         return None
     text = raw.strip()
     if _DECIMAL_SI.match(text):
-        exact = parse_quantity(text)
+        try:
+            exact = parse_quantity(text)
+        except ValueError as exc:  # beyond what a Kubernetes quantity holds (10E)
+            raise RequestError(resource, raw, str(exc).removeprefix(f"{text!r} ")) from None
         if exact != exact.to_integral_value():
             raise RequestError(resource, raw, _fix_for(text, unit))
         text = str(int(exact))

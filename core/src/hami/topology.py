@@ -123,8 +123,9 @@ class TopologyFitter(ShareFitter):
         *,
         links: Callable[[NodeView], LinkScores] | None = None,
         extra_filter: Callable[[DeviceUsage, ContainerRequest], str | None] | None = None,
+        numa_bind: bool = False,
     ) -> None:
-        super().__init__(kind, extra_filter=extra_filter)
+        super().__init__(kind, extra_filter=extra_filter, numa_bind=numa_bind)
         self.links = links or (lambda node: node.link_scores)
 
     def choose_devices(
@@ -142,7 +143,7 @@ class TopologyFitter(ShareFitter):
         if count == 1:
             return [by_id[least_connected(ids, scores)]]
         pools = [ids]
-        if "numa" in policy.device:
+        if "numa" in policy.device or self.numa_bind:
             groups: dict[int, list[str]] = {}
             for item in ranked:
                 groups.setdefault(item.device.numa, []).append(item.device.id)

@@ -100,19 +100,19 @@ def test_template_shares_and_whole_cards_from_filter_to_the_container(world_of: 
     world = world_of()
     u = [n.uuid for n in world.node.npus]
     got = world.place(npu_pod("job", {"huawei.com/Ascend910B3-memory": "8000"}, {"huawei.com/Ascend910B3": "1"}))
-    # exactly what HAMi v2.10 writes for this placement
-    assert got["hami.io/Ascend910B3-devices-to-allocate"] == f"{u[0]},Ascend910B3,16384,0:;{u[1]},Ascend910B3,65536,0:;"
+    # exactly what HAMi v2.10 writes for this placement (equal scores: the highest index first)
+    assert got["hami.io/Ascend910B3-devices-to-allocate"] == f"{u[3]},Ascend910B3,16384,0:;{u[2]},Ascend910B3,65536,0:;"
     assert got["hami.io/Ascend910B3-devices-allocated"] == got["hami.io/Ascend910B3-devices-to-allocate"]
     assert got["huawei.com/Ascend910B3"] == (
-        f'[{{"UUID":"{u[0]}","temp":"vir05_1c_16g","memory":16384}},{{"UUID":"{u[1]}","memory":65536}}]'
+        f'[{{"UUID":"{u[3]}","temp":"vir05_1c_16g","memory":16384}},{{"UUID":"{u[2]}","memory":65536}}]'
     )
     assert got["hami.io/vgpu-node"] == NODE
     assert got["predicate-time"].isdigit()  # HAMi's Ascend fit writes the decision's unix seconds
 
     world.bind("job")
-    share, card = world.allocator.allocate(B3, [[f"{u[0]}-0"], [f"{u[1]}-0"]])
-    assert dict(share.env) == {"ASCEND_VISIBLE_DEVICES": "0", "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
-    assert dict(card.env) == {"ASCEND_VISIBLE_DEVICES": "1"}
+    share, card = world.allocator.allocate(B3, [[f"{u[3]}-0"], [f"{u[2]}-0"]])
+    assert dict(share.env) == {"ASCEND_VISIBLE_DEVICES": "3", "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
+    assert dict(card.env) == {"ASCEND_VISIBLE_DEVICES": "2"}
     assert share.mounts == card.mounts == ()  # the vNPU and the whole card are the hardware's isolation
     after = world.annotations("job")
     assert after[BIND_PHASE] == "success"
@@ -131,9 +131,9 @@ def test_the_register_and_later_pods_see_what_earlier_ones_took(world_of: Callab
     third = world.place(npu_pod("c", {"huawei.com/Ascend910B3-memory": "30000"}, annotations=binpack))
     key = "hami.io/Ascend910B3-devices-allocated"
     assert [first[key], second[key], third[key]] == [
-        f"{u[0]},Ascend910B3,32768,0:;",
-        f"{u[0]},Ascend910B3,32768,0:;",  # two vir10_3c_32g fill a 64 GiB chip
-        f"{u[1]},Ascend910B3,32768,0:;",
+        f"{u[3]},Ascend910B3,32768,0:;",
+        f"{u[3]},Ascend910B3,32768,0:;",  # two vir10_3c_32g fill a 64 GiB chip
+        f"{u[2]},Ascend910B3,32768,0:;",
     ]
 
 
@@ -146,11 +146,11 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     soft = {"huawei.com/vnpu-mode": "hami-core"}
     limits = {"huawei.com/Ascend910B3-memory": "16384", "huawei.com/Ascend910B3-core": "30"}
     got = world.place(npu_pod("soft", limits, annotations=soft))
-    assert got["hami.io/Ascend910B3-devices-allocated"] == f"{u[0]},Ascend910B3,16384,30:;"
-    assert got["huawei.com/Ascend910B3"] == f'[{{"UUID":"{u[0]}","memory":16384,"core":30}}]'
+    assert got["hami.io/Ascend910B3-devices-allocated"] == f"{u[3]},Ascend910B3,16384,30:;"
+    assert got["huawei.com/Ascend910B3"] == f'[{{"UUID":"{u[3]}","memory":16384,"core":30}}]'
 
     world.bind("soft")
-    (edits,) = world.allocator.allocate(B3, [[f"{u[0]}-0"]])
+    (edits,) = world.allocator.allocate(B3, [[f"{u[3]}-0"]])
     uid = meta(world.cluster.get("pods", "soft", "default"))["uid"]
     directory = tmp_path / "hook" / "containers" / f"{uid}_c0"
     library = world.libraries.for_vendor("ascend")
@@ -166,7 +166,7 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     # the node daemon wrote the grant before answering, read-only to the container, outside its writable mounts
     grant_file = tmp_path / "hook" / "grants" / f"{uid}_c0" / "ascend.grant"
     assert Mount(container_path="/etc/hami/grant", host_path=str(grant_file.parent)) in edits.mounts
-    assert parse(grant_file.read_text()).devices == (DeviceGrant(16384 << 20, 30, u[0]),)
+    assert parse(grant_file.read_text()).devices == (DeviceGrant(16384 << 20, 30, u[3]),)
     assert grant_file.stat().st_mode & 0o777 == 0o644
     # the backstop writes the container's host pids there (GRANT.md "pids"): the served record names it, and so
     # does the one a restarted daemon makes from the pod

@@ -113,7 +113,7 @@ def test_golden_template_share_rounded_up_to_the_smallest_template() -> None:
 
 def test_golden_whole_cards_carry_no_template_but_their_memory() -> None:
     result = one([node("n1", [npu("n1", 0), npu("n1", 1)])], whole(2))
-    a, b = uuid("n1", 0), uuid("n1", 1)
+    a, b = uuid("n1", 1), uuid("n1", 0)  # equal scores: HAMi's walk, the highest index first
     assert encode_pod_devices(result.placement or ()) == f"{a},Ascend910B3,65536,0:{b},Ascend910B3,65536,0:;"
     runtime_list = f'[{{"UUID":"{a}","memory":65536}},{{"UUID":"{b}","memory":65536}}]'
     assert runtime(result) == {"huawei.com/Ascend910B3": runtime_list}
@@ -142,7 +142,7 @@ def test_golden_positional_entries_with_an_init_container_and_two_apps() -> None
         init=1,
         policy=SchedulingPolicy(device=("binpack",)),
     )  # fmt: skip
-    a = uuid("n1", 0)
+    a = uuid("n1", 1)  # equal scores: the highest index; then binpack: the same, busiest chip
     assert encode_pod_devices(result.placement or ()) == f";{a},Ascend910B3,16384,0:;{a},Ascend910B3,32768,0:;"
     assert runtime(result) == {
         "huawei.com/Ascend910B3": f'[{{"UUID":"{a}","temp":"vir05_1c_16g","memory":16384}},'
@@ -202,7 +202,7 @@ def test_soft_split_shares_go_only_to_nodes_that_serve_them() -> None:
     result = fit(nodes, req(memory=16384, cores=30), annotations=SOFT)
     assert result["tmpl"].placement is None
     assert "hami-vnpu-core: true" in result["tmpl"].reason
-    assert grants(result["soft"]) == [[(uuid("soft", 0), 16384, 30)]]
+    assert grants(result["soft"]) == [[(uuid("soft", 1), 16384, 30)]]
 
 
 def test_template_shares_do_not_go_to_soft_split_nodes_but_whole_cards_go_anywhere() -> None:
@@ -214,7 +214,7 @@ def test_template_shares_do_not_go_to_soft_split_nodes_but_whole_cards_go_anywhe
     wholes = fit(nodes, whole(1))
     assert all(f.placement is not None for f in wholes.values())
     soft_whole = fit(nodes, whole(1), annotations=SOFT)
-    assert grants(soft_whole["soft"]) == [[(uuid("soft", 0), 65536, 100)]]  # soft split: every core, exclusive
+    assert grants(soft_whole["soft"]) == [[(uuid("soft", 1), 65536, 100)]]  # soft split: every core, exclusive
 
 
 def test_soft_split_shares_share_a_chip_by_cores() -> None:
@@ -252,12 +252,14 @@ def indexes(result: NodeFit) -> list[list[int]]:
 
 def test_two_910c_cards_are_one_whole_module() -> None:
     result = one([c_node(busy=[0, 3])], whole(2, C), kind=C)
-    assert indexes(result) == [[4, 5]]  # modules 0 and 1 each have a busy die
+    # modules 0 and 1 each have a busy die; of the whole ones HAMi takes one in map order (random), this project
+    # the first its walk reaches (the highest index)
+    assert indexes(result) == [[6, 7]]
 
 
 def test_four_910c_cards_are_two_whole_modules_in_policy_order() -> None:
     result = one([c_node(busy=[2])], whole(4, C), kind=C, policy=SchedulingPolicy(device=("binpack",)))
-    assert sorted(indexes(result)[0]) == [0, 1, 4, 5]
+    assert sorted(indexes(result)[0]) == [4, 5, 6, 7]  # the whole modules HAMi's binpack walk reaches first
 
 
 def test_a_node_with_free_dies_but_no_free_modules_is_refused_saying_so() -> None:

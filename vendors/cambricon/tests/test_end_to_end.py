@@ -67,9 +67,9 @@ def test_a_dsmlu_share_from_filter_to_the_container(world: World) -> None:
     result = world.scheduler.extender.filter(world.cluster.get("pods", "share", "default"), [NODE])
     assert result.node == NODE, result.failed
     got = world.annotations("pods", "share", "default")
-    assert got[TO_ALLOCATE] == f"{UUIDS[0]},MLU,4096,25:;"  # HAMi's device string, the real card
+    assert got[TO_ALLOCATE] == f"{UUIDS[3]},MLU,4096,25:;"  # HAMi's string; equal scores: the highest index
     assert (got["CAMBRICON_DSMLU_PROFILE"], got["CAMBRICON_DSMLU_ASSIGNED"], got["CAMBRICON_DSMLU_ASSIGHED"]) == (
-        "0_25_16",
+        "3_25_16",
         "false",
         "false",
     )
@@ -77,14 +77,14 @@ def test_a_dsmlu_share_from_filter_to_the_container(world: World) -> None:
     assert world.scheduler.extender.bind("default", "share", uid, NODE).error == ""
     assert "cambricon.com/dsmlu.lock" in world.annotations("nodes", NODE)  # taken at bind, as HAMi's scheduler does
 
-    (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
-    cap = "/dev/cambricon-caps/cap_dev0_mi1"  # the sMLU instance made for the container
-    assert dict(edits.env) == {"VIRTUAL_DEVICES": f"/dev/cambricon_dev0,/dev/cambricon_ipcm0,{cap}"}
-    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev0", cap, "/dev/cambricon_ctl"]
+    (edits,) = world.allocator.allocate("MLU", [[UUIDS[3]]])
+    cap = "/dev/cambricon-caps/cap_dev3_mi1"  # the sMLU instance made for the container
+    assert dict(edits.env) == {"VIRTUAL_DEVICES": f"/dev/cambricon_dev3,/dev/cambricon_ipcm3,{cap}"}
+    assert [d.host_path for d in edits.devices] == ["/dev/cambricon_dev3", cap, "/dev/cambricon_ctl"]
     after = world.annotations("pods", "share", "default")
     assert (after[BIND_PHASE], after[TO_ALLOCATE]) == ("success", ";")
     assert after["CAMBRICON_DSMLU_ASSIGNED"] == after["CAMBRICON_DSMLU_ASSIGHED"] == "true"
-    assert after["CAMBRICON_DSMLU_PROFILE_INSTANCE"] == "1_256_0_1"
+    assert after["CAMBRICON_DSMLU_PROFILE_INSTANCE"] == "1_259_3_1"
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
 
 
@@ -117,8 +117,8 @@ def test_a_dsmlu_lock_of_hamis_scheduler_holds_our_bind_until_it_is_released(wor
     assert "nodeName" not in world.cluster.get("pods", "whole", "default")["spec"]
     world.cluster.patch_metadata("nodes", NODE, annotations={"cambricon.com/dsmlu.lock": None})  # HAMi's pod served
     assert world.scheduler.extender.bind("default", "whole", uid, NODE).error == ""
-    (edits,) = world.allocator.allocate("MLU", [[UUIDS[0]]])
-    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "0"}
+    (edits,) = world.allocator.allocate("MLU", [[UUIDS[3]]])
+    assert dict(edits.env) == {"CAMBRICON_VISIBLE_DEVICES": "3"}
     assert "cambricon.com/dsmlu.lock" not in world.annotations("nodes", NODE)
 
 

@@ -191,11 +191,11 @@ def test_an_exclusive_request_never_shares_a_chip():
 
 
 def test_the_topology_policy_keeps_a_boards_chips_together():
-    """Two BI-V150 boards (chips 0 and 2 on one, 1 and 3 on the other), chip 1 busy: binpack alone takes chips 1 and
-    0, across boards; with the topology-aware device policy the pair is on one board, by the node's
-    hami.io/node-iluvatar-score."""
+    """Two BI-V150 boards (chips 0 and 2 on one, 1 and 3 on the other), chip 2 busy: binpack alone takes chip 2 and
+    then (HAMi's order on equal scores) chip 3, across boards; with the topology-aware device policy the pair is on
+    one board, by the node's hami.io/node-iluvatar-score."""
     host = VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
-    devices = [gpu("n", 0), gpu("n", 1, 1, 1024, 10), gpu("n", 2), gpu("n", 3)]
+    devices = [gpu("n", 0), gpu("n", 1), gpu("n", 2, 1, 1024, 10), gpu("n", 3)]
     links = {"GPU-n-0": {"GPU-n-2": 100}, "GPU-n-2": {"GPU-n-0": 100}, "GPU-n-1": {"GPU-n-3": 100},
              "GPU-n-3": {"GPU-n-1": 100}}  # fmt: skip
     node = NodeView(name="n", devices=devices, annotations={"hami.io/node-iluvatar-score": encode_link_scores(links)})
@@ -206,4 +206,4 @@ def test_the_topology_policy_keeps_a_boards_chips_together():
         (fit,) = host.fit_nodes(V150, pod, [two], [node], SchedulingPolicy(device=device_policy))
         assert fit.placement is not None
         chosen[device_policy[-1]] = sorted(d.uuid for d in fit.placement[0])
-    assert chosen == {"binpack": ["GPU-n-0", "GPU-n-1"], "topology-aware": ["GPU-n-1", "GPU-n-3"]}
+    assert chosen == {"binpack": ["GPU-n-2", "GPU-n-3"], "topology-aware": ["GPU-n-0", "GPU-n-2"]}

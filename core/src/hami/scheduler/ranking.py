@@ -1,14 +1,15 @@
 """The candidate index: per pod shape, the nodes a filter is asked about, ranked by the node policy's key and
 kept current from the state's change log.
 
-kube-scheduler names every node in each filter (nodeCacheCapable), and a filter used to evaluate each of them
-in turn: at 5,000 nodes that loop was most of its time. A `Ranking` is that loop's result kept for one pod shape
-(the extender's memo id) and one list of node names: the nodes that cannot take the shape with why, and the
-others sorted by the policy's order key (`NodePolicy.order`) in one list per node group (model and device size).
-A later filter of the same shape re-evaluates only the nodes changed since (`ClusterState.changes`: usually the
-few its last decisions touched) and reads its candidates by merging the groups' lists, each with its group's
-adjustment (`NodePolicy.adjustment`, which depends on other nodes) added as it is read. The order is the one the
-full loop gives, ties going to the node name, so decisions do not depend on whether the index was used.
+kube-scheduler names up to every node in each filter (nodeCacheCapable: those that passed its own checks), and a
+filter used to evaluate each of them in turn: at 5,000 nodes that loop was most of its time. A `Ranking` is that
+evaluation kept for one pod shape (the extender's memo id) over every node of the state: the nodes that cannot
+take the shape with why, and the others sorted by the policy's order key (`NodePolicy.order`) in one list per node
+group (model and device size). A later filter of the same shape re-evaluates only the nodes changed since
+(`ClusterState.changes`: usually the few its last decisions touched), and reads its candidates by merging the
+groups' lists, each with its group's adjustment (`NodePolicy.adjustment`, which depends on other nodes) added as it
+is read, skipping the nodes the filter does not name. The order is the one the full loop gives, ties going to the
+node name, so decisions do not depend on whether the index was used.
 
 Thread-safety: none of its own; the extender uses it under the state's lock.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping
 
 from hami.scheduler.state import ClusterState
 
@@ -34,21 +35,19 @@ RANKINGS_KEPT = 32
 class Ranking:
     """One pod shape's evaluation of the nodes named in a filter."""
 
-    def __init__(self, names: Sequence[str], position: int) -> None:
-        self.names = list(names)
-        """The node names, as the filter listed them: a filter naming others gets a ranking of its own."""
-        self.members = frozenset(self.names)
+    def __init__(self, position: int) -> None:
         self.position = position
         """The change log position up to which the ranking is current."""
         self.failed: dict[str, str] = {}
         """Node → why it cannot take the shape."""
         self.groups: dict[int, list[tuple[float, str]]] = {}
         """Node group → its other nodes as (order key, name), sorted."""
-        self._ranked: dict[str, tuple[int, float]] = {}
+        self.ranked: dict[str, tuple[int, float]] = {}
+        """Node → (group, order key), for the nodes that can take the shape."""
 
     def put(self, name: str, evaluation: Evaluation) -> None:
         """Set (or replace) a node's evaluation."""
-        old = self._ranked.pop(name, None)
+        old = self.ranked.pop(name, None)
         if old is not None:
             ranked = self.groups[old[0]]
             del ranked[bisect.bisect_left(ranked, (old[1], name))]
@@ -59,15 +58,16 @@ class Ranking:
             self.failed[name] = reason
         else:
             bisect.insort(self.groups.setdefault(group, []), (key, name))
-            self._ranked[name] = (group, key)
+            self.ranked[name] = (group, key)
 
-    def ordered(self, adjustments: Mapping[int, float]) -> Iterator[tuple[float, str]]:
-        """The nodes that can take the shape, lowest key first, each group's adjustment (default 0) added."""
+    def ordered(self, adjustments: Mapping[int, float], names: Container[str]) -> Iterator[tuple[float, str]]:
+        """The nodes among `names` that can take the shape, lowest key first, each group's adjustment (default 0)
+        added."""
         streams = []
         for group, ranked in self.groups.items():
             extra = adjustments.get(group, 0.0)
             streams.append(iter(ranked) if not extra else _shifted(ranked, extra))
-        return heapq.merge(*streams)
+        return (entry for entry in heapq.merge(*streams) if entry[1] in names)
 
     def representatives(self) -> dict[int, str]:
         """One node of each group that has any, for the per-group adjustment."""
@@ -89,19 +89,18 @@ class Rankings:
         self.rebuilds = 0
         """How many rankings were built from every node (a new shape, node list, or a dropped change log)."""
 
-    def current(self, shape: int, names: Sequence[str], evaluate: Callable[[str], Evaluation]) -> Ranking:
-        """The ranking of `shape` over `names`, current with the state; the caller holds the state's lock."""
+    def current(self, shape: int, evaluate: Callable[[str], Evaluation]) -> Ranking:
+        """The ranking of `shape` over the state's nodes, current with it; the caller holds the state's lock."""
         position = self.state.change_position
         ranking = self._rankings.get(shape)
         changed = self.state.changed_since(ranking.position) if ranking is not None else None
-        listed = names if isinstance(names, list) else list(names)
-        if ranking is None or changed is None or ranking.names != listed:
-            ranking = Ranking(listed, position)
-            for name in ranking.names:
+        if ranking is None or changed is None:
+            ranking = Ranking(position)
+            for name in self.state.nodes:
                 ranking.put(name, evaluate(name))
             self.rebuilds += 1
         else:
-            for name in changed & ranking.members:
+            for name in changed:
                 ranking.put(name, evaluate(name))
             ranking.position = position
         self._rankings[shape] = ranking

@@ -115,14 +115,13 @@ class NvidiaFitter:
         self.pod = pod
         self.modes = requested_modes(pod)
         self.numa_bind = numa_bind(pod)
-        device_policy = policy.device
-        if self.numa_bind and "numa" not in device_policy:
-            device_policy = (*device_policy, "numa")
-        self.policy = policy.model_copy(update={"device": device_policy}) if device_policy != policy.device else policy
+        self.policy = policy
         self.selectors = Selectors(kind, pod)
-        self.shared: ShareFitter = ShareFitter(kind)
+        self.shared: ShareFitter = ShareFitter(kind, numa_bind=self.numa_bind)
         if TOPOLOGY_POLICY in self.policy.device:
-            self.shared = TopologyFitter(kind, links=scores_from_annotation(LINK_SCORE_ANNOTATION))
+            self.shared = TopologyFitter(
+                kind, links=scores_from_annotation(LINK_SCORE_ANNOTATION), numa_bind=self.numa_bind
+            )
         self.mig_choices: dict[str, list[MigChoice]] = {}
         """Node name → the MIG instances reserved by the last fit on that node (the reservation annotation)."""
         stale = pod.annotations.get(MIG_ALLOCATIONS_ANNOTATION)

@@ -3,9 +3,10 @@ record; its checks over each vendor's management library are hami.testing.backst
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from hami.node.backstop import owner_of
+from hami.node.backstop import namespace_pid, owner_of
 from hami.testing.backstop import systemd_cgroup
 
 POD_UID = "0b3c5a9e-1f2d-4c6b-9a8e-7d6c5b4a3f21"
@@ -21,3 +22,19 @@ def test_a_cgroup_path_gives_the_pod_and_container_under_both_cgroup_drivers(tmp
     (tmp_path / "8" / "cgroup").write_text(f"0::/kubepods/burstable/pod{POD_UID}/{SIDECAR_ID}\n")
     assert owner_of(8, tmp_path) == (POD_UID, SIDECAR_ID)
     assert owner_of(9, tmp_path) is None  # gone
+
+
+def test_a_processs_innermost_pid_and_namespace_come_from_its_status_and_ns_link(tmp_path: Path) -> None:
+    """The pid map's source (GRANT.md "pids"): the last NSpid field; a record without NSpid (a kernel before 4.1),
+    or another process's record, gives nothing rather than a wrong pid."""
+    own = namespace_pid(os.getpid())  # the real /proc: this process, in whatever namespace the tests run
+    assert own is not None
+    assert own == (os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/pid").st_ino)
+    for pid, status in ((7, "NSpid:\t7\t3\t1\n"), (8, "Pid:\t8\n"), (9, "NSpid:\t10\t1\n")):
+        (tmp_path / str(pid) / "ns").mkdir(parents=True)
+        (tmp_path / str(pid) / "status").write_text(f"Name:\tx\n{status}")
+        (tmp_path / str(pid) / "ns" / "pid").symlink_to("pid:[4026532100]")
+    assert namespace_pid(7, tmp_path) == (1, 4026532100)  # nested twice: the innermost is the process's own view
+    assert namespace_pid(8, tmp_path) is None
+    assert namespace_pid(9, tmp_path) is None
+    assert namespace_pid(11, tmp_path) is None  # gone

@@ -168,6 +168,13 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     assert Mount(container_path="/etc/hami/grant", host_path=str(grant_file.parent)) in edits.mounts
     assert parse(grant_file.read_text()).devices == (DeviceGrant(16384 << 20, 30, u[3]),)
     assert grant_file.stat().st_mode & 0o777 == 0o644
+    # the backstop writes the container's host pids there (GRANT.md "pids"): the served record names it, and so
+    # does the one a restarted daemon makes from the pod
+    (record,) = world.served.containers()
+    assert record.grant_dir == str(grant_file.parent)
+    restarted = ServedPods(world.node_host)
+    assert restarted.load([world.cluster.get("pods", "soft", "default")], NODE) == 1
+    assert [c.grant_dir for c in restarted.containers()] == [str(grant_file.parent)]
 
     world.cluster.delete("pods", "soft", "default")
     assert world.served.sweep(world.cluster) == ["default/soft"]

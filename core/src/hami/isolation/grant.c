@@ -11,17 +11,23 @@
  * read-only mount point (rmdir fails, and unmounting needs privileges the container lacks). Only where it does
  * not exist (outside Kubernetes, or a node daemon older than the grant) is HAMI_ISOLATION_GRANT_DIR consulted
  * (tests use it), and without any grant the environment alone configures the library, as in HAMi.
+ *
+ * The same directory, and no other, holds the node daemon's map of the container's device processes to their
+ * host pids (<dir>/pids, GRANT.md): hami_iso_host_pid() looks this process up there. A map from anywhere the
+ * container can write could name another process's host pid as this one's.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -183,5 +189,95 @@ int hami_grant_load(const hami_iso_vendor *vendor, struct hami_grant *grant, cha
         snprintf(why, size, "%s: %s", path, reason);
         return -1;
     }
+    return 1;
+}
+
+/* ---- this process's host pid (<grant dir>/pids) ----------------------------------------------------------- */
+
+#define PIDS_CHECK_NS 50000000ull /* look at the file at most this often */
+
+static pthread_mutex_t g_pids_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    unsigned long long checked_ns; /* CLOCK_MONOTONIC of the last look; 0: never */
+    dev_t dev;                     /* the file last read: a rename gives another inode */
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    pid_t pid;          /* the process the answer is about (a forked child asks afresh) */
+    unsigned host_pid;  /* 0: not listed */
+} g_pids;
+
+static unsigned long long monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* The inode of this process's pid namespace (/proc/self/ns/pid reads "pid:[<inode>]"), 0 when unknown. */
+static unsigned long long own_pid_namespace(void) {
+    char link[64];
+    ssize_t n = readlink("/proc/self/ns/pid", link, sizeof link - 1);
+    if (n <= 0) return 0;
+    link[n] = 0;
+    unsigned long long inode = 0;
+    return sscanf(link, "pid:[%llu]", &inode) == 1 ? inode : 0;
+}
+
+/* The host pid the map at `fd` gives (pid, namespace), 0 when it lists none. */
+static unsigned find_host_pid(int fd, pid_t pid, unsigned long long namespace) {
+    FILE *file = fdopen(fd, "r");
+    if (!file) {
+        close(fd);
+        return 0;
+    }
+    char line[128];
+    unsigned found = 0;
+    while (!found && fgets(line, sizeof line, file)) {
+        unsigned long inner = 0, host = 0;
+        unsigned long long ns = 0;
+        char extra;
+        if (sscanf(line, "%lu %lu %llu %c", &inner, &host, &ns, &extra) != 3) continue; /* not a map line */
+        if (inner == (unsigned long)pid && ns == namespace && host > 0 && host <= 0xffffffffu) found = (unsigned)host;
+    }
+    fclose(file);
+    return found;
+}
+
+int hami_iso_host_pid(unsigned *host_pid) {
+    if (!g_grant_dir[0]) return 0; /* no grant directory: nowhere a map can be trusted */
+    pid_t pid = getpid();
+    unsigned long long now = monotonic_ns();
+    pthread_mutex_lock(&g_pids_lock);
+    if (g_pids.pid != pid) { /* a forked child: its parent's answer is not its own */
+        memset(&g_pids, 0, sizeof g_pids);
+        g_pids.pid = pid;
+    }
+    if (!g_pids.checked_ns || now - g_pids.checked_ns >= PIDS_CHECK_NS) {
+        g_pids.checked_ns = now;
+        char path[512];
+        snprintf(path, sizeof path, "%s/pids", g_grant_dir);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            if (fd >= 0) close(fd);
+            g_pids.ino = 0;
+            g_pids.host_pid = 0;
+        } else if (st.st_dev != g_pids.dev || st.st_ino != g_pids.ino || st.st_size != g_pids.size ||
+                   st.st_mtim.tv_sec != g_pids.mtime.tv_sec || st.st_mtim.tv_nsec != g_pids.mtime.tv_nsec) {
+            g_pids.dev = st.st_dev;
+            g_pids.ino = st.st_ino;
+            g_pids.size = st.st_size;
+            g_pids.mtime = st.st_mtim;
+            unsigned long long namespace = own_pid_namespace();
+            g_pids.host_pid = namespace ? find_host_pid(fd, pid, namespace) : 0;
+            if (!namespace) close(fd);
+        } else {
+            close(fd);
+        }
+    }
+    unsigned found = g_pids.host_pid;
+    pthread_mutex_unlock(&g_pids_lock);
+    if (!found) return 0;
+    *host_pid = found;
     return 1;
 }

@@ -23,19 +23,25 @@ from hami.model import Mount
 __all__ = [
     "CONTROL_SIZE",
     "GRANT_DIR",
+    "PIDS_FILE",
     "POLICIES",
     "DeviceGrant",
     "Grant",
     "GrantError",
     "from_limits",
     "grant_edits",
+    "grant_host_dir",
     "parse",
+    "render_pid_map",
     "set_grant_control",
     "write_files",
+    "write_pid_map",
 ]
 
 GRANT_DIR = "/etc/hami/grant"
 """Where every container with an isolation library sees its grant directory (``HAMI_ISO_GRANT_DIR`` in C)."""
+PIDS_FILE = "pids"
+"""The node daemon's map of the container's device processes to their host pids, in the grant directory (GRANT.md)."""
 POLICIES = ("default", "force", "disable")
 MAX_DEVICES = 16
 CONTROL_SIZE = MAX_DEVICES * 16
@@ -149,6 +155,36 @@ def grant_edits(host_dir: PurePosixPath, vendor: str, grant: Grant) -> tuple[Mou
         str(host_dir / f"{vendor}.control"): "\0" * CONTROL_SIZE,
     }
     return Mount(container_path=GRANT_DIR, host_path=str(host_dir)), files
+
+
+def grant_host_dir(mounts: Sequence[Mount]) -> str | None:
+    """The host directory of a container's grant, from its container edits' mounts (the read-only one at
+    `GRANT_DIR`); None when the container has none."""
+    return next((m.host_path for m in mounts if m.container_path == GRANT_DIR and m.read_only), None)
+
+
+def render_pid_map(entries: Sequence[tuple[int, int, int]]) -> str:
+    """The ``pids`` file's text: one ``<container pid> <host pid> <pid namespace inode>`` line per entry, sorted,
+    so the same processes give the same text."""
+    return "".join(f"{inner} {host} {namespace}\n" for inner, host, namespace in sorted(set(entries)))
+
+
+def write_pid_map(host_dir: str | os.PathLike[str], text: str) -> None:
+    """Replace the ``pids`` file of the grant directory `host_dir` with `text` whole (a temporary file in the same
+    directory renamed over it, mode 0644). The directory is not made: a released container's is gone, and stays
+    so. :raises OSError: it could not be written (the directory is gone, among others)."""
+    directory = Path(host_dir)
+    if not directory.is_dir():
+        raise FileNotFoundError(2, "no such directory", str(directory))
+    with tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{PIDS_FILE}.", delete=False) as out:
+        out.write(text)
+        temporary = Path(out.name)
+    try:
+        temporary.chmod(0o644)
+        os.replace(temporary, directory / PIDS_FILE)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def from_limits(

@@ -37,8 +37,9 @@
  * of the bucket, and what the events measure is scaled by what the device counted per nanosecond charged (moved
  * halfway each 20 ms of charges), so that the estimates, which pace the launches between answers, follow the
  * device's count too. Measured on the fake device (10:90, 4 ms kernels, 2-core host): 1:9.0-1:9.2 with blurred
- * ("queued") timing, 1:8.7-1:9.0 with clean timing. Without answers (no such library, another pid namespace, an
- * error) the limiter works from the events alone, as above: exact with clean timing, short with blurred.
+ * ("queued") timing, 1:8.7-1:9.0 with clean timing. Without answers (no such library, a pid namespace without
+ * the node daemon's map of host pids, an error) the limiter works from the events alone, as above: exact with
+ * clean timing, short with blurred.
  *
  * The bucket is refilled lazily: only a thread that finds it in debt refills it from the elapsed time, so a
  * launch under the limit costs one atomic subtraction. GPU_CORE_UTILIZATION_POLICY=disable turns all of this

@@ -56,7 +56,7 @@ from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks, vendor_locks_of
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
-from hami.isolation.grant import write_files
+from hami.isolation.grant import grant_host_dir, write_files
 from hami.lifecycle import BIND_PHASE
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.journal import AllocationJournal, JournalEntry
@@ -327,9 +327,11 @@ class Allocator:
             log.info("pod %s/%s: answering a retried Allocate of %s from the journal", pod.namespace, pod.name, kind)
             for at, devices, done in zip(journaled.containers, journaled.placements, journaled.edits, strict=True):
                 name = containers[at].name
-                self.on_served(
-                    ServedContainer(pod.namespace, pod.name, pod.uid, name, at, kind, devices, done.accounting_file)
-                )
+                record = ServedContainer(
+                    pod.namespace, pod.name, pod.uid, name, at, kind, devices, done.accounting_file,
+                    grant_host_dir(done.mounts),
+                )  # fmt: skip
+                self.on_served(record)
                 entries[at] = ()
             self._commit(pod, key, entries, dict(journaled.annotations))
             return list(journaled.edits)
@@ -370,8 +372,9 @@ class Allocator:
                 raise AllocationError(f"cannot write {exc.filename} for {container}: {exc.strerror}") from None
             answers.append(edits)
             record = ServedContainer(
-                pod.namespace, pod.name, pod.uid, container, index, kind, placement, edits.accounting_file
-            )
+                pod.namespace, pod.name, pod.uid, container, index, kind, placement, edits.accounting_file,
+                grant_host_dir(edits.mounts),
+            )  # fmt: skip
             self.on_served(record)  # before anything else can fail: what hami_allocate made is released later
             served.append(record)
             entries[index] = ()

@@ -25,6 +25,13 @@ of 0, but only when every device the pod's placements name is one discovery repo
 scheduler names Cambricon's and MetaX's whole cards by capacity (``<node>-cambricon-mlu-<i>``,
 ``<node>-metax-<i>``), which matches no device id: such a pod's processes are not judged (logged once), rather
 than killed for using the cards they were given under another name.
+
+The round also tells each container's isolation library its processes' host pids, which a management library
+names processes by (NVML's per-process utilization) and which a process in the container's pid namespace cannot
+learn: for every process it mapped to a container that has a grant directory, the daemon reads the pid in the
+process's innermost pid namespace (the last field of ``NSpid:`` in the host's ``/proc/<pid>/status``) and that
+namespace (``/proc/<pid>/ns/pid``), and writes ``<grant dir>/pids`` (GRANT.md) whole when it changed. The grant
+directory is read-only in the container, so a tenant cannot name another process's host pid as its own.
 """
 
 from __future__ import annotations
@@ -42,11 +49,12 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from hami.cluster.port import Cluster, ClusterError
+from hami.isolation.grant import render_pid_map, write_pid_map
 from hami.model import DeviceProcess
 from hami.node.pods import ServedContainer
 from hami.plugins import VendorHost
 
-__all__ = ["Backstop", "BackstopSettings", "Overrun", "owner_of"]
+__all__ = ["Backstop", "BackstopSettings", "Overrun", "namespace_pid", "owner_of"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,7 @@ MiB = 1024 * 1024
 _POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER_ID = re.compile(r"(?:^|[-/])([0-9a-f]{64})(?:\.scope)?$")
 _LABELS = ["namespace", "pod", "container", "device_uuid"]
+_PID_NAMESPACE = re.compile(r"pid:\[([0-9]+)\]")
 
 
 class BackstopSettings(BaseModel):
@@ -80,6 +89,22 @@ def owner_of(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str] | Non
             container = _CONTAINER_ID.search(path.rstrip("/"))
             return found.group(1).replace("_", "-"), container.group(1) if container else ""
     return None
+
+
+def namespace_pid(pid: int, proc_root: Path = Path("/proc")) -> tuple[int, int] | None:
+    """(pid in its innermost pid namespace, that namespace's inode) of host process `pid`, from ``NSpid:`` in its
+    status and its ``ns/pid`` link; None when it is gone or either cannot be read."""
+    base = proc_root / str(pid)
+    try:
+        status = (base / "status").read_text()
+        link = os.readlink(base / "ns" / "pid")
+    except OSError:
+        return None
+    found = _PID_NAMESPACE.fullmatch(link)
+    fields = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    if found is None or not fields or not fields[-1].isdigit() or fields[0] != str(pid):
+        return None  # a kernel before 4.1 (no NSpid), or not this process's record
+    return int(fields[-1]), int(found.group(1))
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,8 @@ class Backstop(Collector):
         """(namespace, pod, container, device) → overruns found."""
         self.used: dict[tuple[str, str, str, str], int] = {}
         """(namespace, pod, container, device) → device memory the driver counted at the last round."""
+        self.pid_maps: dict[str, str] = {}
+        """Grant directory → the ``pids`` text last written there."""
 
     # ---------------------------------------------------------------------------------- one round
 
@@ -161,10 +188,40 @@ class Backstop(Collector):
             held.used += process.used_bytes
             held.pids.append(process.pid)
         self.used = {_key(chosen_of[k], k[2]): h.used for k, h in holdings.items()}
+        self._publish_pids(served, holdings, chosen_of)
         found = [self._judge(chosen_of[k], k[2], h) for k, h in holdings.items()]
         for (pod_uid, uuid), h in pod_level.items():
             found.append(self._judge_pod(by_pod[pod_uid], uuid, h))
         return [o for o in found if o is not None]
+
+    def _publish_pids(
+        self,
+        served: Sequence[ServedContainer],
+        holdings: dict[tuple[str, str, str], _Holding],
+        chosen_of: dict[tuple[str, str, str], ServedContainer],
+    ) -> None:
+        """Write each served container's ``pids`` where it changed, and once at the first round that sees it: what a
+        daemon before a restart left there may list processes that have ended since."""
+        entries: dict[str, set[tuple[int, int, int]]] = {c.grant_dir: set() for c in served if c.grant_dir}
+        for key, held in holdings.items():
+            directory = chosen_of[key].grant_dir
+            if not directory:
+                continue
+            for pid in held.pids:
+                inner = namespace_pid(pid, self.settings.proc_root)
+                if inner is not None:
+                    entries[directory].add((inner[0], pid, inner[1]))
+        self.pid_maps = {d: t for d, t in self.pid_maps.items() if d in entries}  # forget released containers
+        for directory, found in entries.items():
+            text = render_pid_map(sorted(found))
+            if self.pid_maps.get(directory) == text:  # a directory not written yet (a restart) is written
+                continue
+            try:
+                write_pid_map(directory, text)
+            except OSError as exc:
+                log.warning("cannot write the pid map of grant directory %s: %s", directory, exc)
+                continue
+            self.pid_maps[directory] = text
 
     def _cannot_read(self, c: ServedContainer, unknown: set[str]) -> None:
         if c.pod_uid not in self._unreadable:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, decode_pod_devices
+from hami.isolation.grant import grant_host_dir
 from hami.model import ContainerPlacement, Pod
 from hami.plugins import VendorHost
 
@@ -43,6 +44,8 @@ class ServedContainer:
     devices: ContainerPlacement
     accounting_file: str | None = None
     """Host path of the container's accounting file, from the vendor's container edits."""
+    grant_dir: str | None = None
+    """Host path of the container's grant directory (mounted read-only at /etc/hami/grant), from its edits."""
 
 
 def node_of(obj: KubeObject) -> str:
@@ -100,24 +103,29 @@ class ServedPods:
                 for index, devices in enumerate(placements):
                     if devices and index < len(containers):
                         name = containers[index].name
-                        accounting = self._accounting_file(kind.common_word, pod, index, devices)
+                        accounting, grant = self._edited_paths(kind.common_word, pod, index, devices)
                         self.record(
                             ServedContainer(
-                                pod.namespace, pod.name, pod.uid, name, index, kind.common_word, devices, accounting
+                                pod.namespace, pod.name, pod.uid, name, index, kind.common_word, devices, accounting,
+                                grant,
                             )
-                        )
+                        )  # fmt: skip
                         found += 1
         return found
 
-    def _accounting_file(self, kind: str, pod: Pod, index: int, devices: ContainerPlacement) -> str | None:
-        """Where the vendor put the container's accounting file (container edits are deterministic)."""
+    def _edited_paths(
+        self, kind: str, pod: Pod, index: int, devices: ContainerPlacement
+    ) -> tuple[str | None, str | None]:
+        """Where the vendor put the container's accounting file and grant directory (container edits are
+        deterministic)."""
         try:
-            return self.host.container_edits(kind, pod, index, devices).accounting_file
+            edits = self.host.container_edits(kind, pod, index, devices)
         except Exception:  # a vendor failing here must not stop the daemon from tracking the pod
             log.warning(
                 "pod %s/%s: cannot tell where container %d's accounting file is", pod.namespace, pod.name, index
             )
-            return None
+            return None, None
+        return edits.accounting_file, grant_host_dir(edits.mounts)
 
     def sweep(self, cluster: Cluster) -> list[str]:
         """Release and forget the tracked pods that are gone, replaced or finished; returns their `ns/name`."""

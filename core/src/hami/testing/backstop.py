@@ -5,7 +5,8 @@ What a tenant does here: its container runs a process the isolation library does
 process that patched the library out), which then holds more device memory than the container was granted. The
 driver's count, which the vendor's management library reports per process, shows it. The processes are real (they
 are killed for real); the kernel's cgroup record of each one is written into a /proc tree of the test, as the
-kubelet's cgroup paths name it.
+kubelet's cgroup paths name it, with the ``NSpid:`` line of its status and its ``ns/pid`` link, as the kernel
+shows a process of a container's pid namespace from the host.
 
 A vendor's fake management library answers its per-process call (NVML's ``nvmlDeviceGetComputeRunningProcesses``,
 DCMI's ``dcmi_get_device_resource_info``, ...) from the file an environment variable names, re-read at every call,
@@ -48,6 +49,8 @@ POD_UID = "0b3c5a9e-1f2d-4c6b-9a8e-7d6c5b4a3f21"
 OTHER_POD_UID = "11111111-2222-3333-4444-555555555555"
 CONTAINER_ID = "a" * 64
 SIDECAR_ID = "b" * 64
+CONTAINER_PID_NAMESPACE = 4026532771
+"""The inode of the pid namespace the tests' container processes are shown in."""
 
 
 def systemd_cgroup(pod_uid: str, container_id: str) -> str:
@@ -92,22 +95,36 @@ class BackstopMachine:
     def processes_file(self) -> Path:
         return self.root / "device.processes"
 
-    def run(self, device: int, mib: int, cgroup: str) -> subprocess.Popen[bytes]:
-        """A real process, the driver counting `mib` MiB for it on device `device`, in the cgroup `cgroup` names."""
+    def run(
+        self, device: int, mib: int, cgroup: str, inner_pid: int | None = None, namespace: int = CONTAINER_PID_NAMESPACE
+    ) -> subprocess.Popen[bytes]:
+        """A real process, the driver counting `mib` MiB for it on device `device`, in the cgroup `cgroup` names;
+        with `inner_pid`, it is that pid in the pid namespace `namespace` (else it is in the host's alone)."""
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         self.children.append(child)
-        (self.proc / str(child.pid)).mkdir(parents=True)
-        (self.proc / str(child.pid) / "cgroup").write_text(cgroup)
+        base = self.proc / str(child.pid)
+        (base / "ns").mkdir(parents=True)
+        (base / "cgroup").write_text(cgroup)
+        pids = f"{child.pid}\t{inner_pid}" if inner_pid is not None else f"{child.pid}"
+        (base / "status").write_text(f"Name:\tpython3\nPid:\t{child.pid}\nNSpid:\t{pids}\nThreads:\t1\n")
+        (base / "ns" / "pid").symlink_to(f"pid:[{namespace if inner_pid is not None else 4026531836}]")
         with self.processes_file.open("a") as f:
             f.write(f"{device} {child.pid} {mib * MiB}\n")
         return child
 
     def served(self, device: int, mib: int, container: str = "main", index: int = 0) -> ServedContainer:
-        """A container of the test's pod granted `mib` MiB of device `device`."""
+        """A container of the test's pod granted `mib` MiB of device `device`, its grant directory
+        `grant_dir(container)` (made here, as Allocate does)."""
         kind = self.node.kind
         granted = ContainerDevice(uuid=self.node.uuids[device], type=self.node.device_type or kind, usedmem=mib,
                                   usedcores=30)  # fmt: skip
-        return ServedContainer("team", "train", POD_UID, container, index, kind, (granted,))
+        grant = self.grant_dir(container)
+        grant.mkdir(parents=True, exist_ok=True)
+        return ServedContainer("team", "train", POD_UID, container, index, kind, (granted,), None, str(grant))
+
+    def grant_dir(self, container: str = "main") -> Path:
+        """The host's grant directory of `container` of the test's pod."""
+        return self.root / "grants" / f"{POD_UID}_{container}"
 
     def backstop(self, containers: list[ServedContainer], cluster: Any = None, **settings: Any) -> Backstop:
         config = BackstopSettings(proc_root=self.proc, **settings)
@@ -234,6 +251,56 @@ class BackstopTests:
         assert overrun.container.container == "sidecar"
         assert sidecar.wait(timeout=10) == -signal.SIGKILL
         assert main.poll() is None
+
+    def test_each_containers_device_processes_are_mapped_to_their_host_pids_in_its_grant_dir(
+        self, machine: BackstopMachine
+    ) -> None:
+        """The isolation library in a container's pid namespace sees its own pid only; the management library names
+        it by its host pid. The round writes the map into the read-only grant directory, and rewrites it only when
+        it changed."""
+        cluster = MemoryCluster()
+        cluster.create("namespaces", {"metadata": {"name": "team"}})
+        statuses = [
+            {"name": "main", "containerID": f"containerd://{CONTAINER_ID}"},
+            {"name": "sidecar", "containerID": f"containerd://{SIDECAR_ID}"},
+        ]
+        cluster.create(
+            "pods",
+            {
+                "metadata": {"name": "train", "namespace": "team", "uid": POD_UID},
+                "spec": {"containers": [{"name": "main"}, {"name": "sidecar"}]},
+                "status": {"containerStatuses": statuses},
+            },
+        )
+        containers = [machine.served(0, 4000, "main", 0), machine.served(0, 4000, "sidecar", 1),
+                      machine.served(1, 1000, "idle", 2)]  # fmt: skip
+        stop = machine.backstop(containers, cluster)
+        first = machine.run(0, 100, systemd_cgroup(POD_UID, CONTAINER_ID), inner_pid=7)
+        second = machine.run(0, 100, systemd_cgroup(POD_UID, CONTAINER_ID), inner_pid=12)
+        sidecar = machine.run(0, 100, systemd_cgroup(POD_UID, SIDECAR_ID), inner_pid=7, namespace=4026532999)
+        machine.run(0, 100, systemd_cgroup(OTHER_POD_UID, CONTAINER_ID), inner_pid=8)  # not served here
+        stale = machine.grant_dir("idle") / "pids"
+        stale.write_text(f"7 1 {CONTAINER_PID_NAMESPACE}\n")  # left by the daemon before a restart; ended since
+        assert stop.check() == []
+        main_map = machine.grant_dir("main") / "pids"
+        ns = CONTAINER_PID_NAMESPACE
+        assert main_map.read_text() == f"7 {first.pid} {ns}\n12 {second.pid} {ns}\n"
+        assert (machine.grant_dir("sidecar") / "pids").read_text() == f"7 {sidecar.pid} 4026532999\n"
+        assert stale.read_text() == "", "no process of that container runs now"
+        assert main_map.stat().st_mode & 0o777 == 0o644
+        assert not [p for p in machine.grant_dir("main").iterdir() if p.name != "pids"], "no temporary file left"
+        written = main_map.stat().st_ino
+        assert stop.check() == []
+        assert main_map.stat().st_ino == written, "the same processes: not written again"
+        second.kill()
+        second.wait()
+        machine.processes_file.write_text(
+            "".join(line for line in machine.processes_file.read_text().splitlines(keepends=True)
+                    if f" {second.pid} " not in line)
+        )  # fmt: skip
+        assert stop.check() == []
+        assert main_map.read_text() == f"7 {first.pid} {ns}\n"
+        assert main_map.stat().st_ino != written, "replaced whole (renamed over), never written in place"
 
     def test_the_vendor_reports_every_device_process_with_the_drivers_figure(self, machine: BackstopMachine) -> None:
         a = machine.run(0, 1234, "0::/system.slice/x.service\n")

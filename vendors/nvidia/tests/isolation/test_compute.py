@@ -13,7 +13,8 @@ import time
 import pytest
 
 from hami.isolation.accounting import ControlMode, set_device_control
-from hami.isolation.grant import set_grant_control
+from hami.isolation.grant import render_pid_map, set_grant_control, write_pid_map
+from hami.node.backstop import namespace_pid
 from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish, grant_text
 
 shares = device_shares
@@ -193,21 +194,94 @@ def _new_pid_namespace() -> list[str]:
     return command
 
 
+HOST_PID_NAMESPACE = 4026531836  # the initial pid namespace's inode
+
+
 @SHARE_MEASUREMENT
-def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_own(sandbox):
+@pytest.mark.parametrize("pid_map", ["none", "another namespace's"])
+def test_in_another_pid_namespace_nvml_figures_are_not_taken_as_the_processes_own(sandbox, pid_map):
     """NVML names processes by their host pid: in a container's pid namespace the process's own pid may be another
-    process's on the host, whose (lower) figures would lift its limit. There the limiter keeps to its events, and
-    the limit still holds."""
+    process's on the host, whose (lower) figures would lift its limit. Here it is: a 10 % process on the host has
+    host pid T, and the client is made pid T of its namespace. Without the node daemon's map, or with a map that
+    lists pid T for another pid namespace only (a process of a nested namespace, or of the host, with the same
+    number), the limiter keeps to its events, and the 30 % limit still holds."""
     timing = {"FAKE_CUDA_KERNEL_NS": "1000000", "LIBCUDA_LOG_LEVEL": "2"}
-    argv = [*_new_pid_namespace(), str(sandbox.build.client), "launch", "2.5", "kernel", "132"]
-    proc = subprocess.Popen(
-        argv, env=sandbox.env(cores=30, extra=timing), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    decoy = sandbox.start(
+        "launch", 3.5, "kernel", 132, env=sandbox.env("decoy", cores=10, extra={**timing, "FAKE_CUDA_TAG": "1"})
     )
+    extra = dict(timing)
+    if pid_map != "none":
+        extra.update(sandbox.grant(grant_text(0, cores=30)))
+        write_pid_map(sandbox.grant_dir(), render_pid_map([(decoy.pid, decoy.pid, HOST_PID_NAMESPACE)]))
+    client = f"{sandbox.build.client} launch 2.5 kernel 132; exit $?"
+    script = f"echo {decoy.pid - 1} > /proc/sys/kernel/ns_last_pid && {client}"  # the client is pid T there
+    proc = subprocess.Popen(
+        [*_new_pid_namespace(), "sh", "-c", script],
+        env=sandbox.env(cores=30, extra=extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
+        host = _namespaced_child(_namespaced_child(proc.pid))  # unshare, its sh, the client
+        found = namespace_pid(host)
+        assert found is not None, "no NSpid for the client"
+        assert found[0] == decoy.pid, f"the client is pid {found[0]} in its namespace, not {decoy.pid}"
         (share,) = shares(sandbox, [0])
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
+    finish(decoy)
     assert proc.returncode == 0, err
+    assert share == pytest.approx(0.30, abs=0.05), f"the client took the host's pid {decoy.pid}'s figures: {share:.1%}"
     assert "not in the host's pid namespace: the compute limit is held by event timing alone" in err
-    assert share == pytest.approx(0.30, abs=0.05)
+    assert "(the node daemon's map)" not in err
+
+
+def _namespaced_child(unshare_pid: int, timeout: float = 10) -> int:
+    """The host pid of the process `unshare --fork` (pid `unshare_pid`) started in its new pid namespace."""
+    deadline = time.monotonic() + timeout
+    children = f"/proc/{unshare_pid}/task/{unshare_pid}/children"
+    while time.monotonic() < deadline:
+        try:
+            with open(children) as handle:
+                found = handle.read().split()
+        except OSError:
+            found = []
+        if found:
+            return int(found[0])
+        time.sleep(0.01)
+    pytest.fail(f"unshare (pid {unshare_pid}) started nothing within {timeout} s")
+
+
+@SHARE_MEASUREMENT
+def test_in_a_pid_namespace_the_node_daemons_pid_map_lets_nvml_figures_hold_the_10_90_split(sandbox):
+    """Each container in a pid namespace of its own, where both clients are pid 1, with queued event timing (every
+    event of the 10 % container also times the 90 % container's queued work): event timing alone gives 1:11. The
+    node daemon's map in each read-only grant directory (GRANT.md "pids", written as its backstop round writes
+    it, from the host's /proc) names each client's host pid, by which NVML reports it: the split holds 1:9."""
+    prefix = _new_pid_namespace()
+    timing = {"FAKE_CUDA_KERNEL_NS": "4000000", "FAKE_CUDA_EVENT_TIMING": "queued", "LIBCUDA_LOG_LEVEL": "2"}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    try:
+        for name, cores, tag in (("low", 10, 0), ("high", 90, 1)):
+            extra = {**sandbox.grant(grant_text(0, cores=cores), name), **timing, "FAKE_CUDA_TAG": str(tag)}
+            argv = [*prefix, str(sandbox.build.client), "launch", "3.2", "kernel", "132"]
+            procs[name] = subprocess.Popen(
+                argv, env=sandbox.env(name, extra=extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        hosts = {}
+        for name, proc in procs.items():
+            hosts[name] = _namespaced_child(proc.pid)
+            found = namespace_pid(hosts[name])
+            assert found is not None, f"no NSpid for the {name} client"
+            assert found[0] == 1, f"the {name} client is pid {found[0]} in its namespace, not 1"
+            write_pid_map(sandbox.grant_dir(name), render_pid_map([(found[0], hosts[name], found[1])]))
+        low_share, high_share = shares(sandbox, [0, 1], warmup=1.0)
+        errors = {name: proc.communicate(timeout=30)[1] for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+    for name, proc in procs.items():
+        assert proc.returncode == 0, errors[name]
+        assert f"pid 1 is host pid {hosts[name]} (the node daemon's map)" in errors[name]
+    assert low_share + high_share > 0.9, "the device was not kept busy"
+    ratio = high_share / low_share
+    assert ratio == pytest.approx(9, rel=0.10), f"in pid namespaces, queued timing: 1:{ratio:.2f}, not 1:9 +- 10 %"

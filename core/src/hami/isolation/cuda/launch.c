@@ -13,10 +13,12 @@
  * (hami_iso_vendor.device_busy), for the device time the device itself counted for this process: NVML's
  * per-process utilization (nvmlDeviceGetProcessUtilization, the smUtil of this process's samples times the span
  * they cover), when the vendor names an NVML-compatible library and it has the function. NVML names processes by
- * their pid in the host's pid namespace, so the answer is used only by a process in that namespace (a pod with
- * hostPID, or no container): in any other, a pid of the container's could be another process's on the host, and
- * taking that process's figures as ours could lift the limit; there, and until NVML has once shown this pid busy,
- * the answer is "unknown" and the limiter uses its event timing alone.
+ * their pid in the host's pid namespace. A process in that namespace (a pod with hostPID, or no container) finds
+ * itself by getpid(); one in a container's pid namespace by the host pid the node daemon's map in its grant
+ * directory gives it (hami_iso_host_pid, GRANT.md "pids": read-only in the container, written from the host's
+ * /proc). Without that map (no node daemon, or the process is not listed yet) its own pid could be another
+ * process's on the host, and taking that process's figures as ours could lift the limit: there, and until NVML
+ * has once shown the pid busy, the answer is "unknown" and the limiter uses its event timing alone.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -41,7 +43,9 @@ int hami_cu_stream_capturing(void *stream) {
 static _Atomic int g_nvml_up; /* 0 not tried, 1 initialized, -1 unavailable */
 static unsigned long long g_last_seen[HAMI_ISO_MAX_DEVICES]; /* microseconds, CLOCK_REALTIME; 0: never asked */
 static int g_pid_seen[HAMI_ISO_MAX_DEVICES];                 /* NVML has shown this pid busy on the device */
-static unsigned g_owner;                                     /* the pid these are about */
+static unsigned g_owner;                                     /* the host pid these are about */
+static int g_host_namespace;                                 /* 1: this process is in the host's pid namespace */
+static unsigned g_told;                                      /* the host pid last logged (~0u: unmapped; 0: nothing yet) */
 
 #define HOST_PID_NAMESPACE "pid:[4026531836]" /* the initial pid namespace's inode (PROC_PID_INIT_INO) */
 
@@ -66,18 +70,30 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
         return -1;
     int up = atomic_load(&g_nvml_up);
     if (!up) {
-        if (!in_host_pid_namespace()) {
-            up = -1;
-            HAMI_LOG(HAMI_LOG_INFO, "not in the host's pid namespace: the compute limit is held by event timing alone");
-        } else {
-            up = hami_real.nvmlInit_v2() == NVML_SUCCESS ? 1 : -1;
-        }
+        g_host_namespace = in_host_pid_namespace();
+        up = hami_real.nvmlInit_v2() == NVML_SUCCESS ? 1 : -1;
         atomic_store(&g_nvml_up, up);
     }
-    nvmlDevice_t handle;
-    if (up < 0 || hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
+    if (up < 0) return -1;
     unsigned pid = (unsigned)getpid();
-    if (g_owner != pid) { /* a forked child: what its parent was shown is not its own */
+    if (!g_host_namespace) { /* NVML's pids are the host's: only the node daemon's map says which one is ours */
+        unsigned host = 0;
+        int mapped = hami_iso_host_pid(&host);
+        if ((mapped ? host : ~0u) != g_told) {
+            g_told = mapped ? host : ~0u;
+            if (mapped)
+                HAMI_LOG(HAMI_LOG_INFO, "pid %u is host pid %u (the node daemon's map): the compute limit follows "
+                         "NVML's figures for it", pid, host);
+            else
+                HAMI_LOG(HAMI_LOG_INFO, "not in the host's pid namespace: the compute limit is held by event "
+                         "timing alone");
+        }
+        if (!mapped) return -1;
+        pid = host;
+    }
+    nvmlDevice_t handle;
+    if (hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
+    if (g_owner != pid) { /* a forked child, or the map names another pid: what was shown is not ours */
         memset(g_last_seen, 0, sizeof g_last_seen);
         memset(g_pid_seen, 0, sizeof g_pid_seen);
         g_owner = pid;

@@ -87,6 +87,12 @@ uint64_t hami_iso_memory_limit(int device); /* bytes; 0 = no limit */
 int hami_iso_core_limit(int device);        /* percent of device time; 0 = no limit (also when disabled) */
 int hami_iso_oversubscribe(void);           /* non-zero when the limit may exceed the physical memory */
 
+/* This process's pid in the host's pid namespace, from the node daemon's map in the grant directory this process
+ * took its grant from (GRANT.md, "pids"): 1 and *host_pid set when the map lists getpid() in this process's pid
+ * namespace, 0 otherwise (no grant directory, no map, not listed yet). The file is checked at most every 50 ms
+ * and re-read when it changed. Thread-safe. */
+int hami_iso_host_pid(unsigned *host_pid);
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Memory accounting (per container, across all its processes)                                              */
 /* ------------------------------------------------------------------------------------------------------ */

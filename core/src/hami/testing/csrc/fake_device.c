@@ -223,9 +223,29 @@ static uint64_t queued(uint64_t now) {
  * record; any other takes the next one. */
 static _Atomic uint64_t g_my_record[FAKE_MAX_DEVICES]; /* index + 1 of this process's newest record */
 
+/* The pid a kernel driver knows this process by, the host's: /proc/self names it in the pid namespace of the /proc
+ * mounted here (in the tests' pid namespaces, made without a /proc of their own, the host's); getpid() where it
+ * cannot be read. Looked up once per process. */
+static int64_t driver_pid(void) {
+    static _Atomic int64_t g_for, g_pid;
+    int64_t own = (int64_t)getpid();
+    if (atomic_load(&g_for) == own) return atomic_load(&g_pid);
+    int64_t pid = own;
+    char link[32], *end;
+    ssize_t n = readlink("/proc/self", link, sizeof link - 1);
+    if (n > 0) {
+        link[n] = 0;
+        long long value = strtoll(link, &end, 10);
+        if (!*end && value > 0) pid = value;
+    }
+    atomic_store(&g_pid, pid);
+    atomic_store(&g_for, own);
+    return pid;
+}
+
 static void record_run(int device, uint64_t start, uint64_t end) {
     struct fake_runs *runs = &fake_state->runs[device];
-    int64_t pid = (int64_t)getpid();
+    int64_t pid = driver_pid();
     uint64_t mine = atomic_load(&g_my_record[device]);
     if (mine) {
         struct fake_run_record *last = &runs->records[(mine - 1) % FAKE_RUNS];

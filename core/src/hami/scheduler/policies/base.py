@@ -1,9 +1,11 @@
 """The interface every node-ordering policy implements, and what a policy sees of the pod being filtered.
 
 A node policy answers three questions for the extender's filter, and owns nothing else: in what order the
-candidate nodes are fitted (`NodePolicy.order`, a per-node key memoised on the node until its usage changes),
-what that key must leave out because it depends on other nodes (`NodePolicy.adjustment`, computed per node
-group on every filter), and which feasible node of a batch wins (`NodePolicy.choose`). Filtering, fitting
+candidate nodes are fitted (`NodePolicy.order`, a per-node key memoised on the node until its usage changes, and
+kept per pod shape in `hami.scheduler.ranking`), what that key must leave out because it depends on other nodes
+(`NodePolicy.adjustment`, computed per node group on every filter), and which feasible node of a batch wins
+(`NodePolicy.choose`). `NodePolicy.order_class` says what the key reads of a node, so that alike nodes are
+evaluated once. Filtering, fitting
 devices, recording and binding stay in `hami.scheduler.extender`; device choice inside a node is the vendors'
 (`hami.fitting`).
 """

@@ -18,6 +18,7 @@ can also post-process the fits. Nothing here modifies the node views it is given
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -142,10 +143,27 @@ def _device_score(free: DeviceState, memory: int, cores: int, weights: Mapping[s
     return weights.get("slot", 1) * slot + weights.get("core", 1) * core + weights.get("memory", 1) * mem
 
 
+_FLOAT32 = struct.Struct("f")
+
+
 def _f32(value: float) -> float:
     """`value` rounded to a float32, as Go's float32 arithmetic rounds each operation."""
-    rounded: float = struct.unpack("f", struct.pack("f", value))[0]
+    rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
     return rounded
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _score32(
+    slots: int, count: int, cores: int, devcore: int, memory: int, devmem: int, ws: int, wc: int, wm: int
+) -> float:
+    """HAMi's float32 device score from its inputs (memoised: the nodes of a cluster repeat a few of them)."""
+    slot = _f32(float(slots) / count)
+    core = _f32(float(cores) / devcore)
+    mem = _f32(float(memory) / devmem)
+    total = _f32(_f32(ws) * slot)
+    total = _f32(total + _f32(_f32(wc) * core))
+    total = _f32(total + _f32(_f32(wm) * mem))
+    return _f32(10.0 * total)
 
 
 def hami_device_score(state: DeviceState, weights: Mapping[str, int], request: tuple[int, int] | None = None) -> float:
@@ -157,13 +175,10 @@ def hami_device_score(state: DeviceState, weights: Mapping[str, int], request: t
     if not d.count or not d.devcore or not d.devmem:
         return 0.0
     slots, memory, cores = (1, *request) if request is not None else (0, 0, 0)
-    slot = _f32(float(slots + state.used) / d.count)
-    core = _f32(float(cores + state.usedcores) / d.devcore)
-    mem = _f32(float(memory + state.usedmem) / d.devmem)
-    total = _f32(_f32(weights.get("slot", 1)) * slot)
-    total = _f32(total + _f32(_f32(weights.get("core", 1)) * core))
-    total = _f32(total + _f32(_f32(weights.get("memory", 1)) * mem))
-    return _f32(10.0 * total)
+    return _score32(
+        slots + state.used, d.count, cores + state.usedcores, d.devcore, memory + state.usedmem, d.devmem,
+        weights.get("slot", 1), weights.get("core", 1), weights.get("memory", 1),
+    )  # fmt: skip
 
 
 _CHAIN_KEYS = ("binpack", "spread", "numa")

@@ -139,6 +139,25 @@ class BackstopMachine:
             child.wait()
 
 
+def _pod_of_two_containers() -> MemoryCluster:
+    """A cluster holding the tests' pod with its containers `main` and `sidecar` and their container ids."""
+    cluster = MemoryCluster()
+    cluster.create("namespaces", {"metadata": {"name": "team"}})
+    statuses = [
+        {"name": "main", "containerID": f"containerd://{CONTAINER_ID}"},
+        {"name": "sidecar", "containerID": f"containerd://{SIDECAR_ID}"},
+    ]
+    cluster.create(
+        "pods",
+        {
+            "metadata": {"name": "train", "namespace": "team", "uid": POD_UID},
+            "spec": {"containers": [{"name": "main"}, {"name": "sidecar"}]},
+            "status": {"containerStatuses": statuses},
+        },
+    )
+    return cluster
+
+
 class BackstopTests:
     """The backstop over one vendor's management library; subclass it and give the `backstop_node` fixture."""
 
@@ -230,20 +249,7 @@ class BackstopTests:
         assert over.poll() is None
 
     def test_two_containers_on_one_device_are_told_apart_by_their_container_ids(self, machine: BackstopMachine) -> None:
-        cluster = MemoryCluster()
-        cluster.create("namespaces", {"metadata": {"name": "team"}})
-        statuses = [
-            {"name": "main", "containerID": f"containerd://{CONTAINER_ID}"},
-            {"name": "sidecar", "containerID": f"containerd://{SIDECAR_ID}"},
-        ]
-        cluster.create(
-            "pods",
-            {
-                "metadata": {"name": "train", "namespace": "team", "uid": POD_UID},
-                "spec": {"containers": [{"name": "main"}, {"name": "sidecar"}]},
-                "status": {"containerStatuses": statuses},
-            },
-        )
+        cluster = _pod_of_two_containers()
         stop = machine.backstop([machine.served(1, 4000, "main", 0), machine.served(1, 1000, "sidecar", 1)], cluster)
         main = machine.run(1, 3500, systemd_cgroup(POD_UID, CONTAINER_ID))  # within its 4000
         sidecar = machine.run(1, 1500, systemd_cgroup(POD_UID, SIDECAR_ID))  # over its 1000
@@ -258,20 +264,7 @@ class BackstopTests:
         """The isolation library in a container's pid namespace sees its own pid only; the management library names
         it by its host pid. The round writes the map into the read-only grant directory, and rewrites it only when
         it changed."""
-        cluster = MemoryCluster()
-        cluster.create("namespaces", {"metadata": {"name": "team"}})
-        statuses = [
-            {"name": "main", "containerID": f"containerd://{CONTAINER_ID}"},
-            {"name": "sidecar", "containerID": f"containerd://{SIDECAR_ID}"},
-        ]
-        cluster.create(
-            "pods",
-            {
-                "metadata": {"name": "train", "namespace": "team", "uid": POD_UID},
-                "spec": {"containers": [{"name": "main"}, {"name": "sidecar"}]},
-                "status": {"containerStatuses": statuses},
-            },
-        )
+        cluster = _pod_of_two_containers()
         containers = [machine.served(0, 4000, "main", 0), machine.served(0, 4000, "sidecar", 1),
                       machine.served(1, 1000, "idle", 2)]  # fmt: skip
         stop = machine.backstop(containers, cluster)

@@ -465,14 +465,18 @@ class ClusterState:
         phase = str((pod.get("status") or {}).get("phase") or "")
         with self.lock:
             current = self.pods.get(key)
-            if current is not None and _predates(current, pod, None, phase):
-                return  # decided without reading it (and without reporting its annotations as a mismatch)
+            if current is not None:
+                older = _predates(current, pod, phase)
+                named = str((m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "")
+                if older or (older is None and named != current.node):
+                    return  # decided without reading it (and without reporting its annotations as a mismatch)
         record = self.record_of(pod)
         node = str(spec.get("nodeName") or (m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "")
         with self.lock:
             current = self.pods.get(key)
             if current is not None:
-                if _predates(current, pod, record if record is not None else False, phase):
+                older = _predates(current, pod, phase)
+                if older or (older is None and not _carries(current, record)):
                     return  # an older view of the pod than the decision counted for it
                 if record is not None and record.node == current.node and current.bound and current.assumed:
                     record.bound = True  # bound by this scheduler before the watch reports nodeName
@@ -651,24 +655,22 @@ def _version(value: object) -> int | None:
         return None
 
 
-def _predates(counted: PodRecord, pod: KubeObject, incoming: PodRecord | bool | None, phase: str) -> bool:
-    """True when `pod` is an older view than the one `counted` was read from (or than the write of the decision
-    it assumes): it must not replace it. A pod ending or replaced (another UID) always counts.
-
-    `incoming` is what the view counts (`record_of`), or None before it is read: then only what its
-    resourceVersion and its `hami.io/vgpu-node` say decides, and False means "read it and ask again"."""
+def _predates(counted: PodRecord, pod: KubeObject, phase: str) -> bool | None:
+    """Whether `pod` is an older view than the one `counted` was read from (or than the write of the decision it
+    assumes), so that it must not replace it. A pod ending or replaced (another UID) always counts. None while the
+    write of an assumed decision has not answered: then only whether the view carries the decision tells."""
     m = meta(pod)
     if phase in TERMINAL_PHASES or (counted.uid and str(m.get("uid") or "") != counted.uid):
         return False
-    if counted.version is not None or not counted.assumed:
-        version = _version(m.get("resourceVersion"))
-        return version is not None and counted.version is not None and version < counted.version
-    # the write has not answered: a view without the decision was taken before it
-    if incoming is None:
-        return str((m.get("annotations") or {}).get(VGPU_NODE_ANNOTATION) or "") != counted.node
-    return not (
-        isinstance(incoming, PodRecord) and incoming.node == counted.node and incoming.allocation == counted.allocation
-    )
+    if counted.assumed and counted.version is None:
+        return None
+    version = _version(m.get("resourceVersion"))
+    return version is not None and counted.version is not None and version < counted.version
+
+
+def _carries(counted: PodRecord, incoming: PodRecord | None) -> bool:
+    """The view counted as `incoming` holds the decision `counted` (same node, same placements)."""
+    return incoming is not None and incoming.node == counted.node and incoming.allocation == counted.allocation
 
 
 HANDSHAKE_TIMEOUT = timedelta(seconds=60)

@@ -93,6 +93,9 @@ class SchedulerConfig(_Section):
     batch_size: int = Field(default=16, ge=1, alias="batchSize")
     lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
     bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
+    pass_over_nodes_in_flight: bool = Field(default=True, alias="passOverNodesInFlight")
+    """A node whose earlier decision still awaits its Allocate is read after every other candidate: a bind there
+    would wait for that pod's node lock. False: the node policy's order alone (HAMi's)."""
     handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
     dra_driver: str | None = Field(
         default=None,

@@ -594,23 +594,29 @@ class ClusterState:
             if view is None:
                 continue
             totals = node.totals[kind]
-            free_before = sum(self.signature(node, kind))
             self._changed(node)
             if sign > 0:
                 view.pods[record.key] = record.placed()
             else:
                 view.pods.pop(record.key, None)
+            freed = 0  # the change of the node's free shares (the sum of its signature), device by device
             for usage in view.devices:
                 grant = grants.get(usage.device.id)
                 if grant is not None:
+                    device = usage.device
+                    if device.health:
+                        freed -= free_share(device.devmem, usage.usedmem, device.devcore, usage.usedcores)
                     usage.used += sign * grant.slots
                     usage.usedmem += sign * grant.memory
                     usage.usedcores += sign * grant.cores
+                    if device.health:
+                        freed += free_share(device.devmem, usage.usedmem, device.devcore, usage.usedcores)
                     totals.signature = None
                     totals.used += sign * grant.slots
                     totals.usedmem += sign * grant.memory
                     totals.usedcores += sign * grant.cores
-            self._add_free(kind, totals.model, sum(self.signature(node, kind)) - free_before)
+            if freed:
+                self._add_free(kind, totals.model, freed)
 
     # ---------------------------------------------------------------------------------- reading
 

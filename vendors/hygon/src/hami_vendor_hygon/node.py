@@ -182,13 +182,5 @@ class NodeRuntime:
             return [known[u] for u in uuids]
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: HygonSettings) -> NodeRuntime:
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))

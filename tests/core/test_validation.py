@@ -82,6 +82,15 @@ def test_config_check_lists_every_section_problem(tmp_path: Path) -> None:
     ]
 
 
+def test_a_scheduler_section_problem_does_not_hide_the_other_sections(tmp_path: Path) -> None:
+    path = tmp_path / "hami.yaml"
+    path.write_text("scheduler: {nodePolicy: binpak}\nnode: {nodeNme: x}\nvendors:\n  nvida: {}\n")
+    found = check_config(str(path))
+    assert [line.split(": ", 2)[1] for line in found] == ["scheduler.nodePolicy", "node.nodeNme", "vendors.nvida"]
+    assert found[0].endswith("(did you mean 'binpack'?)")
+    assert found[1].endswith("(did you mean 'nodeName'?)")
+
+
 def test_a_misspelt_vendor_key_lists_the_vendors_keys_as_written_and_the_nearest(tmp_path: Path) -> None:
     path = tmp_path / "hami.yaml"
     path.write_text("vendors:\n  nvidia: {deviceSplitCont: 3}\n")

@@ -71,6 +71,9 @@ class PodOutcome(BaseModel):
     step: str = Field(default="", description="where it stopped when it did not run: admission, filter, ...")
     reason: str = ""
     admission: str = Field(default="", description="the webhook's message")
+    warnings: list[str] = Field(
+        default_factory=list, description="the webhook's warnings (AdmissionResponse.warnings, as kubectl prints them)"
+    )
     node: str = ""
     devices: list[DeviceGrant] = Field(default_factory=list)
     env: dict[str, dict[str, str]] = Field(default_factory=dict, description="container → env from Allocate")
@@ -195,6 +198,7 @@ def _admit(world: DemoWorld, pod: dict[str, Any], outcome: PodOutcome) -> dict[s
     response = answer.get("response") or {}
     message = str((response.get("status") or {}).get("message") or "")
     outcome.admission = message
+    outcome.warnings = [str(w) for w in response.get("warnings") or []]
     if not response.get("allowed"):
         outcome.outcome, outcome.step, outcome.reason = "refused", "admission", message
         return None

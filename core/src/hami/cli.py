@@ -51,7 +51,10 @@ def vendors_report(host: VendorHost) -> dict[str, Any]:
 
 def _print_vendors_table(report: dict[str, Any]) -> None:
     if not report["vendors"]:
-        print("no vendor plugins loaded: pip install hami-vendor-<name> (nvidia, ascend, cambricon, hygon, ...)")
+        print(
+            "no vendor plugins loaded: install one from a checkout of the repository (nothing is on PyPI yet), "
+            "e.g. pip install -e ./core -e ./vendors/nvidia, or a wheel built there (docs/plugin-guide.md)"
+        )
     for v in report["vendors"]:
         library = v["isolation_library"] or "none"
         print(f"{v['name']:<12} {v['distribution']} {v['version']}  isolation: {library}")

@@ -202,3 +202,18 @@ def test_each_api_server_makes_its_own_token() -> None:
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_pod_asking_no_served_device_is_not_taken_for_placed_on_a_one_node_world() -> None:
+    from types import SimpleNamespace
+
+    from hami.demo.journey import _asks_served_device
+
+    world: Any = SimpleNamespace(nodes={"n1": SimpleNamespace(resources={"nvidia.com/gpu": "NVIDIA"})})
+
+    def pod(resources: dict[str, Any]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "resources": resources}]}}
+
+    assert _asks_served_device(world, pod({"limits": {"nvidia.com/gpu": 1}}))
+    assert not _asks_served_device(world, pod({"limts": {"nvidia.com/gpu": 1}}))  # a typo Kubernetes drops
+    assert not _asks_served_device(world, pod({"limits": {"cpu": 1}}))

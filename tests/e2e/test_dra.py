@@ -531,7 +531,8 @@ SIMULATED = {
              "driver": [{"minor": 0, "busId": "0000:8a:00.0"}]},
             {"kind": "Mthreads", "type": "Mthreads-MTT-S4000", "id": "GPU-dra-mt-0", "devmem": 49152, "devcore": 16,
              "count": 100},
-            {"kind": "Metax-SGPU", "type": "Metax-SGPU", "id": "GPU-dra-mx-0", "devmem": 65536, "count": 16},
+            {"kind": "Metax-SGPU", "type": "Metax-SGPU", "id": "GPU-dra-mx-0", "devmem": 65536, "count": 16,
+             "custominfo": {"LinkZone": 1}},
         ],
     }]
 }  # fmt: skip
@@ -611,6 +612,9 @@ def test_every_vendor_publishes_shares_that_kube_scheduler_allocates_and_the_plu
         devices = {d["name"]: d for d in spec["devices"]}
         by_kind = {d["attributes"]["kind"]["string"]: d for d in devices.values()}
         assert {d["attributes"]["vendor"]["string"] for d in devices.values()} == set(OTHER_VENDORS.split(","))
+        # the vendors' topology identifiers: Ascend's HCCS group, MetaX's MetaXLink group
+        assert by_kind["Ascend910B3"]["attributes"]["networkID"] == {"int": 0}
+        assert by_kind["Metax-SGPU"]["attributes"]["linkZone"] == {"int": 1}
         for device in devices.values():  # the API server kept every vendor's share policy (the gate is on)
             assert device["allowMultipleAllocations"] is True, device
             assert "requestPolicy" in device["capacity"]["hami.io/memory"], device

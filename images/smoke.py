@@ -1,7 +1,7 @@
 """The image's smoke run (images/build.sh runs it inside the built image with the image's own Python).
 
-Checks what an operator relies on first: every vendor plugin loads, each vendor that names an isolation library
-ships it in the image (compiled in the image's build stage), and `hami node --simulated-inventory` serves a
+Checks what an operator relies on first: every vendor plugin loads, each of the seven ships its isolation library
+in the image (compiled in the image's build stage), and `hami node --simulated-inventory` serves a
 device to a kubelet. The kubelet is the project's fake (`hami.testing.kubelet`) and the API server the in-memory
 one (`hami.cluster.serve`), both from the installed hami-core; `hami node` runs as its own process, as in a pod.
 Prints one JSON line; exits non-zero saying what failed.
@@ -31,7 +31,7 @@ def fail(problem: str) -> None:
     sys.exit(1)
 
 
-def check_vendors() -> dict[str, str | None]:
+def check_vendors() -> dict[str, str]:
     listed = subprocess.run(["hami", "vendors", "--json"], capture_output=True, text=True, check=False)
     if listed.returncode != 0:
         fail(f"`hami vendors --json` exited {listed.returncode}: {listed.stdout}{listed.stderr}")
@@ -39,17 +39,18 @@ def check_vendors() -> dict[str, str | None]:
     loaded = {v["name"]: v for v in report["vendors"]}
     if missing := VENDORS - set(loaded):
         fail(f"vendors not loaded: {', '.join(sorted(missing))}; failed: {report['failed']}")
-    libraries: dict[str, str | None] = {}
+    libraries: dict[str, str] = {}
     for name, vendor in sorted(loaded.items()):
         library = vendor["isolation_library"]
-        if library:
-            package = vendor["distribution"].replace("hami-vendor-", "hami_vendor_").replace("-", "_")
-            path = resources.files(package) / "lib" / library
-            if not path.is_file():
-                fail(f"vendor {name} names the isolation library {library}, which is not in the image ({path})")
-            libraries[name] = str(path)
-        else:
-            libraries[name] = None
+        if not library:
+            fail(f"vendor {name} names no isolation library; each of the seven ships one")
+        package = vendor["distribution"].replace("hami-vendor-", "hami_vendor_").replace("-", "_")
+        path = resources.files(package) / "lib" / library
+        if not path.is_file():
+            fail(f"vendor {name} names the isolation library {library}, which is not in the image ({path})")
+        if path.read_bytes()[:4] != b"\x7fELF":
+            fail(f"vendor {name}'s isolation library {path} is not an ELF shared object")
+        libraries[name] = str(path)
     return libraries
 
 

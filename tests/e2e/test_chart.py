@@ -55,8 +55,8 @@ def test_the_chart_lints_clean(binaries: Binaries, chart_dir: Path, values: dict
 def test_the_chart_renders_offline_without_a_kube_version_with_the_projects_image(
     binaries: Binaries, chart_dir: Path
 ) -> None:
-    """A new operator's first command: `helm template` with no flags (helm's offline default is Kubernetes 1.20,
-    which a `kubeVersion` constraint in Chart.yaml would refuse); the images are the chart's own version."""
+    """A new operator's first command: `helm template` with no flags (helm, linked as its releases are, checks the
+    chart's `kubeVersion` against its client-go's version); the images are the chart's own version."""
     argv = [str(binaries.helm), "template", RELEASE, str(chart_dir)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -70,8 +70,19 @@ def test_the_chart_renders_offline_without_a_kube_version_with_the_projects_imag
         if c["name"] != "kube-scheduler"
     }
     assert images == {f"hami-python:{chart['appVersion']}"}
-    assert "kubeVersion" not in chart
-    assert chart["annotations"]["hami.io/kube-version"] == ">=1.30.0-0"
+
+
+@pytest.mark.parametrize(("version", "accepted"), [("v1.29.9", False), ("v1.30.0", True), ("v1.35.4", True)])
+def test_the_chart_declares_the_kubernetes_it_needs(
+    binaries: Binaries, chart_dir: Path, version: str, accepted: bool
+) -> None:
+    """`kubeVersion` (Chart.yaml): helm refuses a cluster older than 1.30 (ValidatingAdmissionPolicy v1) by name."""
+    argv = [str(binaries.helm), "template", RELEASE, str(chart_dir), "--kube-version", version]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode == 0) == accepted, done.stderr
+    if not accepted:
+        assert "kubeVersion: >=1.30.0-0" in done.stderr
+        assert version in done.stderr
 
 
 def test_the_rendered_chart_has_every_part(binaries: Binaries, chart_dir: Path) -> None:

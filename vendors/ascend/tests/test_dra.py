@@ -38,3 +38,13 @@ def test_soft_split_mode_publishes_any_memory_in_mib() -> None:
     facts = _host("hami-core").dra_device(word, _chip_device(word))
     assert facts.memory_values_mib == ()
     assert facts.attributes["chip"] == DEFAULT_CHIPS[word].chip_name
+
+
+def test_the_hccs_group_is_published_as_network_id_when_discovery_knows_it() -> None:
+    word = "Ascend910B3"
+    grouped = _chip_device(word).model_copy(update={"custom": {"NetworkID": 1}})
+    host = _host("template")
+    assert host.dra_device(word, grouped).attributes["networkID"] == 1
+    spec = build_slice(host, "n", "hami.io", {word: NodeInventory(kind=word, devices=(grouped,))})["spec"]
+    assert spec["devices"][0]["attributes"]["networkID"] == {"int": 1}
+    assert "networkID" not in host.dra_device(word, _chip_device(word)).attributes

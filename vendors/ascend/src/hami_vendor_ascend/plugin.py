@@ -184,12 +184,16 @@ def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: A
 
 @hookimpl
 def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) -> DraDevice:
-    """A chip's DRA facts: its chip name and AI cores as attributes and, when claims are served in template mode
-    (the default mode: a claim has no pod annotation to choose another), the templates' memory sizes and the
-    whole card as the only memory a share may take: a request is rounded up to the next template, as the
-    fitting does for a pod."""
+    """A chip's DRA facts: its chip name and AI cores as attributes, its HCCS group (HAMi's topology hint
+    ``NetworkID``, 910 series) as ``networkID`` so a claim can keep several NPUs in one group (`matchAttribute`)
+    and, when claims are served in template mode (the default mode: a claim has no pod annotation to choose
+    another), the templates' memory sizes and the whole card as the only memory a share may take: a request is
+    rounded up to the next template, as the fitting does for a pod."""
     chip = settings.chips[kind.common_word]
     attributes: dict[str, str | int | bool] = {"chip": chip.chip_name, "aiCore": chip.ai_core}
+    network = device.custom.get(discovery.NETWORK_ID)
+    if isinstance(network, int) and not isinstance(network, bool):
+        attributes["networkID"] = network
     if settings.default_vnpu_mode != TEMPLATE or not chip.templates:
         return DraDevice(attributes=attributes)
     sizes = sorted({t.memory for t in chip.templates if t.memory < device.devmem})[:9]

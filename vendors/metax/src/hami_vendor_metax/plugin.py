@@ -41,6 +41,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DraDevice,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -113,6 +114,17 @@ def hami_discover_devices(settings: MetaxSettings) -> list[NodeInventory]:
 def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str]) -> list[Device] | None:
     if kind.common_word == SGPU.common_word:
         return discovery.read_sgpu_devices(annotations)
+    return None
+
+
+@hookimpl
+def hami_dra_device(device: Device) -> DraDevice | None:
+    """An sGPU card's MetaXLink group (``linkZone`` of MetaX's registration, 0 for an unlinked card) as the DRA
+    attribute ``linkZone``, so a claim can keep several cards in one group (`matchAttribute`); core's defaults
+    otherwise."""
+    zone = device.custom.get("LinkZone")
+    if isinstance(zone, int) and not isinstance(zone, bool) and zone > 0:
+        return DraDevice(attributes={"linkZone": zone})
     return None
 
 

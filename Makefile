@@ -20,6 +20,7 @@ INSTALL_INPUTS := $(wildcard pyproject.toml */pyproject.toml vendors/*/pyproject
 install: $(VENV)/.installed
 
 $(VENV)/.installed: $(PY) $(INSTALL_INPUTS)
+	@echo "installing hami-core and the vendor plugins into $(VENV) (compiles each isolation library: about 40 s; again only when a source changes) ..."
 	$(VENV)/bin/uv pip install --quiet --python $(PY) $(EDITABLES) -e ./examples/third-party-vendor --group dev
 	@touch $@
 

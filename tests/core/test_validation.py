@@ -82,6 +82,15 @@ def test_config_check_lists_every_section_problem(tmp_path: Path) -> None:
     ]
 
 
+def test_a_scheduler_section_problem_does_not_hide_the_other_sections(tmp_path: Path) -> None:
+    path = tmp_path / "hami.yaml"
+    path.write_text("scheduler: {nodePolicy: binpak}\nnode: {nodeNme: x}\nvendors:\n  nvida: {}\n")
+    found = check_config(str(path))
+    assert [line.split(": ", 2)[1] for line in found] == ["scheduler.nodePolicy", "node.nodeNme", "vendors.nvida"]
+    assert found[0].endswith("(did you mean 'binpack'?)")
+    assert found[1].endswith("(did you mean 'nodeName'?)")
+
+
 def test_a_misspelt_vendor_key_lists_the_vendors_keys_as_written_and_the_nearest(tmp_path: Path) -> None:
     path = tmp_path / "hami.yaml"
     path.write_text("vendors:\n  nvidia: {deviceSplitCont: 3}\n")
@@ -131,3 +140,34 @@ def test_a_log_line_with_newlines_and_quotes_stays_one_parsable_line() -> None:
     line = LogfmtFormatter().format(record)
     assert "\n" not in line
     assert json.loads(line.split(" msg=", 1)[1]) == 'bad "value"\nsecond line'
+
+
+@pytest.mark.parametrize(
+    ("argv", "ending"),
+    [
+        (["statu"], "invalid choice: 'statu' (choose from 'vendors', "),
+        (["demo", "--kep"], "unrecognized arguments: --kep (did you mean '--keep'?)"),
+        (["scheduler", "--node-policy", "binpak"], "(did you mean 'binpack'?)"),
+        (["config", "chek", "f.yaml"], "(did you mean 'check'?)"),
+    ],
+)
+def test_command_line_typos_name_the_nearest_legal_spelling(
+    argv: list[str], ending: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hami.cli import build_parser
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ending in error
+    if argv == ["statu"]:
+        assert error.endswith("(did you mean 'status'?)")
+
+
+def test_an_unrecognized_option_far_from_every_option_gets_no_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    from hami.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["demo", "--zzz"])
+    assert capsys.readouterr().err.strip().endswith("unrecognized arguments: --zzz")

@@ -134,6 +134,37 @@ def test_a_bad_demo_configuration_names_the_file_and_the_key(tmp_path: Path) -> 
         world(tmp_path, "scheduler: {nodePolicy: sideways}\n")
 
 
+def test_an_inventory_kind_no_vendor_serves_is_warned_with_the_nearest_kind(tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(
+        "nodes:\n  - name: n1\n    devices:\n"
+        "      - {kind: NVIDA, id: GPU-t4, devmem: 15360, count: 4}\n"
+        "      - {kind: NVIDIA, id: GPU-a, devmem: 15360, count: 4}\n"
+    )
+    demo = DemoWorld(
+        inventory=load_inventory(inventory),
+        inventory_path=inventory,
+        config_text="",
+        config_source="defaults",
+        setup=[],
+        workdir=tmp_path / "work",
+    )
+    demo.host = VendorHost.load()
+    (warning,) = demo._unserved_kinds()
+    assert warning.startswith("  warning: inv.yaml: node n1 lists NVIDA devices, but no loaded vendor serves that kind")
+    assert "(did you mean 'NVIDIA'?)" in warning
+
+
+def test_the_demo_prints_the_webhooks_warnings_as_kubectl_does(capsys: pytest.CaptureFixture[str]) -> None:
+    from hami.demo.cli import _print_outcome, _Printer
+    from hami.demo.journey import PodOutcome
+
+    warning = "container cuda: no hami vendor plugin reads nvidia.com/gpumemm; did you mean nvidia.com/gpumem?"
+    outcome = PodOutcome(file="01.yaml", namespace="default", name="p", outcome="unschedulable", warnings=[warning])
+    _print_outcome(outcome, _Printer(False, Path("/nowhere")))
+    assert f"  Warning: {warning}" in capsys.readouterr().out
+
+
 def test_hami_demo_without_examples_says_what_to_give(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inventory = str(ROOT / "examples" / "demo-inventory.yaml")
     assert main(["demo", "--inventory", inventory, "--examples", str(tmp_path / "none")]) == 2
@@ -171,3 +202,18 @@ def test_each_api_server_makes_its_own_token() -> None:
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_pod_asking_no_served_device_is_not_taken_for_placed_on_a_one_node_world() -> None:
+    from types import SimpleNamespace
+
+    from hami.demo.journey import _asks_served_device
+
+    world: Any = SimpleNamespace(nodes={"n1": SimpleNamespace(resources={"nvidia.com/gpu": "NVIDIA"})})
+
+    def pod(resources: dict[str, Any]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "resources": resources}]}}
+
+    assert _asks_served_device(world, pod({"limits": {"nvidia.com/gpu": 1}}))
+    assert not _asks_served_device(world, pod({"limts": {"nvidia.com/gpu": 1}}))  # a typo Kubernetes drops
+    assert not _asks_served_device(world, pod({"limits": {"cpu": 1}}))

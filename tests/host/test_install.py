@@ -76,6 +76,12 @@ def test_install_of_a_vendor_without_a_library_says_so(tmp_path: Path) -> None:
     assert not (tmp_path / "usr").exists()
 
 
+def test_install_of_a_misspelt_vendor_names_the_nearest_loaded_one(tmp_path: Path) -> None:
+    with pytest.raises(HamiError, match=r"--vendor: no vendor plugin nvida is loaded; .*\(did you mean 'nvidia'\?\)"):
+        install.install(VendorHost.load(), tmp_path, ["nvida"])
+    assert not (tmp_path / "usr").exists()
+
+
 def test_status_without_runs_says_so(tmp_path: Path) -> None:
     done = _hami("host", "status", "--state-dir", str(tmp_path))
     assert done.returncode == 0

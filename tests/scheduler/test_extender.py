@@ -407,3 +407,39 @@ def test_a_view_of_the_pod_older_than_its_decision_does_not_free_the_decided_dev
     done["status"] = {"phase": "Succeeded"}
     harness.service._on_pod(WatchEvent("MODIFIED", done))
     assert _used_memory(harness, "node-a") == [6000]
+
+
+def test_a_burst_passes_over_a_node_whose_decision_awaits_its_allocate_while_another_fits() -> None:
+    # binpack sends every pod of a burst to the fullest node; each bind there waits for the previous pod's Allocate
+    # to free the node lock. With passOverNodesInFlight the next pod goes to the next node in the policy's order.
+    h = Harness(ExtenderSettings(bind_lock_wait_seconds=0.5, pass_over_nodes_in_flight=True))
+    try:
+        for name in ("node-a", "node-b", "node-c"):
+            h.add_node(gpu_node(name, gpus=2, memory=8000))
+        for name in ("first", "second", "third", "fourth", "big"):
+            h.add_pod(gpu_pod(name, mem=7000 if name == "big" else 1000))
+        h.start()
+        first = h.filter("first")["NodeNames"][0]
+        second = h.filter("second")["NodeNames"][0]
+        assert second != first  # first's decision is not allocated yet
+        h.flush()
+        assert h.bind("first", first) == {"Error": ""}  # bound, Allocate not yet answered: still in flight
+        h.flush()
+        third = h.filter("third")["NodeNames"][0]
+        assert third not in (first, second)
+        h.cluster.patch_metadata("pods", "first", "default", annotations={BIND_PHASE: "success"})
+        h.flush()
+        assert h.filter("fourth")["NodeNames"] == [first]  # allocated: binpack's order again
+        # every node has a decision in flight now: the policy's order decides among them
+        assert h.filter("big")["NodeNames"] == [first]
+    finally:
+        h.stop()
+
+
+def test_without_pass_over_binpack_sends_the_burst_to_one_node(harness: Harness) -> None:
+    for name in ("node-a", "node-b"):
+        harness.add_node(gpu_node(name, gpus=2, memory=8000))
+    for name in ("first", "second"):
+        harness.add_pod(gpu_pod(name, mem=1000))
+    harness.start()
+    assert harness.filter("first")["NodeNames"] == harness.filter("second")["NodeNames"]

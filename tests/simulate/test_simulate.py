@@ -244,7 +244,14 @@ def test_unknown_policy_is_refused_with_the_known_ones(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "unknown policy clever; known: binpack, spread, best-fit, fragmentation-aware" in done.stderr
+    assert "--policy: unknown policy clever; known: binpack, spread, best-fit, fragmentation-aware" in done.stderr
+    assert "did you mean" not in done.stderr  # nothing is near 'clever'
+    done = subprocess.run(
+        [sys.executable, "-m", "hami.cli", "simulate", "--nodes", "n", "--pods", "p", "--policy", "binpak"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.rstrip().endswith("(did you mean 'binpack'?)")
 
 
 def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:

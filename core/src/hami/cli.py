@@ -13,9 +13,10 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from hami import __version__
 from hami.errors import HamiError
@@ -51,7 +52,10 @@ def vendors_report(host: VendorHost) -> dict[str, Any]:
 
 def _print_vendors_table(report: dict[str, Any]) -> None:
     if not report["vendors"]:
-        print("no vendor plugins loaded: pip install hami-vendor-<name> (nvidia, ascend, cambricon, hygon, ...)")
+        print(
+            "no vendor plugins loaded: install one from a checkout of the repository (nothing is on PyPI yet), "
+            "e.g. pip install -e ./core -e ./vendors/nvidia, or a wheel built there (docs/plugin-guide.md)"
+        )
     for v in report["vendors"]:
         library = v["isolation_library"] or "none"
         print(f"{v['name']:<12} {v['distribution']} {v['version']}  isolation: {library}")
@@ -114,8 +118,45 @@ class LogfmtFormatter(logging.Formatter):
         return line
 
 
+class HamiParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors end, as every other `hami` error does, with the nearest legal
+    spelling: a subcommand or choice (`invalid choice: 'statu' … (did you mean 'status'?)`) or an option of the
+    subcommand given (`unrecognized arguments: --kep (did you mean '--keep'?)`). Subparsers are of this class too
+    (`add_subparsers` makes them of its parser's class)."""
+
+    _argv: Sequence[str] = ()
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + self._hint(message))
+
+    def _hint(self, message: str) -> str:
+        from hami.validation import nearest
+
+        choice = re.match(r"argument .*?: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice:
+            near = nearest(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+            return f" (did you mean {near!r}?)" if near else ""
+        unknown = re.match(r"unrecognized arguments: (.*)$", message)
+        if not unknown:
+            return ""
+        parser: argparse.ArgumentParser = self
+        for word in self._argv:  # down to the subcommand the arguments name
+            subcommands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if subcommands is None or word not in subcommands.choices:
+                continue
+            parser = subcommands.choices[word]
+        options = [o for action in parser._actions for o in action.option_strings]
+        words = [w.split("=")[0] for w in unknown.group(1).split() if w[:1] == "-"]
+        hints = [n for n in (nearest(w, options) for w in words) if n]
+        return f" (did you mean {', '.join(map(repr, hints))}?)" if hints else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = HamiParser(
         prog="hami",
         description="Share accelerators between Kubernetes pods, HAMi v2.10-compatible.",
         epilog=(

@@ -27,7 +27,7 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       hookDir: /usr/local/hami
       metricsListen: 0.0.0.0:9394
     vendors:
-      nvidia: {deviceSplitCount: 10, defaultMem: 0}
+      nvidia: {deviceSplitCount: 10, defaultMemory: 0}
 
 The `webhook` and `node` sections are validated by their services' own models (`hami.webhook.settings`,
 `hami.node.daemon.NodeSettings`) when those services start, with the same kind of message.
@@ -45,7 +45,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hami.errors import ConfigError
 from hami.validation import describe
 
-__all__ = ["HamiConfig", "LeaderElectionConfig", "SchedulerConfig", "TLSConfig", "load_config", "parse_address"]
+__all__ = [
+    "HamiConfig",
+    "LeaderElectionConfig",
+    "SchedulerConfig",
+    "TLSConfig",
+    "load_config",
+    "parse_address",
+    "read_config_file",
+]
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -93,6 +101,9 @@ class SchedulerConfig(_Section):
     batch_size: int = Field(default=16, ge=1, alias="batchSize")
     lock_expiry_seconds: float = Field(default=300, gt=0, alias="lockExpirySeconds")
     bind_lock_wait_seconds: float = Field(default=5, ge=0, alias="bindLockWaitSeconds")
+    pass_over_nodes_in_flight: bool = Field(default=True, alias="passOverNodesInFlight")
+    """A node whose earlier decision still awaits its Allocate is read after every other candidate: a bind there
+    would wait for that pod's node lock. False: the node policy's order alone (HAMi's)."""
     handshake_interval_seconds: float = Field(default=30, ge=0, alias="handshakeIntervalSeconds")
     dra_driver: str | None = Field(
         default=None,
@@ -131,14 +142,8 @@ class HamiConfig(_Section):
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> HamiConfig:
     """Read and validate the configuration file (None: defaults), then apply dotted-key `overrides`."""
-    raw: dict[str, Any] = {}
+    raw = read_config_file(path) if path else {}
     source = str(path) if path else "defaults"
-    if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
-        raw = _parse(text, source)
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -151,6 +156,15 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
         return HamiConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(describe(exc, HamiConfig, source)) from None
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The file's sections as written, not yet validated. :raises ConfigError: it cannot be read or parsed."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
+    return _parse(text, str(path))
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

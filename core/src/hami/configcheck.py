@@ -22,15 +22,20 @@ _NODE_PLACEHOLDER = "node-name-from-the-downward-api"
 
 def check_config(path: str) -> list[str]:
     """Every problem of the configuration file at `path`, in the one error format; empty when it is valid."""
-    from hami.config import load_config
+    from hami.config import HamiConfig, load_config, read_config_file
     from hami.plugins import VendorHost, installed_sources
     from hami.validation import nearest
 
+    problems: list[str] = []
     try:
         config = load_config(path)
     except ConfigError as exc:
-        return str(exc).splitlines()
-    problems: list[str] = []
+        problems = str(exc).splitlines()  # unreadable, or the top level's or the scheduler section's problems
+        try:  # the other sections are still checked, each by its own model, when they are sections at all
+            raw = read_config_file(path)
+            config = HamiConfig.model_validate({k: raw[k] for k in ("webhook", "node", "vendors") if k in raw})
+        except (ConfigError, ValueError):
+            return problems
     try:
         from hami.webhook.cli import validate_webhook_section
 

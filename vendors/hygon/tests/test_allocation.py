@@ -236,3 +236,31 @@ def test_a_tenant_rewriting_its_vdev_file_changes_nothing_the_node_decides(hygon
     assert names[1] == "uid-2_main_0_1_1_00001fffc0000000_0000000000000000"
     host.release("DCU", POD, [])
     assert node.vdevs() == [(1, 0, 15, 8192)]
+
+
+def test_a_restarted_daemon_removes_the_vdcus_of_pods_deleted_while_it_was_down(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    host.allocate("DCU", OTHER, 0, grant("DCU-PD23010001", 16384, 50))
+    restarted = node.host()
+    restarted.reconcile("DCU", [OTHER])  # POD was deleted while the daemon was down
+    assert node.vdevs() == [(1, 1, 30, 16384)]
+    assert [p.name.split("_")[0] for p in (node.directory / "vgpu" / "dcu").iterdir()] == ["uid-2"]
+    assert not (node.directory / "etc-vdev" / "vdev0.conf").exists()
+    assert (node.directory / "etc-vdev" / "vdev1.conf").exists()
+    # the deleted pod's compute units are free again
+    third = Pod(name="third", namespace="ml", uid="uid-3", containers=(Container(name="main"),))
+    restarted.discover()
+    restarted.allocate("DCU", third, 0, grant("DCU-PD23010000", 8192, 50))
+    (entry,) = [p.name for p in (node.directory / "vgpu" / "dcu").iterdir() if p.name.startswith("uid-3")]
+    assert entry == "uid-3_main_0_0_0_000000003fffffff_0000000000000000"
+
+
+def test_a_share_the_driver_has_no_room_for_is_refused_with_its_figures(hygon_node: MakeNode, fakes: F) -> None:
+    node, host = setup(hygon_node, fakes)
+    # 50 of device 0's 60 CUs went to a virtual device made after the daemon started, not through it
+    node.state_file.write_text("9 0 50 1024\n")
+    with pytest.raises(HamiError, match=r"driver has 10 compute units and 64512 MiB .* needs 30 and 16384 MiB"):
+        host.allocate("DCU", POD, 0, grant("DCU-PD23010000", 16384, 50))
+    assert node.vdevs() == [(9, 0, 50, 1024)]
+    assert not (node.directory / "vgpu" / "dcu").exists()

@@ -94,6 +94,8 @@ def test_malformed_hy_smi_keeps_node_serving(fakes: F, hygon_node: MakeNode) -> 
     text = fakes.hy_smi_output(node.dcus).replace("Serial Number: PD23010001", "Serial Number:", 1)
     fakes.write_hy_smi(node.directory / "bin", text)
     assert [d.id for d in inventory(node, "hy-smi")] == ["DCU-PD23010000"]
+    (problem,) = hysmi.parse(text, "hy-smi").problems
+    assert problem.startswith(r"hy-smi line 7: cannot read 'DCU[1]\t\t: Serial Number:'"), problem
 
 
 def test_failing_hy_smi_reports_no_devices(fakes: F, hygon_node: MakeNode) -> None:
@@ -137,6 +139,7 @@ def test_mode_is_published(fakes: F, hygon_node: MakeNode) -> None:
 
 def test_bdf_unpacking_is_rocm_smis() -> None:
     assert bdf_of((0x1 << 32) | (0x3D << 8) | (0x2 << 3) | 1) == "0001:3d:02.1"
+    assert bdf_of((0xABCD << 32) | (0xFF << 8) | (0x1F << 3) | 7) == "abcd:ff:1f.7"  # every bit of each field
 
 
 @settings(max_examples=200, deadline=None)

@@ -222,6 +222,8 @@ def _describe_world(world: DemoWorld, say: _Printer, ready: float) -> None:
 
 def _print_outcome(outcome: PodOutcome, say: _Printer) -> None:
     say(f"{outcome.file}: {outcome.namespace}/{outcome.name}")
+    for warning in outcome.warnings:  # as kubectl prints an admission warning
+        say.wrapped(f"  Warning: {warning}", "    ")
     if outcome.outcome == "refused":
         say.wrapped(f"  REFUSED at admission: {_after_prefix(outcome.reason)}")
     elif outcome.outcome == "unschedulable":

@@ -72,6 +72,9 @@ class PodOutcome(BaseModel):
     step: str = Field(default="", description="where it stopped when it did not run: admission, filter, ...")
     reason: str = ""
     admission: str = Field(default="", description="the webhook's message")
+    warnings: list[str] = Field(
+        default_factory=list, description="the webhook's warnings (AdmissionResponse.warnings, as kubectl prints them)"
+    )
     node: str = ""
     devices: list[DeviceGrant] = Field(default_factory=list)
     env: dict[str, dict[str, str]] = Field(default_factory=dict, description="container → env from Allocate")
@@ -196,6 +199,7 @@ def _admit(world: DemoWorld, pod: dict[str, Any], outcome: PodOutcome) -> dict[s
     response = answer.get("response") or {}
     message = str((response.get("status") or {}).get("message") or "")
     outcome.admission = message
+    outcome.warnings = [str(w) for w in response.get("warnings") or []]
     if not response.get("allowed"):
         outcome.outcome, outcome.step, outcome.reason = "refused", "admission", message
         return None
@@ -223,11 +227,23 @@ def _filter(world: DemoWorld, pod: dict[str, Any], outcome: PodOutcome) -> str |
         outcome.outcome, outcome.step = "unschedulable", "filter"
         outcome.reason = "no node fits: " + "; ".join(f"{n}: {r}" for n, r in sorted(outcome.failed_nodes.items()))
         return None
-    if len(chosen) > 1:  # a pod the extender lets through untouched: asks for no device it knows
+    if len(chosen) > 1 or not _asks_served_device(world, pod):  # the extender lets it through untouched
         outcome.outcome, outcome.step = "unschedulable", "filter"
         outcome.reason = "the extender passed the pod through: it asks for no device a loaded vendor serves"
         return None
     return str(chosen[0])
+
+
+def _asks_served_device(world: DemoWorld, pod: Mapping[str, Any]) -> bool:
+    """Whether a container of `pod` names a resource some node serves (with one node, the extender's answer for a
+    pod it lets through names that node, as for a pod it placed there)."""
+    served = {resource for side in world.nodes.values() for resource in side.resources}
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        resources = container.get("resources") or {}
+        if served & {*(resources.get("limits") or {}), *(resources.get("requests") or {})}:
+            return True
+    return False
 
 
 def _bind(world: DemoWorld, pod: dict[str, Any], node: str, outcome: PodOutcome) -> bool:

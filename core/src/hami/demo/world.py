@@ -57,7 +57,7 @@ from hami.node.devices import resources_of
 from hami.node.simulated import InventoryFile, SimulatedNode
 from hami.plugins import VendorHost
 from hami.testing.kubelet import FakeKubelet
-from hami.validation import describe
+from hami.validation import describe, nearest
 
 __all__ = ["DemoError", "DemoWorld", "NodeSide", "free_port"]
 
@@ -217,9 +217,29 @@ class DemoWorld:
         self.api.write_kubeconfig(self.kubeconfig, "hami-demo")
         self._create_cluster_objects()
         self._start_scheduler()
+        for line in self._unserved_kinds():
+            progress(line)
         for node in self.inventory.nodes:
             self._start_node(node)
         self._wait_until_ready()
+
+    def _unserved_kinds(self) -> list[str]:
+        """A warning per inventory kind no loaded vendor serves, with the nearest served kind: a typo such as
+        `kind: NVIDA` would otherwise only leave a node with no device (the node daemon's log says why)."""
+        assert self.host is not None
+        served = [kind.common_word for kind in self.host.kinds]
+        found = []
+        for node in self.inventory.nodes:
+            for kind in dict.fromkeys(entry.kind for entry in node.devices):
+                if kind in served:
+                    continue
+                near = nearest(kind, served)
+                hint = f" (did you mean {near!r}?)" if near else ""
+                found.append(
+                    f"  warning: {self.inventory_path.name}: node {node.name} lists {kind} devices, but no loaded "
+                    f"vendor serves that kind{hint}; served kinds: {', '.join(served) or 'none'}"
+                )
+        return found
 
     def _create_cluster_objects(self) -> None:
         for node in self.inventory.nodes:

@@ -35,6 +35,7 @@ from hami.errors import HamiError
 from hami.isolation import accounting
 from hami.node.hooklib import IsolationLibraries, library_source
 from hami.plugins import LoadedVendor, VendorHost
+from hami.validation import nearest
 
 __all__ = [
     "CDI_DIR",
@@ -77,8 +78,11 @@ def install(
     loaded = {v.name: v for v in host.vendors}
     unknown = [name for name in vendors if name not in loaded]
     if unknown:
+        near = [n for n in (nearest(name, list(loaded)) for name in unknown) if n]
+        hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
         raise HamiError(
-            f"hami host install: no vendor plugin {', '.join(unknown)} is loaded; loaded: {', '.join(loaded) or 'none'}"
+            f"hami host install: --vendor: no vendor plugin {', '.join(unknown)} is loaded; loaded: "
+            f"{', '.join(loaded) or 'none'}{hint}"
         )
     chosen: Iterable[LoadedVendor] = [loaded[n] for n in vendors] if vendors else loaded.values()
     root = prefix / library_root.lstrip("/")

@@ -82,6 +82,12 @@ class ExtenderSettings(BaseModel):
     dra_driver: str | None = Field(
         default=None, description="the DRA driver whose allocated ResourceClaims count as usage (hami.scheduler.claims)"
     )
+    pass_over_nodes_in_flight: bool = Field(
+        default=False,
+        description="read a node whose earlier decision still awaits its Allocate after every other candidate "
+        "(`hami scheduler` does): its bind would wait for that node lock, so consecutive pods of a burst spread "
+        "over nodes that can bind at once; False: the policy's order alone (the simulator, which never allocates)",
+    )
     record_in_background: bool = Field(
         default=False,
         description="write each decision's annotations off the filter's path (`hami scheduler` does); False: "
@@ -123,6 +129,21 @@ def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: 
     rest = sorted(c for c in candidates if c[1] not in taken)
     for start in range(0, len(rest), size):
         yield [c[2] for c in rest[start : start + size]]
+
+
+def _in_flight_last(
+    ordered: Iterator[tuple[float, str]], nodes: Mapping[str, NodeRecord]
+) -> Iterator[tuple[float, str]]:
+    """The candidates in their order, but those with a decision awaiting its Allocate after all the others (in
+    their order too). Reading stops at the first batch with a feasible node, so the deferred ones cost nothing
+    unless no other node fits."""
+    later: list[tuple[float, str]] = []
+    for candidate in ordered:
+        if nodes[candidate[1]].in_flight:
+            later.append(candidate)
+        else:
+            yield candidate
+    yield from later
 
 
 def _ordered_batches(
@@ -365,7 +386,10 @@ class Extender:
                 if adjust is not None:
                     adjustments = {g: adjust(nodes[n]) for g, n in ranking.representatives().items()}
                 named = node_names if isinstance(node_names, (set, frozenset)) else set(node_names)
-                batches = _ordered_batches(ranking.ordered(adjustments, named), nodes, size, first)
+                ordered = ranking.ordered(adjustments, named)
+                if self.settings.pass_over_nodes_in_flight:
+                    ordered = _in_flight_last(ordered, nodes)
+                batches = _ordered_batches(ordered, nodes, size, first)
             else:
                 failed, append = result.failed, candidates.append  # this loop runs once per node
                 for name in node_names:
@@ -386,7 +410,12 @@ class Extender:
                     if adjust is not None:
                         key += adjust(record)
                     append((key, name, record))
-                batches = _batches(candidates, size, first)
+                if self.settings.pass_over_nodes_in_flight and any(c[2].in_flight for c in candidates):
+                    later = [c for c in candidates if c[2].in_flight]
+                    now = [c for c in candidates if not c[2].in_flight]
+                    batches = itertools.chain(_batches(now, size, first) if now else (), _batches(later, size, first))
+                else:
+                    batches = _batches(candidates, size, first)
             best = self._fit_in_batches(pod, requests, kinds, batches, policy, node_policy, result)
             if best is None:
                 if withdrawn:
@@ -540,6 +569,10 @@ class Extender:
                         if fit.pod_annotations:
                             written.setdefault(fit.node, {}).update(fit.pod_annotations)
             feasible = {n: s for n, s in feasible.items() if n not in result.failed}
+            if self.settings.pass_over_nodes_in_flight:
+                # where the batch mixes both (the deferred nodes come last), a node that can bind at once wins
+                settled = {r.name for r in batch if not r.in_flight}
+                feasible = {n: s for n, s in feasible.items() if n in settled} or feasible
             if feasible:
                 node = node_policy.choose(batch, feasible)
                 return node, placements[node], written.get(node, {})

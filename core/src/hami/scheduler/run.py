@@ -81,6 +81,7 @@ def run_scheduler(
             # views of a pod undoing its assumed decision; `ClusterState.set_pod` now ignores views older than
             # what it counted.
             record_in_background=True,
+            pass_over_nodes_in_flight=settings.pass_over_nodes_in_flight,
         ),
         settings.leader_election,
     ).start()

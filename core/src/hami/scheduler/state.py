@@ -55,7 +55,7 @@ from hami.codec import (
 )
 from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
-from hami.lifecycle import TERMINAL_PHASES
+from hami.lifecycle import BIND_PHASE, TERMINAL_PHASES
 from hami.model import (
     ContainerPlacement,
     Device,
@@ -140,6 +140,9 @@ class NodeRecord:
     memory_requested: int = 0
     host_pods: set[str] = field(default_factory=set)
     """Every live pod on the node (with or without devices), for CPU and memory."""
+    in_flight: set[str] = field(default_factory=set)
+    """The pods decided onto the node whose allocation has not finished (`awaits_allocation`): a bind to the node
+    waits for their node lock, so the extender can pass the node over while another one fits."""
     memo: dict[object, object] = field(default_factory=dict)
     """The filter's per-node evaluations, valid until the node's usage changes (then cleared)."""
     device_allocatable: dict[str, int] = field(default_factory=dict)
@@ -568,6 +571,8 @@ class ClusterState:
             node = self.nodes[record.node] = NodeRecord(record.node, {}, {}, {})
             self._log(record.node)
         node.pods.add(record.key)
+        if awaits_allocation(record):
+            node.in_flight.add(record.key)
         self._apply(record, +1)
 
     def _forget(self, key: str) -> None:
@@ -578,6 +583,7 @@ class ClusterState:
         node = self.nodes.get(record.node)
         if node is not None:
             node.pods.discard(key)
+            node.in_flight.discard(key)
 
     def _apply(self, record: PodRecord, sign: int) -> None:
         node = self.nodes.get(record.node)
@@ -588,23 +594,29 @@ class ClusterState:
             if view is None:
                 continue
             totals = node.totals[kind]
-            free_before = sum(self.signature(node, kind))
             self._changed(node)
             if sign > 0:
                 view.pods[record.key] = record.placed()
             else:
                 view.pods.pop(record.key, None)
+            freed = 0  # the change of the node's free shares (the sum of its signature), device by device
             for usage in view.devices:
                 grant = grants.get(usage.device.id)
                 if grant is not None:
+                    device = usage.device
+                    if device.health:
+                        freed -= free_share(device.devmem, usage.usedmem, device.devcore, usage.usedcores)
                     usage.used += sign * grant.slots
                     usage.usedmem += sign * grant.memory
                     usage.usedcores += sign * grant.cores
+                    if device.health:
+                        freed += free_share(device.devmem, usage.usedmem, device.devcore, usage.usedcores)
                     totals.signature = None
                     totals.used += sign * grant.slots
                     totals.usedmem += sign * grant.memory
                     totals.usedcores += sign * grant.cores
-            self._add_free(kind, totals.model, sum(self.signature(node, kind)) - free_before)
+            if freed:
+                self._add_free(kind, totals.model, freed)
 
     # ---------------------------------------------------------------------------------- reading
 
@@ -645,6 +657,18 @@ class ClusterState:
                 self.set_node(node)
             for pod in pods:
                 self.set_pod(pod)
+
+
+def awaits_allocation(record: PodRecord) -> bool:
+    """The pod is decided onto its node but not yet allocated there: this scheduler's assumption, a placement
+    written but not yet bound, or a bind whose Allocate has not answered (`hami.io/bind-phase: allocating`). Such a
+    pod holds, or is about to take, the node's lock until the node daemon's Allocate finishes."""
+    if record.assumed:
+        return True
+    phase = record.annotations.get(BIND_PHASE)
+    if phase is None:
+        return not record.bound and VGPU_NODE_ANNOTATION in record.annotations
+    return phase == "allocating"
 
 
 def _version(value: object) -> int | None:

@@ -13,6 +13,7 @@ from hami.errors import ConfigError
 from hami.simulate.engine import POLICIES, simulate, workload_of
 from hami.simulate.report import Progress, as_json, check_plot_path, dump, plot, table
 from hami.simulate.trace import SAMPLING, read_nodes, read_pods, sample_pods
+from hami.validation import nearest
 
 __all__ = ["add_simulate_parser"]
 
@@ -70,8 +71,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
+        near = [n for n in (nearest(p, list(POLICIES)) for p in unknown) if n]
+        hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
         raise ConfigError(
-            f"hami simulate: unknown policy {', '.join(unknown) or '(none)'}; known: {', '.join(POLICIES)}"
+            f"hami simulate: --policy: unknown policy {', '.join(unknown) or '(none)'}; known: "
+            f"{', '.join(POLICIES)}{hint}"
         )
     if args.tune <= 0:
         raise ConfigError("hami simulate: --tune must be positive")

@@ -58,6 +58,7 @@ __all__ = [
     "hami_device_processes",
     "hami_discover_devices",
     "hami_fit_nodes",
+    "hami_host_environment",
     "hami_reconcile",
     "hami_release",
     "hami_vendor_info",
@@ -157,3 +158,11 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return allocation.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's MLUs, in order, through CNRT's own selector
+    (``MLU_VISIBLE_DEVICES``: card indices, as discovery reports them). In a container the device nodes of the
+    granted cards alone are given (``CAMBRICON_VISIBLE_DEVICES`` is the device plugin's record of them)."""
+    return {"MLU_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}

@@ -12,7 +12,9 @@ Owns, per node mode:
 
 `release` undoes both for a finished pod (tolerating a pod never allocated or already released). After a crash,
 the first use of the node runtime reconciles the driver's virtual devices with the directories on disk
-(`VdcuState.reconcile`).
+(`VdcuState.reconcile`), and `reconcile` (the daemon's `hami_reconcile` at its start, with the pods still bound to
+the node) also removes the vDCUs of pods deleted while the daemon was down: their directories, exporter copies
+and the driver's devices, so their compute units are free again.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import SOFT, HygonSettings
 from hami_vendor_hygon.vdcu import VdcuState, VdevEntry
 
-__all__ = ["accounting_dir", "allocate", "container_name", "gets_vdcu", "release", "state_of"]
+__all__ = ["accounting_dir", "allocate", "container_name", "gets_vdcu", "reconcile", "release", "state_of"]
 
 log = logging.getLogger("hami_vendor_hygon")
 
@@ -100,3 +102,11 @@ def release(settings: HygonSettings, pod: Pod, placements: Sequence[ContainerPla
     with runtime.lock:
         state_of(settings).release(key, runtime.dmi())
     _dirs(settings).release(pod)
+
+
+def reconcile(settings: HygonSettings, pods: Sequence[Pod]) -> None:
+    """After a restart: remove the vDCUs of pods not in `pods` (those still bound to this node), then destroy the
+    driver's virtual devices that no directory names."""
+    runtime = runtime_for(settings)
+    with runtime.lock:
+        runtime.reconciled_with([p.uid or p.name for p in pods])

@@ -63,6 +63,8 @@ def parse(output: str, tool: str = "hy-smi") -> HySmiReport:
         raise HySmiError(f"{tool} printed no device line (DCU[<i>] : <field>: <value>)")
     devices = []
     for index in sorted(fields):
+        if index in bad:  # already reported, by the line that could not be read
+            continue
         got = fields[index]
         try:
             bdf_line, bdf = got["pci bus"]
@@ -81,8 +83,6 @@ def parse(output: str, tool: str = "hy-smi") -> HySmiReport:
             continue
         except ValueError as exc:
             problems.append(f"{tool} {exc}; device {index} is not reported")
-            continue
-        if index in bad:
             continue
         devices.append(
             Dcu(

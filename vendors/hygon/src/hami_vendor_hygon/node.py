@@ -63,6 +63,16 @@ class NodeRuntime:
             self._reconciled = True
             VdcuState(self.settings.vdev_dir, self.settings.exporter_dir).reconcile(self.dmi())
 
+    def reconciled_with(self, live_pods: Sequence[str]) -> None:
+        """The daemon's start, given the pods (UIDs) still on the node: remove every other pod's vDCU, and destroy
+        the driver's virtual devices no directory names."""
+        with self.lock:
+            if self.settings.dcu_mode != VDCU:
+                return
+            self._reconciled = True
+            dmi = None if self.simulated else self.dmi()
+            VdcuState(self.settings.vdev_dir, self.settings.exporter_dir).reconcile(dmi, live_pods)
+
     def _say(self, level: int, message: str) -> None:
         if message != self._said:
             log.log(level, message)
@@ -172,13 +182,5 @@ class NodeRuntime:
             return [known[u] for u in uuids]
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: HygonSettings) -> NodeRuntime:
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))

@@ -12,7 +12,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * fitting: core's share fitter with HAMi's selectors (``hygon.com/use-dcutype`` … matched as HAMi does, by
   case-insensitive substring of the model);
 * allocation and release: the vDCU (`hami_vendor_hygon.vdcu`) or the soft mode's accounting directory
-  (`hami_vendor_hygon.allocation`);
+  (`hami_vendor_hygon.allocation`); after a daemon restart, the vDCUs of pods no longer on the node removed
+  (`hami_reconcile`);
 * container edits: HAMi's device nodes and vdev mounts, or the isolation library ``libvdcu.so``
   (`hami_vendor_hygon.edits`).
 """
@@ -111,6 +112,11 @@ def hami_allocate(pod: Pod, container_index: int, devices: ContainerPlacement, s
 @hookimpl
 def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: HygonSettings) -> None:
     allocation.release(settings, pod, placements)
+
+
+@hookimpl
+def hami_reconcile(pods: Sequence[Pod], settings: HygonSettings) -> None:
+    allocation.reconcile(settings, pods)
 
 
 @hookimpl

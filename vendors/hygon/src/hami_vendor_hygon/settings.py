@@ -13,18 +13,19 @@ Owns the names, defaults and validation of every Hygon option:
   DRM nodes are found by its PCI address, and the soft mode's (``hookPath``, ``libraryDir``, ``libvdcuLogLevel``).
 
 A misspelled key is refused with its name. The node side's state (the sessions and the devices last read) is kept
-with the settings object (`runtime`), never validated.
+with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import AliasChoices, Field, PrivateAttr
+from pydantic import AliasChoices, Field
 
 from hami.requests import ShareDefaults
+from hami.vendorstate import RuntimeSettings
 
 __all__ = ["SOFT", "VDCU", "DcuMode", "HygonSettings"]
 
@@ -37,7 +38,7 @@ def _alias(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class HygonSettings(ShareDefaults):
+class HygonSettings(ShareDefaults, RuntimeSettings):
     """The `hygon` section of the configuration."""
 
     dcu_mode: DcuMode = Field(default=VDCU, validation_alias=_alias("dcuMode", "dcu_mode"))
@@ -64,16 +65,7 @@ class HygonSettings(ShareDefaults):
         default="", validation_alias=_alias("libvdcuLogLevel", "libvdcu_log_level")
     )
 
-    _runtime: Any = PrivateAttr(default=None)
-
     @property
     def containers_dir(self) -> Path:
         """``<hookPath>/containers``: one accounting directory per soft-mode container."""
         return self.hook_path / "containers"
-
-    @property
-    def runtime(self) -> Any:
-        return self._runtime
-
-    def attach_runtime(self, runtime: Any) -> None:
-        self._runtime = runtime

@@ -12,12 +12,14 @@ Owns the host side of HAMi's DCU plugin contract with Hygon's driver:
   for Hygon's exporter; the file body is HAMi's (``PciBusId``, two ``cu_mask`` lines, ``cu_count``,
   ``mem: <MiB> MiB``, ``device_id``, ``vdev_id``, ``pipe_id``, ``enable: 1``);
 * the driver's virtual device: created through DMI (``dmiCreateVDevices``, CUs and MiB) where DMI is present, its
-  id the file's ``vdev_id``; destroyed at release.
+  id the file's ``vdev_id``, after DMI's ``dmiGetDeviceRemainingInfo`` says the device has the CUs and memory left
+  (a share it has no room for is refused with its figures); destroyed at release.
 
 Everything the node must remember is on disk, in the directory names: CUs in use, vdev and pipe ids. A restarted
 daemon reads them back (`VdcuState.scan`), and `reconcile` destroys the driver's virtual devices that no directory
-names (created by a daemon that died before it wrote the file). Pod UIDs and container names have no ``_``, so a
-directory name splits unambiguously.
+names (created by a daemon that died before it wrote the file), and, given the pods still on the node (the daemon's
+`hami_reconcile` at start), the vDCUs of pods deleted while it was down. Pod UIDs and container names have no
+``_``, so a directory name splits unambiguously.
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ class VdcuState:
         if pipe is None:
             raise HamiError(f"DCU {device.uuid} already serves {MAX_PIPES} vDCUs (every pipe is taken)")
         if dmi is not None:
+            _check_remaining(dmi, device, cus, memory_mib)
             try:
                 vdev = dmi.create(device.index, cus, memory_mib).id
             except DtkError as exc:
@@ -235,6 +238,24 @@ class VdcuState:
         for v in orphans:
             log.warning("virtual DCU %d on DCU %d has no vdev file (left by a crash); destroying it", v.id, v.device)
             _destroy(dmi, v.id)
+
+
+def _check_remaining(dmi: Dmi, device: Dcu, cus: int, memory_mib: int) -> None:
+    """Refuse, with the driver's figures, a vDCU the driver has no room for (CUs or memory given to virtual devices
+    this node does not know of, say); a driver that cannot say is left to decide at creation.
+
+    :raises HamiError: DMI's remaining CUs or memory on `device` are fewer than the share needs."""
+    try:
+        free_cus, free_bytes = dmi.remaining(device.index)
+    except DtkError as exc:
+        log.warning("DMI cannot tell what DCU %s has left (%s); asking it to create the vDCU anyway", device.uuid, exc)
+        return
+    free_mib = free_bytes // (1024 * 1024)
+    if free_cus < cus or free_mib < memory_mib:
+        raise HamiError(
+            f"DCU {device.uuid}: the driver has {free_cus} compute units and {free_mib} MiB not given to virtual "
+            f"devices (dmiGetDeviceRemainingInfo), the share needs {cus} and {memory_mib} MiB"
+        )
 
 
 def _destroy(dmi: Dmi, vdev: int) -> None:

@@ -174,3 +174,11 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's chips, in order, through CoreX's CUDA-compatible selector
+    (``CUDA_VISIBLE_DEVICES``: device indices as ixML numbers them, which discovery reports as the indices). In a
+    container the toolkit reads ``IX_VISIBLE_DEVICES`` instead and exposes only those chips' device nodes."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}

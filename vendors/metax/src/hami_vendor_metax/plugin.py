@@ -197,6 +197,15 @@ def hami_container_edits(
     return allocation.container_edits(settings, kind.common_word, pod, container_index, devices, library)
 
 
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's cards, in order, through MACA's own selector
+    (``MACA_VISIBLE_DEVICES``: the host's indices, as discovery reports them). A container's edits set it to the
+    container's own numbering ``0,1,…`` (its runtime shows only the granted cards); on the host those would name
+    the host's first cards, so this answer replaces them."""
+    return {"MACA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
 def check_sgpu_annotations(pod: Pod, request: ContainerRequest) -> None:
     """Refuse a shared-card pod whose app class or QoS policy MetaX's sGPU plugin would not understand."""
     app_class = pod.annotations.get(APP_CLASS_ANNOTATION)

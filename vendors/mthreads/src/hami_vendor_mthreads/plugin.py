@@ -125,3 +125,12 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, devices, pod, container_index, library)
+
+
+@hookimpl
+def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
+    """A host process (`hami run`) sees the placement's GPUs, in order, through MUSA's own selector
+    (``MUSA_VISIBLE_DEVICES``: the host's indices, as discovery reports them). A container's edits set it to the
+    container's own ordinals ``0,…,n-1`` (its runtime shows only the granted GPUs); on the host those ordinals
+    would name the host's first GPUs, so this answer replaces them."""
+    return {"MUSA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}

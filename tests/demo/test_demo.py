@@ -223,7 +223,7 @@ def iluvatar_share(pod: dict[str, Any]) -> None:
 def mthreads_sgpu(pod: dict[str, Any]) -> None:
     _running(pod, "mt-node")
     (device,) = _devices(pod, "Mthreads")
-    assert (device["memory"], device["cores"]) == (8192, 4)  # 16 × 512 MiB, 4 of 16 cores
+    assert (device["memory"], device["cores"], device["cores_total"]) == (8192, 4, 16)  # 16 × 512 MiB, 4 of 16 cores
     index = device["uuid"].rsplit("-", 1)[1]
     env = pod["env"]["musa"]
     assert (env["MTHREADS_VISIBLE_DEVICES"], env["MUSA_VISIBLE_DEVICES"]) == (index, "0")

@@ -21,7 +21,7 @@ from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE, BIND_TIME
-from hami.status import collect_status, render_status, status_of
+from hami.status import collect_status, cores_text, render_status, status_of
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -152,3 +152,12 @@ def test_collect_status_reads_through_the_cluster_port(world: Any) -> None:
     for node in world[0]:
         cluster.create("nodes", node)
     assert [n.name for n in collect_status(cluster, VendorHost.load()).nodes] == ["n1", "n2"]
+
+
+def test_cores_are_shown_as_the_kind_counts_them() -> None:
+    """Percent of a device, or a share of the device's own count (Moore Threads registers 16 cores per GPU: a grant
+    of 4 is "4/16", not "4%")."""
+    assert cores_text(25, 100) == "25% cores"
+    assert cores_text(4, 16) == "4/16 cores"
+    assert cores_text(4, 16, short=True) == "4/16"
+    assert cores_text(30, 0, short=True) == "30%"

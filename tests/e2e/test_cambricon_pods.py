@@ -6,19 +6,22 @@ sMLU profiles and instances kept in a state file as a driver keeps them), exactl
 library. The node's capacity is what HAMi's scheduler reads for MLUs (vcore 100 per card, vmemory in 256 MiB
 units); this scheduler fits from the per-card register. The driver starts with an instance a crashed daemon left
 for a pod that no longer exists: `hami node` destroys it at start. The pod's share gets its own sMLU instance of
-exactly its size, which goes when the pod is deleted. A second node runs in the soft mode (``mluMode: hami-core``):
-its share gets the card whole with ``libvmlu.so`` (installed by ``hami node``), the limits and the node's grant.
+exactly its size, which goes when the pod is deleted; the node daemon's metrics carry the cards and the container's
+limit. A second node runs in the soft mode (``mluMode: hami-core``): its share gets the card whole with
+``libvmlu.so`` (installed by ``hami node``), the limits and the node's grant.
 The test skips, saying why, while the Cambricon plugin or its fake CNDev is not there.
 """
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami.codec import decode_link_scores, decode_pod_devices
 from hami.plugins import VendorHost
@@ -178,6 +181,13 @@ def test_a_dsmlu_share_runs_with_its_profile_and_cambricons_env(
     assert "cambricon.com/dsmlu.lock" not in node_annotations  # taken at bind, released at Allocate
     links = decode_link_scores(node_annotations["hami.io/node-cambricon-mlu-score"])
     assert links == {f"MLU-{UUIDS[0]}": {f"MLU-{UUIDS[1]}": 2}, f"MLU-{UUIDS[1]}": {f"MLU-{UUIDS[0]}": 2}}
+    # the node daemon's hami_* families carry both cards and the container's limit on its card
+    with urllib.request.urlopen(f"http://127.0.0.1:{mlu_node.metrics_port}/metrics", timeout=10) as response:
+        families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
+    host = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
+    assert host >= {f"MLU-{u}" for u in UUIDS}
+    (limit,) = [s for s in families["hami_vgpu_memory_limit_bytes"].samples if s.labels["pod"] == "mlu"]
+    assert (limit.labels["device_uuid"], limit.value) == (device.uuid, 4096 * MIB)
 
     api.delete("Pod", "mlu", ns)
     wait_until(lambda: driver_state(mlu_node) == [] or None, 60, "the sMLU destroyed after the pod was deleted",

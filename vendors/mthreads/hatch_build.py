@@ -2,8 +2,9 @@
 
 hatchling runs it for every build (``[tool.hatch.build.hooks.custom]``). The library is hami-core's C core with its
 CUDA-compatible hook layer (``hami/isolation/cuda/``: every hook of the MUSA driver API, named by
-``isolation/hami_cuda_vendor.h``) and what is Moore Threads' own (``isolation/``: the MUSA runtime's hooks, the
-driver's unversioned names, ``libvmusa.map``, the exports). How it is compiled and packaged (wheel:
+``isolation/hami_cuda_vendor.h``), its CUDA-runtime-shaped layer (``hami/isolation/rt/``: every hook of the MUSA
+runtime, named by ``isolation/hami_rt_vendor.h``) and what is Moore Threads' own (``isolation/``: the driver's
+unversioned names, ``libvmusa.map``, the exports). How it is compiled and packaged (wheel:
 ``hami_vendor_mthreads/lib/libvmusa.so``, a platform wheel; editable install: into the source tree; sdist: with the
 C core under ``isolation/_core/``) is hami-core's (``hami/isolation/build.py``).
 
@@ -36,7 +37,7 @@ def _load_build_helper() -> ModuleType:
     found = importlib.util.find_spec("hami")
     places += [Path(p) / "isolation" for p in (found.submodule_search_locations or [])] if found else []
     for place in places:
-        if (place / "cuda" / "hami_cuda.h").is_file() and (place / "build.py").is_file():
+        if all((place / f).is_file() for f in ("cuda/hami_cuda.h", "rt/hami_rt.h", "build.py")):
             spec = importlib.util.spec_from_file_location("_hami_isolation_build", place / "build.py")
             assert spec is not None
             assert spec.loader is not None
@@ -61,7 +62,7 @@ SPEC = build.LibrarySpec(
     what="Moore Threads isolation library",
     hooks=HERE / "isolation",
     version_script="libvmusa.map",
-    layers=("cuda",),
+    layers=("cuda", "rt"),
 )
 
 

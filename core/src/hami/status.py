@@ -40,6 +40,7 @@ __all__ = [
     "add_status_parser",
     "collect_status",
     "connect_cluster",
+    "cores_text",
     "render_status",
 ]
 
@@ -239,6 +240,13 @@ def _waiting(pods: Iterable[KubeObject], now: datetime) -> Iterable[WaitingPod]:
 # --------------------------------------------------------------------------------------------------------
 
 
+def cores_text(cores: int, total: int, *, short: bool = False) -> str:
+    """A grant's cores as its kind counts them: percent of the device (``25% cores``), or ``4/16 cores`` where a
+    device registers another total (Moore Threads' 16 per GPU); `short` leaves out the word ``cores``."""
+    text = f"{cores}%" if total in (0, 100) else f"{cores}/{total}"
+    return text if short else f"{text} cores"
+
+
 def _percent(used: int, total: int) -> str:
     return f"{100 * used // total}%" if total else "-"
 
@@ -254,7 +262,7 @@ def _age(seconds: float) -> str:
 def _pods(device: DeviceStatus) -> str:
     parts = []
     for p in device.pods:
-        share = f"{p.memory} MiB" + (f" {p.cores}%" if p.cores else "")
+        share = f"{p.memory} MiB" + (f" {cores_text(p.cores, device.cores_total, short=True)}" if p.cores else "")
         who = p.name if p.namespace == "default" else f"{p.namespace}/{p.name}"
         parts.append(f"{who} ({share})")
     return ", ".join(parts) or "-"

@@ -45,6 +45,11 @@ typedef struct {
     unsigned int x, y, z;
 } cnrtDim3_t;
 typedef int cnrtFunctionType_t;
+/* The device attributes libvmlu.so reads (cnrtDeviceAttr_t); every other value is passed through unread. */
+typedef enum {
+    cnrtAttrGmemBusWidth = 0x404,
+    cnrtAttrTotalMemSize = 0x405, /* the maximum available memory, in MB */
+} cnrtDeviceAttr_t;
 typedef struct CNqueue_st *cnrtQueue_t; /* CNRT's queue is CNDrv's (CNRT is built on CNDrv) */
 typedef struct cnrtNotifier_st *cnrtNotifier_t;
 
@@ -68,6 +73,8 @@ CNresult cnMemCreate(CNmemGenericAllocationHandle *phandle, cn_uint64_t size, CN
                      cn_uint64_t flags);
 CNresult cnMemRelease(CNmemGenericAllocationHandle handle);
 CNresult cnMemGetInfo(cn_uint64_t *pfreeBytes, cn_uint64_t *ptotalBytes);
+CNresult cnMemGetNodeInfo(cn_uint64_t *pfreeBytes, cn_uint64_t *ptotalBytes, int node);
+CNresult cnDeviceTotalMem(cn_uint64_t *pbytes, CNdev dev);
 CNresult cnInvokeKernel(CNkernel hkernel, unsigned int dimx, unsigned int dimy, unsigned int dimz, KernelClass c,
                         unsigned int reserve, CNqueue hqueue, void **kernelParams, void **extra);
 CNresult cnInvokeKernelEx(const CNinvokeConfig *config, CNkernel hkernel, void **kernelParams, void **extra);
@@ -80,6 +87,7 @@ cnrtRet_t cnrtGetDeviceCount(unsigned int *pCount);
 cnrtRet_t cnrtMalloc(void **pPtr, size_t bytes);
 cnrtRet_t cnrtFree(void *ptr);
 cnrtRet_t cnrtMemGetInfo(size_t *free, size_t *total);
+cnrtRet_t cnrtDeviceGetAttribute(int *pValue, cnrtDeviceAttr_t attr, int device);
 cnrtRet_t cnrtInvokeKernel(const void *kernel, cnrtDim3_t dim, cnrtFunctionType_t ktype, void **args, size_t reserved,
                            cnrtQueue_t queue);
 cnrtRet_t cnrtNotifierCreate(cnrtNotifier_t *pNotifier);

@@ -11,8 +11,11 @@
  * (cnMallocHost) are not device memory and are not hooked. Calls from inside CNDrv or CNRT pass straight through
  * (runtime.c): cnrtMalloc reaching cnMalloc underneath is counted once.
  *
- * The queries (cnMemGetInfo, cnrtMemGetInfo) answer with the container's view of the current device: total =
- * min(limit, physical), free = min(limit - used, physical free); the physical numbers without a limit.
+ * The queries answer with the container's view: cnMemGetInfo, cnrtMemGetInfo and cnMemGetNodeInfo (one memory node
+ * of the current device) total = min(limit, physical), free = min(limit - used, physical free); cnDeviceTotalMem
+ * the limit of the device asked about (CNdev taken as its ordinal, as cnCtxGetDevice's is read in runtime.c), and
+ * cnrtDeviceGetAttribute's cnrtAttrTotalMemSize (MB, what torch_mlu reports as a device's total memory) the same
+ * in MB; every other attribute is passed through unread. The physical numbers without a limit.
  */
 #define _GNU_SOURCE
 #include "vmlu.h"
@@ -141,5 +144,30 @@ HAMI_EXPORT cnrtRet_t cnrtMemGetInfo(size_t *free, size_t *total) {
     cnrtRet_t r = hami_real.cnrtMemGetInfo(free, total);
     if (r == cnrtSuccess && free && total && !FROM_INSIDE())
         hami_iso_memory_view_sizes(hami_vmlu_device(), free, total);
+    return r;
+}
+
+HAMI_EXPORT CNresult cnMemGetNodeInfo(cn_uint64_t *free, cn_uint64_t *total, int node) {
+    HAMI_CN_ENTER(cnMemGetNodeInfo);
+    CNresult r = hami_real.cnMemGetNodeInfo(free, total, node);
+    if (r == CN_SUCCESS && free && total && !FROM_INSIDE()) hami_iso_memory_view(hami_vmlu_device(), total, free, NULL);
+    return r;
+}
+
+HAMI_EXPORT CNresult cnDeviceTotalMem(cn_uint64_t *bytes, CNdev dev) {
+    HAMI_CN_ENTER(cnDeviceTotalMem);
+    CNresult r = hami_real.cnDeviceTotalMem(bytes, dev);
+    if (r == CN_SUCCESS && bytes && dev <= INT32_MAX && !FROM_INSIDE())
+        hami_iso_memory_view((int)dev, bytes, NULL, NULL);
+    return r;
+}
+
+HAMI_EXPORT cnrtRet_t cnrtDeviceGetAttribute(int *value, cnrtDeviceAttr_t attr, int device) {
+    HAMI_CNRT_ENTER(cnrtDeviceGetAttribute);
+    cnrtRet_t r = hami_real.cnrtDeviceGetAttribute(value, attr, device);
+    if (r != cnrtSuccess || !value || attr != cnrtAttrTotalMemSize || *value < 0 || FROM_INSIDE()) return r;
+    uint64_t total = (uint64_t)*value << 20;
+    if (hami_iso_memory_view(device, &total, NULL, NULL) == 0) return r; /* no limit: the physical size */
+    *value = total >> 20 > INT32_MAX ? INT32_MAX : (int)(total >> 20);
     return r;
 }

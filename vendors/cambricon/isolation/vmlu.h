@@ -34,6 +34,8 @@
     X(cnMemCreate)                                                                                             \
     X(cnMemRelease)                                                                                            \
     X(cnMemGetInfo)                                                                                            \
+    X(cnMemGetNodeInfo)                                                                                        \
+    X(cnDeviceTotalMem)                                                                                        \
     X(cnInvokeKernel)                                                                                          \
     X(cnInvokeKernelEx)                                                                                        \
     X(cnGetExportFunction)
@@ -43,6 +45,7 @@
     X(cnrtMalloc)                                                                                              \
     X(cnrtFree)                                                                                                \
     X(cnrtMemGetInfo)                                                                                          \
+    X(cnrtDeviceGetAttribute)                                                                                  \
     X(cnrtInvokeKernel)                                                                                        \
     X(cnrtSetDevice)
 

@@ -7,7 +7,7 @@
  * with cuda_api.h's plain types (hami_cuda_vendor.h is included before it).
  */
 #define _GNU_SOURCE
-#include "vmusa.h"
+#include "hami_cuda.h"
 
 HAMI_EXPORT int muMemAlloc(unsigned long long *dptr, size_t bytesize) { return muMemAlloc_v2(dptr, bytesize); }
 

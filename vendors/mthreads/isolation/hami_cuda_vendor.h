@@ -2,18 +2,17 @@
  * hami_cuda_vendor.h: what libvmusa.so is, for the core's CUDA-compatible hook layer (core/src/hami/isolation/cuda,
  * which holds every driver hook): the MUSA driver API is CUDA's under the mu prefix (muMemAlloc_v2, muLaunchKernel,
  * muGetProcAddress, ...), in libmusa.so.1, with CUDA's result codes and structure layouts (an assumption: MUSA's
- * musa.h is not public; see the README). MTML is not NVML-compatible, so no management-library hook.
+ * musa.h is not public; see the README). MTML is not NVML-compatible, so no management-library hook. The MUSA
+ * runtime's hooks are the core's CUDA-runtime-shaped layer's (core/src/hami/isolation/rt, hami_rt_vendor.h), which
+ * the layer's dlsym, dlvsym and muGetProcAddress answer as well.
  *
- * Moore Threads' own hooks, answered by the layer's dlsym and dlvsym like its own (HAMI_CUDA_VENDOR_HOOKS): the MUSA
- * runtime's (runtime*.c: the runtime reaches the driver through a private table, not through the mu* exports) and
- * the driver's unversioned names (aliases.c). The symbol set is libvmusa.map.
+ * Moore Threads' own hooks, answered by the layer's dlsym and dlvsym like its own (HAMI_CUDA_VENDOR_HOOKS): the
+ * driver's unversioned names (aliases.c). The symbol set is libvmusa.map.
  */
 #ifndef HAMI_MTHREADS_CUDA_VENDOR_H
 #define HAMI_MTHREADS_CUDA_VENDOR_H
 
 #include <stddef.h>
-
-#include "musa_runtime_api.h"
 
 #define HAMI_CU(suffix) mu##suffix
 #define HAMI_CUDA_VENDOR_NAME "mthreads"
@@ -26,21 +25,6 @@
 #define HAMI_CUDA_ENV_VISIBLE_DEVICES "MUSA_DEVICE_UUIDS"
 #define HAMI_CUDA_ENV_LOG_LEVEL "LIBVMUSA_LOG_LEVEL"
 #define HAMI_CUDA_DEFAULT_CACHE "/tmp/vmusashr.cache"
-
-/* The MUSA runtime functions libvmusa.so intercepts (runtime*.c). */
-#define HAMI_MUSA_HOOKS(X)                                                                                     \
-    X(musaMalloc)                                                                                              \
-    X(musaFree)                                                                                                \
-    X(musaMallocManaged)                                                                                       \
-    X(musaMallocAsync)                                                                                         \
-    X(musaMallocFromPoolAsync)                                                                                 \
-    X(musaFreeAsync)                                                                                           \
-    X(musaMallocPitch)                                                                                         \
-    X(musaMemGetInfo)                                                                                          \
-    X(musaSetDevice)                                                                                           \
-    X(musaLaunchKernel)                                                                                        \
-    X(musaLaunchCooperativeKernel)                                                                             \
-    X(musaGraphLaunch)
 
 /* The driver's unversioned names, which a program may bind instead of the _v2 the layer hooks (aliases.c). Declared
  * with the plain types of cuda_api.h (CUresult is int, CUdeviceptr unsigned long long), which is included after this
@@ -62,6 +46,6 @@ int muDeviceTotalMem(size_t *bytes, int dev);
 struct CUctx_st;
 int muCtxCreate(struct CUctx_st **pctx, unsigned int flags, int dev);
 
-#define HAMI_CUDA_VENDOR_HOOKS(X) HAMI_MUSA_HOOKS(X) HAMI_MU_ALIASES(X)
+#define HAMI_CUDA_VENDOR_HOOKS(X) HAMI_MU_ALIASES(X)
 
 #endif /* HAMI_MTHREADS_CUDA_VENDOR_H */

@@ -233,7 +233,9 @@ def _print_outcome(outcome: PodOutcome, say: _Printer) -> None:
         if not outcome.failed_nodes:
             say.wrapped(f"    {outcome.reason}", "      ")
     else:
-        placed = [f"{d.uuid} ({d.type}) {d.memory} MiB" + (f" {d.cores}% cores" if d.cores else "")
+        from hami.status import cores_text
+
+        placed = [f"{d.uuid} ({d.type}) {d.memory} MiB" + (f" {cores_text(d.cores, d.cores_total)}" if d.cores else "")
                   for d in outcome.devices]  # fmt: skip
         if len(placed) == 1:
             say(f"  -> {outcome.node}: {placed[0]}")

@@ -56,7 +56,8 @@ class DeviceGrant(BaseModel):
     uuid: str
     type: str = Field(description="the device's model, as its node registers it")
     memory: int = Field(description="MiB")
-    cores: int = Field(description="percent of the device")
+    cores: int = Field(description="the device's cores granted: percent, or of `cores_total` where a kind counts so")
+    cores_total: int = Field(default=100, description="the device's cores as it registers them (Moore Threads: 16)")
 
 
 class PodOutcome(BaseModel):
@@ -318,6 +319,7 @@ def _record_devices(world: DemoWorld, pod: Mapping[str, Any], outcome: PodOutcom
                         type=device.type if device is not None and device.type else kind.common_word,
                         memory=d.usedmem,
                         cores=d.usedcores,
+                        cores_total=device.devcore if device is not None and device.devcore else 100,
                     )
                 )
     outcome.annotations = {

@@ -1,9 +1,10 @@
 """What vendors' isolation-library tests share beyond the sandbox (hami.testing.sandbox): the checks every vendor
 runs unchanged, measuring device-time shares on the fake device, and finishing the launching clients.
 
-`CrashTests` and `StartupTests` are test classes to subclass in a vendor's test module (``class
-TestCrashes(CrashTests): ...``): pytest collects their tests there, run with that vendor's ``sandbox`` fixture, so
-each vendor still runs (and reports) its own. What a check needs of the vendor's API is a class attribute.
+`CrashTests`, `StartupTests`, `GrantTests`, `LookupTests`, `ContextMemoryTests` and `MonitorTests` are test
+classes to subclass in a vendor's test module (``class TestCrashes(CrashTests): ...``): pytest collects their
+tests there, run with that vendor's ``sandbox`` fixture, so each vendor still runs (and reports) its own. What a
+check needs of the vendor's API is a class attribute.
 
 A sandbox's fake device gives each tag's busy time as ``sandbox.device().busy_ns[tag]`` (the nanoseconds of device
 time of the containers launching with that tag); `device_shares` reads it the same way for every vendor. Share
@@ -31,6 +32,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from hami.model import ContainerDevice
+from hami.node.pods import ServedContainer
+from hami.node.usage import AccountingReader
 from hami.testing.sandbox import CSRC, Sandbox, find_compiler
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "CrashTests",
     "GrantTests",
     "LookupTests",
+    "MonitorTests",
     "StartupTests",
     "device_shares",
     "finish",
@@ -399,3 +404,36 @@ class StartupTests:
         account = sandbox.account()
         assert account.processes == ()
         assert account.device(0).memory_used == 0
+
+
+class MonitorTests:
+    """Observability: the node monitor (`hami.node.usage.AccountingReader`, the per-container ``hami_*`` families)
+    reads what the library accounts for a container the node served: the memory a process holds and the limit on
+    its device, under the device's UUID as the library recorded it, and the device time its launches took (none at
+    the first look, before there is an interval to measure over)."""
+
+    kind: ClassVar[str]  # the device kind the placement names (NVIDIA, Mthreads, MLU)
+    uuid_variable: ClassVar[str]  # the variable the container edits give the library its devices' UUIDs in
+    device_uuid: ClassVar[str] = "GPU-aaaa"
+    kernel_ns_variable: ClassVar[str]  # the fake device's kernel duration variable (FAKE_CUDA_KERNEL_NS)
+    launch_mode: ClassVar[str] = "kernel"  # the client's launch mode
+
+    def test_monitor_reads_the_library_accounting_of_a_served_container(self, sandbox: Sandbox) -> None:
+        extra = {self.uuid_variable: self.device_uuid, self.kernel_ns_variable: "200000"}
+        env = sandbox.env(memory="64m", cores=50, extra=extra)
+        placed = ContainerDevice(uuid=self.device_uuid, type=self.kind, usedmem=64, usedcores=50)
+        served = ServedContainer("default", "p", "uid-1", "main", 0, self.kind, (placed,), str(sandbox.cache()))
+        reader = AccountingReader(lambda: [served])
+        assert reader() == []  # no process has started: no file yet, no record
+        holder = sandbox.start("hold", 12 * MIB, 2, env=env)
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        first = reader()
+        sandbox.client("launch", "0.3", self.launch_mode, 64, env=env)
+        (usage,) = reader()
+        assert (usage.pod_uid, usage.container, usage.device_uuid) == ("uid-1", "main", self.device_uuid)
+        assert usage.memory_used_bytes == 12 * MIB
+        assert usage.memory_limit_bytes == 64 * MIB
+        assert first[0].utilization_ratio == 0
+        assert 0 < usage.utilization_ratio <= 1
+        assert usage.last_kernel_elapsed_seconds < 5

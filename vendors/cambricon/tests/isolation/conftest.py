@@ -47,11 +47,13 @@ CN_HOOKS = (
     "cnMemCreate",
     "cnMemRelease",
     "cnMemGetInfo",
+    "cnMemGetNodeInfo",
+    "cnDeviceTotalMem",
     "cnInvokeKernel",
     "cnInvokeKernelEx",
     "cnGetExportFunction",
 )
-CNRT_HOOKS = ("cnrtMalloc", "cnrtFree", "cnrtMemGetInfo", "cnrtInvokeKernel", "cnrtSetDevice")
+CNRT_HOOKS = ("cnrtMalloc", "cnrtFree", "cnrtMemGetInfo", "cnrtDeviceGetAttribute", "cnrtInvokeKernel", "cnrtSetDevice")
 LOOKUPS = tuple(sorted(LINKER_DOORS))
 
 PRELUDE = r"""

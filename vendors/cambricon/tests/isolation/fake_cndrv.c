@@ -10,6 +10,8 @@
  *   - a kernel "runs" for FAKE_MLU_KERNEL_NS plus FAKE_MLU_KERNEL_NS_PER_BLOCK x its tasks on the per-device timeline;
  *   - like the real driver, some calls go through its own exported functions in the global scope (no -Bsymbolic):
  *     cnZmalloc is cnMalloc underneath, cnMemGetInfo's total comes from cnDeviceGetCount's device;
+ *   - each device has one memory node (cnMemGetNodeInfo's node 0 is the device; another node is an invalid value);
+ *     cnDeviceTotalMem takes the device's ordinal as its CNdev (what cnCtxGetDevice answers);
  *   - cnGetExportFunction returns its own functions by name.
  * The current device is the thread's context's: fake_cndrv_use_device() stands in for the context CNRT binds
  * (cnCtxSetCurrent) when cnrtSetDevice is called, and the fake_cndrv_* timeline functions give the fake CNRT the
@@ -117,6 +119,18 @@ EXPORT CNresult cnMemGetInfo(cn_uint64_t *free, cn_uint64_t *total) {
     uint64_t used = fake_used(t_device);
     *total = fake.memory;
     *free = used > fake.memory ? 0 : fake.memory - used;
+    return CN_SUCCESS;
+}
+
+EXPORT CNresult cnMemGetNodeInfo(cn_uint64_t *free, cn_uint64_t *total, int node) {
+    if (node != 0) return CN_ERROR_INVALID_VALUE;
+    return cnMemGetInfo(free, total); /* through the PLT */
+}
+
+EXPORT CNresult cnDeviceTotalMem(cn_uint64_t *bytes, CNdev dev) {
+    if (!bytes) return CN_ERROR_INVALID_VALUE;
+    if (dev >= (CNdev)fake.devices) return CN_ERROR_INVALID_DEVICE;
+    *bytes = fake.memory;
     return CN_SUCCESS;
 }
 

@@ -2,9 +2,10 @@
  * fake_cnrt.c: a fake CNRT, built by the tests as libcnrt.so over the fake libcndrv.so, loaded behind libvmlu.so as
  * the real one would be. Written from CNRT's documented API (cnrt.h, CNRT 6.x: signatures and cnrtRet_t codes:
  * cnrtErrorNoMem 100100, cnrtErrorArgsInvalid 100006, cnrtErrorNotReady 1). Like the real CNRT it is built on CNDrv:
- * cnrtMalloc is cnMalloc, cnrtFree reaches cnFree through cnGetExportFunction, cnrtMemGetInfo is cnMemGetInfo and
- * cnrtInvokeKernel is cnInvokeKernel (all through the global scope, where the preloaded libvmlu.so comes first:
- * what the isolation library must not count twice). Notifiers are timestamps on the fake device's timeline (the
+ * cnrtMalloc is cnMalloc, cnrtFree reaches cnFree through cnGetExportFunction, cnrtMemGetInfo is cnMemGetInfo,
+ * cnrtDeviceGetAttribute's cnrtAttrTotalMemSize is cnDeviceTotalMem in MB and cnrtInvokeKernel is cnInvokeKernel
+ * (all through the global scope, where the preloaded libvmlu.so comes first: what the isolation library must not
+ * count twice, nor cut twice). Notifiers are timestamps on the fake device's timeline (the
  * moment the device gets past them); cnrtSyncDevice waits for the process's work.
  */
 #define _GNU_SOURCE
@@ -79,6 +80,20 @@ EXPORT cnrtRet_t cnrtMemGetInfo(size_t *free, size_t *total) {
     CNresult r = cnMemGetInfo(&f, &t);
     *free = (size_t)f;
     *total = (size_t)t;
+    return from_cn(r);
+}
+
+/* Two attributes: cnrtAttrTotalMemSize (MB, from CNDrv) and cnrtAttrGmemBusWidth (a fixed 4096 bits). */
+EXPORT cnrtRet_t cnrtDeviceGetAttribute(int *value, cnrtDeviceAttr_t attr, int device) {
+    if (!value || device < 0 || device >= fake_cndrv_device_count()) return cnrtErrorArgsInvalid;
+    if (attr == cnrtAttrGmemBusWidth) {
+        *value = 4096;
+        return cnrtSuccess;
+    }
+    if (attr != cnrtAttrTotalMemSize) return cnrtErrorNotSupport;
+    cn_uint64_t bytes = 0;
+    CNresult r = cnDeviceTotalMem(&bytes, (CNdev)device);
+    if (r == CN_SUCCESS) *value = (int)(bytes >> 20);
     return from_cn(r);
 }
 

@@ -122,6 +122,34 @@ def test_without_a_limit_the_queries_are_physical(sandbox):
     assert result == {"cnrt": [(16 << 30) - 3 * MIB, 16 << 30], "cn": [(16 << 30) - 3 * MIB, 16 << 30]}
 
 
+TOTALS = r"""
+rt = load_cnrt()
+use_device(rt)
+p = c_void_p()
+assert rt.cnrtMalloc(byref(p), c_size_t(3 << 20)) == 0
+free, total, device_total = c_uint64(), c_uint64(), c_uint64()
+assert rt.cnMemGetNodeInfo(byref(free), byref(total), 0) == 0
+assert rt.cnDeviceTotalMem(byref(device_total), c_uint64(0)) == 0
+mb, width = ctypes.c_int(), ctypes.c_int()
+assert rt.cnrtDeviceGetAttribute(byref(mb), 0x405, 0) == 0  # cnrtAttrTotalMemSize
+assert rt.cnrtDeviceGetAttribute(byref(width), 0x404, 0) == 0  # cnrtAttrGmemBusWidth
+RESULT.update(node=[free.value, total.value], device_total=device_total.value, total_mb=mb.value,
+              bus_width=width.value, bad_node=rt.cnMemGetNodeInfo(byref(free), byref(total), 1))
+"""
+
+
+def test_node_info_device_total_and_the_total_memory_attribute_show_the_limit(sandbox):
+    """Every other way a program reads a device's memory: CNDrv's per-node query and device total, and CNRT's
+    cnrtAttrTotalMemSize (MB; torch_mlu's total_memory), the last reaching cnDeviceTotalMem underneath (cut once).
+    Other attributes and the driver's refusals are passed through."""
+    limited = sandbox.python(TOTALS, env=sandbox.env(memory="16m"))
+    assert limited == {"node": [13 * MIB, 16 * MIB], "device_total": 16 * MIB, "total_mb": 16, "bus_width": 4096,
+                       "bad_node": 100006}  # fmt: skip
+    physical = sandbox.python(TOTALS, env=sandbox.env())
+    assert physical == {"node": [(16 << 30) - 3 * MIB, 16 << 30], "device_total": 16 << 30, "total_mb": 16 << 10,
+                        "bus_width": 4096, "bad_node": 100006}  # fmt: skip
+
+
 EXPORT_FUNCTION = r"""
 rt = load_cnrt()
 use_device(rt)

@@ -82,8 +82,13 @@ static const struct hook g_vendor_hooks[] = {
 
 static const char g_prefix[] = HAMI_STR(HAMI_CU(_)); /* the vendor's prefix and "_": "cu_" */
 
+/* The CUDA-runtime-shaped layer's hooks (../rt), where the library is built on both layers (MUSA's). */
+__attribute__((weak)) void *hami_rt_hook_of(const char *name);
+
 static void *hook_by_name(const char *name) {
     if (!name) return NULL;
+    void *runtime_hook = hami_rt_hook_of ? hami_rt_hook_of(name) : NULL;
+    if (runtime_hook) return runtime_hook;
     if (!strncmp(name, g_prefix, sizeof g_prefix - 2) || !strncmp(name, "nvml", 4))
         for (size_t i = 0; i < HOOK_COUNT; i++)
             if (!strcmp(g_hooks[i].name, name)) return g_hooks[i].hook;

@@ -18,6 +18,8 @@
  *                              the variable is unset
  *   HAMI_RT_ERROR_NOT_SUPPORTED the runtime's "not supported" code (HIP 801); success 0, invalid value 1, out of
  *                              memory 2 and not initialized 3 are the same in every CUDA-shaped runtime
+ *   HAMI_RT_HAS_HIP_EXTRAS      0 when the runtime lacks ExtMallocWithFlags and ModuleLaunchKernel (HIP and MACA
+ *                              have them: the default 1; the CUDA runtime's shape, MUSA's, has neither)
  *   HAMI_RT_HAS_POOL, _VMM, _DEVICE_TOTAL_MEM, _EXT_LAUNCH, _HCC, _MODULE_COOPERATIVE, _PROC_ADDRESS
  *                              optional (1): the runtime has MallocFromPoolAsync; MemCreate/MemRelease;
  *                              DeviceTotalMem; ExtLaunchKernel/ExtModuleLaunchKernel; HccModuleLaunchKernel;
@@ -94,13 +96,22 @@ typedef struct hami_rt_mem_prop {
     X(MallocAsync)                                                                                             \
     X(FreeAsync)                                                                                               \
     X(MallocPitch)                                                                                             \
-    X(ExtMallocWithFlags)                                                                                      \
     X(MemGetInfo)                                                                                              \
     X(SetDevice)                                                                                               \
     X(LaunchKernel)                                                                                            \
     X(LaunchCooperativeKernel)                                                                                 \
-    X(ModuleLaunchKernel)                                                                                      \
     X(GraphLaunch)
+
+/* HIP's and MACA's own, in every runtime unless the vendor says otherwise (the CUDA runtime and MUSA's have
+ * neither): ExtMallocWithFlags and the driver-style ModuleLaunchKernel. */
+#ifndef HAMI_RT_HAS_HIP_EXTRAS
+#define HAMI_RT_HAS_HIP_EXTRAS 1
+#endif
+#if HAMI_RT_HAS_HIP_EXTRAS
+#define HAMI_RT_HIP_EXTRA_HOOKS(X) X(ExtMallocWithFlags) X(ModuleLaunchKernel)
+#else
+#define HAMI_RT_HIP_EXTRA_HOOKS(X)
+#endif
 
 #if defined(HAMI_RT_HAS_POOL) && HAMI_RT_HAS_POOL
 #define HAMI_RT_POOL_HOOKS(X) X(MallocFromPoolAsync)
@@ -141,6 +152,7 @@ typedef struct hami_rt_mem_prop {
 /* Every function the library exports and intercepts. Keep the vendor's version script and tests in step. */
 #define HAMI_RT_HOOKS(X)                                                                                       \
     HAMI_RT_COMMON_HOOKS(X)                                                                                    \
+    HAMI_RT_HIP_EXTRA_HOOKS(X)                                                                                 \
     HAMI_RT_POOL_HOOKS(X)                                                                                      \
     HAMI_RT_VMM_HOOKS(X)                                                                                       \
     HAMI_RT_TOTAL_HOOKS(X)                                                                                     \
@@ -225,7 +237,7 @@ struct hami_rt_real {
 #undef HAMI_RT_FIELD
 };
 
-extern struct hami_rt_real hami_real;
+extern struct hami_rt_real hami_rt_fn;
 
 /* runtime.c: finding the real runtime on first use; 1 when found, 0 when missing. */
 int hami_rt_load(void);
@@ -248,7 +260,7 @@ static inline int hami_rt_from_runtime(const void *caller) {
 #define HAMI_RT_ENTER(name)                                                                                    \
     do {                                                                                                       \
         if (HAMI_UNLIKELY(!hami_rt_runtime())) return HAMI_RT_ERROR_NOT_INITIALIZED;                           \
-        if (HAMI_UNLIKELY(!hami_real.name)) return HAMI_RT_ERROR_NOT_SUPPORTED;                                \
+        if (HAMI_UNLIKELY(!hami_rt_fn.name)) return HAMI_RT_ERROR_NOT_SUPPORTED;                                \
         if (HAMI_UNLIKELY(hami_log_level >= HAMI_LOG_TRACE)) hami_log(HAMI_LOG_TRACE, "%s%s", HAMI_RT_PREFIX, #name); \
     } while (0)
 

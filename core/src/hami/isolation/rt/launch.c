@@ -16,24 +16,29 @@
 #include "hami_rt.h"
 
 /* The runtime's events, for the core's launch timer (hookkit.c). */
-static int event_create(void **event) { return hami_real.EventCreate((hami_rt_event *)event); }
+static int event_create(void **event) { return hami_rt_fn.EventCreate((hami_rt_event *)event); }
 static void event_destroy(void *event) {
-    if (hami_real.EventDestroy) hami_real.EventDestroy(event);
+    if (hami_rt_fn.EventDestroy) hami_rt_fn.EventDestroy(event);
 }
-static int event_record(void *event, void *stream) { return hami_real.EventRecord(event, stream); }
-static int event_query(void *event) { return hami_real.EventQuery(event); }
-static int event_elapsed(float *ms, void *start, void *end) { return hami_real.EventElapsedTime(ms, start, end); }
-static int event_synchronize(void *event) { return hami_real.EventSynchronize(event); }
+static int event_record(void *event, void *stream) { return hami_rt_fn.EventRecord(event, stream); }
+static int event_query(void *event) { return hami_rt_fn.EventQuery(event); }
+static int event_elapsed(float *ms, void *start, void *end) { return hami_rt_fn.EventElapsedTime(ms, start, end); }
+static int event_synchronize(void *event) { return hami_rt_fn.EventSynchronize(event); }
+static int capturing(void *stream) {
+    int status = 0;
+    return hami_rt_fn.StreamIsCapturing(stream, &status) == HAMI_RT_SUCCESS && status != 0;
+}
 
 static hami_iso_events g_events = {.api = HAMI_RT_PREFIX "Event", .destroy = event_destroy};
 static pthread_once_t g_events_once = PTHREAD_ONCE_INIT;
 
 static void find_events(void) { /* the event table lists only the functions the runtime has */
-    if (hami_real.EventCreate) g_events.create = event_create;
-    if (hami_real.EventRecord) g_events.record = event_record;
-    if (hami_real.EventQuery) g_events.query = event_query;
-    if (hami_real.EventElapsedTime) g_events.elapsed_ms = event_elapsed;
-    if (hami_real.EventSynchronize) g_events.synchronize = event_synchronize;
+    if (hami_rt_fn.EventCreate) g_events.create = event_create;
+    if (hami_rt_fn.EventRecord) g_events.record = event_record;
+    if (hami_rt_fn.EventQuery) g_events.query = event_query;
+    if (hami_rt_fn.EventElapsedTime) g_events.elapsed_ms = event_elapsed;
+    if (hami_rt_fn.EventSynchronize) g_events.synchronize = event_synchronize;
+    if (hami_rt_fn.StreamIsCapturing) g_events.capturing = capturing; /* no timing event added to a graph */
 }
 
 static const hami_iso_events *events(void) {
@@ -43,9 +48,9 @@ static const hami_iso_events *events(void) {
 
 #define LAUNCH(name, kernel, work, stream, call)                                                               \
     HAMI_RT_ENTER(name);                                                                                       \
-    if (hami_rt_from_runtime(__builtin_return_address(0))) return hami_real.call;                              \
+    if (hami_rt_from_runtime(__builtin_return_address(0))) return hami_rt_fn.call;                              \
     int device = hami_rt_device();                                                                             \
-    HAMI_ISO_LAUNCH(events(), device, (uint64_t)device, (kernel), (work), (stream), hami_rt_error, hami_real.call);
+    HAMI_ISO_LAUNCH(events(), device, (uint64_t)device, (kernel), (work), (stream), hami_rt_error, hami_rt_fn.call);
 
 static inline uint64_t blocks(hami_rt_dim3 g) { return (uint64_t)g.x * g.y * g.z; }
 
@@ -63,6 +68,7 @@ HAMI_EXPORT hami_rt_error HAMI_RT(LaunchCooperativeKernel)(const void *f, hami_r
            LaunchCooperativeKernel(f, gridDim, blockDimX, kernelParams, sharedMemBytes, stream))
 }
 
+#if HAMI_RT_HAS_HIP_EXTRAS
 HAMI_EXPORT hami_rt_error HAMI_RT(ModuleLaunchKernel)(hami_rt_function f, unsigned int gridDimX, unsigned int gridDimY,
                                                       unsigned int gridDimZ, unsigned int blockDimX,
                                                       unsigned int blockDimY, unsigned int blockDimZ,
@@ -72,6 +78,7 @@ HAMI_EXPORT hami_rt_error HAMI_RT(ModuleLaunchKernel)(hami_rt_function f, unsign
            ModuleLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream,
                               kernelParams, extra))
 }
+#endif
 
 HAMI_EXPORT hami_rt_error HAMI_RT(GraphLaunch)(void *graphExec, hami_rt_stream stream) {
     LAUNCH(GraphLaunch, graphExec, 1, stream, GraphLaunch(graphExec, stream))

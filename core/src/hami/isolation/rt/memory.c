@@ -29,11 +29,11 @@ static inline void remember(uint32_t kind, uint64_t key, int device, uint64_t si
 /* A pointer allocation of `size` bytes on the current device around `call`. */
 #define COUNTED_ALLOC(name, ptr, size, call)                                                                   \
     HAMI_RT_ENTER(name);                                                                                       \
-    if (!(ptr) || FROM_RUNTIME()) return hami_real.call;                                                       \
+    if (!(ptr) || FROM_RUNTIME()) return hami_rt_fn.call;                                                       \
     int device = hami_rt_device();                                                                             \
     uint64_t bytes = (uint64_t)(size);                                                                         \
     if (hami_iso_memory_reserve(device, bytes) != 0) return HAMI_RT_ERROR_OUT_OF_MEMORY;                       \
-    hami_rt_error r = hami_real.call;                                                                          \
+    hami_rt_error r = hami_rt_fn.call;                                                                          \
     if (r != HAMI_RT_SUCCESS) {                                                                                \
         hami_iso_memory_release(device, bytes);                                                                \
         return r;                                                                                              \
@@ -44,10 +44,10 @@ static inline void remember(uint32_t kind, uint64_t key, int device, uint64_t si
 /* A free of what `key` names around `call`. */
 #define COUNTED_FREE(name, kind, key, skip, call)                                                              \
     HAMI_RT_ENTER(name);                                                                                       \
-    if ((skip) || FROM_RUNTIME()) return hami_real.call;                                                       \
+    if ((skip) || FROM_RUNTIME()) return hami_rt_fn.call;                                                       \
     hami_iso_allocation a;                                                                                     \
     int known = hami_iso_untrack((kind), (key), &a);                                                           \
-    hami_rt_error r = hami_real.call;                                                                          \
+    hami_rt_error r = hami_rt_fn.call;                                                                          \
     hami_iso_forgotten((kind), (key), known, &a, r == HAMI_RT_SUCCESS);                                        \
     return r;
 
@@ -67,24 +67,26 @@ HAMI_EXPORT hami_rt_error HAMI_RT(MallocFromPoolAsync)(void **dev_ptr, size_t si
 }
 #endif
 
+#if HAMI_RT_HAS_HIP_EXTRAS
 HAMI_EXPORT hami_rt_error HAMI_RT(ExtMallocWithFlags)(void **ptr, size_t sizeBytes, unsigned int flags) {
     COUNTED_ALLOC(ExtMallocWithFlags, ptr, sizeBytes, ExtMallocWithFlags(ptr, sizeBytes, flags))
 }
+#endif
 
 HAMI_EXPORT hami_rt_error HAMI_RT(MallocPitch)(void **ptr, size_t *pitch, size_t width, size_t height) {
     HAMI_RT_ENTER(MallocPitch);
-    if (!ptr || !pitch || FROM_RUNTIME()) return hami_real.MallocPitch(ptr, pitch, width, height);
+    if (!ptr || !pitch || FROM_RUNTIME()) return hami_rt_fn.MallocPitch(ptr, pitch, width, height);
     int device = hami_rt_device();
     uint64_t bytes = (((uint64_t)width + PITCH_BOUND - 1) / PITCH_BOUND * PITCH_BOUND) * height;
     if (hami_iso_memory_reserve(device, bytes) != 0) return HAMI_RT_ERROR_OUT_OF_MEMORY;
-    hami_rt_error r = hami_real.MallocPitch(ptr, pitch, width, height);
+    hami_rt_error r = hami_rt_fn.MallocPitch(ptr, pitch, width, height);
     if (r != HAMI_RT_SUCCESS) {
         hami_iso_memory_release(device, bytes);
         return r;
     }
     uint64_t real = (uint64_t)*pitch * height;
     if (real > bytes && hami_iso_memory_reserve(device, real - bytes) != 0) {
-        hami_real.Free(*ptr);
+        hami_rt_fn.Free(*ptr);
         hami_iso_memory_release(device, bytes);
         *ptr = NULL;
         return HAMI_RT_ERROR_OUT_OF_MEMORY;
@@ -107,10 +109,10 @@ HAMI_EXPORT hami_rt_error HAMI_RT(MemCreate)(hami_rt_mem_handle *handle, size_t 
                                              unsigned long long flags) {
     HAMI_RT_ENTER(MemCreate);
     if (!handle || !prop || prop->location.type != HAMI_RT_LOCATION_DEVICE || FROM_RUNTIME())
-        return hami_real.MemCreate(handle, size, prop, flags);
+        return hami_rt_fn.MemCreate(handle, size, prop, flags);
     int device = prop->location.id;
     if (hami_iso_memory_reserve(device, size) != 0) return HAMI_RT_ERROR_OUT_OF_MEMORY;
-    hami_rt_error r = hami_real.MemCreate(handle, size, prop, flags);
+    hami_rt_error r = hami_rt_fn.MemCreate(handle, size, prop, flags);
     if (r != HAMI_RT_SUCCESS) {
         hami_iso_memory_release(device, size);
         return r;
@@ -128,7 +130,7 @@ HAMI_EXPORT hami_rt_error HAMI_RT(MemRelease)(hami_rt_mem_handle handle) {
 
 HAMI_EXPORT hami_rt_error HAMI_RT(MemGetInfo)(size_t *free, size_t *total) {
     HAMI_RT_ENTER(MemGetInfo);
-    hami_rt_error r = hami_real.MemGetInfo(free, total);
+    hami_rt_error r = hami_rt_fn.MemGetInfo(free, total);
     if (r == HAMI_RT_SUCCESS && free && total) hami_iso_memory_view_sizes(hami_rt_device(), free, total);
     return r;
 }
@@ -136,7 +138,7 @@ HAMI_EXPORT hami_rt_error HAMI_RT(MemGetInfo)(size_t *free, size_t *total) {
 #if defined(HAMI_RT_HAS_DEVICE_TOTAL_MEM) && HAMI_RT_HAS_DEVICE_TOTAL_MEM
 HAMI_EXPORT hami_rt_error HAMI_RT(DeviceTotalMem)(size_t *bytes, int device) {
     HAMI_RT_ENTER(DeviceTotalMem);
-    hami_rt_error r = hami_real.DeviceTotalMem(bytes, device);
+    hami_rt_error r = hami_rt_fn.DeviceTotalMem(bytes, device);
     if (r == HAMI_RT_SUCCESS && bytes) hami_iso_memory_view_sizes(device, NULL, bytes);
     return r;
 }

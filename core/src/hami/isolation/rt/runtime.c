@@ -33,15 +33,15 @@
 
 #include "hami_rt.h"
 
-struct hami_rt_real hami_real;
+struct hami_rt_real hami_rt_fn;
 _Atomic int hami_rt_state;
 uintptr_t hami_rt_lo, hami_rt_hi, hami_rt_self_lo, hami_rt_self_hi;
 _Thread_local struct hami_rt_thread hami_rt_tls __attribute__((tls_model("initial-exec")));
 
 static int stream_capturing(void *stream) {
     int status = 0;
-    if (!hami_real.StreamIsCapturing) return 0;
-    return hami_real.StreamIsCapturing(stream, &status) == HAMI_RT_SUCCESS && status != 0;
+    if (!hami_rt_fn.StreamIsCapturing) return 0;
+    return hami_rt_fn.StreamIsCapturing(stream, &status) == HAMI_RT_SUCCESS && status != 0;
 }
 
 static const hami_iso_vendor g_vendor = {
@@ -69,7 +69,7 @@ static void *resolve(void **library, const char *name) {
  * that call return into the hook that called the real function, so a return address inside this library also means
  * "from inside the runtime" (the hooks never call each other). */
 static void find_runtime_range(void) {
-    const void *probe = hami_real.Malloc ? (void *)hami_real.Malloc : (void *)hami_real.GetDevice;
+    const void *probe = hami_rt_fn.Malloc ? (void *)hami_rt_fn.Malloc : (void *)hami_rt_fn.GetDevice;
     hami_iso_object_range(probe, &hami_rt_lo, &hami_rt_hi);
     hami_iso_object_range((const void *)&find_runtime_range, &hami_rt_self_lo, &hami_rt_self_hi);
 }
@@ -79,11 +79,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void load_once(void) {
     hami_iso_init(&g_vendor);
     void *library = NULL;
-#define HAMI_RT_RESOLVE(name) hami_real.name = (__typeof__(hami_real.name))resolve(&library, HAMI_RT_PREFIX #name);
+#define HAMI_RT_RESOLVE(name) hami_rt_fn.name = (__typeof__(hami_rt_fn.name))resolve(&library, HAMI_RT_PREFIX #name);
     HAMI_RT_HOOKS(HAMI_RT_RESOLVE)
     HAMI_RT_CALLS(HAMI_RT_RESOLVE)
 #undef HAMI_RT_RESOLVE
-    if (!hami_real.Malloc && !hami_real.GetDevice) {
+    if (!hami_rt_fn.Malloc && !hami_rt_fn.GetDevice) {
         HAMI_LOG(HAMI_LOG_ERROR, "cannot find the %s runtime (%s): its calls fail cleanly", HAMI_RT_VENDOR_NAME,
                  RUNTIMES[0]);
         atomic_store_explicit(&hami_rt_state, -1, memory_order_release);
@@ -91,7 +91,7 @@ static void load_once(void) {
     }
     find_runtime_range();
     int count = 0;
-    if (hami_real.GetDeviceCount && hami_real.GetDeviceCount(&count) == HAMI_RT_SUCCESS) hami_iso_set_device_count(count);
+    if (hami_rt_fn.GetDeviceCount && hami_rt_fn.GetDeviceCount(&count) == HAMI_RT_SUCCESS) hami_iso_set_device_count(count);
     atomic_store_explicit(&hami_rt_state, 1, memory_order_release);
 }
 
@@ -103,7 +103,7 @@ int hami_rt_load(void) {
 int hami_rt_refresh_device(void) {
     struct hami_rt_thread *t = &hami_rt_tls;
     int device = 0;
-    if (hami_rt_runtime() && hami_real.GetDevice && hami_real.GetDevice(&device) == HAMI_RT_SUCCESS && device >= 0) {
+    if (hami_rt_runtime() && hami_rt_fn.GetDevice && hami_rt_fn.GetDevice(&device) == HAMI_RT_SUCCESS && device >= 0) {
         t->device = device;
         t->valid = 1;
         return device;
@@ -113,7 +113,7 @@ int hami_rt_refresh_device(void) {
 
 HAMI_EXPORT hami_rt_error HAMI_RT(SetDevice)(int deviceId) {
     HAMI_RT_ENTER(SetDevice);
-    hami_rt_error r = hami_real.SetDevice(deviceId);
+    hami_rt_error r = hami_rt_fn.SetDevice(deviceId);
     hami_rt_tls.valid = 0;
     return r;
 }
@@ -129,14 +129,16 @@ void *hami_rt_hook_of(const char *name) {
     return NULL;
 }
 
-/* The hook table the core's dlsym and dlvsym answer (lookup.c). */
-void *hami_iso_hook_for_symbol(const char *name) { return hami_rt_hook_of(name); }
+/* The hook table the core's dlsym and dlvsym answer (lookup.c). Weak: a library built on this layer and the
+ * CUDA-compatible one (MUSA's runtime beside its driver) answers through that layer's table, which asks
+ * hami_rt_hook_of for the runtime's names. */
+__attribute__((weak)) void *hami_iso_hook_for_symbol(const char *name) { return hami_rt_hook_of(name); }
 
 #if defined(HAMI_RT_HAS_PROC_ADDRESS) && HAMI_RT_HAS_PROC_ADDRESS
 HAMI_EXPORT hami_rt_error HAMI_RT(GetProcAddress)(const char *symbol, void **pfn, int version, uint64_t flags,
                                                   int *symbolStatus) {
     HAMI_RT_ENTER(GetProcAddress);
-    hami_rt_error r = hami_real.GetProcAddress(symbol, pfn, version, flags, symbolStatus);
+    hami_rt_error r = hami_rt_fn.GetProcAddress(symbol, pfn, version, flags, symbolStatus);
     if (r == HAMI_RT_SUCCESS && pfn && *pfn && symbol && !hami_rt_from_runtime(__builtin_return_address(0))) {
         void *hook = hami_rt_hook_of(symbol);
         if (hook) *pfn = hook;

@@ -315,6 +315,30 @@ def test_a_body_missing_spec_node_name_does_not_withdraw_a_bound_pod(world: Harn
     assert meta(world.cluster.get("pods", REAL, "default")).get("annotations") == annotations
 
 
+def test_a_bind_of_a_bound_pod_locks_nothing_and_writes_nothing(world: Harness) -> None:
+    """Bound already: a retry to its node is answered done, another node or UID an error; the node is not locked
+    and the pod's bind phase (which the node side reads) not rewritten, as a failed Binding once did."""
+    pod = world.cluster.get("pods", REAL, "default")
+    assert world.service is not None
+    node = world.service.extender.state.pods[f"default/{REAL}"].node
+    if not pod["spec"].get("nodeName"):
+        world.cluster.replace("pods", {**pod, "spec": {**pod["spec"], "nodeName": node}})
+    world.flush()
+    before = snapshot(world)
+    stored = world.cluster.get("pods", REAL, "default")
+    other = "node-b" if node == "node-a" else "node-a"
+    uid = meta(pod)["uid"]
+    for target, as_uid, expected in ((node, uid, ""), (other, uid, "already bound"), (node, "forged", "UID")):
+        body = {"PodName": REAL, "PodNamespace": "default", "PodUID": as_uid, "Node": target}
+        status, answer = post(world.server.port, "/bind", encode(body))
+        assert status == 200
+        error = json.loads(answer)["Error"]
+        assert (expected in error) if expected else error == "", error
+        world.flush()
+        assert snapshot(world) == before
+        assert world.cluster.get("pods", REAL, "default") == stored
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["written-before-answering", "written-after"])
 def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock(background: bool) -> None:
     h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=background))

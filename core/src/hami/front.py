@@ -1,5 +1,5 @@
 """The one HTTP front of every listener HAMi serves: the scheduler extender, the admission webhook, the
-scheduler's metrics and the node's metrics, on uvicorn (h11).
+scheduler's metrics, the node's metrics and the dashboard, on uvicorn (h11).
 
 Owns the transport they share, with one set of limits:
 
@@ -22,9 +22,9 @@ Owns the transport they share, with one set of limits:
   mismatched pair is refused with a warning and the previous one kept); with a client CA, clients must present
   a certificate it signed.
 
-An app is `handle(method, path, body) -> (status, payload)`: a payload is sent as JSON, or as it is when it is a
-`Raw`. `handle` must not raise (a 500 answers it if it does, and is logged). Why uvicorn: see
-benchmarks/http_servers.py and docs/http-front.md.
+An app is `handle(method, path, body) -> (status, payload)` (the path as the client wrote it, with its query): a
+payload is sent as JSON, or as it is when it is a `Raw`. `handle` must not raise (a 500 answers it if it does, and
+is logged). Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
 """
 
 from __future__ import annotations
@@ -91,10 +91,12 @@ class JsonApp(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Raw:
-    """A payload sent as these bytes with this content type (metrics' text format), not as JSON."""
+    """A payload sent as these bytes with this content type (metrics' text format, the dashboard's pages), not
+    as JSON, with these headers besides."""
 
     body: bytes
     content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -357,7 +359,8 @@ class JsonServer:
         if scope["type"] != "http":
             return
         method = str(scope["method"])
-        path = str(scope["path"])
+        raw_path = scope.get("raw_path")  # as the client wrote it, percent-escapes and all (the apps unquote)
+        path = bytes(raw_path).decode("latin-1") if raw_path else str(scope["path"])
         if scope.get("query_string"):
             path += "?" + bytes(scope["query_string"]).decode("latin-1")
         reserved = 0
@@ -446,11 +449,13 @@ class JsonServer:
         return buffer  # type: ignore[return-value]  # a bytearray: parsed as bytes are, without a copy
 
     async def _answer(self, send: Send, status: int, payload: Any, *, close: bool = False, head: bool = False) -> None:
+        extra: tuple[tuple[str, str], ...] = ()
         if isinstance(payload, Raw):
-            body, content_type = payload.body, payload.content_type
+            body, content_type, extra = payload.body, payload.content_type, payload.headers
         else:
             body, content_type = json.dumps(payload, separators=(",", ":")).encode(), "application/json"
         headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in extra]
         if close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})

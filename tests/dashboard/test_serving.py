@@ -3,7 +3,9 @@ and by `hami dashboard` through a kubeconfig, over HTTP; as WSGI too."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,7 +16,7 @@ from dashboard_world import FlakyApiServer, build
 
 from hami.cli import main
 from hami.config import load_config
-from hami.dashboard.app import DashboardApp
+from hami.dashboard.app import DashboardApp, DashboardServer
 from hami.dashboard.cli import start_dashboard
 from hami.dashboard.source import DashboardSource
 from hami.demo.world import free_port
@@ -116,6 +118,30 @@ def test_the_app_is_a_wsgi_application() -> None:
     assert b"GPU-gpu-node-0" in body
     b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/pods/default/nope"}, start_response))
     assert seen["status"] == "404 Not Found"
+
+
+def test_the_dashboard_is_served_on_the_front_its_pages_headers_kept_and_silent_clients_dropped() -> None:
+    """The dashboard listens on the pod's address: on the standard library's server a client sending nothing
+    held a thread for good, and the backlog was 5."""
+    server = DashboardServer(DashboardApp(DashboardSource(build(), VendorHost.load())), ("127.0.0.1", 0))
+    server.header_deadline = 0.5
+    server.start()
+    try:
+        assert server.accepting
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/pods/default/train", timeout=10) as answer:
+            assert answer.status == 200
+            assert answer.headers["Content-Type"] == "text/html; charset=utf-8"
+            assert "default-src 'self'" in answer.headers["Content-Security-Policy"]
+            assert answer.headers["X-Content-Type-Options"] == "nosniff"
+            assert b"GPU-gpu-node-0" in answer.read()
+        started = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the header deadline
+        assert time.monotonic() - started < 3
+        silent.close()
+    finally:
+        server.stop()
+    assert not server.accepting
 
 
 def test_an_api_server_that_hangs_does_not_hang_the_page(tmp_path: Path) -> None:

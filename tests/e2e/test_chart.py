@@ -179,6 +179,49 @@ def test_the_rendered_configuration_is_accepted_by_every_service(binaries: Binar
     NodeSettings.model_validate({**config.node, "nodeName": "n"})
 
 
+def test_the_extender_over_tls_is_rendered_for_both_sides(binaries: Binaries, chart_dir: Path) -> None:
+    """scheduler.extender.tls: the extender serves HTTPS and verifies client certificates, and kube-scheduler's
+    extender configuration speaks HTTPS with its client certificate, both from the one Secret (docs/http-front.md);
+    without a Secret named, the chart refuses to render."""
+    values = {
+        "scheduler.extender.host": "0.0.0.0",
+        "scheduler.extender.tls.enabled": "true",
+        "scheduler.extender.tls.secretName": "extender-tls",
+    }
+    objects = render(binaries, chart_dir, **values)
+    raw = yaml.safe_load(find(objects, "ConfigMap", "hami-config")[0]["data"]["hami.yaml"])
+    scheduler = HamiConfig.model_validate(raw).scheduler
+    assert scheduler.listen == "0.0.0.0:8888"
+    assert scheduler.tls is not None
+    assert (scheduler.tls.cert_file, scheduler.tls.key_file, scheduler.tls.client_ca_file) == (
+        "/extender-tls/tls.crt", "/extender-tls/tls.key", "/extender-tls/ca.crt",
+    )  # fmt: skip
+    config = yaml.safe_load(find(objects, "ConfigMap", "hami-scheduler-kube-scheduler")[0]["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "https://127.0.0.1:8888"
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {
+        "serverName": "localhost",
+        "caFile": "/extender-tls/ca.crt",
+        "certFile": "/extender-tls/client.crt",
+        "keyFile": "/extender-tls/client.key",
+    }
+    (deployment,) = find(objects, "Deployment", "hami-scheduler")
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "extender-tls", "secret": {"secretName": "extender-tls"}} in pod["volumes"]
+    for container in pod["containers"]:
+        assert {"name": "extender-tls", "mountPath": "/extender-tls", "readOnly": True} in container["volumeMounts"]
+    plain = render(binaries, chart_dir)
+    (extender,) = yaml.safe_load(find(plain, "ConfigMap", "hami-scheduler-kube-scheduler")[0]["data"]["config.yaml"])[
+        "extenders"
+    ]
+    assert (extender["urlPrefix"], extender["enableHTTPS"], "tlsConfig" in extender) == (
+        "http://127.0.0.1:8888", False, False,
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"scheduler\.extender\.tls\.secretName"):
+        render(binaries, chart_dir, **{"scheduler.extender.tls.enabled": "true"})
+
+
 def test_every_rbac_rule_is_justified_and_none_is_a_wildcard(binaries: Binaries, chart_dir: Path) -> None:
     hooks = [
         chart_dir / "templates/scheduler/certs-job.yaml",

@@ -176,11 +176,31 @@ def test_bind_failure_releases_the_lock(harness: Harness) -> None:
     harness.add_pod(gpu_pod("p1"))
     harness.start()
     harness.filter("p1")
+
+    def refused(*args: Any) -> None:
+        raise ClusterError("the API server refused the Binding")
+
+    harness.cluster.bind = refused  # type: ignore[method-assign]
+    answer = harness.bind("p1", "node-a")
+    assert "failed" in answer["Error"]
+    assert LOCK_ANNOTATION not in meta(harness.cluster.get("nodes", "node-a")).get("annotations", {})
+    assert meta(harness.cluster.get("pods", "p1", "default"))["annotations"][BIND_PHASE] == "failed"
+
+
+def test_a_bind_with_another_uid_than_the_placed_pods_touches_nothing(harness: Harness) -> None:
+    """Refused from the scheduler's own state, before the node is locked or the pod's bind phase written."""
+    harness.add_node(gpu_node("node-a"))
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    harness.filter("p1")
+    pod_before = harness.cluster.get("pods", "p1", "default")
     body = {"PodName": "p1", "PodNamespace": "default", "PodUID": "not-the-uid", "Node": "node-a"}
     status, answer = harness.post("bind", body)
     assert status == 200
-    assert "failed" in answer["Error"]
+    assert "was placed with UID" in answer["Error"]
     assert LOCK_ANNOTATION not in meta(harness.cluster.get("nodes", "node-a")).get("annotations", {})
+    assert harness.cluster.get("pods", "p1", "default") == pod_before
+    assert harness.post("bind", {**body, "PodUID": ""})[0] == 400
 
 
 def test_lock_of_a_pod_deleted_before_allocation_is_freed_within_a_second(harness: Harness) -> None:

@@ -315,6 +315,30 @@ def test_a_body_missing_spec_node_name_does_not_withdraw_a_bound_pod(world: Harn
     assert meta(world.cluster.get("pods", REAL, "default")).get("annotations") == annotations
 
 
+def test_a_bind_of_a_bound_pod_locks_nothing_and_writes_nothing(world: Harness) -> None:
+    """Bound already: a retry to its node is answered done, another node or UID an error; the node is not locked
+    and the pod's bind phase (which the node side reads) not rewritten, as a failed Binding once did."""
+    pod = world.cluster.get("pods", REAL, "default")
+    assert world.service is not None
+    node = world.service.extender.state.pods[f"default/{REAL}"].node
+    if not pod["spec"].get("nodeName"):
+        world.cluster.replace("pods", {**pod, "spec": {**pod["spec"], "nodeName": node}})
+    world.flush()
+    before = snapshot(world)
+    stored = world.cluster.get("pods", REAL, "default")
+    other = "node-b" if node == "node-a" else "node-a"
+    uid = meta(pod)["uid"]
+    for target, as_uid, expected in ((node, uid, ""), (other, uid, "already bound"), (node, "forged", "UID")):
+        body = {"PodName": REAL, "PodNamespace": "default", "PodUID": as_uid, "Node": target}
+        status, answer = post(world.server.port, "/bind", encode(body))
+        assert status == 200
+        error = json.loads(answer)["Error"]
+        assert (expected in error) if expected else error == "", error
+        world.flush()
+        assert snapshot(world) == before
+        assert world.cluster.get("pods", REAL, "default") == stored
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["written-before-answering", "written-after"])
 def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock(background: bool) -> None:
     h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=background))
@@ -460,6 +484,74 @@ def test_a_large_body_is_read_into_one_buffer_and_one_over_the_cap_not_at_all(wo
     assert answer.status == 413
     assert b"must be 0 to" in answer.read()
     connection.close()
+
+
+class _HeldApp:
+    """Answers small bodies at once and holds large ones until `go` is set."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        if len(body) > _SmallBudget.small_body:
+            self.go.wait(30)
+        return 200, {"n": len(body)}
+
+
+class _SmallBudget(JsonServer):
+    name = "test"
+    max_body = 4 * 1024 * 1024
+    small_body = 64 * 1024
+    body_deadline = 1.5
+
+
+def test_announced_bodies_cost_nothing_until_sent_and_large_ones_share_one_budget() -> None:
+    """Headers announcing large bodies on many connections once took their size each (40 connections announcing
+    67 MB held 1.4 GB of the scheduler); now only two large bodies (the budget) are held at once."""
+    app = _HeldApp()
+    server = _SmallBudget(app, ("127.0.0.1", 0)).start()
+    hogs: list[socket.socket] = []
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for length in [_SmallBudget.max_body] * 40 + [_SmallBudget.small_body] * 40:
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % length)
+            hogs.append(sock)
+        time.sleep(0.5)
+        held = tracemalloc.get_traced_memory()[0] - base
+        assert held < 2 * _SmallBudget.max_body + 2**20, f"{held / 2**20:.0f} MiB held for announced bodies"
+        assert post(server.port, "/", b"{}") == (200, b'{"n":2}')  # small bodies are not held up
+        for sock in hogs:
+            sock.close()
+        hogs.clear()
+        # two large bodies being answered take the whole budget: a third waits its turn, and gets a 503 at the
+        # body deadline; once they are answered, a large body is read again
+        large = b"x" * _SmallBudget.max_body
+        answers: list[int] = []
+        held_two = [threading.Thread(target=lambda: answers.append(post(server.port, "/", large)[0])) for _ in range(2)]
+        for t in held_two:
+            t.start()
+        time.sleep(0.5)
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.putrequest("POST", "/")
+        connection.putheader("Content-Length", str(len(large)))
+        connection.endheaders()  # the body is not sent: it is not asked for before its turn
+        third = connection.getresponse()
+        assert third.status == 503
+        assert b"too many large bodies" in third.read()
+        connection.close()
+        app.go.set()
+        for t in held_two:
+            t.join(30)
+        assert answers == [200, 200]
+        assert post(server.port, "/", large)[0] == 200
+    finally:
+        tracemalloc.stop()
+        app.go.set()
+        for sock in hogs:
+            sock.close()
+        server.stop()
 
 
 def test_the_extender_is_ready_only_once_every_listener_accepts(world: Harness) -> None:

@@ -1,5 +1,5 @@
 """The one HTTP front of every listener HAMi serves: the scheduler extender, the admission webhook, the
-scheduler's metrics and the node's metrics, on uvicorn (h11).
+scheduler's metrics, the node's metrics and the dashboard, on uvicorn (h11).
 
 Owns the transport they share, with one set of limits:
 
@@ -12,15 +12,19 @@ Owns the transport they share, with one set of limits:
 - at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
   the others wait their turn on their connection;
 - a body needs a Content-Length (411 otherwise), is refused above the listener's `max_body` before a byte of
-  it is read (413), and is read into one buffer of exactly its size, which the app parses once;
+  it is read (413), and is read into one buffer, which the app parses once; memory follows what arrives, not
+  what a client announces: a body up to `SMALL_BODY` grows as its bytes come, and a larger one first takes its
+  size from the listener's budget of large bodies (`body_budget`, twice `max_body`), waiting for its turn
+  within the body deadline (503 when none came), and holds it until its answer is sent, so headers alone
+  announcing large bodies on many connections cost nothing;
 - TLS, when given a certificate and key, re-reads them when their files change (checked on every handshake,
   so a rotated certificate is served from the next connection on, without a restart; a half-written or
   mismatched pair is refused with a warning and the previous one kept); with a client CA, clients must present
   a certificate it signed.
 
-An app is `handle(method, path, body) -> (status, payload)`: a payload is sent as JSON, or as it is when it is a
-`Raw`. `handle` must not raise (a 500 answers it if it does, and is logged). Why uvicorn: see
-benchmarks/http_servers.py and docs/http-front.md.
+An app is `handle(method, path, body) -> (status, payload)` (the path as the client wrote it, with its query): a
+payload is sent as JSON, or as it is when it is a `Raw`. `handle` must not raise (a 500 answers it if it does, and
+is logged). Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = [
     "IN_FLIGHT",
     "KEEP_ALIVE_SECONDS",
     "MAX_CONNECTIONS",
+    "SMALL_BODY",
     "JsonApp",
     "JsonServer",
     "MetricsServer",
@@ -72,6 +77,8 @@ MAX_CONNECTIONS = 4096
 """Open connections (and requests) at once; beyond, 503."""
 IN_FLIGHT = 32
 """Requests handled at once per listener; more wait on their connections."""
+SMALL_BODY = 1024 * 1024
+"""Bodies up to this size are read as they arrive; larger ones share the listener's `body_budget`."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -84,10 +91,12 @@ class JsonApp(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Raw:
-    """A payload sent as these bytes with this content type (metrics' text format), not as JSON."""
+    """A payload sent as these bytes with this content type (metrics' text format, the dashboard's pages), not
+    as JSON, with these headers besides."""
 
     body: bytes
     content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -224,6 +233,9 @@ class JsonServer:
     """Bodies above this many bytes are refused with 413."""
     header_deadline = HEADER_DEADLINE_SECONDS
     body_deadline = BODY_DEADLINE_SECONDS
+    small_body = SMALL_BODY
+    body_budget: int | None = None
+    """Bytes of bodies above `small_body` held at once (read or being answered); None: twice `max_body`."""
 
     def __init__(
         self,
@@ -257,6 +269,9 @@ class JsonServer:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._budget = self.body_budget if self.body_budget is not None else 2 * self.max_body
+        self._held = 0
+        self._budget_waiters: list[asyncio.Future[None]] = []
 
     @property
     def port(self) -> int:
@@ -344,29 +359,44 @@ class JsonServer:
         if scope["type"] != "http":
             return
         method = str(scope["method"])
-        path = str(scope["path"])
+        raw_path = scope.get("raw_path")  # as the client wrote it, percent-escapes and all (the apps unquote)
+        path = bytes(raw_path).decode("latin-1") if raw_path else str(scope["path"])
         if scope.get("query_string"):
             path += "?" + bytes(scope["query_string"]).decode("latin-1")
+        reserved = 0
         try:
-            body = await self._body(scope, receive)
-        except _BadBody as exc:
-            await self._answer(send, exc.status, {self.error_key: exc.message}, close=True)
-            return
-        except TimeoutError:
-            message = f"the body did not arrive within {self.body_deadline:.0f} s"
-            await self._answer(send, 408, {self.error_key: message}, close=True)
-            return
-        if body is None:
-            return  # the client went away
-        loop = asyncio.get_running_loop()
-        try:
-            status, payload = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
-        except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
-            log.exception("%s request %s %s failed", self.name, method, path)
-            status, payload = 500, {self.error_key: f"internal error; see the {self.name}'s log"}
-        await self._answer(send, status, payload, head=method == "HEAD")
+            try:
+                length = self._length(scope)
+                async with asyncio.timeout(self.body_deadline):
+                    if length > self.small_body:
+                        await self._reserve(length)
+                        reserved = length
+                    body = await self._body(receive, length, preallocate=reserved > 0)
+            except _BadBody as exc:
+                await self._answer(send, exc.status, {self.error_key: exc.message}, close=True)
+                return
+            except TimeoutError:
+                if length > self.small_body and not reserved:
+                    status, message = 503, f"too many large bodies at once; none of {length} bytes fitted in time"
+                else:
+                    status, message = 408, f"the body did not arrive within {self.body_deadline:.0f} s"
+                await self._answer(send, status, {self.error_key: message}, close=True)
+                return
+            if body is None:
+                return  # the client went away
+            loop = asyncio.get_running_loop()
+            try:
+                status, payload = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
+            except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
+                log.exception("%s request %s %s failed", self.name, method, path)
+                status, payload = 500, {self.error_key: f"internal error; see the {self.name}'s log"}
+            del body
+            await self._answer(send, status, payload, head=method == "HEAD")
+        finally:
+            if reserved:
+                self._release(reserved)
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+    def _length(self, scope: Scope) -> int:
         headers = {bytes(k).lower(): bytes(v) for k, v in scope["headers"]}
         method = scope["method"]
         if b"transfer-encoding" in headers or (b"content-length" not in headers and method in ("POST", "PUT")):
@@ -377,32 +407,55 @@ class JsonServer:
             raise _BadBody(400, "Content-Length is not a number") from None
         if length < 0 or length > self.max_body:
             raise _BadBody(413, f"the body must be 0 to {self.max_body} bytes, not {length}")
-        buffer = bytearray(length)
-        view = memoryview(buffer)
+        return length
+
+    async def _reserve(self, length: int) -> None:
+        """Take `length` bytes of the large-body budget, waiting until they are free (on the server's loop, so
+        nothing else runs between the check and the taking)."""
+        while self._held and self._held + length > self._budget:
+            waiter = asyncio.get_running_loop().create_future()
+            self._budget_waiters.append(waiter)
+            await waiter
+        self._held += length
+
+    def _release(self, length: int) -> None:
+        self._held -= length
+        waiters, self._budget_waiters = self._budget_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _body(self, receive: Receive, length: int, *, preallocate: bool) -> bytes | None:
+        """The body in one buffer: of its whole size at once when its bytes were reserved, else grown as they
+        arrive (what a client announces costs nothing until it sends it)."""
+        buffer = bytearray(length) if preallocate else bytearray()
         got = 0
-        async with asyncio.timeout(self.body_deadline):
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return None
-                chunk = message.get("body", b"")
-                if got + len(chunk) > length:
-                    raise _BadBody(400, f"the body is longer than its Content-Length {length}")
-                view[got : got + len(chunk)] = chunk
-                got += len(chunk)
-                if not message.get("more_body"):
-                    break
-        view.release()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            if got + len(chunk) > length:
+                raise _BadBody(400, f"the body is longer than its Content-Length {length}")
+            if preallocate:
+                buffer[got : got + len(chunk)] = chunk
+            else:
+                buffer += chunk
+            got += len(chunk)
+            if not message.get("more_body"):
+                break
         if got != length:
             raise _BadBody(400, f"the body ended before its {length} bytes arrived")
         return buffer  # type: ignore[return-value]  # a bytearray: parsed as bytes are, without a copy
 
     async def _answer(self, send: Send, status: int, payload: Any, *, close: bool = False, head: bool = False) -> None:
+        extra: tuple[tuple[str, str], ...] = ()
         if isinstance(payload, Raw):
-            body, content_type = payload.body, payload.content_type
+            body, content_type, extra = payload.body, payload.content_type, payload.headers
         else:
             body, content_type = json.dumps(payload, separators=(",", ":")).encode(), "application/json"
         headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in extra]
         if close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -36,7 +36,7 @@ class _Dashboard:
 
     @property
     def accepting(self) -> bool:
-        return True  # its socket listens from construction on, and `start_dashboard` started serving it
+        return self.server.accepting
 
     def stop(self) -> None:
         self.server.stop()

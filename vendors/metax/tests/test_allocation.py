@@ -93,6 +93,29 @@ def test_served_shares_are_published_back_and_released(metax_node: MakeNode, fak
     h.release(SGPU, POD, [])  # again: nothing left, no error
 
 
+def test_after_a_restart_what_pods_gone_meanwhile_held_is_forgotten(metax_node: MakeNode, fakes: F) -> None:
+    """A pod deleted while the node daemon was down is never released: without the restart's reconcile its record
+    kept the card's shares, compute, memory and QoS policy published as taken, and its directories stayed."""
+    node, h = setup(metax_node, fakes, sgpuMode="hami-core")
+    uuid = node.gpus[0].uuid
+    h.allocate(SGPU, POD, 0, share(uuid, 16384, 30))
+    h.allocate(SGPU, OTHER, 0, share(uuid, 8192, 20))
+    hook = node.directory / "metax"
+    (hook / "allocations" / ".record-crashed").write_text("{")  # a write a crash cut short
+    first = entries(h)[0]
+    assert (first["availableDevCount"], first["availableCompute"], first["availableVRam"]) == (14, 50, 40960)
+    h.reconcile(SGPU, [OTHER])  # what the restarted daemon finds still on the node
+    first = entries(h)[0]
+    assert (first["availableDevCount"], first["availableCompute"], first["availableVRam"]) == (15, 80, 57344)
+    assert sorted(p.name for p in (hook / "allocations").iterdir()) == ["uid-2_main.json"]
+    assert sorted(p.name for p in (hook / "containers").iterdir()) == ["uid-2_main"]
+    h.reconcile(SGPU, [])
+    first = entries(h)[0]
+    assert (first["availableDevCount"], first["availableCompute"], first["availableVRam"]) == (16, 100, 65536)
+    assert "qosPolicy" not in first
+    assert not list((hook / "containers").iterdir())
+
+
 def test_whole_cards_placed_by_hamis_scheduler_are_resolved_by_index(metax_node: MakeNode, fakes: F) -> None:
     node, h = setup(metax_node, fakes, nodeKind="gpu")
     placement = share("worker-1-metax-1", 0, 100, GPU) + share("worker-1-metax-3", 0, 100, GPU)

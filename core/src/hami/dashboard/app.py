@@ -7,8 +7,8 @@ With a Prometheus URL the cluster page's history comes from it (`hami.dashboard.
 in-process ring buffer. With a node metrics URL template, the device page adds what the node daemon measures
 (`hami.dashboard.usage`).
 `DashboardApp.handle(method, path)` is the whole of it as a function returning (status, content type, body);
-`DashboardApp` is also a WSGI application, and `DashboardServer` serves it on the standard library's threaded
-HTTP server like the scheduler's metrics, until the project's listeners move to one production server.
+`DashboardApp` is also a WSGI application, and `DashboardServer` serves it on the front every listener shares
+(`hami.front`).
 
 Read-only: only GET and HEAD are answered. A name the cluster lacks gets a 404 page saying what exists; an API
 server that stops answering gets the last figures read, marked stale with the error, or a page saying nothing
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -37,6 +35,7 @@ from hami.dashboard.views import (
     node_view,
     pod_view,
 )
+from hami.front import JsonServer, Raw
 
 __all__ = ["DashboardApp", "DashboardServer", "Response"]
 
@@ -250,54 +249,25 @@ def _headers(content_type: str, body: bytes) -> list[tuple[str, str]]:
     ]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: DashboardServer
-    timeout = 10
+class _FrontApp:
+    """The dashboard as an app of the front (`hami.front`): its pages with their headers."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+    def __init__(self, app: DashboardApp) -> None:
+        self.app = app
 
-    def _serve(self, method: str) -> None:
-        status, content_type, body = self.server.app.handle(method, self.path)
-        self.send_response(status)
-        for key, value in _headers(content_type, body):
-            self.send_header(key, value)
-        self.end_headers()
-        if method != "HEAD":
-            self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_HEAD(self) -> None:
-        self._serve("HEAD")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Raw]:
+        status, content_type, page = self.app.handle(method, path)
+        headers = tuple((k, v) for k, v in _headers(content_type, page) if k not in ("Content-Type", "Content-Length"))
+        return status, Raw(page, content_type, headers)
 
 
-class DashboardServer(ThreadingHTTPServer):
-    """`app` on `address` (port 0 picks one), from a background thread; `stop()` it when done."""
+class DashboardServer(JsonServer):
+    """`app` on `address` (port 0 picks one), from a background thread, on the front every listener shares
+    (deadlines, backlog, bounded bodies); `stop()` it when done."""
 
-    daemon_threads = True
+    name = "dashboard"
+    max_body = 64 * 1024
 
     def __init__(self, app: DashboardApp, address: tuple[str, int]) -> None:
-        super().__init__(address, _Handler)
-        self.app = app
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(target=self.serve_forever, name="dashboard", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.dashboard = app
+        super().__init__(_FrontApp(app), address)

@@ -4,7 +4,8 @@ Owns what every vendor's soft (isolation-library) mode does the same way on the 
 container, ``<root>/containers/<pod uid>_<container>`` (emptied and made world-writable at Allocate, so whatever
 user the container runs as can create its accounting file there; mounted writable), one grant directory per
 container, ``<root>/grants/<pod uid>_<container>`` (written by the node daemon from ``ContainerEdits.files``,
-mounted read-only at ``/etc/hami/grant``), both removed when the pod is released, and the mounts of the library
+mounted read-only at ``/etc/hami/grant``), both removed when the pod is released (and, after a restart, those of
+pods no longer on the node: `ContainerDirs.keep_only`), and the mounts of the library
 with the ``/etc/ld.so.preload`` naming it (the library the node daemon installed, else the one in a configured
 directory). Host paths go through `hami.hostpaths`, so a hostile pod UID or container name cannot leave `root`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -90,6 +92,23 @@ class ContainerDirs:
                 continue
             for path in found:
                 shutil.rmtree(path, ignore_errors=True)
+
+    def keep_only(self, pods: Sequence[Pod]) -> list[str]:
+        """After a restart: remove the accounting and grant directories of every pod not in `pods` (those still on
+        the node); returns the names removed. A directory is ``<pod uid>_<container>`` (the pod's name where it
+        has no UID), and neither a UID nor a Kubernetes name holds ``_``."""
+        live = {_pod_key(p)[0] for p in pods}
+        removed: list[str] = []
+        for directory in (self.containers, self.grants):
+            try:
+                found = sorted(directory.iterdir())
+            except OSError:
+                continue
+            for path in found:
+                if path.name.split("_", 1)[0] not in live:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path.name)
+        return removed
 
 
 def library_mounts(

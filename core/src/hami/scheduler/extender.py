@@ -34,7 +34,7 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from hami.cluster.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
-from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
+from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.codec import NodeLock, encode_pod_devices
 from hami.errors import HamiError
 from hami.fitting import Selectors
@@ -671,6 +671,9 @@ class Extender:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
+        known = self._known_binding(namespace, name, uid, node)
+        if known is not None:
+            return known
         started = time.monotonic()
         vendor_locks = self._vendor_locks(namespace, name)
         try:
@@ -696,10 +699,7 @@ class Extender:
         try:
             with Transaction() as undo:
                 undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
-                undo.add(
-                    lambda: self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"}),
-                    "the bind phase",
-                )
+                undo.add(lambda: self._mark_bind_failed(namespace, name), "the bind phase")
                 self.cluster.patch_metadata(
                     "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
                 )
@@ -708,6 +708,38 @@ class Extender:
             return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
         self.state.mark_bound(namespace, name, node)
         return BindResult(lock_wait=waited)
+
+    def _known_binding(self, namespace: str, name: str, uid: str, node: str) -> BindResult | None:
+        """The answer the scheduler's own state gives a bind before anything is locked or written, or None to go on.
+
+        A pod it knows bound is not bound again (to the same node with the same UID the bind is done: a retry is
+        answered as such; elsewhere, or for another UID, an error), and a bind whose UID is not the one the pod
+        was placed with is refused: a failed bind would otherwise still lock the node and mark the pod's bind
+        phase, which the node side reads."""
+        key = pod_key(namespace, name)
+        with self.state.lock:
+            record = self.state.pods.get(key)
+            known = (record.uid, record.bound, record.node) if record is not None else None
+        if known is None:
+            with self._recording_lock:
+                writing = key in self._recording  # a write that failed: the bind answers its error
+            if self.settings.record_in_background and not writing:
+                # nothing decided here for this pod (another process answered its filter, or none did)
+                error = f"no placement of {key} on {node} is known to this scheduler; kube-scheduler will retry the pod"
+                return BindResult(error=error)
+            return None
+        known_uid, bound, placed = known
+        if known_uid and uid != known_uid:
+            return BindResult(error=f"pod {namespace}/{name} was placed with UID {known_uid}, not {uid}")
+        if bound:
+            if placed == node:
+                return BindResult()
+            return BindResult(error=f"pod {namespace}/{name} is already bound to {placed}")
+        return None
+
+    def _mark_bind_failed(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(NotFoundError):  # a pod that is gone has no bind phase to mark
+            self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
 
     def _every_vendor_lock(self) -> list[VendorLock]:
         return vendor_locks_of(self.host.kinds)

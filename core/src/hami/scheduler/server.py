@@ -138,7 +138,7 @@ class BindingArgs(_Edge):
 
     pod_name: Name = Field(validation_alias=AliasChoices("PodName", "podName", "podname"))
     pod_namespace: Namespace = Field(validation_alias=AliasChoices("PodNamespace", "podNamespace", "podnamespace"))
-    pod_uid: str = Field(validation_alias=AliasChoices("PodUID", "podUID", "poduid"))
+    pod_uid: str = Field(validation_alias=AliasChoices("PodUID", "podUID", "poduid"), min_length=1)
     node: Name = Field(validation_alias=AliasChoices("Node", "node"))
 
 

@@ -9,7 +9,7 @@ Owns, for both kinds:
 * ``hami-core`` mode (``sgpuMode``), a share of a card: the container's accounting directory
   ``<hookPath>/containers/<pod uid>_<container>`` prepared (`hami.isolation.containers`);
 * `release`: the pod's records, accounting directories and grants removed (a pod never allocated or already
-  released is nothing to do);
+  released is nothing to do); `reconcile`, after a restart: those of every pod no longer on the node;
 * `container_edits`: what MetaX's plugins give a container: the device nodes ``/dev/mxcd`` (``rwm``) and per card
   its DRM nodes ``/dev/dri/card<N>`` and ``/dev/dri/renderD<N>`` (``rw``, found by the card's PCI address in
   sysfs); ``METAX_VISIBLE_DEVICES``, the host indices of the cards (the selector MetaX's container runtime
@@ -29,6 +29,8 @@ Deterministic: the same placement gives the same edits.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from hami import pcidevice
@@ -41,7 +43,18 @@ from hami_vendor_metax.fit import APP_CLASS_ANNOTATION, BEST_EFFORT, ONLINE, QOS
 from hami_vendor_metax.node import Card, runtime_for
 from hami_vendor_metax.settings import SOFT, MetaxSettings
 
-__all__ = ["ACCOUNTING_FILE", "CONTROL_DEVICE", "LIBRARY_FILE", "SHMEM_DIR", "allocate", "container_edits", "release"]
+log = logging.getLogger("hami_vendor_metax")
+
+__all__ = [
+    "ACCOUNTING_FILE",
+    "CONTROL_DEVICE",
+    "LIBRARY_FILE",
+    "SHMEM_DIR",
+    "allocate",
+    "container_edits",
+    "reconcile",
+    "release",
+]
 
 CONTROL_DEVICE = "/dev/mxcd"
 LIBRARY_FILE = "libvmaca.so"
@@ -81,6 +94,13 @@ def dirs(settings: MetaxSettings) -> ContainerDirs:
 def release(settings: MetaxSettings, pod: Pod) -> None:
     records.release(settings, pod)
     dirs(settings).release(pod)
+
+
+def reconcile(settings: MetaxSettings, pods: Sequence[Pod]) -> None:
+    """After a restart: forget what was served to pods no longer on this node (records, soft-mode directories)."""
+    removed = records.keep_only(settings, pods) + dirs(settings).keep_only(pods)
+    if removed:
+        log.info("removed what MetaX pods gone while the node daemon was down held: %s", ", ".join(removed))
 
 
 def _drm(settings: MetaxSettings, card: Card) -> tuple[str, str]:

@@ -198,6 +198,11 @@ def hami_release(pod: Pod, settings: MetaxSettings) -> None:
 
 
 @hookimpl
+def hami_reconcile(pods: Sequence[Pod], settings: MetaxSettings) -> None:
+    allocation.reconcile(settings, pods)
+
+
+@hookimpl
 def hami_container_edits(
     kind: DeviceKind,
     pod: Pod,

@@ -5,8 +5,9 @@ Owns one small JSON file per served container, ``<hookPath>/allocations/<pod uid
 daemon at Allocate and removed when the pod is released. Discovery sums them into what MetaX's plugins publish
 beside the totals (a card's available slots, compute and memory, its current QoS policy, the whole cards still
 free), so the node's annotations follow its pods, as the plugins' do. The files are root-owned on the host and
-never mounted into a container. A daemon restarted after a crash finds them where it left them; a file that
-cannot be read is logged and counted as nothing.
+never mounted into a container. A daemon restarted after a crash finds them where it left them, and removes those
+of pods no longer on the node (`keep_only`: deleted while it was down), with any half-written scratch file; a file
+that cannot be read is logged and counted as nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hami.hostpaths import HostPathError, path_component, pod_path
 from hami.model import ContainerPlacement, Pod
 from hami_vendor_metax.settings import MetaxSettings
 
-__all__ = ["Held", "container_name", "pod_key", "read_all", "release", "write"]
+__all__ = ["Held", "container_name", "keep_only", "pod_key", "read_all", "release", "write"]
 
 log = logging.getLogger("hami_vendor_metax")
 
@@ -109,3 +110,20 @@ def release(settings: MetaxSettings, pod: Pod, also: Sequence[Path] = ()) -> Non
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def keep_only(settings: MetaxSettings, pods: Sequence[Pod]) -> list[str]:
+    """After a restart: remove the records of every pod not in `pods` (those still on the node), and scratch files
+    a crash left half-written; returns the names removed. Only the file name is read (``<key>_<container>.json``,
+    the key a UID or a name, neither of which holds ``_``): nothing a pod wrote decides it."""
+    live = {pod_key(p)[0] for p in pods}
+    removed: list[str] = []
+    try:
+        found = sorted(settings.records_dir.iterdir())
+    except OSError:
+        return removed
+    for path in found:
+        if path.name.startswith(".record-") or path.name.split("_", 1)[0] not in live:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed

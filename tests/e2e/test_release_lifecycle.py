@@ -146,10 +146,11 @@ def test_install_upgrade_with_pods_running_and_uninstall(stack: HamiStack, helm:
         installed = release_objects(stack)
         assert ("MutatingWebhookConfiguration", WEBHOOK) in installed
 
-        # Pods run under the binpack policy the release was installed with: all on one node.
+        # Pods run under the binpack policy the release was installed with: all on one node. One after the
+        # other: a pod created while the first still awaits its Allocate would be sent elsewhere
+        # (scheduler.passOverNodesInFlight).
         for i in range(2):
             stack.admin.create(quiet_pod(f"before-{i}", ns, 5000))
-        for i in range(2):
             stack.wait_running(ns, f"before-{i}", timeout=120)
         before = placements(stack, ns)
         (first_node,) = {node for node, _ in before.values()}

@@ -17,6 +17,13 @@ its node lock, as the daemon's Allocate does.
 Prints p50/p99 of filter and bind, pods/s (measured pods over the time until the last bind answered), the seconds
 from starting the scheduler until ready, and the scheduler's resident memory (now and peak); the last line is one
 JSON object. Progress goes to stderr. The machine is shared with the API server: measure on a quiet one.
+
+Where the time goes: the CPU seconds each process spent while the pods were scheduled (kube-apiserver, etcd, the
+scheduler, this driver with its node-side stand-in), per measured pod, and the API requests the API server served
+in that window per measured pod, by verb and resource (its own `apiserver_request_total`). On two cores the pods/s
+is bounded by their sum: 2 / (CPU seconds per pod).
+
+    python benchmarks/scheduler_api.py --set scheduler.dashboardListen=   # a chart value changed: no dashboard
 """
 
 from __future__ import annotations
@@ -127,7 +134,9 @@ class NodeSideStandIn:
         self.cluster = cluster
         self.locks = NodeLocks(cluster)
         self.done: set[str] = set()
-        self.pool = ThreadPoolExecutor(4, thread_name_prefix="stand-in")
+        # Each node has a daemon of its own: allocations on different nodes go on at once, so this pool must not be
+        # what bounds the pods/s (with 4 threads it was, at about 35 pods/s).
+        self.pool = ThreadPoolExecutor(32, thread_name_prefix="stand-in")
         _, version = cluster.list("pods", NAMESPACE)
         self.sub = cluster.watch("pods", version, self.on_pod)
 
@@ -148,6 +157,41 @@ class NodeSideStandIn:
     def stop(self) -> None:
         self.sub.stop()
         self.pool.shutdown()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def api_requests(api: KubeApi) -> dict[str, float]:
+    """The API server's request counts so far, by "VERB resource[/subresource]" (`apiserver_request_total`)."""
+    counts: dict[str, float] = {}
+    for line in api.text("/metrics").splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        what = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
+        if labels.get("subresource"):
+            what += f"/{labels['subresource']}"
+        counts[what] = counts.get(what, 0.0) + float(value)
+    return counts
+
+
+def set_value(settings: dict[str, Any], assignment: str) -> None:
+    """`section.key=value` (the value read as YAML; empty: the key removed) into the loaded hami.yaml."""
+    path, _, raw = assignment.partition("=")
+    *parents, key = path.split(".")
+    target = settings
+    for part in parents:
+        target = target.setdefault(part, {})
+    if raw == "":
+        target.pop(key, None)
+    else:
+        target[key] = yaml.safe_load(raw)
 
 
 def rss_kib(pid: int) -> dict[str, int]:
@@ -187,6 +231,9 @@ def main() -> None:
     parser.add_argument("--create-threads", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) and print where it is")
     parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="change the chart's hami.yaml (repeatable)"
+    )
+    parser.add_argument(
         "--wrap", default="", help="a command prefix for the scheduler, e.g. 'py-spy record -r 200 -o s.txt -f raw --'"
     )
     args = parser.parse_args()
@@ -218,6 +265,8 @@ def main() -> None:
         config = stack._write_scheduler_config()
         settings = yaml.safe_load(config.read_text())
         settings["scheduler"]["nodePolicy"] = args.policy
+        for assignment in args.set:
+            set_value(settings, assignment)
         config.write_text(yaml.safe_dump(settings))
         argv = [*args.wrap.split(), sys.executable, "-m", "hami.cli", "--log-level", "info", "scheduler"]
         argv += ["--config", str(config)]
@@ -257,6 +306,10 @@ def main() -> None:
 
         pending: list[Future[None]] = []
         log(f"scheduling {args.measure} pods ({args.policy}, {'serial' if args.serial else f'{args.binders} binders'})")
+        processes = {p.name: p.popen.pid for p in plane.processes}
+        processes.update({"scheduler": scheduler.pid, "driver": os.getpid()})
+        cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        requests_before = api_requests(api)
         with ThreadPoolExecutor(args.binders) as binders:
             t_start = time.perf_counter()
             for obj in fresh:
@@ -273,6 +326,10 @@ def main() -> None:
             for f in pending:
                 f.result()
             elapsed = time.perf_counter() - t_start
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
+        requests_after = api_requests(api)
+        served = {k: v - requests_before.get(k, 0.0) for k, v in requests_after.items()}
+        per_pod = {k: round(v / args.measure, 2) for k, v in sorted(served.items()) if v / args.measure >= 0.05}
         memory = rss_kib(scheduler.pid)
         result = {
             "nodes": args.nodes,
@@ -292,9 +349,17 @@ def main() -> None:
             "bind_errors": len(errors),
             "rss_mib": round(memory.get("VmRSS", 0) / 1024, 1),
             "rss_peak_mib": round(memory.get("VmHWM", 0) / 1024, 1),
+            "cpu_ms_per_pod": {name: round(1000 * seconds / args.measure, 2) for name, seconds in cpu.items()},
+            "api_requests_per_pod": per_pod,
+            "load_average": round(os.getloadavg()[0], 2),
         }
         if errors:
             log(f"first bind error: {errors[0]}")
+            holder = errors[0].partition("locked by pod ")[2].partition(" ")[0]
+            if "/" in holder:  # what the lock's holder looks like now, for the reason it was still held
+                pod = api.get("Pod", holder.split("/")[1], NAMESPACE)
+                phase = (meta(pod).get("annotations") or {}).get(BIND_PHASE)
+                log(f"  its holder {holder} now: node {pod['spec'].get('nodeName')}, bind phase {phase}")
         for key, value in result.items():
             log(f"{key:<18} {value}")
         print(json.dumps(result))

@@ -127,6 +127,13 @@ class KubeApi:
             raise ApiError(response.status, reason, message, f"{method} {path}")
         return json.loads(payload) if payload else None
 
+    def text(self, path: str) -> str:
+        """A plain-text endpoint's body (`/metrics`), or ApiError."""
+        response = self._http.request("GET", self.server + path, timeout=self.timeout)
+        if response.status >= 400:
+            raise ApiError(response.status, "", response.data.decode(errors="replace"), f"GET {path}")
+        return str(response.data.decode())
+
     def ready(self, path: str = "/readyz") -> bool:
         """A health endpoint answers 200 (it answers plain text, not JSON)."""
         response = self._http.request("GET", self.server + path, timeout=5)

@@ -96,8 +96,9 @@ class NodeLocks:
         self.wait_for_node = wait_for_node or (lambda node, seconds: time.sleep(seconds))
         """Blocks until the node may have changed (a watch event) or `seconds` pass; polling by default."""
         self.known = known
-        """The node's annotations and resourceVersion as a watch last delivered them, if known: the first attempt
-        writes on them (the resourceVersion precondition refuses a stale view), sparing a read per lock."""
+        """The node's annotations and resourceVersion as a watch last delivered them, if known: each attempt
+        decides and writes on them (the resourceVersion precondition refuses a stale view, and the node is then
+        read), sparing a read per lock and one per wait; a busy answer is given only on the node as read."""
 
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
@@ -145,7 +146,8 @@ class NodeLocks:
         delay = 0.005
         cached = self.known(node)
         while True:
-            if cached is not None and cached[1]:
+            read = cached is None or not cached[1]
+            if cached is not None and not read:
                 annotations, version = cached
             else:
                 m = meta(self.cluster.get("nodes", node))
@@ -169,12 +171,15 @@ class NodeLocks:
                     continue  # the node changed under us: read again
             left = wait - (time.monotonic() - start)
             if left <= 0:
+                if not read:
+                    continue  # the answer comes from the node as the API server has it, not from a watch's view
                 if busy is not None:
                     raise busy
                 assert lock is not None
                 raise NodeBusy(node, lock)
             self.wait_for_node(node, min(delay, left))
             delay = min(delay * 2, 0.1)
+            cached = self.known(node)  # woken by the node's watch event, or the delay: its view, without a read
 
     def release(self, node: str, namespace: str, name: str, vendor_locks: Sequence[VendorLock] = ()) -> bool:
         """Release the node's lock if `namespace/name` holds it (or it is malformed), with the `vendor_locks` written

@@ -84,9 +84,10 @@ class ExtenderSettings(BaseModel):
     )
     pass_over_nodes_in_flight: bool = Field(
         default=False,
-        description="read a node whose earlier decision still awaits its Allocate after every other candidate "
-        "(`hami scheduler` does): its bind would wait for that node lock, so consecutive pods of a burst spread "
-        "over nodes that can bind at once; False: the policy's order alone (the simulator, which never allocates)",
+        description="read a node whose earlier decision still awaits its Allocate after every other candidate, "
+        "fewest waiting first (`hami scheduler` does): its bind would wait for that node lock, so consecutive pods "
+        "of a burst spread over nodes that can bind at once; False: the policy's order alone (the simulator, which "
+        "never allocates)",
     )
     record_in_background: bool = Field(
         default=False,
@@ -134,16 +135,29 @@ def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: 
 def _in_flight_last(
     ordered: Iterator[tuple[float, str]], nodes: Mapping[str, NodeRecord]
 ) -> Iterator[tuple[float, str]]:
-    """The candidates in their order, but those with a decision awaiting its Allocate after all the others (in
-    their order too). Reading stops at the first batch with a feasible node, so the deferred ones cost nothing
-    unless no other node fits."""
+    """The candidates in their order, but those with decisions awaiting their Allocate after all the others,
+    fewest pods waiting first (`_by_queue`). Reading stops at the first batch with a feasible node, so the
+    deferred ones cost nothing unless no other node fits."""
     later: list[tuple[float, str]] = []
     for candidate in ordered:
         if nodes[candidate[1]].in_flight:
             later.append(candidate)
         else:
             yield candidate
+    later.sort(key=lambda c: len(nodes[c[1]].in_flight))  # stable: the policy's order among equals
     yield from later
+
+
+def _by_queue(waiting: list[tuple[float, str, NodeRecord]], size: int, first: int) -> Iterator[list[NodeRecord]]:
+    """Candidates with decisions in flight, fewest pods awaiting their Allocate first, then in order of (key,
+    name). When every node has some (the filter outruns the binds), the policy's first node would otherwise collect
+    the whole queue, and its binds, which take its lock one at a time, would wait for each other while the other
+    nodes idle."""
+    ordered = sorted(waiting, key=lambda c: (len(c[2].in_flight), c[0], c[1]))
+    take, start = first, 0
+    while start < len(ordered):
+        yield [c[2] for c in ordered[start : start + take]]
+        start, take = start + take, size
 
 
 def _ordered_batches(
@@ -413,7 +427,7 @@ class Extender:
                 if self.settings.pass_over_nodes_in_flight and any(c[2].in_flight for c in candidates):
                     later = [c for c in candidates if c[2].in_flight]
                     now = [c for c in candidates if not c[2].in_flight]
-                    batches = itertools.chain(_batches(now, size, first) if now else (), _batches(later, size, first))
+                    batches = itertools.chain(_batches(now, size, first) if now else (), _by_queue(later, size, first))
                 else:
                     batches = _batches(candidates, size, first)
             best = self._fit_in_batches(pod, requests, kinds, batches, policy, node_policy, result)
@@ -569,10 +583,12 @@ class Extender:
                         if fit.pod_annotations:
                             written.setdefault(fit.node, {}).update(fit.pod_annotations)
             feasible = {n: s for n, s in feasible.items() if n not in result.failed}
-            if self.settings.pass_over_nodes_in_flight:
-                # where the batch mixes both (the deferred nodes come last), a node that can bind at once wins
-                settled = {r.name for r in batch if not r.in_flight}
-                feasible = {n: s for n, s in feasible.items() if n in settled} or feasible
+            if self.settings.pass_over_nodes_in_flight and feasible:
+                # where the batch mixes nodes with and without decisions in flight (the deferred ones come last), a
+                # node that can bind at once wins, and among busy ones the one fewest binds wait for
+                waiting = {r.name: len(r.in_flight) for r in batch if r.name in feasible}
+                fewest = min(waiting.values())
+                feasible = {n: s for n, s in feasible.items() if waiting[n] == fewest}
             if feasible:
                 node = node_policy.choose(batch, feasible)
                 return node, placements[node], written.get(node, {})
@@ -758,9 +774,13 @@ class Extender:
 
     # ---------------------------------------------------------------------------------- locks
 
-    def lock_holder_done(self, lock: NodeLock, node: str = "") -> bool:
+    def lock_holder_done(self, lock: NodeLock, node: str = "", *, allocated: bool = True) -> bool:
         """True when the lock (on `node`) no longer serves its owner: the owner is gone or replaced, placed or bound
-        on another node, finished, or its allocation ended."""
+        on another node, finished, or (with `allocated`) its allocation ended (bind phase success or failed).
+
+        The watch-driven release passes `allocated=False`: the node side that wrote the phase releases the lock
+        itself right after, and racing it costs both a read and a conflicting write per pod; a lock it leaves
+        behind (a daemon that died in between) is still free to the next bind, which takes it over."""
         with self.state.lock:
             record = self.state.pods.get(pod_key(lock.namespace, lock.name))
         if record is None:
@@ -775,14 +795,14 @@ class Extender:
             return bool(
                 (lock.uid and m.get("uid") != lock.uid)
                 or phase in ("Succeeded", "Failed")
-                or annotations.get(BIND_PHASE) in ("success", "failed")
+                or (allocated and annotations.get(BIND_PHASE) in ("success", "failed"))
                 or (node and bound and bound != node)
             )
         if lock.uid and record.uid and record.uid != lock.uid:
             return True
         if node and record.node and record.node != node:
             return True  # placed again elsewhere (e.g. after a scheduler restart mid-bind)
-        return record.annotations.get(BIND_PHASE) in ("success", "failed")
+        return allocated and record.annotations.get(BIND_PHASE) in ("success", "failed")
 
     def release_finished_locks(self) -> list[str]:
         """Release every lock whose owner no longer needs it; returns the nodes released (watch-driven)."""

@@ -2,9 +2,11 @@
 
 Start-up lists nodes and pods, rebuilds the state from scratch (the same objects give the same usage, so a
 restart changes nothing), seeds the fragmentation-aware policy's learned workload with the live pods' requests,
-then watches both. Each pod event may end a node lock's purpose (the owner was
-deleted, failed, or its allocation finished), so the lock of the pod's node is checked and released at once
-instead of waiting out HAMi's 5 minutes. A watch that breaks is re-established from a fresh list.
+then watches both. Each pod event may end a node lock's purpose (the owner was deleted, replaced or placed
+elsewhere), so the lock of the pod's node is checked and released at once instead of waiting out HAMi's 5
+minutes; an owner whose allocation finished is left to the node side, which releases the lock after writing the
+bind phase (and whose lock, should it not, is free to the next bind). A watch that breaks is re-established from
+a fresh list.
 
 Concurrency: watch handlers run on the backend's delivery threads and take the state lock briefly; filter
 and bind run on the HTTP server's threads. Only the leader writes (see `hami.scheduler.leader`).
@@ -197,7 +199,7 @@ class SchedulerService:
         if lock is None:
             return
         try:
-            if self.extender.lock_holder_done(lock, node) and self.extender.locks.release(
+            if self.extender.lock_holder_done(lock, node, allocated=False) and self.extender.locks.release(
                 node, lock.namespace, lock.name
             ):
                 log.info("released node %s: lock owner %s/%s no longer needs it", node, lock.namespace, lock.name)

@@ -142,7 +142,8 @@ class NodeRecord:
     """Every live pod on the node (with or without devices), for CPU and memory."""
     in_flight: set[str] = field(default_factory=set)
     """The pods decided onto the node whose allocation has not finished (`awaits_allocation`): a bind to the node
-    waits for their node lock, so the extender can pass the node over while another one fits."""
+    waits for their node lock, so the extender can pass the node over while another one fits. (A lock still held
+    by a pod already allocated does not hold a bind back: the bind takes it over.)"""
     memo: dict[object, object] = field(default_factory=dict)
     """The filter's per-node evaluations, valid until the node's usage changes (then cleared)."""
     device_allocatable: dict[str, int] = field(default_factory=dict)

@@ -3,8 +3,8 @@
     python benchmarks/hostile_clients.py [--bodies 10000] [--slow 200] [--seconds 30] [--body-mb 60]
 
 Starts a scheduler (in-memory cluster, the real service, extender and metrics servers; decisions recorded as
-`hami scheduler` records them, or with `--no-background` before the filter answers) in a process of its own and
-drives it from this one:
+`hami scheduler` records them, with the bind, or with `--no-at-bind` before the filter answers) in a process of
+its own and drives it from this one:
 
 1. `--bodies` generated extender bodies (valid bodies with random parts replaced by the wrong type, by lone
    surrogates and other invalid text, keys removed, bytes spliced in; pods the extender places and then cannot
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------------------------------ the server
 
 
-def serve(background: bool) -> None:
+def serve(at_bind: bool) -> None:
     """The scheduler under test: answers `snapshot`, `reset` and `memory` on stdin, one JSON line each."""
     sys.path.insert(0, str(ROOT / "tests" / "support"))
     from scheduler_harness import Harness, gpu_node, gpu_pod
@@ -53,7 +53,7 @@ def serve(background: bool) -> None:
     from hami.lifecycle import BIND_PHASE
     from hami.scheduler.extender import ExtenderSettings
 
-    h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=background))
+    h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_at_bind=at_bind))
     h.add_node(gpu_node("node-a", gpus=8, memory=16000, split=1))
     h.add_node(gpu_node("node-b", gpus=8, memory=16000, split=4))
     h.add_pod(gpu_pod("running", mem=3000))
@@ -102,9 +102,9 @@ def serve(background: bool) -> None:
 
 
 class Server:
-    def __init__(self, *, background: bool = True) -> None:
+    def __init__(self, *, at_bind: bool = True) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--serve", *(["--background"] if background else [])],
+            [sys.executable, __file__, "--serve", *(["--at-bind"] if at_bind else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -436,10 +436,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--background",
+        "--at-bind",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="record decisions off the filter's path, as `hami scheduler` does (--no-background: before answering)",
+        help="record decisions with the bind, as `hami scheduler` does (--no-at-bind: before the filter answers)",
     )
     parser.add_argument("--bodies", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=23)
@@ -449,10 +449,10 @@ def main() -> None:
     parser.add_argument("--only", default="fuzz,slow,connect,busy,body,announce", help="comma-separated parts")
     args = parser.parse_args()
     if args.serve:
-        serve(args.background)
+        serve(args.at_bind)
         return
     parts = set(args.only.split(","))
-    server = Server(background=args.background)
+    server = Server(at_bind=args.at_bind)
     report: dict[str, Any] = {}
     try:
         if "fuzz" in parts:

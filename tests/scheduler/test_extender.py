@@ -365,19 +365,21 @@ class _RefusesPlacements(MemoryCluster):
         return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
 
 
-BACKGROUND = ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=True)
-"""Decisions written after the filter answers (`record_in_background`, off in `hami scheduler` for now)."""
+AT_BIND = ExtenderSettings(bind_lock_wait_seconds=0.5, record_at_bind=True)
+"""Decisions written with the bind (`record_at_bind`, as `hami scheduler` does)."""
 
 
 def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> None:
-    h = Harness(BACKGROUND, cluster=_RefusesPlacements())
+    h = Harness(AT_BIND, cluster=_RefusesPlacements())
     try:
         h.add_node(gpu_node("node-a"))
         h.add_pod(gpu_pod("p1"))
         h.start()
-        assert h.filter("p1")["NodeNames"] == ["node-a"]  # answered before the write, which then fails
+        assert h.filter("p1")["NodeNames"] == ["node-a"]  # answered without a write
+        assert h.service is not None
+        assert h.service.state.pods["default/p1"].assumed  # counted at once
+        answer = h.bind("p1", "node-a")  # the write, with the bind phase, fails
         assert "default/p1" not in h.service.state.pods  # the decision no longer counts
-        answer = h.bind("p1", "node-a")
         assert "could not record the placement of default/p1 on node-a" in answer["Error"]
         assert "retry" in answer["Error"]
         assert "nodeName" not in h.cluster.get("pods", "p1", "default")["spec"]
@@ -387,9 +389,9 @@ def test_a_decision_whose_write_fails_is_undone_and_its_bind_answers_why() -> No
 
 
 def test_a_pod_whose_placement_this_scheduler_never_saw_is_not_bound(harness: Harness) -> None:
-    """As after a scheduler that answered the filter died before writing the decision: binding the pod would
+    """As after a scheduler that answered the filter died before its bind came: binding the pod would
     leave the node side without a placement, so kube-scheduler is asked to schedule it again."""
-    harness.settings = BACKGROUND
+    harness.settings = AT_BIND
     harness.add_node(gpu_node("node-a"))
     harness.add_pod(gpu_pod("p1"))
     harness.start()
@@ -486,3 +488,79 @@ def test_without_pass_over_binpack_sends_the_burst_to_one_node(harness: Harness)
         harness.add_pod(gpu_pod(name, mem=1000))
     harness.start()
     assert harness.filter("first")["NodeNames"] == harness.filter("second")["NodeNames"]
+
+
+class _CountsPodPatches(MemoryCluster):
+    """Records every patch of a pod's metadata (its annotations)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pod_patches: list[dict[str, Any]] = []
+
+    def patch_metadata(self, resource: str, name: str, namespace: str | None = None, **kwargs: Any) -> Any:
+        if resource == "pods":
+            self.pod_patches.append(dict(kwargs.get("annotations") or {}))
+        return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
+
+
+def test_at_bind_the_filter_writes_nothing_and_the_bind_writes_placement_and_phase_in_one_patch() -> None:
+    cluster = _CountsPodPatches()
+    h = Harness(AT_BIND, cluster=cluster)
+    try:
+        h.add_node(gpu_node("node-a", gpus=1))
+        h.add_pod(gpu_pod("p1", mem=3000, cores=30))
+        h.start()
+        assert h.filter("p1")["NodeNames"] == ["node-a"]
+        assert cluster.pod_patches == []
+        assert "hami.io/vgpu-node" not in annotations(h, "p1")
+        assert h.bind("p1", "node-a") == {"Error": ""}
+        assert len(cluster.pod_patches) == 1, "placement and bind phase: one write"
+        (patch,) = cluster.pod_patches
+        assert patch[BIND_PHASE] == "allocating"
+        assert patch["hami.io/vgpu-devices-to-allocate"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+        assert patch["hami.io/vgpu-node"] == "node-a"
+        assert h.cluster.get("pods", "p1", "default")["spec"]["nodeName"] == "node-a"
+        h.flush()
+        assert h.service is not None
+        assert h.service.state.pods["default/p1"].bound
+    finally:
+        h.stop()
+
+
+def test_at_bind_a_decision_not_carried_out_costs_no_write_and_frees_its_devices() -> None:
+    """Filtered again, bound elsewhere than decided, refused by a busy node or deleted: the decision is taken
+    back in memory; nothing was written, so nothing is withdrawn from the pod."""
+    cluster = _CountsPodPatches()
+    h = Harness(ExtenderSettings(bind_lock_wait_seconds=0.2, record_at_bind=True), cluster=cluster)
+    try:
+        h.add_node(gpu_node("node-a", gpus=1, memory=8000))
+        h.add_node(gpu_node("node-b", gpus=1, memory=8000))
+        for name in ("p1", "p2", "p3"):
+            h.add_pod(gpu_pod(name, mem=6000))
+        h.start()
+        assert h.service is not None
+        state, extender = h.service.state, h.service.extender
+        assert h.filter("p1", nodes=["node-a"])["NodeNames"] == ["node-a"]
+        assert h.filter("p1", nodes=["node-a"])["NodeNames"] == ["node-a"]  # again: the first decision is withdrawn
+        assert cluster.pod_patches == []
+        # bound elsewhere than decided: refused, and the devices are free again
+        answer = h.bind("p1", "node-b")
+        assert "no placement of default/p1 on node-b is known" in answer["Error"]
+        assert "default/p1" not in state.pods
+        assert h.filter("p2", nodes=["node-a"])["NodeNames"] == ["node-a"]
+        # a node locked by a live pod: the bind waits, is refused, and its decision no longer holds the card
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        h.cluster.patch_metadata("nodes", "node-a", annotations={LOCK_ANNOTATION: f"{now},default,p3"})
+        h.flush()
+        assert "locked by pod default/p3" in h.bind("p2", "node-a")["Error"]
+        assert "default/p2" not in state.pods
+        # deleted between filter and bind: forgotten
+        h.cluster.patch_metadata("nodes", "node-a", annotations={LOCK_ANNOTATION: None})
+        assert h.filter("p3", nodes=["node-b"])["NodeNames"] == ["node-b"]
+        h.cluster.delete("pods", "p3", "default")
+        h.flush()
+        assert "default/p3" not in state.pods
+        assert extender._decisions == {}
+        assert cluster.pod_patches == []
+    finally:
+        h.stop()

@@ -339,9 +339,9 @@ def test_a_bind_of_a_bound_pod_locks_nothing_and_writes_nothing(world: Harness) 
         assert world.cluster.get("pods", REAL, "default") == stored
 
 
-@pytest.mark.parametrize("background", [False, True], ids=["written-before-answering", "written-after"])
-def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock(background: bool) -> None:
-    h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_in_background=background))
+@pytest.mark.parametrize("at_bind", [False, True], ids=["written-before-answering", "written-at-bind"])
+def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_lock(at_bind: bool) -> None:
+    h = Harness(settings=ExtenderSettings(bind_lock_wait_seconds=0.5, record_at_bind=at_bind))
     h.add_node(gpu_node("n1", gpus=1, memory=8000))
     h.add_pod(gpu_pod("victim", mem=6000))
     h.start()
@@ -356,7 +356,7 @@ def test_a_filter_whose_record_fails_leaves_no_assumption_and_a_failed_bind_no_l
 
         h.cluster.patch_metadata = failing_patch  # type: ignore[method-assign]
         answer = h.filter("victim")
-        if background:  # the filter answered before the write; the bind refuses (its lock cannot be written either)
+        if at_bind:  # the filter wrote nothing; the bind refuses (its lock cannot be written either)
             h.flush()
             uid = meta(h.cluster.get("pods", "victim", "default"))["uid"]
             assert h.service.extender.bind("default", "victim", uid, "n1").error  # type: ignore[union-attr]

@@ -53,8 +53,21 @@ if mode == "secret":
                 (ca_dir / key).write_bytes(base64.b64decode(source.data[key]))
             break
     subprocess.run(
-        ["hami", "webhook", "certs", "--service", service, "--namespace", namespace, "--out", str(out),
-         "--ca-dir", str(ca_dir), "--days", days],
+        [
+            "hami",
+            "webhook",
+            "certs",
+            "--service",
+            service,
+            "--namespace",
+            namespace,
+            "--out",
+            str(out),
+            "--ca-dir",
+            str(ca_dir),
+            "--days",
+            days,
+        ],
         check=True,
     )
     ca = {k: base64.b64encode((ca_dir / k).read_bytes()).decode() for k in ("ca.crt", "ca.key")}

@@ -58,6 +58,16 @@ class Transaction:
             return
         self._roll_back(kind)
 
+    def abandon(self, why: str = "abandoned") -> None:
+        """Take every step back now, outside a failing block (a change given up later: a decision whose bind
+        failed before it was written)."""
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:
+                log.exception("undoing %s (%s) failed", what or "a step", why)
+
     def _roll_back(self, kind: type[BaseException]) -> None:
         while self._undo:
             what, undo = self._undo.pop()

@@ -5,13 +5,17 @@ Filter reads the pod's requests through the vendors, orders the candidate nodes 
 in batches: one hook call per vendor per batch, the first batch with a feasible node wins and its best node
 is chosen. Only when nothing fits are all candidates examined, so every rejected node then has its reason.
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
-(`ClusterState.assume`), so the next pod cannot double-book, and written into the pod's annotations by a
-background writer while the answer goes back: the API round trip is off the filter's path (one filter at a time
-is kube-scheduler's pace), and bind waits for that write before it locks the node, so the node side never sees a
-bound pod without its placement. A write that fails undoes the decision, and the pod's bind answers the error.
+(`ClusterState.assume`), so the next pod cannot double-book. `hami scheduler` writes it with the bind
+(`record_at_bind`): the filter makes no API call (one filter at a time is kube-scheduler's pace), and the pod gets
+one write fewer, its placement and `hami.io/bind-phase: allocating` in the same patch, once the node lock is
+held and before the Binding, so the node side never sees a bound pod without its placement (HAMi writes the
+placement at filter and the phase at bind: two patches, two watch events in every client watching pods).
+Otherwise (the simulator, most tests) the placement is written before the filter answers. A write that fails
+undoes the decision, and the answer says why.
 
 Bind takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and creates the Binding; any
-failure releases the lock and is reported in the answer.
+failure releases the lock and is reported in the answer; a decision not yet written when a bind fails is
+taken back (kube-scheduler filters the pod again).
 
 This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.service` wires watches.
 """
@@ -19,15 +23,12 @@ This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.servic
 from __future__ import annotations
 
 import contextlib
-import functools
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -60,8 +61,6 @@ __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSetting
 log = logging.getLogger(__name__)
 
 VGPU_TIME = "hami.io/vgpu-time"
-RECORD_WAIT_SECONDS = 30.0
-"""How long a bind waits for its pod's placement to be written before answering an error (retried)."""
 
 
 class ExtenderSettings(BaseModel):
@@ -89,10 +88,11 @@ class ExtenderSettings(BaseModel):
         "of a burst spread over nodes that can bind at once; False: the policy's order alone (the simulator, which "
         "never allocates)",
     )
-    record_in_background: bool = Field(
+    record_at_bind: bool = Field(
         default=False,
-        description="write each decision's annotations off the filter's path (`hami scheduler` does); False: "
-        "before the filter answers",
+        description="write each decision's annotations with the bind's own patch of the pod, after the node lock "
+        "(`hami scheduler` does): no API call on the filter's path and one write per pod fewer; False: before the "
+        "filter answers",
     )
 
     def default_policy(self) -> SchedulingPolicy:
@@ -113,10 +113,24 @@ class FilterResult:
     """The pod asks for no device a vendor here serves: every candidate passes unchanged."""
 
 
+@dataclass(frozen=True)
+class _Decision:
+    """A filter's decision not yet written (`record_at_bind`): what its bind writes, and how to take it back."""
+
+    pod: Pod
+    node: str
+    allocation: Mapping[str, tuple[ContainerPlacement, ...]]
+    written: Mapping[str, str]
+    undo: Transaction
+    """Takes back the assumption, the host usage and the quota reservation."""
+
+
 @dataclass
 class BindResult:
     error: str = ""
     lock_wait: float = 0.0
+    written: bool = False
+    """The pod's placement was written (so a failure after it leaves the decision standing)."""
 
 
 def _batches(candidates: list[tuple[float, str, NodeRecord]], size: int, first: int) -> Iterator[list[NodeRecord]]:
@@ -226,54 +240,19 @@ class Extender:
             wait_for_node=self._wait_for_node,
             known=self._known_node,
         )
-        self._recording: dict[str, Future[str]] = {}
-        """pod key → the write of its decision, until it succeeded (a failed one stays for the pod's bind)."""
-        self._recording_lock = threading.Lock()
-        self._recorder = ThreadPoolExecutor(max_workers=4, thread_name_prefix="record-placement")
-
-    def _placed_on(self, namespace: str, name: str, node: str) -> bool:
-        with self.state.lock:
-            record = self.state.pods.get(pod_key(namespace, name))
-            return record is not None and record.node == node
+        self._decisions: dict[str, _Decision] = {}
+        """pod key → its decision, from the filter until its bind (`record_at_bind`)."""
+        self._decisions_lock = threading.Lock()
 
     def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
         with self.state.lock:
             record = self.state.nodes.get(node)
             return (record.annotations, record.resource_version) if record is not None else None
 
-    def wait_recorded(self, timeout: float | None = None) -> None:
-        """Block until every decision made so far is written (or failed)."""
-        with self._recording_lock:
-            pending = list(self._recording.values())
-        for future in pending:
-            with contextlib.suppress(FutureTimeout):
-                future.result(timeout)
-
-    def close(self) -> None:
-        """Finish the writes under way and stop the writer."""
-        self._recorder.shutdown(wait=True)
-
-    def _recorded(self, key: str, future: Future[str]) -> None:
-        if not future.result():
-            with self._recording_lock:
-                if self._recording.get(key) is future:
-                    del self._recording[key]
-
-    def _pending_record(self, key: str, timeout: float | None) -> str:
-        """Wait for the write of the pod's last decision, if one is under way; its error, or ""."""
-        with self._recording_lock:
-            future = self._recording.get(key)
-        if future is None:
-            return ""
-        try:
-            error = future.result(timeout)
-        except FutureTimeout:
-            return f"the placement of {key} is still being written"
-        if error:
-            with self._recording_lock:
-                if self._recording.get(key) is future:
-                    del self._recording[key]
-        return error
+    def forget(self, namespace: str, name: str) -> None:
+        """The pod is gone: drop its decision not yet written (called by the service on pod deletion)."""
+        with self._decisions_lock:
+            self._decisions.pop(pod_key(namespace, name), None)
 
     def _wait_for_node(self, node: str, seconds: float) -> None:
         with self.node_changed:
@@ -297,7 +276,8 @@ class Extender:
 
     def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
         pod = Pod.from_api(pod_obj)
-        self._pending_record(pod_key(pod.namespace, pod.name), None)  # filtered again: the earlier write goes first
+        with self._decisions_lock:  # filtered again: an earlier decision not written is withdrawn below
+            unwritten = self._decisions.pop(pod_key(pod.namespace, pod.name), None) is not None
         try:
             requests = self.host.pod_requests(pod)
             policy = policy_for(pod.annotations, self.settings.default_policy())
@@ -432,7 +412,7 @@ class Extender:
                     batches = _batches(candidates, size, first)
             best = self._fit_in_batches(pod, requests, kinds, batches, policy, node_policy, result)
             if best is None:
-                if withdrawn:
+                if withdrawn and not unwritten:
                     self._withdraw_decision(pod)
                 return result
             node, allocation, written = best
@@ -448,12 +428,9 @@ class Extender:
                 undo.add(lambda: self.state.set_host_usage(pod_id, "", 0, 0), "the host usage")
                 self.state.assume(pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), allocation, written)
                 self.state.set_host_usage(pod_id, node, *host)
-        if self.settings.record_in_background:
-            written_key = pod_key(pod.namespace, pod.name)
-            future = self._recorder.submit(self._record, undo, pod, node, allocation, written)
-            with self._recording_lock:
-                self._recording[written_key] = future
-            future.add_done_callback(functools.partial(self._recorded, written_key))
+        if self.settings.record_at_bind:
+            with self._decisions_lock:
+                self._decisions[pod_id] = _Decision(pod, node, allocation, written, undo)
         else:
             error = self._record(undo, pod, node, allocation, written)
             if error:
@@ -608,11 +585,15 @@ class Extender:
         node: str,
         allocation: Mapping[str, tuple[ContainerPlacement, ...]],
         pod_annotations: Mapping[str, str] | None = None,
+        *,
+        also: Mapping[str, str] | None = None,
     ) -> None:
         """Write the placement and the vendors' pod annotations (`NodeFit.pod_annotations`); on a clash of
         keys, the placement's own annotations win. With placement keys, the same write signs the placement
-        (`hami.signing`): the allocated annotations and the vendors' ones, for this pod's UID on `node`."""
+        (`hami.signing`): the allocated annotations and the vendors' ones, for this pod's UID on `node`. `also`:
+        annotations written in the same patch but not signed (the bind phase, with `record_at_bind`)."""
         annotations: dict[str, str | None] = dict(pod_annotations or {})
+        annotations.update(also or {})
         annotations.update({VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))})
         signed: dict[str, str] = {k: v for k, v in (pod_annotations or {}).items() if v is not None}
         for kind, placements in allocation.items():
@@ -690,6 +671,26 @@ class Extender:
         known = self._known_binding(namespace, name, uid, node)
         if known is not None:
             return known
+        decision: _Decision | None = None
+        if self.settings.record_at_bind:
+            with self._decisions_lock:
+                decision = self._decisions.pop(pod_key(namespace, name), None)
+            if decision is None or decision.node != node:
+                # nothing decided here for this pod on that node (another process answered its filter, or none
+                # did): binding it would leave the node side without a placement
+                if decision is not None:
+                    decision.undo.abandon("bound elsewhere than decided")
+                return BindResult(
+                    error=f"no placement of {namespace}/{name} on {node} is known to this scheduler; "
+                    "kube-scheduler will retry the pod"
+                )
+        result = self._lock_and_bind(namespace, name, uid, node, decision)
+        if result.error and decision is not None and not result.written:
+            decision.undo.abandon("its bind failed")  # kube-scheduler filters the pod again
+        return result
+
+    def _lock_and_bind(self, namespace: str, name: str, uid: str, node: str, decision: _Decision | None) -> BindResult:
+        """Lock the node, write the decision (if not yet written) with `bind-phase: allocating`, bind."""
         started = time.monotonic()
         vendor_locks = self._vendor_locks(namespace, name)
         try:
@@ -702,28 +703,33 @@ class Extender:
         except ClusterError as exc:
             return BindResult(error=f"cannot lock node {node}: {exc}")
         self.on_lock_wait(waited)
-        # the placement's write (from filter) went on while the lock was taken; the node side reads it after this
-        error = self._pending_record(pod_key(namespace, name), RECORD_WAIT_SECONDS)
-        if not error and self.settings.record_in_background and not self._placed_on(namespace, name, node):
-            # nothing written or counted for this pod here (a process that answered its filter died before the
-            # write): binding it would leave the node side without a placement
-            error = f"no placement of {namespace}/{name} on {node} is known to this scheduler"
-        if error:
-            with contextlib.suppress(ClusterError):
-                self.locks.release(node, namespace, name, vendor_locks)
-            return BindResult(error=f"{error}; kube-scheduler will retry the pod", lock_wait=waited)
+        phase = {BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
+        written = decision is None
         try:
             with Transaction() as undo:
                 undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
+                if decision is not None:
+                    self._record_decision(decision.pod, node, decision.allocation, decision.written, also=phase)
+                else:
+                    self.cluster.patch_metadata("pods", name, namespace, annotations=phase)
+                written = True
                 undo.add(lambda: self._mark_bind_failed(namespace, name), "the bind phase")
-                self.cluster.patch_metadata(
-                    "pods", name, namespace, annotations={BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
-                )
                 self.cluster.bind(namespace, name, uid, node)
         except ClusterError as exc:
-            return BindResult(error=f"binding {namespace}/{name} to {node} failed: {exc}", lock_wait=waited)
+            if not written:
+                return BindResult(
+                    error=f"could not record the placement of {namespace}/{name} on {node}: {exc}; "
+                    "kube-scheduler will retry the pod",
+                    lock_wait=waited,
+                )
+            error = f"binding {namespace}/{name} to {node} failed: {exc}"
+            return BindResult(error=error, lock_wait=waited, written=True)
+        except BaseException:
+            if decision is not None and not written:
+                decision.undo.abandon("its bind failed")
+            raise
         self.state.mark_bound(namespace, name, node)
-        return BindResult(lock_wait=waited)
+        return BindResult(lock_wait=waited, written=True)
 
     def _known_binding(self, namespace: str, name: str, uid: str, node: str) -> BindResult | None:
         """The answer the scheduler's own state gives a bind before anything is locked or written, or None to go on.
@@ -737,19 +743,13 @@ class Extender:
             record = self.state.pods.get(key)
             known = (record.uid, record.bound, record.node) if record is not None else None
         if known is None:
-            with self._recording_lock:
-                writing = key in self._recording  # a write that failed: the bind answers its error
-            if self.settings.record_in_background and not writing:
-                # nothing decided here for this pod (another process answered its filter, or none did)
-                error = f"no placement of {key} on {node} is known to this scheduler; kube-scheduler will retry the pod"
-                return BindResult(error=error)
             return None
         known_uid, bound, placed = known
         if known_uid and uid != known_uid:
             return BindResult(error=f"pod {namespace}/{name} was placed with UID {known_uid}, not {uid}")
         if bound:
             if placed == node:
-                return BindResult()
+                return BindResult(written=True)
             return BindResult(error=f"pod {namespace}/{name} is already bound to {placed}")
         return None
 

@@ -76,11 +76,10 @@ def run_scheduler(
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
             dra_driver=settings.dra_driver,
-            # Decisions are written off the filter's path (bind waits for the write). The double booking once
-            # seen with it (an extender restarted during a burst, tests/e2e/test_nvidia_pods.py) was late watch
-            # views of a pod undoing its assumed decision; `ClusterState.set_pod` now ignores views older than
-            # what it counted.
-            record_in_background=True,
+            # Decisions are written with the bind's patch, after the node lock: no API call on the filter's path.
+            # Late watch views of a pod (an extender restarted during a burst, tests/e2e/test_nvidia_pods.py) do
+            # not undo an assumed decision: `ClusterState.set_pod` ignores views older than what it counted.
+            record_at_bind=True,
             pass_over_nodes_in_flight=settings.pass_over_nodes_in_flight,
         ),
         settings.leader_election,

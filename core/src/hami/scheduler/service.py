@@ -147,7 +147,6 @@ class SchedulerService:
 
     def stop(self) -> None:
         self._ready.clear()
-        self.extender.wait_recorded(timeout=10)
         if getattr(self, "handshake", None) is not None:
             self.handshake.stop()
         if self.extender.quota is not None:
@@ -184,6 +183,7 @@ class SchedulerService:
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
+            self.extender.forget(namespace, name)
         else:
             self.state.set_pod(event.object)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(

@@ -564,3 +564,29 @@ def test_at_bind_a_decision_not_carried_out_costs_no_write_and_frees_its_devices
         assert cluster.pod_patches == []
     finally:
         h.stop()
+
+
+def test_the_quota_ledger_counts_from_the_schedulers_own_pod_watch(harness: Harness) -> None:
+    """One list and one watch of pods in the scheduler: the ledger learns of a pod's end from the service's."""
+    harness.cluster.create(
+        "resourcequotas",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpu", "namespace": "default"},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "8000"}},
+        },
+    )
+    harness.add_node(gpu_node("node-a", gpus=2))
+    harness.add_pod(gpu_pod("p1", mem=6000))
+    harness.add_pod(gpu_pod("p2", mem=6000))
+    harness.start()
+    assert harness.service is not None
+    watched = [s for s in harness.cluster._subs if s.resource == "pods"]
+    assert harness.schedule("p1") == "node-a"
+    harness.flush()
+    assert harness.filter("p2")["NodeNames"] == []  # 12000 MiB would pass the namespace's 8000
+    harness.cluster.delete("pods", "p1", "default")
+    harness.flush()
+    assert harness.filter("p2")["NodeNames"] == ["node-a"]
+    assert len(watched) == 1

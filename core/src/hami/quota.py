@@ -248,10 +248,15 @@ class QuotaLedger:
     def ready(self) -> bool:
         return self._ready.is_set()
 
-    def start(self) -> QuotaLedger:
-        """List ResourceQuotas and pods, then watch both. Raises `ClusterError` when the lists fail."""
+    def start(self, *, pods: Sequence[KubeObject] | None = None) -> QuotaLedger:
+        """List ResourceQuotas and pods, then watch both. Raises `ClusterError` when the lists fail.
+
+        `pods`: the owner lists and watches pods itself (the scheduler does) and feeds the ledger these, then
+        every pod event through `pod_event`: one list and one watch of every pod in the process, not two."""
         quotas, quota_rv = self.cluster.list("resourcequotas")
-        pods, pod_rv = self.cluster.list("pods")
+        pod_rv = None
+        if pods is None:
+            pods, pod_rv = self.cluster.list("pods")
         with self._lock:
             self._limits.clear()
             self._usage.clear()
@@ -259,10 +264,9 @@ class QuotaLedger:
                 self.set_quota(quota)
             for pod in pods:
                 self.set_pod(pod)
-        self._subs = [
-            self.cluster.watch("resourcequotas", quota_rv, self._on_quota),
-            self.cluster.watch("pods", pod_rv, self._on_pod),
-        ]
+        self._subs = [self.cluster.watch("resourcequotas", quota_rv, self._on_quota)]
+        if pod_rv is not None:
+            self._subs.append(self.cluster.watch("pods", pod_rv, self.pod_event))
         self._ready.set()
         log.info("quota ledger synced: %d namespaces with device quotas", len(self._limits))
         return self
@@ -280,7 +284,8 @@ class QuotaLedger:
         else:
             self.set_quota(event.object)
 
-    def _on_pod(self, event: WatchEvent) -> None:
+    def pod_event(self, event: WatchEvent) -> None:
+        """One pod watch event (the ledger's own watch, or its owner's)."""
         if event.type == "DELETED":
             m = meta(event.object)
             self.release(str(m.get("namespace") or "default"), str(m.get("name")))

@@ -107,6 +107,9 @@ class SchedulerService:
         pods, pod_rv = self.cluster.list("pods")
         self.state.replay(nodes, pods)
         learned = self.extender.learn_from(pods)
+        # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
+        self.ledger = QuotaLedger(self.cluster, self.host).start(pods=pods)
+        self.extender.quota = self.ledger
         self._subs = [
             self.cluster.watch("nodes", node_rv, self._on_node),
             self.cluster.watch("pods", pod_rv, self._on_pod),
@@ -116,8 +119,6 @@ class SchedulerService:
             for claim in claims:
                 self.claims.set_claim(claim)
             self._subs.append(self.cluster.watch("resourceclaims", claim_rv, self._on_claim))
-        self.ledger = QuotaLedger(self.cluster, self.host).start()
-        self.extender.quota = self.ledger
         self.handshake = HandshakeKeeper(
             self.cluster,
             self.host,
@@ -186,6 +187,7 @@ class SchedulerService:
             self.extender.forget(namespace, name)
         else:
             self.state.set_pod(event.object)
+        self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(
             VGPU_NODE_ANNOTATION
         )

@@ -18,7 +18,7 @@ from hami.cli import main
 from hami.config import load_config
 from hami.dashboard.app import DashboardApp, DashboardServer
 from hami.dashboard.cli import start_dashboard
-from hami.dashboard.source import DashboardSource
+from hami.dashboard.source import DashboardSource, Sample
 from hami.demo.world import free_port
 from hami.errors import ConfigError
 from hami.hosting import run_scheduler_process
@@ -161,3 +161,66 @@ def test_an_api_server_that_hangs_does_not_hang_the_page(tmp_path: Path) -> None
                 api.hang.set()
             server.stop()
             source.stop()
+
+
+class _CountsLists:
+    """A cluster whose lists are counted (the dashboard's reads)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.lists: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+    def list(self, resource: Any, namespace: str | None = None) -> Any:
+        self.lists.append(str(resource))
+        return self.cluster.list(resource, namespace)
+
+
+def test_with_a_sampler_the_cluster_is_read_only_for_pages_and_an_unread_snapshot_let_go() -> None:
+    """Hosted in the scheduler, the history comes from the scheduler's state: no list of every node and pod at
+    start-up or every 30 s; a page reads the cluster, and a snapshot no page asked for since is let go."""
+    now = [1000.0]
+    cluster = _CountsLists(build())
+    sampled = []
+
+    def sampler() -> Sample:
+        sampled.append(now[0])
+        return Sample(now[0], 10, 100, 5, 50, 3, 1)
+
+    source = DashboardSource(cluster, VendorHost.load(), sampler=sampler, keep_seconds=60, clock=lambda: now[0])
+    source.history.interval = 0
+    source.sample()
+    assert cluster.lists == [] and [s.pods for s in source.history.samples()] == [3]
+    reading = source.read()
+    assert reading.snapshot is not None and "pods" in cluster.lists
+    assert len(source.history.samples()) == 1, "a page's read is not a history sample: the sampler's are"
+    now[0] += 30
+    source.sample()
+    assert source._last is reading.snapshot  # a page read it 30 s ago: kept
+    now[0] += 61
+    source.sample()
+    assert source._last is None, "no page for more than keep_seconds: the snapshot is let go"
+    assert len(sampled) == 3
+
+
+def test_hami_scheduler_samples_the_dashboards_history_from_its_own_state() -> None:
+    config = load_config(
+        None,
+        {
+            "scheduler.listen": "127.0.0.1:0",
+            "scheduler.metricsListen": "127.0.0.1:0",
+            "scheduler.dashboardListen": f"127.0.0.1:{free_port()}",
+        },
+    )
+    cluster = _CountsLists(build())
+    stop = threading.Event()
+    thread = threading.Thread(target=run_scheduler_process, args=(config,), kwargs={"cluster": cluster, "stop": stop})
+    thread.start()
+    try:
+        time.sleep(2)
+        assert cluster.lists.count("pods") == 1, "the scheduler's one list of pods; none by the dashboard"
+    finally:
+        stop.set()
+        thread.join(timeout=20)

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
 from typing import TYPE_CHECKING
 
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
-from hami.plugins import VendorHost
-from hami.quota import QuotaLedger
-from hami.scheduler.run import Companion, Running, run_scheduler
+from hami.scheduler.run import Companion, Hosting, Running, run_scheduler
 
 if TYPE_CHECKING:
     from hami.dashboard.app import DashboardServer
@@ -50,15 +48,22 @@ def companions_of(config: HamiConfig) -> list[Companion]:
     if settings.dashboard_listen:
         address = parse_address(settings.dashboard_listen)
 
-        def dashboard(cluster: Cluster, host: VendorHost, ledger: QuotaLedger, ready: Callable[[], bool]) -> Running:
+        def dashboard(hosting: Hosting) -> Running:
             from hami.dashboard.cli import start_dashboard
+            from hami.dashboard.source import Sample
+
+            def sample() -> Sample:
+                # from the scheduler's watched state: no list of every node and pod every 30 s
+                memory_used, memory_total, cores_used, cores_total, pods = hosting.totals()
+                return Sample(time.time(), memory_used, memory_total, cores_used, cores_total, pods, hosting.waiting())
 
             server, source = start_dashboard(
-                cluster,
-                host,
+                hosting.cluster,
+                hosting.host,
                 address,
                 node_metrics=settings.dashboard_node_metrics,
                 prometheus=settings.dashboard_prometheus,
+                sampler=sample,
             )
             log.info("dashboard on http://%s:%d/", server.server_address[0], server.port)
             return _Dashboard(server, source)
@@ -69,11 +74,13 @@ def companions_of(config: HamiConfig) -> list[Companion]:
 
         webhook_settings = validate_webhook_section(config.webhook)
 
-        def webhook(cluster: Cluster, host: VendorHost, ledger: QuotaLedger, ready: Callable[[], bool]) -> Running:
+        def webhook(hosting: Hosting) -> Running:
             from hami.webhook.run import start_webhook
 
             # The webhook's /readyz (the chart's readiness probe) speaks for the whole process.
-            return start_webhook(cluster, host, webhook_settings, ledger=ledger, also_ready=ready)
+            return start_webhook(
+                hosting.cluster, hosting.host, webhook_settings, ledger=hosting.ledger, also_ready=hosting.ready
+            )
 
         companions.append(webhook)
     return companions

@@ -12,13 +12,14 @@ import argparse
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the app (and Jinja2) load when the dashboard starts, not for `hami --help`
     from hami.cluster.port import Cluster
     from hami.dashboard.app import DashboardServer
-    from hami.dashboard.source import DashboardSource
+    from hami.dashboard.source import DashboardSource, Sample
 
 __all__ = ["add_dashboard_parser", "run_dashboard", "start_dashboard"]
 
@@ -71,12 +72,14 @@ def start_dashboard(
     title: str = "HAMi",
     node_metrics: str | None = None,
     prometheus: str | None = None,
+    sampler: Callable[[], Sample] | None = None,
 ) -> tuple[DashboardServer, DashboardSource]:
-    """Serve the dashboard of `cluster` on `address` and sample its history; stop both when done."""
+    """Serve the dashboard of `cluster` on `address` and sample its history (from `sampler` when given, see
+    `DashboardSource`); stop both when done."""
     from hami.dashboard.app import DashboardApp, DashboardServer
     from hami.dashboard.source import DashboardSource, History
 
-    source = DashboardSource(cluster, host, history=History(interval=history_interval)).start()
+    source = DashboardSource(cluster, host, history=History(interval=history_interval), sampler=sampler).start()
     app = DashboardApp(source, title=title, node_metrics=node_metrics, prometheus=prometheus)
     server = DashboardServer(app, address).start()
     return server, source

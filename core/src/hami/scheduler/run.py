@@ -15,6 +15,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
@@ -27,7 +28,7 @@ from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
-__all__ = ["Companion", "Running", "run_scheduler"]
+__all__ = ["Companion", "Hosting", "Running", "run_scheduler"]
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,25 @@ class Running(Protocol):
     def stop(self) -> None: ...
 
 
-Companion = Callable[[Cluster, VendorHost, QuotaLedger, Callable[[], bool]], Running]
-"""Starts a service beside the extender with the scheduler's cluster, vendors and quota ledger, and the
-process's readiness (synced, every listener accepting) for the service's own `/readyz`."""
+@dataclass(frozen=True)
+class Hosting:
+    """What the scheduler lends a service it hosts: its cluster connection, vendors and quota ledger (so that
+    admission and filter count the same usage), the process's readiness (synced, every listener accepting) for
+    the service's own `/readyz`, and figures from its watched state, which a hosted service reads instead of
+    listing the cluster."""
+
+    cluster: Cluster
+    host: VendorHost
+    ledger: QuotaLedger
+    ready: Callable[[], bool]
+    totals: Callable[[], tuple[int, int, int, int, int]]
+    """`ClusterState.totals`: memory used and total, cores used and total, pods counted."""
+    waiting: Callable[[], int]
+    """Pods addressed to a HAMi scheduler that wait for a node."""
+
+
+Companion = Callable[[Hosting], Running]
+"""Starts a service beside the extender; stopped when the scheduler stops."""
 
 
 def run_scheduler(
@@ -110,9 +127,12 @@ def run_scheduler(
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
     listening += [server, metrics]
+    hosting = Hosting(
+        cluster, host, service.ledger, ready, totals=service.state.totals, waiting=lambda: service.waiting
+    )
     try:
         for companion in companions:
-            started.append(companion(cluster, host, service.ledger, ready))
+            started.append(companion(hosting))
     except BaseException:
         for running in reversed(started):
             running.stop()

@@ -78,6 +78,8 @@ class SchedulerService:
             self.metrics.set_leader(True)
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
+        self._waiting: set[str] = set()
+        """Pods addressed to a HAMi scheduler (`spec.schedulerName` hami-…) that wait for a node."""
         from hami.scheduler.claims import ClaimTracker  # here: hami.dra loads only where DRA is configured
 
         self.claims = ClaimTracker(self.state, self.settings.dra_driver) if self.settings.dra_driver else None
@@ -94,6 +96,19 @@ class SchedulerService:
     def ready(self) -> bool:
         return self._ready.is_set()
 
+    @property
+    def waiting(self) -> int:
+        """How many pods addressed to a HAMi scheduler wait for a node (pending, unbound)."""
+        return len(self._waiting)
+
+    def _track_waiting(self, key: str, pod: KubeObject | None) -> None:
+        spec = (pod.get("spec") or {}) if pod is not None else {}
+        phase = ((pod.get("status") or {}).get("phase") or "Pending") if pod is not None else ""
+        if phase == "Pending" and not spec.get("nodeName") and str(spec.get("schedulerName") or "").startswith("hami"):
+            self._waiting.add(key)
+        else:
+            self._waiting.discard(key)
+
     def start(self) -> SchedulerService:
         if self.placement_keys is None:
             log.warning(
@@ -107,6 +122,10 @@ class SchedulerService:
         pods, pod_rv = self.cluster.list("pods")
         self.state.replay(nodes, pods)
         learned = self.extender.learn_from(pods)
+        self._waiting.clear()
+        for pod in pods:
+            m = meta(pod)
+            self._track_waiting(f"{m.get('namespace') or 'default'}/{m.get('name')}", pod)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
         self.ledger = QuotaLedger(self.cluster, self.host).start(pods=pods)
         self.extender.quota = self.ledger
@@ -187,6 +206,7 @@ class SchedulerService:
             self.extender.forget(namespace, name)
         else:
             self.state.set_pod(event.object)
+        self._track_waiting(f"{namespace}/{name}", None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(
             VGPU_NODE_ANNOTATION

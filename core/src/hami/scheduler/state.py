@@ -634,6 +634,20 @@ class ClusterState:
             )
         return totals.signature
 
+    def totals(self) -> tuple[int, int, int, int, int]:
+        """Over every node's devices: memory used and total (MiB), cores used and total (%), and the pods counted
+        (what `hami status` and the dashboard sum from listed objects, without listing them)."""
+        memory_used = memory_total = cores_used = cores_total = 0
+        with self.lock:
+            for record in self.nodes.values():
+                for view in record.views.values():
+                    for u in view.devices:
+                        memory_used += u.usedmem
+                        memory_total += u.device.devmem
+                        cores_used += u.usedcores
+                        cores_total += u.device.devcore
+            return memory_used, memory_total, cores_used, cores_total, len(self.pods)
+
     def usage_snapshot(self) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
         """node → kind → device → (used, usedmem, usedcores): for tests and status views."""
         with self.lock:

@@ -192,9 +192,11 @@ def test_with_a_sampler_the_cluster_is_read_only_for_pages_and_an_unread_snapsho
     source = DashboardSource(cluster, VendorHost.load(), sampler=sampler, keep_seconds=60, clock=lambda: now[0])
     source.history.interval = 0
     source.sample()
-    assert cluster.lists == [] and [s.pods for s in source.history.samples()] == [3]
+    assert cluster.lists == []
+    assert [s.pods for s in source.history.samples()] == [3]
     reading = source.read()
-    assert reading.snapshot is not None and "pods" in cluster.lists
+    assert reading.snapshot is not None
+    assert "pods" in cluster.lists
     assert len(source.history.samples()) == 1, "a page's read is not a history sample: the sampler's are"
     now[0] += 30
     source.sample()

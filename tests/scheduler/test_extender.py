@@ -590,3 +590,24 @@ def test_the_quota_ledger_counts_from_the_schedulers_own_pod_watch(harness: Harn
     harness.flush()
     assert harness.filter("p2")["NodeNames"] == ["node-a"]
     assert len(watched) == 1
+
+
+def test_until_the_state_is_synced_filter_and_bind_answer_that_it_is_still_reading() -> None:
+    """`hami scheduler` starts its listeners while it reads the cluster: a decision on a half-built state could
+    double-book, so kube-scheduler is asked to retry."""
+    from hami.plugins import VendorHost
+    from hami.scheduler.service import SchedulerService
+
+    cluster = MemoryCluster()
+    cluster.create("nodes", gpu_node("node-a"))
+    pod = cluster.create("pods", gpu_pod("p1"))
+    service = SchedulerService(cluster, VendorHost.load(), placement_keys=None)
+    result = service.extender.filter(pod, ["node-a"])
+    assert result.node is None
+    assert "still reading the cluster" in result.error
+    assert "still reading the cluster" in service.extender.bind("default", "p1", meta(pod)["uid"], "node-a").error
+    service.start()
+    try:
+        assert service.extender.filter(pod, ["node-a"]).node == "node-a"
+    finally:
+        service.stop()

@@ -202,6 +202,9 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
+SYNCING = "this scheduler is still reading the cluster; kube-scheduler will retry the pod"
+"""The answer to a filter or bind before the state is built (the process is not ready yet)."""
+
 UNSELECTED_LAST = 1e15
 """Added to the order key of a node whose device model the pod's type selector refuses, so that batches try the
 nodes of the selected models first (the vendor's fit still decides; this only orders)."""
@@ -230,6 +233,8 @@ class Extender:
         """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
         self.is_leader: Callable[[], bool] = lambda: True
         """Only the leader decides; a follower answers with an error (kube-scheduler's own leader calls us)."""
+        self.synced: Callable[[], bool] = lambda: True
+        """The state is built (the service's sync is done): until then every filter and bind answers an error."""
         self.on_filter_result: Callable[[FilterResult], None] = lambda result: None
         self.on_lock_wait: Callable[[float], None] = lambda seconds: None
         self.node_changed = threading.Condition()
@@ -269,6 +274,8 @@ class Extender:
         """Choose the node and devices for a pod among `node_names`, record the decision, and say why not elsewhere."""
         if not self.is_leader():
             result = FilterResult(error="this scheduler replica is not the leader; another replica decides")
+        elif not self.synced():
+            result = FilterResult(error=SYNCING)
         else:
             result = self._filter(pod_obj, node_names)
         self.on_filter_result(result)
@@ -668,6 +675,8 @@ class Extender:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
         if not self.is_leader():
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
+        if not self.synced():
+            return BindResult(error=SYNCING)
         known = self._known_binding(namespace, name, uid, node)
         if known is not None:
             return known

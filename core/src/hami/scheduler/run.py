@@ -11,10 +11,12 @@ built above the services (`hami.hosting`), so this package imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -100,7 +102,12 @@ def run_scheduler(
             pass_over_nodes_in_flight=settings.pass_over_nodes_in_flight,
         ),
         settings.leader_election,
-    ).start()
+    )
+    # The sync (list, rebuild, watch) runs while the listeners and the hosted services start: filter and bind
+    # answer "still reading the cluster" until it is done, and the process is not ready before.
+    syncer = ThreadPoolExecutor(1, thread_name_prefix="sync")
+    syncing = syncer.submit(service.start)
+    syncer.shutdown(wait=False)
     started: list[Running] = []
     listening: list[JsonServer] = []
 
@@ -133,11 +140,14 @@ def run_scheduler(
     try:
         for companion in companions:
             started.append(companion(hosting))
+        syncing.result()  # a sync that fails (the API server refuses the lists) fails the start, as before
     except BaseException:
         for running in reversed(started):
             running.stop()
         server.stop()
         metrics.stop()
+        with contextlib.suppress(BaseException):
+            syncing.result()
         service.stop()
         raise
     all_started.set()

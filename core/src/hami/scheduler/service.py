@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hami.cluster.locks import LOCK_ANNOTATION
@@ -78,6 +79,9 @@ class SchedulerService:
             self.metrics.set_leader(True)
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
+        self.ledger = QuotaLedger(self.cluster, self.host)
+        """Namespace quotas, shared with a hosted webhook; counting once `start` synced it."""
+        self.extender.synced = self._ready.is_set
         self._waiting: set[str] = set()
         """Pods addressed to a HAMi scheduler (`spec.schedulerName` hami-…) that wait for a node."""
         from hami.scheduler.claims import ClaimTracker  # here: hami.dra loads only where DRA is configured
@@ -110,6 +114,16 @@ class SchedulerService:
             self._waiting.discard(key)
 
     def start(self) -> SchedulerService:
+        """List, rebuild the state, watch: synced when this returns (`ready`). The cyclic GC is off meanwhile:
+        the sync allocates millions of long-lived objects, and the full passes CPython runs while the heap grows
+        cost a third of the replay (0.35 of 1.0 s at 1,000 nodes and 8,000 pods); one pass follows."""
+        gc.disable()
+        try:
+            return self._sync()
+        finally:
+            gc.enable()
+
+    def _sync(self) -> SchedulerService:
         if self.placement_keys is None:
             log.warning(
                 "placement signing is OFF (%s unset): placements are written unsigned and usage is read from pod "
@@ -118,8 +132,10 @@ class SchedulerService:
             )
         else:
             log.info("placement signing on: keys from %s", self.placement_keys.source)
-        nodes, node_rv = self.cluster.list("nodes")
-        pods, pod_rv = self.cluster.list("pods")
+        with ThreadPoolExecutor(1, thread_name_prefix="list-nodes") as lister:
+            listing = lister.submit(self.cluster.list, "nodes")  # while the API server serializes the pods
+            pods, pod_rv = self.cluster.list("pods")
+            nodes, node_rv = listing.result()
         self.state.replay(nodes, pods)
         learned = self.extender.learn_from(pods)
         self._waiting.clear()
@@ -127,7 +143,7 @@ class SchedulerService:
             m = meta(pod)
             self._track_waiting(f"{m.get('namespace') or 'default'}/{m.get('name')}", pod)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
-        self.ledger = QuotaLedger(self.cluster, self.host).start(pods=pods)
+        self.ledger.start(pods=pods)
         self.extender.quota = self.ledger
         self._subs = [
             self.cluster.watch("nodes", node_rv, self._on_node),

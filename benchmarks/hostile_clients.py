@@ -39,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+from scheduler_harness import post_raw as post  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ the server
 
@@ -124,16 +127,6 @@ class Server:
         assert self.process.stdin is not None
         self.process.stdin.close()
         self.process.wait(60)
-
-
-def post(port: int, path: str, body: bytes, method: str = "POST", timeout: float = 30) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        connection.request(method, path, body, {"Content-Type": "application/json"})
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
 
 
 # ------------------------------------------------------------------------------------------------ bodies

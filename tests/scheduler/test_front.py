@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from scheduler_harness import Harness, gpu_node, gpu_pod
+from scheduler_harness import post_raw as post
 
 from hami.cluster import ClusterError, meta
 from hami.cluster.locks import LOCK_ANNOTATION
@@ -60,16 +61,6 @@ def snapshot(h: Harness) -> Any:
         usage = sorted((ns, sorted(pods_.keys())) for ns, pods_ in ledger._usage.items())
     cluster_pods = sorted(meta(p)["name"] for p in h.cluster.list("pods")[0])
     return pods, hosts, nodes, usage, cluster_pods
-
-
-def post(port: int, path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request(method, path, body, {"Content-Type": "application/json"})
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
 
 
 # ------------------------------------------------------------------------------------------------ fuzzing

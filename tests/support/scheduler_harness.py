@@ -18,6 +18,17 @@ from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
 
+def post_raw(port: int, path: str, body: bytes, method: str = "POST", timeout: float = 30) -> tuple[int, bytes]:
+    """One request on a connection of its own to a loopback server: its status and raw body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request(method, path, body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
 def gpu_node(
     name: str, gpus: int = 8, memory: int = 16384, split: int = 10, model: str = "NVIDIA-A100"
 ) -> dict[str, Any]:

@@ -202,6 +202,17 @@ def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
 
 
+def _resource_version(value: object) -> int | None:
+    """A resourceVersion as a number (etcd's revision), None when it is not one."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+WATCH_LAG_SECONDS = 2.0
+"""How long a filter waits for the watch to deliver a pod it has not seen yet (`record_at_bind`)."""
+
 SYNCING = "this scheduler is still reading the cluster; kube-scheduler will retry the pod"
 """The answer to a filter or bind before the state is built (the process is not ready yet)."""
 
@@ -248,16 +259,55 @@ class Extender:
         self._decisions: dict[str, _Decision] = {}
         """pod key → its decision, from the filter until its bind (`record_at_bind`)."""
         self._decisions_lock = threading.Lock()
+        self._pods_seen: dict[str, str] = {}
+        """pod key → UID of every live pod the service's watch delivered (`record_at_bind`): a decision is kept in
+        memory only for a pod that exists, so a body naming a pod that does not leaves nothing behind."""
+        self._pods_seen_changed = threading.Condition()
+        self._pods_version = 0
+        """The newest resourceVersion the pod watch delivered."""
 
     def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
         with self.state.lock:
             record = self.state.nodes.get(node)
             return (record.annotations, record.resource_version) if record is not None else None
 
-    def forget(self, namespace: str, name: str) -> None:
-        """The pod is gone: drop its decision not yet written (called by the service on pod deletion)."""
+    def forget(self, namespace: str, name: str, version: object = None) -> None:
+        """The pod is gone (its deletion at `version`): drop its decision not yet written (called by the
+        service on pod deletion)."""
         with self._decisions_lock:
             self._decisions.pop(pod_key(namespace, name), None)
+        with self._pods_seen_changed:
+            self._pods_seen.pop(pod_key(namespace, name), None)
+        self.pods_watched_to(version)
+
+    def pods_watched_to(self, version: object) -> None:
+        """The pod watch has delivered everything up to `version` (a list's, or an event's)."""
+        number = _resource_version(version) or 0
+        with self._pods_seen_changed:
+            if number > self._pods_version:
+                self._pods_version = number
+                self._pods_seen_changed.notify_all()
+
+    def pod_seen(self, namespace: str, name: str, uid: str, version: object) -> None:
+        """The watch delivered the pod at `version` (called by the service for every live pod)."""
+        with self._pods_seen_changed:
+            self._pods_seen[pod_key(namespace, name)] = uid
+        self.pods_watched_to(version)
+
+    def _exists(self, pod: Pod, version: object) -> bool:
+        """The pod of a filter body is one the watch delivered: with `record_at_bind` its decision lives in memory
+        until its bind. A watch behind the body's resourceVersion is waited for (briefly); a pod the watch has
+        passed without delivering, or a body without a resourceVersion, does not exist here."""
+        key = pod_key(pod.namespace, pod.name)
+        wanted = _resource_version(version)
+        if wanted is None or not pod.uid:
+            return False
+        with self._pods_seen_changed:
+            self._pods_seen_changed.wait_for(
+                lambda: self._pods_seen.get(key) == pod.uid or self._pods_version >= wanted,
+                timeout=WATCH_LAG_SECONDS,
+            )
+            return self._pods_seen.get(key) == pod.uid
 
     def _wait_for_node(self, node: str, seconds: float) -> None:
         with self.node_changed:
@@ -283,6 +333,11 @@ class Extender:
 
     def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
         pod = Pod.from_api(pod_obj)
+        if self.settings.record_at_bind and not self._exists(pod, meta(pod_obj).get("resourceVersion")):
+            return FilterResult(
+                error=f"pod {pod.namespace}/{pod.name} with UID {pod.uid or '(none)'} is not known to this "
+                "scheduler's watch; kube-scheduler will retry the pod"
+            )
         with self._decisions_lock:  # filtered again: an earlier decision not written is withdrawn below
             unwritten = self._decisions.pop(pod_key(pod.namespace, pod.name), None) is not None
         try:

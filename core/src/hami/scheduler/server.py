@@ -92,6 +92,7 @@ class _PodMeta(_Edge):
     name: Name
     namespace: Namespace | None = None
     uid: str | None = None
+    resourceVersion: str | None = None  # noqa: N815
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
 

@@ -142,6 +142,9 @@ class SchedulerService:
         for pod in pods:
             m = meta(pod)
             self._track_waiting(f"{m.get('namespace') or 'default'}/{m.get('name')}", pod)
+            namespace, name, uid = str(m.get("namespace") or "default"), str(m.get("name")), str(m.get("uid") or "")
+            self.extender.pod_seen(namespace, name, uid, m.get("resourceVersion"))
+        self.extender.pods_watched_to(pod_rv)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
         self.ledger.start(pods=pods)
         self.extender.quota = self.ledger
@@ -219,9 +222,10 @@ class SchedulerService:
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
-            self.extender.forget(namespace, name)
+            self.extender.forget(namespace, name, m.get("resourceVersion"))
         else:
             self.state.set_pod(event.object)
+            self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self._track_waiting(f"{namespace}/{name}", None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(

@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -195,6 +195,7 @@ class Extender:
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
         self._memo_ids: dict[tuple[object, ...], int] = {}
+        self._class_ids: dict[tuple[object, ...], int] = {}
         self.rankings = Rankings(state)
         """Per pod shape (memo id), the named nodes evaluated and ordered (`hami.scheduler.ranking`)."""
         self._memo_counter = itertools.count()
@@ -354,7 +355,9 @@ class Extender:
                 # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
                 kind_of = single
                 classify = node_policy.order_class(self.state, shape)
-                alike: dict[Hashable, tuple[str | None, float]] = {}  # node class → evaluation, this filter
+                alike: dict[int, tuple[str | None, float]] = {}  # node class → evaluation, this filter
+                class_key = self._memo_id(("class", node_policy.name, kind_of))  # where a node's class is memoised
+                class_id = self._class_id
 
                 def evaluate_node(name: str) -> Evaluation:
                     record = node_of(name)
@@ -362,20 +365,27 @@ class Extender:
                         return self._unregistered(record, kinds), 0.0, 0
                     memo = record.memo
                     totals = record.totals[kind_of]
-                    hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
-                    if hit is None:
+                    if classify is None:
+                        hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
+                        if hit is None:
+                            if len(memo) > 512:
+                                memo.clear()
+                            hit = memo[memo_key] = evaluate(record)
+                        return hit[0], hit[1], totals.group
+                    # The node's class, not its evaluation, is memoised on it: a class is evaluated once per filter
+                    # (`alike`), so a rebuild (a new shape or workload profile) costs a lookup per node.
+                    cls: int | None = memo.get(class_key)  # type: ignore[assignment]
+                    if cls is None:
                         if len(memo) > 512:
                             memo.clear()
-                        if classify is None:
-                            hit = evaluate(record)
-                        else:
-                            # what `evaluate` reads: the free shares, the device size and count, the policy's part
-                            devices = len(record.views[kind_of].devices)
-                            cls = (signature(record, kind_of), totals.largest, devices, classify(record))
-                            hit = alike.get(cls)
-                            if hit is None:
-                                hit = alike[cls] = evaluate(record)
-                        memo[memo_key] = hit
+                        # what `evaluate` reads: the free shares, the device size and count, the policy's part; as
+                        # a small integer, hashed once per node until its usage changes
+                        devices = len(record.views[kind_of].devices)
+                        cls = class_id((signature(record, kind_of), totals.largest, devices, classify(record)))
+                        memo[class_key] = cls
+                    hit = alike.get(cls)
+                    if hit is None:
+                        hit = alike[cls] = evaluate(record)
                     return hit[0], hit[1], totals.group
 
                 ranking = self.rankings.current(memo_key, evaluate_node)
@@ -504,6 +514,16 @@ class Extender:
             if len(self._memo_ids) > 4096:
                 self._memo_ids.clear()
             found = self._memo_ids[key] = next(self._memo_counter)
+        return found
+
+    def _class_id(self, node_class: tuple[object, ...]) -> int:
+        """A small integer standing for a node class (what a policy's order reads of a node, `NodePolicy.order_class`),
+        never reused, as `_memo_id`'s."""
+        found = self._class_ids.get(node_class)
+        if found is None:
+            if len(self._class_ids) > 65536:
+                self._class_ids.clear()
+            found = self._class_ids[node_class] = next(self._memo_counter)
         return found
 
     def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:

@@ -328,7 +328,7 @@ class Extender:
             memo_key = self._memo_id(
                 (
                     policy.node,
-                    id(policy.workload),
+                    policy.workload.serial if policy.workload is not None else None,
                     host,
                     tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
                 )
@@ -355,7 +355,7 @@ class Extender:
                 # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
                 kind_of = single
                 classify = node_policy.order_class(self.state, shape)
-                alike: dict[int, tuple[str | None, float]] = {}  # node class → evaluation, this filter
+                alike: dict[int, Evaluation] = {}  # node class → evaluation, this filter
                 class_key = self._memo_id(("class", node_policy.name, kind_of))  # where a node's class is memoised
                 class_id = self._class_id
 
@@ -364,29 +364,34 @@ class Extender:
                     if record is None or kind_of not in record.totals:
                         return self._unregistered(record, kinds), 0.0, 0
                     memo = record.memo
-                    totals = record.totals[kind_of]
                     if classify is None:
                         hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
                         if hit is None:
                             if len(memo) > 512:
                                 memo.clear()
                             hit = memo[memo_key] = evaluate(record)
-                        return hit[0], hit[1], totals.group
-                    # The node's class, not its evaluation, is memoised on it: a class is evaluated once per filter
-                    # (`alike`), so a rebuild (a new shape or workload profile) costs a lookup per node.
+                        return hit[0], hit[1], record.totals[kind_of].group
+                    # The node's class, not its evaluation, is memoised on it, and a class is evaluated once per
+                    # filter (`alike`, whose evaluations the ranking keeps as they are): a rebuild (a new shape or
+                    # workload profile) costs a lookup per node.
                     cls: int | None = memo.get(class_key)  # type: ignore[assignment]
                     if cls is None:
                         if len(memo) > 512:
                             memo.clear()
-                        # what `evaluate` reads: the free shares, the device size and count, the policy's part; as
-                        # a small integer, hashed once per node until its usage changes
+                        # what `evaluate` reads: the free shares, the device size and count, the policy's part; and
+                        # the group the evaluation carries. As a small integer, hashed once per node until its usage
+                        # changes.
+                        totals = record.totals[kind_of]
                         devices = len(record.views[kind_of].devices)
-                        cls = class_id((signature(record, kind_of), totals.largest, devices, classify(record)))
+                        cls = class_id(
+                            (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
+                        )
                         memo[class_key] = cls
-                    hit = alike.get(cls)
-                    if hit is None:
-                        hit = alike[cls] = evaluate(record)
-                    return hit[0], hit[1], totals.group
+                    found = alike.get(cls)
+                    if found is None:
+                        reason, key = evaluate(record)
+                        found = alike[cls] = (reason, key, record.totals[kind_of].group)
+                    return found
 
                 ranking = self.rankings.current(memo_key, evaluate_node)
                 ranked, reasons = ranking.ranked, ranking.failed

@@ -27,7 +27,8 @@ from hami.scheduler.state import ClusterState
 __all__ = ["Evaluation", "Ranking", "Rankings"]
 
 Evaluation = tuple[str | None, float, int]
-"""What a filter makes of one node: why it cannot take the pod (None: it can), its order key, its group."""
+"""What a filter makes of one node: why it cannot take the pod (None: it can), its order key, its group. Kept as
+given (alike nodes may share one), so that a rebuild allocates little beyond the sorted lists."""
 
 RANKINGS_KEPT = 32
 """Pod shapes whose rankings are kept (least recently used dropped first); each holds an entry per node."""
@@ -43,8 +44,8 @@ class Ranking:
         """Node → why it cannot take the shape."""
         self.groups: dict[int, list[tuple[float, str]]] = {}
         """Node group → its other nodes as (order key, name), sorted."""
-        self.ranked: dict[str, tuple[int, float]] = {}
-        """Node → (group, order key), for the nodes that can take the shape."""
+        self.ranked: dict[str, Evaluation] = {}
+        """Node → its evaluation (no reason: it can take the shape), for the nodes that can take the shape."""
 
     @classmethod
     def build(cls, position: int, names: Iterable[str], evaluate: Callable[[str], Evaluation]) -> Ranking:
@@ -54,11 +55,12 @@ class Ranking:
         ranking = cls(position)
         failed, ranked, groups = ranking.failed, ranking.ranked, ranking.groups
         for name in sorted(names):
-            reason, key, group = evaluate(name)
+            evaluation = evaluate(name)
+            reason, key, group = evaluation
             if reason is not None:
                 failed[name] = reason
             else:
-                ranked[name] = (group, key)
+                ranked[name] = evaluation
                 entries = groups.get(group)
                 if entries is None:
                     entries = groups[group] = []
@@ -71,7 +73,7 @@ class Ranking:
         """Set (or replace) a node's evaluation."""
         old = self.ranked.pop(name, None)
         if old is not None:
-            ranked = self.groups[old[0]]
+            ranked = self.groups[old[2]]
             del ranked[bisect.bisect_left(ranked, (old[1], name))]
         else:
             self.failed.pop(name, None)
@@ -80,7 +82,7 @@ class Ranking:
             self.failed[name] = reason
         else:
             bisect.insort(self.groups.setdefault(group, []), (key, name))
-            self.ranked[name] = (group, key)
+            self.ranked[name] = evaluation
 
     def ordered(self, adjustments: Mapping[int, float], names: Container[str]) -> Iterator[tuple[float, str]]:
         """The nodes among `names` that can take the shape, lowest key first, each group's adjustment (default 0)

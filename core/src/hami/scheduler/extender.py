@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -355,7 +355,7 @@ class Extender:
                 # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
                 kind_of = single
                 classify = node_policy.order_class(self.state, shape)
-                alike: dict[int, Evaluation] = {}  # node class → evaluation, this filter
+                alike: dict[Hashable, Evaluation] = {}  # node class → evaluation, this filter
                 class_key = self._memo_id(("class", node_policy.name, kind_of))  # where a node's class is memoised
                 class_id = self._class_id
 
@@ -363,37 +363,46 @@ class Extender:
                     record = node_of(name)
                     if record is None or kind_of not in record.totals:
                         return self._unregistered(record, kinds), 0.0, 0
-                    memo = record.memo
                     if classify is None:
+                        memo = record.memo
                         hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
                         if hit is None:
                             if len(memo) > 512:
                                 memo.clear()
                             hit = memo[memo_key] = evaluate(record)
                         return hit[0], hit[1], record.totals[kind_of].group
-                    # The node's class, not its evaluation, is memoised on it, and a class is evaluated once per
-                    # filter (`alike`, whose evaluations the ranking keeps as they are): a rebuild (a new shape or
-                    # workload profile) costs a lookup per node.
-                    cls: int | None = memo.get(class_key)  # type: ignore[assignment]
-                    if cls is None:
-                        if len(memo) > 512:
-                            memo.clear()
-                        # what `evaluate` reads: the free shares, the device size and count, the policy's part; and
-                        # the group the evaluation carries. As a small integer, hashed once per node until its usage
-                        # changes.
-                        totals = record.totals[kind_of]
-                        devices = len(record.views[kind_of].devices)
-                        cls = class_id(
-                            (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
-                        )
-                        memo[class_key] = cls
+                    # A class is evaluated once per filter (`alike`, whose evaluations the ranking keeps as they
+                    # are); the ranking's rebuild (a new shape or workload profile) asks one node per class.
+                    cls = node_class(name)
                     found = alike.get(cls)
                     if found is None:
                         reason, key = evaluate(record)
                         found = alike[cls] = (reason, key, record.totals[kind_of].group)
                     return found
 
-                ranking = self.rankings.current(memo_key, evaluate_node)
+                def node_class(name: str) -> Hashable:
+                    """What `evaluate` reads of the node: its free shares, device size and count, the policy's part;
+                    and the group its evaluation carries. As a small integer, memoised on the node until its usage
+                    changes; a node without the kind is a class of its own (its name)."""
+                    record = node_of(name)
+                    if record is None or kind_of not in record.totals:
+                        return name
+                    memo = record.memo
+                    cls: int | None = memo.get(class_key)  # type: ignore[assignment]
+                    if cls is None:
+                        assert classify is not None
+                        if len(memo) > 512:
+                            memo.clear()
+                        totals = record.totals[kind_of]
+                        devices = len(record.views[kind_of].devices)
+                        cls = class_id(
+                            (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
+                        )
+                        memo[class_key] = cls
+                    return cls
+
+                partition = None if classify is None else (class_key, node_class)
+                ranking = self.rankings.current(memo_key, evaluate_node, partition)
                 ranked, reasons = ranking.ranked, ranking.failed
                 unknown = self._unregistered(None, kinds)
                 result.failed.update({n: reasons.get(n) or unknown for n in node_names if n not in ranked})

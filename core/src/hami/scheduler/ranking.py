@@ -20,7 +20,7 @@ import bisect
 import heapq
 import operator
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping
 
 from hami.scheduler.state import ClusterState
 
@@ -32,6 +32,8 @@ given (alike nodes may share one), so that a rebuild allocates little beyond the
 
 RANKINGS_KEPT = 32
 """Pod shapes whose rankings are kept (least recently used dropped first); each holds an entry per node."""
+CLASSES_KEPT = 8
+"""Node partitions (`Rankings.current`'s classes: one per node policy and device kind in use) kept likewise."""
 
 
 class Ranking:
@@ -48,14 +50,30 @@ class Ranking:
         """Node → its evaluation (no reason: it can take the shape), for the nodes that can take the shape."""
 
     @classmethod
-    def build(cls, position: int, names: Iterable[str], evaluate: Callable[[str], Evaluation]) -> Ranking:
-        """The ranking of every node in `names`, each evaluated once. As many `put`s would give, at a fraction of
-        the cost (a rebuild is a filter's slowest path: a new shape or workload profile): the names are sorted
-        once, and each group's list sorted once by key alone, which keeps the names' order among equal keys."""
+    def build(
+        cls,
+        position: int,
+        names: Iterable[str],
+        evaluate: Callable[[str], Evaluation],
+        classes: Mapping[str, Hashable] | None = None,
+    ) -> Ranking:
+        """The ranking of every node in `names`, each evaluated once, or with `classes` (node → its class, over the
+        same nodes) one node of each class, the others taking its evaluation. As many `put`s would give, at a
+        fraction of the cost (a rebuild is a filter's slowest path: a new shape or workload profile): the names
+        are sorted once, and each group's list sorted once by key alone, which keeps the names' order among equal
+        keys."""
         ranking = cls(position)
         failed, ranked, groups = ranking.failed, ranking.ranked, ranking.groups
+        evaluated: dict[Hashable, Evaluation] = {}
         for name in sorted(names):
-            evaluation = evaluate(name)
+            if classes is None:
+                evaluation = evaluate(name)
+            else:
+                node_class = classes[name]
+                found = evaluated.get(node_class)
+                if found is None:
+                    found = evaluated[node_class] = evaluate(name)
+                evaluation = found
             reason, key, group = evaluation
             if reason is not None:
                 failed[name] = reason
@@ -113,16 +131,31 @@ class Rankings:
         self.state = state
         self.kept = kept
         self._rankings: OrderedDict[int, Ranking] = OrderedDict()
+        self._classes: OrderedDict[Hashable, tuple[int, dict[str, Hashable]]] = OrderedDict()
+        """Partition name → (change log position it is current to, node → class)."""
         self.rebuilds = 0
         """How many rankings were built from every node (a new shape, node list, or a dropped change log)."""
 
-    def current(self, shape: int, evaluate: Callable[[str], Evaluation]) -> Ranking:
-        """The ranking of `shape` over the state's nodes, current with it; the caller holds the state's lock."""
+    def current(
+        self,
+        shape: int,
+        evaluate: Callable[[str], Evaluation],
+        classes: tuple[Hashable, Callable[[str], Hashable]] | None = None,
+    ) -> Ranking:
+        """The ranking of `shape` over the state's nodes, current with it; the caller holds the state's lock.
+
+        `classes`, when given, is a partition of the nodes that `evaluate` answers alike within each part: (a name
+        for it, the class of a node). It is kept current from the change log as rankings are, for every shape
+        that names it, so that building a ranking evaluates one node per class."""
         position = self.state.change_position
         ranking = self._rankings.get(shape)
         changed = self.state.changed_since(ranking.position) if ranking is not None else None
         if ranking is None or changed is None:
-            ranking = Ranking.build(position, self.state.nodes, evaluate)
+            if classes is None:
+                ranking = Ranking.build(position, self.state.nodes, evaluate)
+            else:
+                of = self._partition(position, *classes)
+                ranking = Ranking.build(position, of, evaluate, of)
             self.rebuilds += 1
         else:
             for name in changed:
@@ -133,3 +166,23 @@ class Rankings:
         while len(self._rankings) > self.kept:
             self._rankings.popitem(last=False)
         return ranking
+
+    def _partition(self, position: int, key: Hashable, node_class: Callable[[str], Hashable]) -> dict[str, Hashable]:
+        """Node → class for every node of the state, brought up to date with the nodes changed since."""
+        kept = self._classes.get(key)
+        changed = self.state.changed_since(kept[0]) if kept is not None else None
+        if kept is None or changed is None:
+            of = {name: node_class(name) for name in self.state.nodes}
+        else:
+            of = kept[1]
+            nodes = self.state.nodes
+            for name in changed:
+                if name in nodes:
+                    of[name] = node_class(name)
+                else:
+                    of.pop(name, None)
+        self._classes[key] = (position, of)
+        self._classes.move_to_end(key)
+        while len(self._classes) > min(self.kept, CLASSES_KEPT):
+            self._classes.popitem(last=False)
+        return of

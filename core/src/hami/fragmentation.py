@@ -32,8 +32,8 @@ are memoised by the node's signature (its sorted free shares and buckets), which
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
 import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

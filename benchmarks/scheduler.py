@@ -8,7 +8,10 @@ service and HTTP extender on loopback, and schedules --measure new pods one afte
 every node name (nodeCacheCapable) then a bind to the chosen node. A stand-in for the node daemon marks each
 bound pod allocated and releases the node lock, as the real daemon's Allocate does. Prints percentiles, and
 last one JSON object: nodes, filter_p50_ms, filter_p99_ms, bind_p99_ms, pods_per_s, ... The client is a process of
-its own, as kube-scheduler is (`--client thread` drives from inside the scheduler's process instead).
+its own, as kube-scheduler is (`--client thread` drives from inside the scheduler's process instead, still over
+HTTP; `--client direct` calls the extender's filter and bind in process, timing the decision without HTTP, and
+adds filter_cpu_p50_ms / filter_cpu_p99_ms: the filters' thread CPU time, which other processes on a busy machine
+do not inflate).
 
 `--workload varied` makes the fragmentation-aware and best-fit policies work for their answer: nodes publish
 allocatable CPU and memory, running pods request CPU and memory of several sizes (so nodes differ in what is
@@ -32,7 +35,7 @@ from hami.cluster.locks import NodeLocks
 from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device
 from hami.plugins import VendorHost
-from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
+from hami.scheduler.extender import BIND_PHASE, Extender, ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
@@ -149,6 +152,33 @@ def drive(port: int, names: list[str], pods: list[dict[str, Any]], queue: Any) -
     queue.put((filters, binds, unschedulable, time.perf_counter() - started, failure))
 
 
+def drive_direct(extender: Extender, names: list[str], pods: list[dict[str, Any]], queue: Any) -> None:
+    """As `drive`, calling the extender in process (no HTTP, no JSON): the decision's own time. Also puts the
+    filters' thread CPU seconds (what a busy machine's other processes do not inflate) last on `queue`."""
+    filters: list[float] = []
+    cpu: list[float] = []
+    binds: list[float] = []
+    unschedulable = 0
+    failure = ""
+    started = time.perf_counter()
+    for obj in pods:
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        result = extender.filter(obj, names)
+        t1 = time.perf_counter()
+        cpu.append(time.thread_time() - c0)
+        filters.append(t1 - t0)
+        if not result.node:
+            unschedulable += 1
+            continue
+        bound = extender.bind("bench", meta(obj)["name"], meta(obj)["uid"], result.node)
+        binds.append(time.perf_counter() - t1)
+        if bound.error:
+            failure = f"bind failed: {bound.error}"
+            break
+    queue.put((filters, binds, unschedulable, time.perf_counter() - started, failure, cpu))
+
+
 def cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """The cluster's size, the pods measured and the policy (shared with benchmarks/scheduler_api.py)."""
     parser.add_argument("--nodes", type=int, default=1000)
@@ -164,10 +194,11 @@ def main() -> None:
     parser.add_argument("--workload", choices=["uniform", "varied"], default="uniform")
     parser.add_argument(
         "--client",
-        choices=["process", "thread"],
+        choices=["process", "thread", "direct"],
         default="process",
         help="drive the extender from a process of its own, as kube-scheduler does (default), or from a thread of "
-        "the scheduler's process (sharing its interpreter lock, as this script did before the front moved to uvicorn)",
+        "the scheduler's process (sharing its interpreter lock, as this script did before the front moved to uvicorn), "
+        "or call the extender in process without HTTP (direct: the decision's own time)",
     )
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
@@ -195,11 +226,15 @@ def main() -> None:
     context = multiprocessing.get_context("fork")
     queue: Any = context.Queue()
     drive_args = (server.port, names, pods, queue)
+    cpu: list[float] = []  # thread CPU seconds per filter, where the client runs in process
     if args.client == "process":
         child = context.Process(target=drive, args=drive_args)
         child.start()
         filters, binds, unschedulable, elapsed, failure = queue.get(timeout=3600)
         child.join()
+    elif args.client == "direct":
+        drive_direct(service.extender, names, pods, queue)
+        filters, binds, unschedulable, elapsed, failure, cpu = queue.get()
     else:
         drive(*drive_args)
         filters, binds, unschedulable, elapsed, failure = queue.get()
@@ -226,6 +261,9 @@ def main() -> None:
         "unschedulable": unschedulable,
         "client": args.client,
     }
+    if cpu:
+        result["filter_cpu_p50_ms"] = round(1000 * percentile(cpu, 0.50), 3)
+        result["filter_cpu_p99_ms"] = round(1000 * percentile(cpu, 0.99), 3)
     if not args.json:
         for key, value in result.items():
             print(f"{key:<18} {value}")

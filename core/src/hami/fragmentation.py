@@ -32,6 +32,7 @@ are memoised by the node's signature (its sorted free shares and buckets), which
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ MIN_AVAILABLE = 1e-3
 finite."""
 UNKNOWN = 1 << 40
 """Bucket standing for unknown (unlimited) CPU or memory."""
+_PROFILE_SERIALS = itertools.count()
 
 
 def free_share(devmem: int, usedmem: int, devcore: int, usedcores: int) -> int:
@@ -98,8 +100,12 @@ class WorkloadProfile:
     _memo: dict[tuple[object, ...], tuple[float, int]] = field(init=False, repr=False)
     _restricted: dict[tuple[str, ...], float] = field(init=False, repr=False)
     _groups: dict[frozenset[str], list[tuple[frozenset[str], float]]] = field(init=False, repr=False)
+    serial: int = field(init=False, repr=False, compare=False)
+    """A number no other profile of this process has: what memos keyed by the profile hold (its `id` may be
+    reused once it is freed, and would then stand for another profile's evaluations)."""
 
     def __post_init__(self) -> None:
+        self.serial = next(_PROFILE_SERIALS)
         total = sum(self.tasks.values())
         if total <= 0:
             raise ValueError("a workload profile needs at least one task with positive weight")

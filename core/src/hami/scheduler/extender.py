@@ -237,6 +237,7 @@ class Extender:
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
         self._memo_ids: dict[tuple[object, ...], int] = {}
+        self._class_ids: dict[tuple[object, ...], int] = {}
         self.rankings = Rankings(state)
         """Per pod shape (memo id), the named nodes evaluated and ordered (`hami.scheduler.ranking`)."""
         self._memo_counter = itertools.count()
@@ -383,7 +384,7 @@ class Extender:
             memo_key = self._memo_id(
                 (
                     policy.node,
-                    id(policy.workload),
+                    policy.workload.serial if policy.workload is not None else None,
                     host,
                     tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
                 )
@@ -410,31 +411,54 @@ class Extender:
                 # One kind: the shape's ranking, brought up to date with the nodes changed since its last filter.
                 kind_of = single
                 classify = node_policy.order_class(self.state, shape)
-                alike: dict[Hashable, tuple[str | None, float]] = {}  # node class → evaluation, this filter
+                alike: dict[Hashable, Evaluation] = {}  # node class → evaluation, this filter
+                class_key = self._memo_id(("class", node_policy.name, kind_of))  # where a node's class is memoised
+                class_id = self._class_id
 
                 def evaluate_node(name: str) -> Evaluation:
                     record = node_of(name)
                     if record is None or kind_of not in record.totals:
                         return self._unregistered(record, kinds), 0.0, 0
+                    if classify is None:
+                        memo = record.memo
+                        hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
+                        if hit is None:
+                            if len(memo) > 512:
+                                memo.clear()
+                            hit = memo[memo_key] = evaluate(record)
+                        return hit[0], hit[1], record.totals[kind_of].group
+                    # A class is evaluated once per filter (`alike`, whose evaluations the ranking keeps as they
+                    # are); the ranking's rebuild (a new shape or workload profile) asks one node per class.
+                    cls = node_class(name)
+                    found = alike.get(cls)
+                    if found is None:
+                        reason, key = evaluate(record)
+                        found = alike[cls] = (reason, key, record.totals[kind_of].group)
+                    return found
+
+                def node_class(name: str) -> Hashable:
+                    """What `evaluate` reads of the node: its free shares, device size and count, the policy's part;
+                    and the group its evaluation carries. As a small integer, memoised on the node until its usage
+                    changes; a node without the kind is a class of its own (its name)."""
+                    record = node_of(name)
+                    if record is None or kind_of not in record.totals:
+                        return name
                     memo = record.memo
-                    totals = record.totals[kind_of]
-                    hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
-                    if hit is None:
+                    cls: int | None = memo.get(class_key)  # type: ignore[assignment]
+                    if cls is None:
+                        assert classify is not None
                         if len(memo) > 512:
                             memo.clear()
-                        if classify is None:
-                            hit = evaluate(record)
-                        else:
-                            # what `evaluate` reads: the free shares, the device size and count, the policy's part
-                            devices = len(record.views[kind_of].devices)
-                            cls = (signature(record, kind_of), totals.largest, devices, classify(record))
-                            hit = alike.get(cls)
-                            if hit is None:
-                                hit = alike[cls] = evaluate(record)
-                        memo[memo_key] = hit
-                    return hit[0], hit[1], totals.group
+                        totals = record.totals[kind_of]
+                        devices = len(record.views[kind_of].devices)
+                        cls = class_id(
+                            (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
+                        )
+                        memo[class_key] = cls
+                    return cls
 
-                ranking = self.rankings.current(memo_key, evaluate_node)
+                partition = None if classify is None else (class_key, node_class)
+                ranking = self.rankings.current(memo_key, evaluate_node, partition)
                 ranked, reasons = ranking.ranked, ranking.failed
                 unknown = self._unregistered(None, kinds)
                 result.failed.update({n: reasons.get(n) or unknown for n in node_names if n not in ranked})
@@ -557,6 +581,16 @@ class Extender:
             if len(self._memo_ids) > 4096:
                 self._memo_ids.clear()
             found = self._memo_ids[key] = next(self._memo_counter)
+        return found
+
+    def _class_id(self, node_class: tuple[object, ...]) -> int:
+        """A small integer standing for a node class (what a policy's order reads of a node, `NodePolicy.order_class`),
+        never reused, as `_memo_id`'s."""
+        found = self._class_ids.get(node_class)
+        if found is None:
+            if len(self._class_ids) > 65536:
+                self._class_ids.clear()
+            found = self._class_ids[node_class] = next(self._memo_counter)
         return found
 
     def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:

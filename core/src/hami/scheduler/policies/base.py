@@ -90,7 +90,9 @@ class NodePolicy:
         """What `order` reads of a node beyond its free shares and device size, as a hashable value, for a
         single-kind pod: nodes alike in it and in those (the extender adds them) get one evaluation between
         them, so that a filter that evaluates every node (a new pod shape, a new workload profile) pays once per
-        kind of node. None (the default): every node is evaluated on its own."""
+        kind of node. It may read only the node (of the pod's kind): the extender memoises the class on the node,
+        per policy and kind, until the node's usage changes. None (the default): every node is evaluated on its
+        own."""
         return None
 
     def adjustment(self, state: ClusterState, pod: PodShape) -> NodeKey | None:

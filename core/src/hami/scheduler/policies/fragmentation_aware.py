@@ -77,7 +77,7 @@ class FragmentationAware(NodePolicy):
             return {}
         cpu, memory = pod.host
         growth: dict[str, float] = {}
-        key = ("host-only", id(workload), cpu, memory)
+        key = ("host-only", workload.serial, cpu, memory)
         for name in node_names:
             record = state.nodes.get(name)
             if record is None:

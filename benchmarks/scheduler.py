@@ -215,7 +215,9 @@ def main() -> None:
         cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device, shape=shape))
 
     built = time.perf_counter()
-    service = SchedulerService(cluster, VendorHost.load(), ExtenderSettings(node_policy=args.policy)).start()
+    # as `hami scheduler` decides: the placement written by the bind, nodes with decisions in flight passed over
+    settings = ExtenderSettings(node_policy=args.policy, record_at_bind=True, pass_over_nodes_in_flight=True)
+    service = SchedulerService(cluster, VendorHost.load(), settings).start()
     sync_s = time.perf_counter() - built
     server = ExtenderServer(ExtenderApp(service.extender, ready=lambda: service.ready), ("127.0.0.1", 0)).start()
     stand_in = NodeSideStandIn(cluster)

@@ -58,7 +58,7 @@ The extender's own, without the zone label:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,6 +66,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from hami.front import MetricsServer
 from hami.plugins import VendorHost
@@ -98,6 +99,36 @@ _DEVICE = ("zone", "node", "device_uuid", "device_index", "device_type")
 _DEVICE_CORES = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_type")
 _OVERVIEW = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type")
 _CONTAINER = ("zone", "namespace", "node", "pod", "container_index", "device_uuid")
+
+_FAMILIES: Final = {
+    "memory_limit": ("hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes"),
+    "core_limit": ("hami_gpu_core_limit_ratio", "Device cores registered for a device, percent (100 = one device)"),
+    "memory_allocated": ("hami_gpu_memory_allocated_bytes", "Device memory granted to pods on a device, in bytes"),
+    "core_allocated": (
+        "hami_gpu_core_allocated_ratio",
+        "Device cores granted to pods on a device, percent (100 = one whole device)",
+    ),
+    "shared": ("hami_gpu_shared_count", "Number of containers sharing a device"),
+    "overview": ("hami_node_gpu_overview", "A device of a node with its limits; the value is memory granted, bytes"),
+    "memory_ratio": ("hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)"),
+    "vgpu_memory": ("hami_vgpu_memory_allocated_bytes", "Device memory granted to one container, in bytes"),
+    "vgpu_cores": (
+        "hami_vgpu_core_allocated_ratio",
+        "Device cores granted to one container, percent (100 = one whole device)",
+    ),
+}
+"""HAMi's scheduler-side families: key → (name, help), in exposition order."""
+_FAMILY_LABELS: Final = {
+    "memory_limit": _DEVICE,
+    "core_limit": _DEVICE,
+    "memory_allocated": _DEVICE_CORES,
+    "core_allocated": _DEVICE,
+    "shared": _DEVICE,
+    "overview": _OVERVIEW,
+    "memory_ratio": _DEVICE,
+    "vgpu_memory": _CONTAINER,
+    "vgpu_cores": _CONTAINER,
+}
 
 
 def filter_outcome(result: FilterResult) -> str:
@@ -180,59 +211,27 @@ class _StateCollector(Collector):
 
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
-        def gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, documentation, labels=labels)
-
         return {
-            "memory_limit": gauge(
-                "hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes", _DEVICE
-            ),
-            "core_limit": gauge(
-                "hami_gpu_core_limit_ratio", "Device cores registered for a device, percent (100 = one device)", _DEVICE
-            ),
-            "memory_allocated": gauge(
-                "hami_gpu_memory_allocated_bytes", "Device memory granted to pods on a device, in bytes", _DEVICE_CORES
-            ),
-            "core_allocated": gauge(
-                "hami_gpu_core_allocated_ratio",
-                "Device cores granted to pods on a device, percent (100 = one whole device)",
-                _DEVICE,
-            ),
-            "shared": gauge("hami_gpu_shared_count", "Number of containers sharing a device", _DEVICE),
-            "overview": gauge(
-                "hami_node_gpu_overview",
-                "A device of a node with its limits; the value is memory granted, bytes",
-                _OVERVIEW,
-            ),
-            "memory_ratio": gauge(
-                "hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)", _DEVICE
-            ),
-            "vgpu_memory": gauge(
-                "hami_vgpu_memory_allocated_bytes", "Device memory granted to one container, in bytes", _CONTAINER
-            ),
-            "vgpu_cores": gauge(
-                "hami_vgpu_core_allocated_ratio",
-                "Device cores granted to one container, percent (100 = one whole device)",
-                _CONTAINER,
-            ),
+            key: GaugeMetricFamily(name, documentation, labels=_FAMILY_LABELS[key])
+            for key, (name, documentation) in _FAMILIES.items()
         }
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families().values())
 
-    def collect(self) -> Iterable[Metric]:
+    def _series(self) -> Iterator[tuple[str, Sequence[str], float]]:
+        """Every series of the families: (family key, label values in the family's label order, value)."""
         devices, containers = self._snapshot()
-        f = self._families()
         for d in devices:
-            device = [ZONE, d.node, d.uuid, str(d.index), d.type]
-            f["memory_limit"].add_metric(device, d.devmem * MIB)
-            f["core_limit"].add_metric(device, d.devcore)
-            f["memory_allocated"].add_metric([*device[:4], str(d.devcore), d.type], d.usedmem * MIB)
-            f["core_allocated"].add_metric(device, d.usedcores)
-            f["shared"].add_metric(device, d.used)
-            f["overview"].add_metric([*device[:4], str(d.devcore), str(d.devmem), d.type], d.usedmem * MIB)
+            device = (ZONE, d.node, d.uuid, str(d.index), d.type)
+            yield "memory_limit", device, d.devmem * MIB
+            yield "core_limit", device, d.devcore
+            yield "memory_allocated", (*device[:4], str(d.devcore), d.type), d.usedmem * MIB
+            yield "core_allocated", device, d.usedcores
+            yield "shared", device, d.used
+            yield "overview", (*device[:4], str(d.devcore), str(d.devmem), d.type), d.usedmem * MIB
             if d.devmem > 0:
-                f["memory_ratio"].add_metric(device, d.usedmem / d.devmem)
+                yield "memory_ratio", device, d.usedmem / d.devmem
         per_container: dict[tuple[str, ...], list[int]] = {}
         for c in containers:  # one device twice in one container (never written, but decodable): add up
             labels: tuple[str, ...] = (ZONE, c.namespace, c.node, c.pod, str(c.container_index), c.uuid)
@@ -240,9 +239,44 @@ class _StateCollector(Collector):
             total[0] += c.usedmem
             total[1] += c.usedcores
         for labels, (memory, cores) in per_container.items():
-            f["vgpu_memory"].add_metric(labels, memory * MIB)
-            f["vgpu_cores"].add_metric(labels, cores)
+            yield "vgpu_memory", labels, memory * MIB
+            yield "vgpu_cores", labels, cores
+
+    def collect(self) -> Iterable[Metric]:
+        f = self._families()
+        for key, labels, value in self._series():
+            f[key].add_metric(labels, value)
         return list(f.values())
+
+    def exposition(self) -> str:
+        """`collect()` in the Prometheus text format, exactly as `generate_latest` writes it, without building a
+        sample object per series: at 1,000 nodes and 8,000 pods a scrape is 72,000 lines, which through the
+        client's objects took 1.9 s of CPU beside filters and 43 MB at its peak."""
+        families = self._families()
+        lines: dict[str, list[str]] = {key: [] for key in families}
+        formats: dict[str, tuple[str, list[int]]] = {}
+        for key, family in families.items():
+            label_names = list(_FAMILY_LABELS[key])
+            order = sorted(range(len(label_names)), key=lambda i: label_names[i])  # generate_latest sorts them
+            formats[key] = (family.name, order)
+        names = {key: [_FAMILY_LABELS[key][i] for i in order] for key, (_, order) in formats.items()}
+        for key, values, value in self._series():
+            name, order = formats[key]
+            labels = ",".join(f'{n}="{_escape(values[i])}"' for n, i in zip(names[key], order, strict=True))
+            lines[key].append(f"{name}{{{labels}}} {floatToGoString(value)}\n")  # type: ignore[no-untyped-call]
+        out: list[str] = []
+        for key, family in families.items():
+            doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {family.name} {doc}\n# TYPE {family.name} {family.type}\n")
+            out.extend(lines[key])
+        return "".join(out)
+
+
+def _escape(value: str) -> str:
+    """A label value as the text format writes it (backslash, newline and double quote escaped)."""
+    if "\\" in value or "\n" in value or '"' in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
 
 
 class SchedulerMetrics:
@@ -252,7 +286,8 @@ class SchedulerMetrics:
         self.state = state
         self.host = host
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.registry.register(_StateCollector(state))
+        self._state_families = _StateCollector(state)
+        self.registry.register(self._state_families)
         r = self.registry
         self.verb_seconds = {
             verb: Histogram(
@@ -283,6 +318,7 @@ class SchedulerMetrics:
             "Pod annotations that differ from the placement the scheduler signed (each change once)",
             registry=r,
         )
+        self._standard: CollectorRegistry | None = None
 
     # ---------------------------------------------------------------------------------- recording
 
@@ -312,8 +348,15 @@ class SchedulerMetrics:
     # ---------------------------------------------------------------------------------- exposing
 
     def render(self) -> bytes:
-        """Every metric in the Prometheus text format (version 0.0.4)."""
-        return generate_latest(self.registry)
+        """Every metric in the Prometheus text format (version 0.0.4): what `generate_latest(registry)` gives,
+        the state's families written directly (`_StateCollector.exposition`)."""
+        if self._standard is None:  # the registry's collectors but the state's, in the registry's order
+            self._standard = CollectorRegistry(auto_describe=False)
+            for metric in (*self.verb_seconds.values(), self.lock_wait_seconds, self.filter_outcomes):
+                self._standard.register(metric)
+            self._standard.register(self.leader)
+            self._standard.register(self.placement_mismatches)
+        return self._state_families.exposition().encode() + generate_latest(self._standard)
 
     def serve_metrics(self, address: tuple[str, int]) -> MetricsServer:
         """Serve `GET /metrics` on `address` (port 0 picks one) from a background thread; `stop()` it when done."""

@@ -184,6 +184,20 @@ def _ordered_batches(
         take = size
 
 
+def _memoised(
+    record: NodeRecord, key: Hashable, evaluate: Callable[[NodeRecord], tuple[str | None, float]]
+) -> tuple[str | None, float]:
+    """The node's evaluation under `key` (why it cannot serve the pod, or its order key), computed once until its
+    usage changes: the state clears `NodeRecord.memo` then (and it is bounded here)."""
+    memo = record.memo
+    hit: tuple[str | None, float] | None = memo.get(key)  # type: ignore[assignment]
+    if hit is None:
+        if len(memo) > 512:
+            memo.clear()
+        hit = memo[key] = evaluate(record)
+    return hit
+
+
 def _shortfall(request: ContainerRequest, kind: str, enough: int, total: int) -> str:
     """Why a node cannot serve `request`, in the words of the request."""
     many = f"{request.count} {kind} devices" if request.count > 1 else f"1 {kind} device"
@@ -420,12 +434,7 @@ class Extender:
                     if record is None or kind_of not in record.totals:
                         return self._unregistered(record, kinds), 0.0, 0
                     if classify is None:
-                        memo = record.memo
-                        hit: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
-                        if hit is None:
-                            if len(memo) > 512:
-                                memo.clear()
-                            hit = memo[memo_key] = evaluate(record)
+                        hit = _memoised(record, memo_key, evaluate)
                         return hit[0], hit[1], record.totals[kind_of].group
                     # A class is evaluated once per filter (`alike`, whose evaluations the ranking keeps as they
                     # are); the ranking's rebuild (a new shape or workload profile) asks one node per class.
@@ -477,13 +486,7 @@ class Extender:
                     if record is None or any(k not in record.totals for k in kinds):
                         failed[name] = self._unregistered(record, kinds)
                         continue
-                    memo = record.memo
-                    cached: tuple[str | None, float] | None = memo.get(memo_key)  # type: ignore[assignment]
-                    if cached is None:
-                        if len(memo) > 512:
-                            memo.clear()
-                        cached = memo[memo_key] = evaluate(record)
-                    reason, key = cached
+                    reason, key = _memoised(record, memo_key, evaluate)
                     if reason is not None:
                         failed[name] = reason
                         continue

@@ -11,17 +11,17 @@ starts `hami scheduler` with the chart's hami.yaml as the chart's scheduler Serv
 answers ready. Then --measure new pods are created and scheduled as kube-scheduler schedules them: one filter at a
 time (the pod as the API serves it, every node name: the chart's extender is nodeCacheCapable), each bind handed to
 a pool of --binders threads (kube-scheduler binds asynchronously) unless --serial. A stand-in for the node daemons
-(this process, through the project's own `KubeCluster` and `NodeLocks`) marks each bound pod allocated and releases
-its node lock, as the daemon's Allocate does.
+(a process of its own, through the project's own `KubeCluster` and `NodeLocks`) marks each bound pod allocated and
+releases its node lock, as the daemon's Allocate does.
 
 Prints p50/p99 of filter and bind, pods/s (measured pods over the time until the last bind answered), the seconds
 from starting the scheduler until ready, and the scheduler's resident memory (now and peak); the last line is one
 JSON object. Progress goes to stderr. The machine is shared with the API server: measure on a quiet one.
 
 Where the time goes: the CPU seconds each process spent while the pods were scheduled (kube-apiserver, etcd, the
-scheduler, this driver with its node-side stand-in), per measured pod, and the API requests the API server served
-in that window per measured pod, by verb and resource (its own `apiserver_request_total`). On two cores the pods/s
-is bounded by their sum: 2 / (CPU seconds per pod).
+scheduler, this driver, the node-side stand-in in a process of its own), per measured pod, and the API requests
+the API server served in that window per measured pod, by verb and resource (its own `apiserver_request_total`).
+On two cores the pods/s is bounded by their sum: 2 / (CPU seconds per pod).
 
     python benchmarks/scheduler_api.py --set scheduler.dashboardListen=   # a chart value changed: no dashboard
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import signal
 import statistics
@@ -165,6 +166,15 @@ class NodeSideStandIn:
         self.pool.shutdown()
 
 
+def node_side(kubeconfig: str, started: Any, stop: Any) -> None:
+    """The stand-in in a process of its own, as the node daemons are: its watch and API calls then take no
+    interpreter lock from the client whose filter times are measured (kube-scheduler has none to share)."""
+    stand_in = NodeSideStandIn(KubeCluster.from_kubeconfig(kubeconfig))
+    started.set()
+    stop.wait()
+    stand_in.stop()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (its threads included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -262,7 +272,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="hami-bench-api-"))
     plane = ControlPlane(binaries, work / "cluster").start()
     scheduler: subprocess.Popen[bytes] | None = None
-    stand_in: NodeSideStandIn | None = None
+    stand_in: multiprocessing.process.BaseProcess | None = None
+    stop_node_side = multiprocessing.get_context("spawn").Event()
     try:
         stack = HamiStack(plane, binaries, work / "hami")
         stack.apply_chart()
@@ -305,8 +316,13 @@ def main() -> None:
         wait_until(ready, 300, "hami scheduler ready")
         ready_s = time.perf_counter() - started
         log(f"scheduler ready after {ready_s:.2f} s")
-        cluster = KubeCluster.from_kubeconfig(str(plane.identity("admin", "hami-e2e-admin").kubeconfig))
-        stand_in = NodeSideStandIn(cluster)
+        spawn = multiprocessing.get_context("spawn")
+        node_side_started = spawn.Event()
+        kubeconfig = str(plane.identity("admin", "hami-e2e-admin").kubeconfig)
+        stand_in = spawn.Process(target=node_side, args=(kubeconfig, node_side_started, stop_node_side), daemon=True)
+        stand_in.start()
+        if not node_side_started.wait(60):
+            raise RuntimeError("the node-side stand-in did not start")
         extender = Extender(stack.extender_port)
         fresh = [api.create(pod_object(f"new-{i}")) for i in range(args.measure)]
         time.sleep(1.0)  # let the scheduler's watch deliver the new pods, as kube-scheduler's queue would
@@ -327,7 +343,7 @@ def main() -> None:
         pending: list[Future[None]] = []
         log(f"scheduling {args.measure} pods ({args.policy}, {'serial' if args.serial else f'{args.binders} binders'})")
         processes = {p.name: p.popen.pid for p in plane.processes}
-        processes.update({"scheduler": scheduler.pid, "driver": os.getpid()})
+        processes.update({"scheduler": scheduler.pid, "driver": os.getpid(), "node-side": stand_in.pid or 0})
         cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         requests_before = api_requests(api)
         served_before = filters_within(stack.metrics_port)
@@ -392,7 +408,8 @@ def main() -> None:
         print(json.dumps(result))
     finally:
         if stand_in is not None:
-            stand_in.stop()
+            stop_node_side.set()
+            stand_in.join(10)
         if scheduler is not None:
             scheduler.send_signal(signal.SIGINT)  # a --wrap profiler writes its report on SIGINT
             try:

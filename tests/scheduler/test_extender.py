@@ -611,3 +611,30 @@ def test_until_the_state_is_synced_filter_and_bind_answer_that_it_is_still_readi
         assert service.extender.filter(pod, ["node-a"]).node == "node-a"
     finally:
         service.stop()
+
+
+def test_the_states_totals_are_the_sums_over_every_device(harness: Harness) -> None:
+    """`ClusterState.totals` (the hosted dashboard's history) reads the per-node totals kept with every change:
+    they must equal what the devices themselves say."""
+    harness.add_node(gpu_node("node-a", gpus=3, memory=16000, split=10))
+    harness.add_node(gpu_node("node-b", gpus=2))
+    harness.start()
+    node_side = FakeNodeSide(harness.cluster)
+    for i in range(6):
+        harness.add_pod(gpu_pod(f"p{i}", gpu=1 + i % 2, mem=700 + 100 * i, cores=5 * (i % 3)))
+        assert harness.schedule(f"p{i}")
+    harness.cluster.delete("pods", "p2", "default")
+    harness.flush()
+    assert harness.service is not None
+    state = harness.service.state
+    devices = [u for r in state.nodes.values() for v in r.views.values() for u in v.devices]
+    expected = (
+        sum(u.usedmem for u in devices),
+        sum(u.device.devmem for u in devices),
+        sum(u.usedcores for u in devices),
+        sum(u.device.devcore for u in devices),
+        len(state.pods),
+    )
+    assert state.totals() == expected
+    assert expected[0] > 0
+    node_side.stop()

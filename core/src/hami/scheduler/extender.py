@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +53,7 @@ from hami.scheduler.state import (
     ClusterState,
     NodeRecord,
     pod_key,
+    revision,
 )
 from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
 from hami.transaction import Transaction
@@ -61,6 +63,8 @@ __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSetting
 log = logging.getLogger(__name__)
 
 VGPU_TIME = "hami.io/vgpu-time"
+
+T = TypeVar("T")
 
 
 class ExtenderSettings(BaseModel):
@@ -184,17 +188,15 @@ def _ordered_batches(
         take = size
 
 
-def _memoised(
-    record: NodeRecord, key: Hashable, evaluate: Callable[[NodeRecord], tuple[str | None, float]]
-) -> tuple[str | None, float]:
-    """The node's evaluation under `key` (why it cannot serve the pod, or its order key), computed once until its
-    usage changes: the state clears `NodeRecord.memo` then (and it is bounded here)."""
+def _memoised(record: NodeRecord, key: Hashable, compute: Callable[[NodeRecord], T]) -> T:
+    """What `compute` makes of the node under `key` (its evaluation for a shape, its class for a policy), computed
+    once until its usage changes: the state clears `NodeRecord.memo` then (and it is bounded here)."""
     memo = record.memo
-    hit: tuple[str | None, float] | None = memo.get(key)  # type: ignore[assignment]
+    hit: T | None = memo.get(key)  # type: ignore[assignment]
     if hit is None:
         if len(memo) > 512:
             memo.clear()
-        hit = memo[key] = evaluate(record)
+        hit = memo[key] = compute(record)
     return hit
 
 
@@ -214,14 +216,6 @@ def _shortfall(request: ContainerRequest, kind: str, enough: int, total: int) ->
 
 def _size(request: ContainerRequest) -> tuple[int, int, int, int]:
     return (request.count, request.memory_percentage or 0, request.memory, request.cores)
-
-
-def _resource_version(value: object) -> int | None:
-    """A resourceVersion as a number (etcd's revision), None when it is not one."""
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
 
 
 WATCH_LAG_SECONDS = 2.0
@@ -297,7 +291,7 @@ class Extender:
 
     def pods_watched_to(self, version: object) -> None:
         """The pod watch has delivered everything up to `version` (a list's, or an event's)."""
-        number = _resource_version(version) or 0
+        number = revision(version) or 0
         with self._pods_seen_changed:
             if number > self._pods_version:
                 self._pods_version = number
@@ -314,7 +308,7 @@ class Extender:
         until its bind. A watch behind the body's resourceVersion is waited for (briefly); a pod the watch has
         passed without delivering, or a body without a resourceVersion, does not exist here."""
         key = pod_key(pod.namespace, pod.name)
-        wanted = _resource_version(version)
+        wanted = revision(version)
         if wanted is None or not pod.uid:
             return False
         with self._pods_seen_changed:
@@ -452,19 +446,15 @@ class Extender:
                     record = node_of(name)
                     if record is None or kind_of not in record.totals:
                         return name
-                    memo = record.memo
-                    cls: int | None = memo.get(class_key)  # type: ignore[assignment]
-                    if cls is None:
-                        assert classify is not None
-                        if len(memo) > 512:
-                            memo.clear()
-                        totals = record.totals[kind_of]
-                        devices = len(record.views[kind_of].devices)
-                        cls = class_id(
-                            (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
-                        )
-                        memo[class_key] = cls
-                    return cls
+                    return _memoised(record, class_key, class_of)
+
+                def class_of(record: NodeRecord) -> int:
+                    assert classify is not None
+                    totals = record.totals[kind_of]
+                    devices = len(record.views[kind_of].devices)
+                    return class_id(
+                        (signature(record, kind_of), totals.largest, devices, totals.group, classify(record))
+                    )
 
                 partition = None if classify is None else (class_key, node_class)
                 ranking = self.rankings.current(memo_key, evaluate_node, partition)
@@ -579,21 +569,20 @@ class Extender:
     def _memo_id(self, key: tuple[object, ...]) -> int:
         """A small integer standing for a per-node memo key (hashed once per filter, not once per node); never
         reused, so that forgetting old keys cannot make a node's stale evaluation look current."""
-        found = self._memo_ids.get(key)
-        if found is None:
-            if len(self._memo_ids) > 4096:
-                self._memo_ids.clear()
-            found = self._memo_ids[key] = next(self._memo_counter)
-        return found
+        return self._small_id(self._memo_ids, key, 4096)
 
     def _class_id(self, node_class: tuple[object, ...]) -> int:
         """A small integer standing for a node class (what a policy's order reads of a node, `NodePolicy.order_class`),
         never reused, as `_memo_id`'s."""
-        found = self._class_ids.get(node_class)
+        return self._small_id(self._class_ids, node_class, 65536)
+
+    def _small_id(self, ids: dict[tuple[object, ...], int], key: tuple[object, ...], kept: int) -> int:
+        """`key`'s number in `ids` (at most `kept` of them, then forgotten), drawn from one counter: never reused."""
+        found = ids.get(key)
         if found is None:
-            if len(self._class_ids) > 65536:
-                self._class_ids.clear()
-            found = self._class_ids[node_class] = next(self._memo_counter)
+            if len(ids) > kept:
+                ids.clear()
+            found = ids[key] = next(self._memo_counter)
         return found
 
     def _unregistered(self, record: NodeRecord | None, kinds: Sequence[str]) -> str:

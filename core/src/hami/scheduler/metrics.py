@@ -101,34 +101,45 @@ _OVERVIEW = ("zone", "node", "device_uuid", "device_index", "device_cores", "dev
 _CONTAINER = ("zone", "namespace", "node", "pod", "container_index", "device_uuid")
 
 _FAMILIES: Final = {
-    "memory_limit": ("hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes"),
-    "core_limit": ("hami_gpu_core_limit_ratio", "Device cores registered for a device, percent (100 = one device)"),
-    "memory_allocated": ("hami_gpu_memory_allocated_bytes", "Device memory granted to pods on a device, in bytes"),
+    "memory_limit": ("hami_gpu_memory_limit_bytes", "Device memory registered for a device, in bytes", _DEVICE),
+    "core_limit": (
+        "hami_gpu_core_limit_ratio",
+        "Device cores registered for a device, percent (100 = one device)",
+        _DEVICE,
+    ),
+    "memory_allocated": (
+        "hami_gpu_memory_allocated_bytes",
+        "Device memory granted to pods on a device, in bytes",
+        _DEVICE_CORES,
+    ),
     "core_allocated": (
         "hami_gpu_core_allocated_ratio",
         "Device cores granted to pods on a device, percent (100 = one whole device)",
+        _DEVICE,
     ),
-    "shared": ("hami_gpu_shared_count", "Number of containers sharing a device"),
-    "overview": ("hami_node_gpu_overview", "A device of a node with its limits; the value is memory granted, bytes"),
-    "memory_ratio": ("hami_node_gpu_memory_allocated_ratio", "Share of a device's memory granted to pods (0-1)"),
-    "vgpu_memory": ("hami_vgpu_memory_allocated_bytes", "Device memory granted to one container, in bytes"),
+    "shared": ("hami_gpu_shared_count", "Number of containers sharing a device", _DEVICE),
+    "overview": (
+        "hami_node_gpu_overview",
+        "A device of a node with its limits; the value is memory granted, bytes",
+        _OVERVIEW,
+    ),
+    "memory_ratio": (
+        "hami_node_gpu_memory_allocated_ratio",
+        "Share of a device's memory granted to pods (0-1)",
+        _DEVICE,
+    ),
+    "vgpu_memory": (
+        "hami_vgpu_memory_allocated_bytes",
+        "Device memory granted to one container, in bytes",
+        _CONTAINER,
+    ),
     "vgpu_cores": (
         "hami_vgpu_core_allocated_ratio",
         "Device cores granted to one container, percent (100 = one whole device)",
+        _CONTAINER,
     ),
 }
-"""HAMi's scheduler-side families: key → (name, help), in exposition order."""
-_FAMILY_LABELS: Final = {
-    "memory_limit": _DEVICE,
-    "core_limit": _DEVICE,
-    "memory_allocated": _DEVICE_CORES,
-    "core_allocated": _DEVICE,
-    "shared": _DEVICE,
-    "overview": _OVERVIEW,
-    "memory_ratio": _DEVICE,
-    "vgpu_memory": _CONTAINER,
-    "vgpu_cores": _CONTAINER,
-}
+"""HAMi's scheduler-side families: key → (name, help, label names), in exposition order."""
 
 
 def filter_outcome(result: FilterResult) -> str:
@@ -212,8 +223,8 @@ class _StateCollector(Collector):
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
         return {
-            key: GaugeMetricFamily(name, documentation, labels=_FAMILY_LABELS[key])
-            for key, (name, documentation) in _FAMILIES.items()
+            key: GaugeMetricFamily(name, documentation, labels=labels)
+            for key, (name, documentation, labels) in _FAMILIES.items()
         }
 
     def describe(self) -> Iterable[Metric]:
@@ -252,22 +263,17 @@ class _StateCollector(Collector):
         """`collect()` in the Prometheus text format, exactly as `generate_latest` writes it, without building a
         sample object per series: at 1,000 nodes and 8,000 pods a scrape is 72,000 lines, which through the
         client's objects took 1.9 s of CPU beside filters and 43 MB at its peak."""
-        families = self._families()
-        lines: dict[str, list[str]] = {key: [] for key in families}
-        formats: dict[str, tuple[str, list[int]]] = {}
-        for key, family in families.items():
-            label_names = list(_FAMILY_LABELS[key])
-            order = sorted(range(len(label_names)), key=lambda i: label_names[i])  # generate_latest sorts them
-            formats[key] = (family.name, order)
-        names = {key: [_FAMILY_LABELS[key][i] for i in order] for key, (_, order) in formats.items()}
+        lines: dict[str, list[str]] = {key: [] for key in _FAMILIES}
+        # generate_latest writes a series' labels sorted by name: each family's label positions in that order
+        order = {key: sorted(range(len(labels)), key=labels.__getitem__) for key, (_, _, labels) in _FAMILIES.items()}
         for key, values, value in self._series():
-            name, order = formats[key]
-            labels = ",".join(f'{n}="{_escape(values[i])}"' for n, i in zip(names[key], order, strict=True))
-            lines[key].append(f"{name}{{{labels}}} {floatToGoString(value)}\n")  # type: ignore[no-untyped-call]
+            name, _, labels = _FAMILIES[key]
+            text = ",".join(f'{labels[i]}="{_escape(values[i])}"' for i in order[key])
+            lines[key].append(f"{name}{{{text}}} {floatToGoString(value)}\n")  # type: ignore[no-untyped-call]
         out: list[str] = []
-        for key, family in families.items():
-            doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
-            out.append(f"# HELP {family.name} {doc}\n# TYPE {family.name} {family.type}\n")
+        for key, (name, documentation, _) in _FAMILIES.items():
+            doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
             out.extend(lines[key])
         return "".join(out)
 
@@ -318,7 +324,12 @@ class SchedulerMetrics:
             "Pod annotations that differ from the placement the scheduler signed (each change once)",
             registry=r,
         )
-        self._standard: CollectorRegistry | None = None
+        self._standard = CollectorRegistry(auto_describe=False)
+        """The registry's collectors but the state's, in its order: `render` writes the state's families itself."""
+        for metric in (*self.verb_seconds.values(), self.lock_wait_seconds, self.filter_outcomes):
+            self._standard.register(metric)
+        self._standard.register(self.leader)
+        self._standard.register(self.placement_mismatches)
 
     # ---------------------------------------------------------------------------------- recording
 
@@ -350,12 +361,6 @@ class SchedulerMetrics:
     def render(self) -> bytes:
         """Every metric in the Prometheus text format (version 0.0.4): what `generate_latest(registry)` gives,
         the state's families written directly (`_StateCollector.exposition`)."""
-        if self._standard is None:  # the registry's collectors but the state's, in the registry's order
-            self._standard = CollectorRegistry(auto_describe=False)
-            for metric in (*self.verb_seconds.values(), self.lock_wait_seconds, self.filter_outcomes):
-                self._standard.register(metric)
-            self._standard.register(self.leader)
-            self._standard.register(self.placement_mismatches)
         return self._state_families.exposition().encode() + generate_latest(self._standard)
 
     def serve_metrics(self, address: tuple[str, int]) -> MetricsServer:

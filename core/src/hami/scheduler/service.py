@@ -29,7 +29,7 @@ from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.metrics import SchedulerMetrics
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, pod_key
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = ["SchedulerService"]
@@ -141,9 +141,9 @@ class SchedulerService:
         self._waiting.clear()
         for pod in pods:
             m = meta(pod)
-            self._track_waiting(f"{m.get('namespace') or 'default'}/{m.get('name')}", pod)
-            namespace, name, uid = str(m.get("namespace") or "default"), str(m.get("name")), str(m.get("uid") or "")
-            self.extender.pod_seen(namespace, name, uid, m.get("resourceVersion"))
+            namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+            self._track_waiting(pod_key(namespace, name), pod)
+            self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.extender.pods_watched_to(pod_rv)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
         self.ledger.start(pods=pods)
@@ -226,7 +226,7 @@ class SchedulerService:
         else:
             self.state.set_pod(event.object)
             self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
-        self._track_waiting(f"{namespace}/{name}", None if event.type == "DELETED" else event.object)
+        self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(
             VGPU_NODE_ANNOTATION

@@ -79,6 +79,7 @@ __all__ = [
     "NodeTotals",
     "PodRecord",
     "pod_key",
+    "revision",
 ]
 
 log = logging.getLogger(__name__)
@@ -414,7 +415,7 @@ class ClusterState:
             phase=phase,
             bound=bool(spec.get("nodeName")),
             decided=decided,
-            version=_version(m.get("resourceVersion")),
+            version=revision(m.get("resourceVersion")),
         )
 
     def _authentic(
@@ -438,7 +439,7 @@ class ClusterState:
                 return replace(
                     previous,
                     phase=str((pod.get("status") or {}).get("phase") or ""),
-                    version=_version(m.get("resourceVersion")),
+                    version=revision(m.get("resourceVersion")),
                     _placed=None,
                 )
             if SIGNATURE_ANNOTATION in annotations:
@@ -533,7 +534,7 @@ class ClusterState:
         with self.lock:
             record = self.pods.get(pod_key(namespace, name))
             if record is not None and record.assumed and record.uid == uid:
-                record.version = _version(version)
+                record.version = revision(version)
 
     def mark_bound(self, namespace: str, name: str, node: str) -> None:
         """The scheduler bound the pod to `node` (before the watch reports it)."""
@@ -640,12 +641,11 @@ class ClusterState:
         memory_used = memory_total = cores_used = cores_total = 0
         with self.lock:
             for record in self.nodes.values():
-                for view in record.views.values():
-                    for u in view.devices:
-                        memory_used += u.usedmem
-                        memory_total += u.device.devmem
-                        cores_used += u.usedcores
-                        cores_total += u.device.devcore
+                for t in record.totals.values():  # kept current with every change (`NodeTotals`)
+                    memory_used += t.usedmem
+                    memory_total += t.memory
+                    cores_used += t.usedcores
+                    cores_total += t.cores
             return memory_used, memory_total, cores_used, cores_total, len(self.pods)
 
     def usage_snapshot(self) -> dict[str, dict[str, dict[str, tuple[int, int, int]]]]:
@@ -686,7 +686,7 @@ def awaits_allocation(record: PodRecord) -> bool:
     return phase == "allocating"
 
 
-def _version(value: object) -> int | None:
+def revision(value: object) -> int | None:
     """A resourceVersion as a number (etcd's revision), None when it is not one."""
     try:
         return int(str(value))
@@ -703,7 +703,7 @@ def _predates(counted: PodRecord, pod: KubeObject, phase: str) -> bool | None:
         return False
     if counted.assumed and counted.version is None:
         return None
-    version = _version(m.get("resourceVersion"))
+    version = revision(m.get("resourceVersion"))
     return version is not None and counted.version is not None and version < counted.version
 
 

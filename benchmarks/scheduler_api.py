@@ -258,6 +258,13 @@ def main() -> None:
     cluster_arguments(parser)
     parser.add_argument("--binders", type=int, default=16, help="concurrent binds (kube-scheduler binds in parallel)")
     parser.add_argument("--serial", action="store_true", help="bind each pod before filtering the next")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="pods arriving per second (filter i starts no earlier than i/RATE s in), for the latency at a load "
+        "below saturation; 0: each filter as soon as the last answered",
+    )
     parser.add_argument("--create-threads", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) and print where it is")
     parser.add_argument(
@@ -349,7 +356,9 @@ def main() -> None:
         served_before = filters_within(stack.metrics_port)
         with ThreadPoolExecutor(args.binders) as binders:
             t_start = time.perf_counter()
-            for obj in fresh:
+            for i, obj in enumerate(fresh):
+                if args.rate > 0 and (wait := t_start + i / args.rate - time.perf_counter()) > 0:
+                    time.sleep(wait)
                 t0 = time.perf_counter()
                 answer = extender.post("filter", {"Pod": obj, "NodeNames": names})
                 filters.append(time.perf_counter() - t0)
@@ -377,6 +386,7 @@ def main() -> None:
             "measured_pods": args.measure,
             "policy": args.policy,
             "binds": "serial" if args.serial else args.binders,
+            "arrival_rate": args.rate or None,
             "ready_s": round(ready_s, 2),
             "filter_p50_ms": ms(filters, 0.5),
             "filter_p99_ms": ms(filters, 0.99),

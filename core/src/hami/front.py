@@ -17,6 +17,8 @@ Owns the transport they share, with one set of limits:
   size from the listener's budget of large bodies (`body_budget`, twice `max_body`), waiting for its turn
   within the body deadline (503 when none came), and holds it until its answer is sent, so headers alone
   announcing large bodies on many connections cost nothing;
+- an answer above `SEND_CHUNK` bytes is sent a slice at a time as the client reads it, so that its only copy in
+  full is the app's;
 - TLS, when given a certificate and key, re-reads them when their files change (checked on every handshake,
   so a rotated certificate is served from the next connection on, without a restart; a half-written or
   mismatched pair is refused with a warning and the previous one kept); with a client CA, clients must present
@@ -60,6 +62,7 @@ __all__ = [
     "IN_FLIGHT",
     "KEEP_ALIVE_SECONDS",
     "MAX_CONNECTIONS",
+    "SEND_CHUNK",
     "SMALL_BODY",
     "JsonApp",
     "QuickApp",
@@ -85,6 +88,8 @@ IN_FLIGHT = 32
 """Requests handled at once per listener; more wait on their connections."""
 SMALL_BODY = 1024 * 1024
 """Bodies up to this size are read as they arrive; larger ones share the listener's `body_budget`."""
+SEND_CHUNK = 256 * 1024
+"""Answers larger than this are sent in slices of this size (so the HTTP layer never copies a whole one)."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -476,7 +481,15 @@ class JsonServer:
         if close:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if head else body})
+        if head or len(body) <= SEND_CHUNK:
+            await send({"type": "http.response.body", "body": b"" if head else body})
+            return
+        # A large body (a metrics scrape at 1,000 nodes is 11 MB) goes out a slice at a time, each sent once the
+        # client has taken the one before (uvicorn's flow control): the HTTP layer copies a slice, not the body
+        view = memoryview(body)
+        for start in range(0, len(body), SEND_CHUNK):
+            end = start + SEND_CHUNK
+            await send({"type": "http.response.body", "body": bytes(view[start:end]), "more_body": end < len(body)})
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -196,46 +196,14 @@ class ReloadingTLS:
 # --------------------------------------------------------------------------------------------------------
 
 
-class _OneSend:
-    """A connection's transport whose writes of one answer leave in one send (h11 writes the head, the body and
-    the end of an answer separately): what is written while the answer's body is still due is held, up to
-    `SEND_CHUNK` bytes, and goes out with the rest. Between two sends the event loop gives up the interpreter
-    lock for the system call, and on a busy process taking it back can cost milliseconds before the body
-    follows the head the client already waits on. Everything else is the transport's."""
-
-    def __init__(self, transport: asyncio.Transport, conn: Callable[[], h11.Connection]) -> None:
-        self._transport = transport
-        self._conn = conn
-        self._held = b""
-
-    def write(self, data: bytes) -> None:
-        if self._held:
-            data, self._held = self._held + data, b""
-        if self._conn().our_state is h11.SEND_BODY and len(data) < SEND_CHUNK:
-            self._held = data
-            return
-        self._transport.write(data)
-
-    def close(self) -> None:
-        if self._held:
-            data, self._held = self._held, b""
-            self._transport.write(data)
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
 class _Protocol(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers, and each
-    answer written in one send (`_OneSend`)."""
+    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers."""
 
     _header_timer: asyncio.TimerHandle | None = None
     header_deadline = HEADER_DEADLINE_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = _OneSend(transport, lambda: self.conn)  # type: ignore[assignment]
         # A connection that never sends a byte is closed too (uvicorn times out only idle keep-alive ones).
         self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
 

@@ -379,36 +379,6 @@ class _Echo:
         return 200, {"n": len(body)}
 
 
-class _QuickOnSome:
-    """Answers /now on the server's loop, fails on /broken there, and sends the rest to a worker."""
-
-    def quick(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None:
-        if path == "/broken":
-            raise RuntimeError("a bug in quick")
-        return (200, {"on": threading.current_thread().name}) if path == "/now" else None
-
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        return 200, {"on": threading.current_thread().name, "n": len(body)}
-
-
-def test_an_app_answers_on_the_loop_what_quick_answers_and_a_worker_the_rest() -> None:
-    server = JsonServer(_QuickOnSome(), ("127.0.0.1", 0)).start()
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-        answers = []
-        for path in ("/now", "/later", "/broken", "/now"):
-            conn.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            answers.append((response.status, json.loads(response.read())))
-        assert answers[0] == (200, {"on": "server-http"})
-        assert answers[1][0] == 200
-        assert answers[1][1]["on"].startswith("server-work")
-        assert answers[2] == (500, {"error": "internal error; see the server's log"})
-        assert answers[3] == (200, {"on": "server-http"}), "the same connection is served after quick failed"
-    finally:
-        server.stop()
-
-
 class _QuickDeadlines(JsonServer):
     name = "test"
     header_deadline = 0.5

@@ -26,12 +26,7 @@ Owns the transport they share, with one set of limits:
 
 An app is `handle(method, path, body) -> (status, payload)` (the path as the client wrote it, with its query): a
 payload is sent as JSON, or as it is when it is a `Raw`. `handle` must not raise (a 500 answers it if it does, and
-is logged). An app may also have `quick(method, path, body) -> (status, payload) | None` (`QuickApp`), called on
-the server's event loop before a worker is asked: it answers what it can answer at once, without I/O and without
-waiting on anything but short locks, saving the two hand-offs between threads (each one a wake-up and a turn of
-the interpreter lock: on a busy machine most of a short request's tail); None sends the request to `handle` in a
-worker as usual. While `quick` runs the listener reads nothing else, so it is for work of a few milliseconds.
-Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
+is logged). Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self
 
 import h11
 import uvicorn
@@ -65,7 +60,6 @@ __all__ = [
     "SEND_CHUNK",
     "SMALL_BODY",
     "JsonApp",
-    "QuickApp",
     "JsonServer",
     "MetricsServer",
     "Raw",
@@ -98,13 +92,6 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 class JsonApp(Protocol):
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]: ...
-
-
-@runtime_checkable
-class QuickApp(JsonApp, Protocol):
-    """An app that answers some requests on the server's event loop (see the module's docstring)."""
-
-    def quick(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +252,6 @@ class JsonServer:
         client_ca: str | None = None,
     ) -> None:
         self.app = app
-        self._quick = app.quick if isinstance(app, QuickApp) else None
         if bool(certfile) != bool(keyfile):
             raise ConfigError("TLS needs both a certificate file and a key file")
         if client_ca and not certfile:
@@ -403,12 +389,9 @@ class JsonServer:
                 return
             if body is None:
                 return  # the client went away
+            loop = asyncio.get_running_loop()
             try:
-                answer = self._quick(method, path, body) if self._quick is not None else None
-                if answer is None:
-                    loop = asyncio.get_running_loop()
-                    answer = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
-                status, payload = answer
+                status, payload = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
             except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
                 log.exception("%s request %s %s failed", self.name, method, path)
                 status, payload = 500, {self.error_key: f"internal error; see the {self.name}'s log"}

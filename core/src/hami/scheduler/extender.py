@@ -47,6 +47,7 @@ from hami.quota import QuotaLedger
 from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
 from hami.scheduler.ranking import Evaluation, Rankings
+from hami.scheduler.requeue import Requeuer
 from hami.scheduler.state import (
     TERMINAL_PHASES,
     VGPU_NODE_ANNOTATION,
@@ -257,6 +258,9 @@ class Extender:
         """The state is built (the service's sync is done): until then every filter and bind answers an error."""
         self.on_filter_result: Callable[[FilterResult], None] = lambda result: None
         self.on_lock_wait: Callable[[float], None] = lambda seconds: None
+        self.requeue: Requeuer | None = None
+        """Told of each refusal for capacity, so that a pod refused just before capacity freed is retried
+        (`hami.scheduler.requeue`; the service sets it)."""
         self.node_changed = threading.Condition()
         self.locks = NodeLocks(
             cluster,
@@ -336,7 +340,15 @@ class Extender:
         elif not self.synced():
             result = FilterResult(error=SYNCING)
         else:
+            started, frees = time.monotonic(), self.state.frees  # read before the decision: never newer than it
             result = self._filter(pod_obj, node_names)
+            if self.requeue is not None and (result.node or result.failed) and not result.error:
+                m = meta(pod_obj)
+                namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+                if result.node:
+                    self.requeue.placed(namespace, name)
+                else:
+                    self.requeue.refused(namespace, name, frees, started)
         self.on_filter_result(result)
         return result
 

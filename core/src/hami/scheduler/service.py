@@ -29,6 +29,7 @@ from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.requeue import Requeuer
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, pod_key
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
@@ -77,6 +78,8 @@ class SchedulerService:
             self.extender.is_leader = lambda: elector.is_leader
         else:
             self.metrics.set_leader(True)
+        self.requeue = Requeuer(self.cluster, is_leader=lambda: self.extender.is_leader())
+        self.extender.requeue = self.requeue
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
         self.ledger = QuotaLedger(self.cluster, self.host)
@@ -196,6 +199,7 @@ class SchedulerService:
         for sub in self._subs:
             sub.stop()
         self._subs = []
+        self.requeue.stop()
 
     def _on_node(self, event: WatchEvent) -> None:
         if event.type == "DELETED":
@@ -207,6 +211,7 @@ class SchedulerService:
                 self._release_if_done(meta(event.object)["name"])
             if self.claims is not None:
                 self.claims.node_changed(meta(event.object)["name"])
+        self.requeue.capacity_freed(self.state.frees)
         self.extender.notify_node_changed()
 
     def _on_claim(self, event: WatchEvent) -> None:
@@ -216,6 +221,7 @@ class SchedulerService:
             self.claims.remove_claim(str(m.get("namespace") or "default"), str(m.get("name")))
         else:
             self.claims.set_claim(event.object)
+        self.requeue.capacity_freed(self.state.frees)
 
     def _on_pod(self, event: WatchEvent) -> None:
         m = meta(event.object)
@@ -223,9 +229,11 @@ class SchedulerService:
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
             self.extender.forget(namespace, name, m.get("resourceVersion"))
+            self.requeue.placed(namespace, name)
         else:
             self.state.set_pod(event.object)
             self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
+        self.requeue.capacity_freed(self.state.frees)
         self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(

@@ -243,6 +243,10 @@ class ClusterState:
         their usage, its CPU and memory), oldest first; `hami.scheduler.ranking` replays it."""
         self.changes_dropped = 0
         """How many entries were dropped from the front of `changes` (position p is `changes[p - dropped]`)."""
+        self.frees = 0
+        """How many changes may have given capacity back: a pod's usage or requests forgotten or shrunk, a node's
+        devices or allocatable rebuilt. A filter that read a smaller count decided without them
+        (`hami.scheduler.requeue`)."""
 
     def _changed(self, record: NodeRecord) -> None:
         """What a filter evaluates of the node may have changed: forget its memos and log it."""
@@ -341,6 +345,7 @@ class ClusterState:
                 record.host_pods = old.host_pods
                 record.cpu_requested, record.memory_requested = old.cpu_requested, old.memory_requested
             self.nodes[name] = record
+            self.frees += 1
             self._log(name)
             self._count_free(record, +1)
             for key in record.pods:
@@ -485,6 +490,8 @@ class ClusterState:
                     return  # an older view of the pod than the decision counted for it
                 if record is not None and record.node == current.node and current.bound and current.assumed:
                     record.bound = True  # bound by this scheduler before the watch reports nodeName
+                if record is None or record.node != current.node or record.grants != current.grants:
+                    self.frees += 1
             self._forget(key)
             if record is not None:
                 self._remember(record)
@@ -496,6 +503,8 @@ class ClusterState:
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.lock:
             key = pod_key(namespace, name)
+            if key in self.pods:
+                self.frees += 1
             self._forget(key)
             self._mismatches.pop(key, None)
             self.set_host_usage(key, "", 0, 0)
@@ -503,6 +512,8 @@ class ClusterState:
     def set_claim(self, key: str, record: PodRecord | None) -> None:
         """Count what a DRA claim holds (`hami.scheduler.claims`) as a pod's placement; None forgets it."""
         with self.lock:
+            if record is None and key in self.pods:
+                self.frees += 1
             self._forget(key)
             if record is not None:
                 self._remember(record)
@@ -512,6 +523,8 @@ class ClusterState:
         with self.lock:
             previous = self.host_usage.pop(key, None)
             if previous is not None:
+                if node != previous[0] or cpu < previous[1] or memory < previous[2]:
+                    self.frees += 1
                 old = self.nodes.get(previous[0])
                 if old is not None:
                     self._changed(old)

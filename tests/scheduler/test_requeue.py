@@ -121,9 +121,14 @@ def test_the_service_nudges_a_pod_refused_just_before_a_deletion_freed_its_card(
     harness.add_node(gpu_node("node-a", gpus=1, memory=16000))
     harness.start()
     node_side = FakeNodeSide(harness.cluster)
+    assert harness.service is not None
     try:
+        harness.flush()
+        frees = harness.service.state.frees
         harness.add_pod(gpu_pod("big-0", mem=16000))
         assert harness.schedule("big-0") == "node-a"
+        harness.flush()
+        assert harness.service.state.frees == frees, "a placement and its watch echoes give nothing back"
         harness.add_pod(gpu_pod("big-1", mem=16000))
         harness.add_pod(gpu_pod("late", mem=16000))
         harness.flush()
@@ -136,7 +141,6 @@ def test_the_service_nudges_a_pod_refused_just_before_a_deletion_freed_its_card(
         assert harness.filter("late")["NodeNames"] == []  # refused with every free applied: not nudged
         harness.cluster.patch_metadata("pods", "late", "default", labels={"touched": "yes"})  # frees nothing
         harness.flush()
-        assert harness.service is not None
         harness.service.requeue.stop()
         assert not _stamped(harness.cluster, "late")
         assert harness.service.requeue.nudged == 1  # its own patch freed nothing: no loop

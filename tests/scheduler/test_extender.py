@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -523,6 +524,63 @@ def test_at_bind_the_filter_writes_nothing_and_the_bind_writes_placement_and_pha
         h.flush()
         assert h.service is not None
         assert h.service.state.pods["default/p1"].bound
+    finally:
+        h.stop()
+
+
+def _threads_deciding(h: Harness) -> list[str]:
+    """The names of the threads the extender's filter runs on, from now on."""
+    assert h.service is not None
+    extender = h.service.extender
+    names: list[str] = []
+    decide = extender.filter
+
+    def recorded(pod_obj: Any, node_names: Any) -> Any:
+        names.append(threading.current_thread().name)
+        return decide(pod_obj, node_names)
+
+    extender.filter = recorded  # type: ignore[method-assign]
+    return names
+
+
+def test_a_filter_that_waits_on_nothing_is_decided_on_the_servers_loop_and_any_other_in_a_worker() -> None:
+    """The loop thread must never wait on the API server or the watch: a first filter of a pod the watch has
+    delivered is decided there (no thread hand-offs); a filter again (its earlier placement may need withdrawing
+    through the API), a pod the watch has not delivered (waited for) and a body that does not parse go to a
+    worker, and every one is answered as before."""
+    h = Harness(AT_BIND)
+    try:
+        h.add_node(gpu_node("node-a"))
+        h.add_pod(gpu_pod("p1"))
+        h.start()
+        threads = _threads_deciding(h)
+        assert h.filter("p1")["NodeNames"] == ["node-a"]
+        assert h.filter("p1")["NodeNames"] == ["node-a"]
+        pod = h.cluster.get("pods", "p1", "default")
+        stranger = {**pod, "metadata": {**meta(pod), "name": "p2", "uid": "uid-never-created"}}
+        status, answer = h.post("filter", {"Pod": stranger, "NodeNames": ["node-a"]})
+        assert status == 200
+        assert "not known to this scheduler's watch" in answer["Error"]
+        assert threads[0] == "extender-http"
+        assert [t.startswith("extender-work") for t in threads[1:]] == [True, True]
+        status, answer = h.post("filter", None, raw=b'{"Pod": {"metadata": {"name": "Not A Name"}}}')
+        assert status == 400
+        assert "Pod.metadata.name" in answer["Error"]
+    finally:
+        h.stop()
+
+
+def test_without_record_at_bind_every_filter_is_decided_in_a_worker() -> None:
+    """Its filter writes the placement through the API, which the server's loop must not wait for."""
+    h = Harness()
+    try:
+        h.add_node(gpu_node("node-a"))
+        h.add_pod(gpu_pod("p1"))
+        h.start()
+        threads = _threads_deciding(h)
+        assert h.filter("p1")["NodeNames"] == ["node-a"]
+        assert len(threads) == 1
+        assert threads[0].startswith("extender-work")
     finally:
         h.stop()
 

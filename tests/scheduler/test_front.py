@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import h11
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from scheduler_harness import post_raw as post
 
 from hami.cluster import ClusterError, meta
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.front import JsonServer, MetricsServer, Raw
+from hami.front import SEND_CHUNK, JsonServer, MetricsServer, Raw, _OneSend
 from hami.lifecycle import BIND_PHASE
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
@@ -379,6 +380,36 @@ class _Echo:
         return 200, {"n": len(body)}
 
 
+class _QuickOnSome:
+    """Answers /now on the server's loop, fails on /broken there, and sends the rest to a worker."""
+
+    def quick(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None:
+        if path == "/broken":
+            raise RuntimeError("a bug in quick")
+        return (200, {"on": threading.current_thread().name}) if path == "/now" else None
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        return 200, {"on": threading.current_thread().name, "n": len(body)}
+
+
+def test_an_app_answers_on_the_loop_what_quick_answers_and_a_worker_the_rest() -> None:
+    server = JsonServer(_QuickOnSome(), ("127.0.0.1", 0)).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        answers = []
+        for path in ("/now", "/later", "/broken", "/now"):
+            conn.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())))
+        assert answers[0] == (200, {"on": "server-http"})
+        assert answers[1][0] == 200
+        assert answers[1][1]["on"].startswith("server-work")
+        assert answers[2] == (500, {"error": "internal error; see the server's log"})
+        assert answers[3] == (200, {"on": "server-http"}), "the same connection is served after quick failed"
+    finally:
+        server.stop()
+
+
 class _QuickDeadlines(JsonServer):
     name = "test"
     header_deadline = 0.5
@@ -475,6 +506,57 @@ def test_a_large_body_is_read_into_one_buffer_and_one_over_the_cap_not_at_all(wo
     assert answer.status == 413
     assert b"must be 0 to" in answer.read()
     connection.close()
+
+
+class _Writes:
+    def __init__(self) -> None:
+        self.sent: list[bytes | str] = []
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self.sent.append(data)
+
+    def close(self) -> None:
+        self.sent.append("closed")
+
+
+def _answering(request: bytes = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") -> h11.Connection:
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(request)
+    while not isinstance(conn.next_event(), h11.EndOfMessage):
+        pass
+    return conn
+
+
+def test_an_answer_leaves_in_one_send_and_a_large_or_unfinished_one_is_not_held() -> None:
+    """h11 writes head, body and end apart; between two sends the loop thread gives up the interpreter lock, so
+    the client would wait on the body for as long as another thread keeps it."""
+    conn, writes = _answering(), _Writes()
+    transport = _OneSend(writes, lambda: conn)  # type: ignore[arg-type]
+    head = conn.send(h11.Response(status_code=200, headers=[("content-length", "2")]))
+    assert head is not None
+    transport.write(head)
+    transport.write(conn.send(h11.Data(data=b"ok")) or b"")
+    assert writes.sent == [], "held while the body is due"
+    transport.write(conn.send(h11.EndOfMessage()) or b"")
+    assert writes.sent == [head + b"ok"]
+
+    conn, writes = _answering(), _Writes()
+    transport = _OneSend(writes, lambda: conn)  # type: ignore[arg-type]
+    big = b"x" * SEND_CHUNK
+    head = conn.send(h11.Response(status_code=200, headers=[("content-length", str(len(big)))]))
+    assert head is not None
+    transport.write(head)
+    transport.write(conn.send(h11.Data(data=big)) or b"")
+    assert writes.sent == [head + big], "a slice as large as SEND_CHUNK goes at once, with the head"
+
+    conn, writes = _answering(), _Writes()
+    transport = _OneSend(writes, lambda: conn)  # type: ignore[arg-type]
+    head = conn.send(h11.Response(status_code=200, headers=[("content-length", "5")]))
+    assert head is not None
+    transport.write(head)
+    transport.close()
+    assert writes.sent == [head, "closed"], "what was held is written before the connection closes"
 
 
 class _LargeAnswer:

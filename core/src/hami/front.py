@@ -26,7 +26,12 @@ Owns the transport they share, with one set of limits:
 
 An app is `handle(method, path, body) -> (status, payload)` (the path as the client wrote it, with its query): a
 payload is sent as JSON, or as it is when it is a `Raw`. `handle` must not raise (a 500 answers it if it does, and
-is logged). Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
+is logged). An app may also have `quick(method, path, body) -> (status, payload) | None` (`QuickApp`), called on
+the server's event loop before a worker is asked: it answers what it can answer at once, without I/O and without
+waiting on anything but short locks, saving the two hand-offs between threads (each one a wake-up and a turn of
+the interpreter lock: on a busy machine most of a short request's tail); None sends the request to `handle` in a
+worker as usual. While `quick` runs the listener reads nothing else, so it is for work of a few milliseconds.
+Why uvicorn: see benchmarks/http_servers.py and docs/http-front.md.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 import h11
 import uvicorn
@@ -60,6 +65,7 @@ __all__ = [
     "SEND_CHUNK",
     "SMALL_BODY",
     "JsonApp",
+    "QuickApp",
     "JsonServer",
     "MetricsServer",
     "Raw",
@@ -92,6 +98,13 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 class JsonApp(Protocol):
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]: ...
+
+
+@runtime_checkable
+class QuickApp(JsonApp, Protocol):
+    """An app that answers some requests on the server's event loop (see the module's docstring)."""
+
+    def quick(self, method: str, path: str, body: bytes) -> tuple[int, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,14 +196,46 @@ class ReloadingTLS:
 # --------------------------------------------------------------------------------------------------------
 
 
+class _OneSend:
+    """A connection's transport whose writes of one answer leave in one send (h11 writes the head, the body and
+    the end of an answer separately): what is written while the answer's body is still due is held, up to
+    `SEND_CHUNK` bytes, and goes out with the rest. Between two sends the event loop gives up the interpreter
+    lock for the system call, and on a busy process taking it back can cost milliseconds before the body
+    follows the head the client already waits on. Everything else is the transport's."""
+
+    def __init__(self, transport: asyncio.Transport, conn: Callable[[], h11.Connection]) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._held = b""
+
+    def write(self, data: bytes) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        if self._conn().our_state is h11.SEND_BODY and len(data) < SEND_CHUNK:
+            self._held = data
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            self._transport.write(data)
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class _Protocol(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers."""
+    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers, and each
+    answer written in one send (`_OneSend`)."""
 
     _header_timer: asyncio.TimerHandle | None = None
     header_deadline = HEADER_DEADLINE_SECONDS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = _OneSend(transport, lambda: self.conn)  # type: ignore[assignment]
         # A connection that never sends a byte is closed too (uvicorn times out only idle keep-alive ones).
         self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
 
@@ -252,6 +297,7 @@ class JsonServer:
         client_ca: str | None = None,
     ) -> None:
         self.app = app
+        self._quick = app.quick if isinstance(app, QuickApp) else None
         if bool(certfile) != bool(keyfile):
             raise ConfigError("TLS needs both a certificate file and a key file")
         if client_ca and not certfile:
@@ -389,9 +435,12 @@ class JsonServer:
                 return
             if body is None:
                 return  # the client went away
-            loop = asyncio.get_running_loop()
             try:
-                status, payload = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
+                answer = self._quick(method, path, body) if self._quick is not None else None
+                if answer is None:
+                    loop = asyncio.get_running_loop()
+                    answer = await loop.run_in_executor(self._pool, self.app.handle, method, path, body)
+                status, payload = answer
             except Exception:  # the app must not fail, but if it does the client gets an answer, not a hang
                 log.exception("%s request %s %s failed", self.name, method, path)
                 status, payload = 500, {self.error_key: f"internal error; see the {self.name}'s log"}

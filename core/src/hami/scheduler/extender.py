@@ -322,6 +322,17 @@ class Extender:
             )
             return self._pods_seen.get(key) == pod.uid
 
+    def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether a filter of this pod waits on nothing but short locks, so that the server may decide on its
+        event loop (`ExtenderApp.quick`): the decision is written with the bind (`record_at_bind`: the filter
+        makes no API call), the watch has delivered the pod with this UID (the filter need not wait for it), and
+        the state holds no earlier placement of it (which a filter finding no node withdraws through the API)."""
+        key = pod_key(namespace, name)
+        if not self.settings.record_at_bind or not uid or key in self.state.pods:
+            return False
+        with self._pods_seen_changed:
+            return self._pods_seen.get(key) == uid
+
     def _wait_for_node(self, node: str, seconds: float) -> None:
         with self.node_changed:
             self.node_changed.wait(seconds)

@@ -381,8 +381,15 @@ def test_an_expired_version_lists_again_and_converges(kube: KubeCluster, api: Fa
     sub = kube.watch("nodes", version, seen)
     api.wait_for_streams(1)
 
+    watches_before = len(api.calls("GET", "/api/v1/nodes"))
     api.refuse_watches = True  # the client is away while the cluster changes and the server compacts
     api.close_watches()
+    # change the cluster only once a reconnect was refused: until then the closing stream may still carry a change
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+        r.query.get("watch") for r in api.calls("GET", "/api/v1/nodes")[watches_before:]
+    ):
+        time.sleep(0.01)
     kube.patch_metadata("nodes", "a", annotations={"changed": "yes"})
     kube.delete("nodes", "b")
     kube.create("nodes", {"metadata": {"name": "d"}})

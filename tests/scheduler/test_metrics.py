@@ -97,6 +97,7 @@ def test_devices_show_with_exact_limits_and_zero_usage_before_any_pod(harness: H
     assert s.samples("hami_vgpu_memory_allocated_bytes") == []
     assert s.samples("hami_vgpu_core_allocated_ratio") == []
     assert s.value("hami_scheduler_leader") == 0
+    assert s.value("hami_scheduler_requeues_total", "hami_scheduler_requeues") == 0
     for outcome in FILTER_OUTCOMES:
         assert s.value("hami_scheduler_filter_outcomes_total", "hami_scheduler_filter_outcomes", result=outcome) == 0
     for verb in ("filter", "bind", "prioritize", "node_lock_wait"):

@@ -144,6 +144,7 @@ def test_the_service_nudges_a_pod_refused_just_before_a_deletion_freed_its_card(
         harness.service.requeue.stop()
         assert not _stamped(harness.cluster, "late")
         assert harness.service.requeue.nudged == 1  # its own patch freed nothing: no loop
+        assert harness.service.metrics.registry.get_sample_value("hami_scheduler_requeues_total") == 1
     finally:
         node_side.stop()
 

@@ -50,7 +50,9 @@ The extender's own, without the zone label:
   `passthrough`, all four present from the start;
 - `hami_scheduler_leader`: 1 while this replica leads (see `hami.scheduler.leader`), else 0;
 - `hami_scheduler_placement_mismatches_total`: pod annotations found to differ from the placement the
-  scheduler signed, or a signature that no longer verifies (`hami.signing`; each change counted once).
+  scheduler signed, or a signature that no longer verifies (`hami.signing`; each change counted once);
+- `hami_scheduler_requeues_total`: pods asked to retry because they were refused from a view that missed a
+  capacity free kube-scheduler had already seen (`hami.scheduler.requeue`).
 
 `render()` gives the Prometheus text format; `serve_metrics(address)` serves `GET /metrics` on a thread.
 """
@@ -360,12 +362,18 @@ class SchedulerMetrics:
             "Pod annotations that differ from the placement the scheduler signed (each change once)",
             registry=r,
         )
+        self.requeues = Counter(
+            "hami_scheduler_requeues",
+            "Pods asked to retry: refused from a view that missed a capacity free kube-scheduler had seen",
+            registry=r,
+        )
         self._standard = CollectorRegistry(auto_describe=False)
         """The registry's collectors but the state's, in its order: `render` writes the state's families itself."""
         for metric in (*self.verb_seconds.values(), self.lock_wait_seconds, self.filter_outcomes):
             self._standard.register(metric)
         self._standard.register(self.leader)
         self._standard.register(self.placement_mismatches)
+        self._standard.register(self.requeues)
 
     # ---------------------------------------------------------------------------------- recording
 

@@ -78,7 +78,9 @@ class Requeuer:
         self._filled = clock()
         self._writer: ThreadPoolExecutor | None = None
         self.nudged = 0
-        """How many nudges were written (for tests and the log)."""
+        """How many nudges were written."""
+        self.on_nudge: Callable[[], None] = lambda: None
+        """Called after each nudge written (the service counts it in `hami_scheduler_requeues_total`)."""
 
     def refused(self, namespace: str, name: str, frees: int, started: float) -> None:
         """A filter that started at `started` (monotonic) and read a state with `frees` capacity frees refused
@@ -152,5 +154,6 @@ class Requeuer:
             log.warning("could not ask kube-scheduler to retry %s/%s: %s", refusal.namespace, refusal.name, exc)
             return
         self.nudged += 1
+        self.on_nudge()
         log.info("asked kube-scheduler to retry %s/%s: refused just before capacity freed",
                  refusal.namespace, refusal.name)  # fmt: skip

@@ -79,6 +79,7 @@ class SchedulerService:
         else:
             self.metrics.set_leader(True)
         self.requeue = Requeuer(self.cluster, is_leader=lambda: self.extender.is_leader())
+        self.requeue.on_nudge = self.metrics.requeues.inc
         self.extender.requeue = self.requeue
         self._subs: list[Subscription] = []
         self._ready = threading.Event()

@@ -77,8 +77,6 @@ class Requeuer:
         self._tokens = rate
         self._filled = clock()
         self._writer: ThreadPoolExecutor | None = None
-        self.nudged = 0
-        """How many nudges were written."""
         self.on_nudge: Callable[[], None] = lambda: None
         """Called after each nudge written (the service counts it in `hami_scheduler_requeues_total`)."""
 
@@ -153,7 +151,6 @@ class Requeuer:
         except ClusterError as exc:
             log.warning("could not ask kube-scheduler to retry %s/%s: %s", refusal.namespace, refusal.name, exc)
             return
-        self.nudged += 1
         self.on_nudge()
         log.info("asked kube-scheduler to retry %s/%s: refused just before capacity freed",
                  refusal.namespace, refusal.name)  # fmt: skip

@@ -64,6 +64,19 @@ def test_bound_pod_without_allocation_counts_by_its_requests_times_count(webhook
     assert webhook.admit(pod(container("c0", gpu(2, 2000)), namespace=NS)).allowed  # exactly 10000
 
 
+def test_a_placed_pod_also_counts_the_requests_of_kinds_its_allocation_does_not_name(webhook: Webhook) -> None:
+    """The ledger reads a placed pod's requests only for kinds beyond its allocation: those still count."""
+    mlu = "limits.cambricon.com/mlu.smlu.vmemory"
+    webhook.add_quota("gpu-quota", NS, {GPUMEM: "10000", mlu: "40"})
+    both = container("c0", {**gpu(1, 3000), "cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "20"})
+    webhook.running_pod(running("old", both, allocated=placed(("GPU-A", 4000, 0))))
+    used = webhook.ledger.used(NS)
+    assert used[GPUMEM] == 4000  # the placement, not the request of 3000
+    assert used[mlu] == 5120  # 20 × 256 MiB, from the request: nothing placed it
+    webhook.running_pod(running("gpu-only", container("c0", gpu(1, 3000)), allocated=placed(("GPU-B", 2000, 0))))
+    assert webhook.ledger.used(NS)[GPUMEM] == 6000
+
+
 def test_pod_that_fits_exactly_is_admitted(webhook: Webhook) -> None:
     webhook.add_quota("gpu-quota", NS, {GPUMEM: "10k"})
     webhook.running_pod(

@@ -39,6 +39,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING
+from typing import Any
 
 from hami.cluster.port import Cluster, KubeObject, Subscription, WatchEvent, meta
 from hami.codec import AnnotationError, decode_pod_devices
@@ -352,7 +353,7 @@ class QuotaLedger:
             placed = demand_of_allocation(self.host, allocation, init)
             amounts.update(placed.amounts)
             detail.update(placed.detail)
-        if (spec or {}).get("nodeName"):
+        if (spec or {}).get("nodeName") and self._asks_beyond(spec or {}, allocation):
             try:
                 view = Pod.from_api(pod)
                 requests = {k: v for k, v in self.host.pod_requests(view).items() if k not in allocation}
@@ -366,6 +367,23 @@ class QuotaLedger:
                 detail.update(bound.detail)
         demand = PodDemand(amounts, detail)
         return demand if demand else None
+
+    def _asks_beyond(self, spec: Mapping[str, Any], allocation: Mapping[str, object]) -> bool:
+        """Whether a container names a resource of a device kind the allocation does not count: only then can
+        the pod's requests add to its demand. Every placed pod's event would otherwise build the pod's model
+        and call the vendors' request hooks only to drop what they answer (`VendorHost.pod_requests` finds
+        kinds through these same resource names)."""
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or ():
+                resources = container.get("resources") if isinstance(container, Mapping) else None
+                if not isinstance(resources, Mapping):
+                    continue
+                for part in ("limits", "requests"):
+                    for resource in resources.get(part) or ():
+                        kind = self.host.kind_of_resource(str(resource))
+                        if kind is not None and kind.common_word not in allocation:
+                            return True
+        return False
 
     def set_pod(self, pod: KubeObject) -> None:
         """Learn (or update) what one pod uses. A filter's reservation stays until the pod's placement arrives."""

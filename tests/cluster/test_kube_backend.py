@@ -478,3 +478,48 @@ def test_one_attempt_is_one_connection_the_pool_does_not_retry_underneath(api: F
     cluster.close()
     listener.close()
     assert accepted == 2
+
+
+def test_a_kubeconfig_proxy_carries_every_request(api: FakeApiServer, tmp_path: Path) -> None:
+    """`proxy-url` in the kubeconfig: requests go to the proxy with the API server's absolute URL, as the client's
+    own request path sent them, and the answers come back through it."""
+    import http.server
+    import urllib.request
+
+    seen: list[str] = []
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "proxy-connection")}
+            request = urllib.request.Request(self.path, data=body, headers=headers, method=self.command)
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request) as answer:
+                data = answer.read()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", answer.headers.get("Content-Type", "application/json"))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = _forward  # noqa: N815 (http.server's names)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    config = json.loads(api.write_kubeconfig(tmp_path / "kubeconfig").read_text())
+    config["clusters"][0]["cluster"]["proxy-url"] = f"http://127.0.0.1:{proxy.server_address[1]}"
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    cluster = KubeCluster.from_kubeconfig(str(tmp_path / "kubeconfig"))
+    try:
+        cluster.create("nodes", {"metadata": {"name": "n1"}})
+        cluster.patch_metadata("nodes", "n1", annotations={"a": "1"})
+        assert meta(cluster.get("nodes", "n1"))["annotations"] == {"a": "1"}
+    finally:
+        cluster.close()
+        proxy.shutdown()
+    server = config["clusters"][0]["cluster"]["server"].rstrip("/")
+    assert seen == [f"POST {server}/api/v1/nodes", f"PATCH {server}/api/v1/nodes/n1", f"GET {server}/api/v1/nodes/n1"]

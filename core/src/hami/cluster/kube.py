@@ -5,8 +5,8 @@ translation of the API's `Status` bodies into `NotFoundError` / `ConflictError` 
 retries of transient failures, and watches that survive disconnects and expired resourceVersions.
 It must not interpret objects beyond their metadata: services own what annotations mean.
 
-Objects travel as the JSON the API serves: requests and responses go through the client's transport
-(configuration, authentication, TLS, connection pool) with raw JSON bodies, never through the generated
+Objects travel as the JSON the API serves: requests go out on the client's connection pool (configuration,
+authentication, TLS, keep-alive) with raw JSON bodies, never through the client's request layer or generated
 models, so field names stay camelCase and fields the client does not know survive a read-modify-replace.
 List items get the `kind` and `apiVersion` the API leaves out of them, so every object names its kind.
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes import client as k8s_client
@@ -193,17 +193,32 @@ def _api_client(configuration: Any) -> Any:
 
 
 class _Transport:
-    """Raw JSON requests through the client's configured `ApiClient` (auth, TLS, pool), nothing deserialized.
+    """Raw JSON requests on the client's connection pool: the `ApiClient`'s urllib3 pool manager (TLS, client
+    certificates, proxy, keep-alive, sized by `_api_client`) and the configuration's credentials (a bearer token
+    re-read as the client's refresh hook renews it), nothing serialized or deserialized by the client.
 
-    kubernetes >= 37 (openapi-generator 7) splits a call into `param_serialize` and `call_api` and returns
-    non-2xx answers; older releases take one `call_api` and raise `ApiException`. Both end here as an
-    unread urllib3 response for a 2xx answer, or `_HttpError`.
+    The client's own request path (`param_serialize`, `call_api`, `RESTResponse`) costs about a third more CPU
+    per call than this (`benchmarks/kube_client.py`); a scheduler makes three calls per pod, the node side three
+    more. A 2xx answer is returned unread; any other raises `_HttpError`.
     """
 
     def __init__(self, api_client: Any) -> None:
         self.api_client = api_client
-        self.host = str(api_client.configuration.host)
-        self._modern = hasattr(api_client, "param_serialize")
+        self.configuration = api_client.configuration
+        self.host = str(self.configuration.host).rstrip("/")
+        manager = api_client.rest_client.pool_manager
+        if isinstance(manager, urllib3.ProxyManager):  # a proxy may want absolute URLs: the manager resolves each
+            self._urlopen, self._prefix = manager.urlopen, self.host
+        else:  # the one host's pool, found once: the manager's lookup per call cost a fifth of the client's CPU
+            self._urlopen = manager.connection_from_url(self.host).urlopen
+            self._prefix = urllib3.util.parse_url(self.host).path or ""
+
+    def _credentials(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        for setting in self.configuration.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        return headers
 
     def send(
         self,
@@ -214,55 +229,28 @@ class _Transport:
         content_type: str = "application/json",
         timeout: tuple[float, float] = _REQUEST_TIMEOUT,
     ) -> Any:
-        headers: dict[str, str] = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **self._credentials()}
+        data = None
         if body is not None:
             headers["Content-Type"] = content_type
-        try:
-            return self._send(method, path, query or [], headers, body, timeout)
-        except k8s_client.ApiException as exc:  # raised for every non-2xx before 37, for TLS failures in all
-            if not exc.status:
-                raise ConnectionError(str(exc.reason)) from exc
-            raw = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
-            raise _HttpError(int(exc.status), raw, exc.headers) from exc
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]],
-        headers: dict[str, str],
-        body: Any,
-        timeout: tuple[float, float],
-    ) -> Any:
-        c = self.api_client
-        if not self._modern:  # kubernetes < 37
-            return c.call_api(
-                path,
-                method,
-                query_params=query,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=timeout,
-            )
-        method, url, headers, body, post = c.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
+            data = json.dumps(body).encode()
+        url = self._prefix + path + (f"?{urlencode(query)}" if query else "")
+        response = self._urlopen(
+            method,
+            url,
+            body=data,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            retries=False,  # `KubeCluster._call` owns retries
+            redirect=False,
+            preload_content=False,
         )
-        answer = c.call_api(method, url, header_params=headers, body=body, post_params=post, _request_timeout=timeout)
-        response = answer.response
         if not 200 <= int(response.status) <= 299:
             try:
-                data = response.data
+                answer = response.data
             finally:
                 response.release_conn()
-            raise _HttpError(int(response.status), data or b"", response.headers)
+            raise _HttpError(int(response.status), answer or b"", response.headers)
         return response
 
 

@@ -1,0 +1,119 @@
+"""The client side of one API call: CPU per request of the project's `KubeCluster` against the `kubernetes` client's
+own request path and a bare `http.client` connection, on a real kube-apiserver.
+
+    python benchmarks/kube_client.py                 # 200 calls per round and way, median of 15 rounds
+    python benchmarks/kube_client.py --calls 500 --rounds 9
+
+Starts etcd and kube-apiserver from the end-to-end suite's binaries (tests/e2e/build_control_plane.sh), creates one
+node whose annotations are the size of a 8-GPU register, and merge-patches one of its annotations again and again,
+as a scheduler's node lock does: through `KubeCluster.patch_metadata` (this project), through the client's generated
+`CoreV1Api.patch_node` asked for the raw answer (`_preload_content=False`: the client's request layer, no model),
+and through one kept-alive `http.client.HTTPSConnection` (the floor: one TLS request and its JSON, nothing more).
+Each figure is the calling thread's CPU time per call (what competes for the interpreter and the cores with a
+scheduler's filters), the median of --rounds that take the three ways in turn; wall time beside it.
+The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+from kubernetes import client as k8s_client
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+from control_plane import ControlPlane, find_binaries  # noqa: E402
+
+from hami.cluster.kube import KubeCluster  # noqa: E402
+
+NODE = "node-00000"
+
+
+def measure(calls: dict[str, Callable[[int], object]], count: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """Name → (CPU ms, wall ms) per call, the median over `rounds`; the rounds take the ways in turn, so a machine
+    whose speed drifts shifts them all alike."""
+    cpu: dict[str, list[float]] = {name: [] for name in calls}
+    wall: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            c0, t0 = time.thread_time(), time.perf_counter()
+            for i in range(count):
+                call(i)
+            cpu[name].append((time.thread_time() - c0) / count * 1e3)
+            wall[name].append((time.perf_counter() - t0) / count * 1e3)
+    return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in calls}
+
+
+def bare_connection(kubeconfig: Path) -> Callable[[int], object]:
+    """One kept-alive HTTPS connection with the kubeconfig's client certificate: request, read, parse."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    user, cluster = config["users"][0]["user"], config["clusters"][0]["cluster"]
+    context = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    context.load_cert_chain(user["client-certificate"], user["client-key"])
+    server = urlsplit(cluster["server"])
+    connection = http.client.HTTPSConnection(server.hostname or "", server.port, context=context)
+    headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+
+    def call(i: int) -> object:
+        body = json.dumps({"metadata": {"annotations": {"bench": str(i)}}}).encode()
+        connection.request("PATCH", f"/api/v1/nodes/{NODE}", body=body, headers=headers)
+        return json.loads(connection.getresponse().read())
+
+    return call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=200, help="calls per round and way")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="hami-bench-client-"))
+    plane = ControlPlane(find_binaries(), work / "cluster").start()
+    try:
+        assert plane.admin is not None
+        register = "x" * 1200  # about what 8 GPUs' hami.io/node-nvidia-register takes
+        plane.admin.create(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "annotations": {"register": register}}}
+        )
+        kubeconfig = Path(plane.identity("admin", "hami-e2e-admin").kubeconfig)
+        cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
+        core = k8s_client.CoreV1Api(cluster.api_client)
+
+        def ours(i: int) -> object:
+            return cluster.patch_metadata("nodes", NODE, annotations={"bench": str(i)})
+
+        def generated(i: int) -> object:
+            answer = core.patch_node(
+                NODE, {"metadata": {"annotations": {"bench": str(i)}}}, _preload_content=False
+            )  # the client picks the patch type from the body: a merge patch for a dict
+            return json.loads(answer.data)
+
+        ways = {"kubecluster": ours, "kubernetes_client": generated, "bare_http_client": bare_connection(kubeconfig)}
+        for call in ways.values():
+            call(0)  # open each connection outside the measure
+        figures: dict[str, float] = {}
+        for name, (cpu, wall) in measure(ways, args.calls, args.rounds).items():
+            figures[f"{name}_cpu_ms"] = round(cpu, 3)
+            figures[f"{name}_wall_ms"] = round(wall, 3)
+            print(f"{name:18} {cpu:6.3f} ms CPU per call   {wall:6.3f} ms wall", flush=True)
+        cluster.close()
+        print(json.dumps({"calls": args.calls, "rounds": args.rounds, **figures}))
+    finally:
+        plane.stop()
+
+
+if __name__ == "__main__":
+    main()

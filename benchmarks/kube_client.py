@@ -9,6 +9,7 @@ node whose annotations are the size of a 8-GPU register, and merge-patches one o
 as a scheduler's node lock does: through `KubeCluster.patch_metadata` (this project), through the client's generated
 `CoreV1Api.patch_node` asked for the raw answer (`_preload_content=False`: the client's request layer, no model),
 and through one kept-alive `http.client.HTTPSConnection` (the floor: one TLS request and its JSON, nothing more).
+A watch of the node, through `KubeCluster.watch`, reports the CPU its thread spends per event delivered.
 Each figure is the calling thread's CPU time per call (what competes for the interpreter and the cores with a
 scheduler's filters), the median of --rounds that take the three ways in turn; wall time beside it.
 The last line is one JSON object.
@@ -23,6 +24,7 @@ import ssl
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from control_plane import ControlPlane, find_binaries  # noqa: E402
 
+from hami.cluster import WatchEvent, meta  # noqa: E402
 from hami.cluster.kube import KubeCluster  # noqa: E402
 
 NODE = "node-00000"
@@ -54,6 +57,30 @@ def measure(calls: dict[str, Callable[[int], object]], count: int, rounds: int) 
             cpu[name].append((time.thread_time() - c0) / count * 1e3)
             wall[name].append((time.perf_counter() - t0) / count * 1e3)
     return {name: (statistics.median(cpu[name]), statistics.median(wall[name])) for name in calls}
+
+
+class WatchCost:
+    """A watch handler that takes the watch thread's CPU clock at each event: CPU per event, from the first to
+    the last, of reading the stream, parsing each event and delivering it."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.first = self.last = 0.0
+        self._all = threading.Condition()
+
+    def __call__(self, event: WatchEvent) -> None:
+        now = time.thread_time()
+        with self._all:
+            self.events += 1
+            if self.events == 1:
+                self.first = now
+            self.last = now
+            self._all.notify_all()
+
+    def per_event(self, expected: int, timeout: float = 30.0) -> float:
+        with self._all:
+            self._all.wait_for(lambda: self.events >= expected, timeout)
+            return (self.last - self.first) / max(self.events - 1, 1) * 1e3
 
 
 def bare_connection(kubeconfig: Path) -> Callable[[int], object]:
@@ -101,6 +128,9 @@ def main() -> None:
             )  # the client picks the patch type from the body: a merge patch for a dict
             return json.loads(answer.data)
 
+        watched = WatchCost()
+        since = str(meta(cluster.get("nodes", NODE)).get("resourceVersion"))
+        cluster.watch("nodes", since, watched)
         ways = {"kubecluster": ours, "kubernetes_client": generated, "bare_http_client": bare_connection(kubeconfig)}
         for call in ways.values():
             call(0)  # open each connection outside the measure
@@ -109,6 +139,9 @@ def main() -> None:
             figures[f"{name}_cpu_ms"] = round(cpu, 3)
             figures[f"{name}_wall_ms"] = round(wall, 3)
             print(f"{name:18} {cpu:6.3f} ms CPU per call   {wall:6.3f} ms wall", flush=True)
+        expected = len(ways) * (args.calls * args.rounds + 1)
+        figures["watch_cpu_ms_per_event"] = round(watched.per_event(expected), 3)
+        print(f"watch              {figures['watch_cpu_ms_per_event']:6.3f} ms CPU per event (read, parse, deliver)")
         cluster.close()
         print(json.dumps({"calls": args.calls, "rounds": args.rounds, **figures}))
     finally:

@@ -9,6 +9,7 @@ import http.client
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 import tracemalloc
@@ -723,12 +724,14 @@ def test_the_extender_over_tls_answers_only_clients_with_a_certificate_of_its_cl
 
 
 def test_hami_scheduler_says_ready_only_once_its_metrics_accept_too() -> None:
-    """The flake seen on a clean clone: /readyz answered 200 and the metrics port still refused."""
+    """The flake seen on a clean clone: /readyz answered 200 and the metrics port still refused. Ready, it also
+    serves with its own switch interval, and gives the process's back when it stops."""
     from hami.cluster import MemoryCluster
     from hami.config import load_config
     from hami.demo.world import free_port
-    from hami.scheduler.run import run_scheduler
+    from hami.scheduler.run import SWITCH_INTERVAL_SECONDS, run_scheduler
 
+    before = sys.getswitchinterval()
     extender, metrics = free_port(), free_port()
     config = load_config(
         None, {"scheduler.listen": f"127.0.0.1:{extender}", "scheduler.metricsListen": f"127.0.0.1:{metrics}"}
@@ -746,6 +749,8 @@ def test_hami_scheduler_says_ready_only_once_its_metrics_accept_too() -> None:
                 pass  # not listening yet
             time.sleep(0.01)
         assert post(metrics, "/metrics", b"", "GET")[0] == 200  # at once, no retry
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_SECONDS  # serving: filters wait less for the GIL
     finally:
         stop.set()
         thread.join(30)
+    assert sys.getswitchinterval() == before

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,12 @@ from hami.scheduler.service import SchedulerService
 __all__ = ["Companion", "Hosting", "Running", "run_scheduler"]
 
 log = logging.getLogger(__name__)
+
+SWITCH_INTERVAL_SECONDS = 0.001
+"""How long a thread may run Python before a thread waiting for the interpreter lock takes it, while the process
+serves (CPython's default: 0.005). A filter that arrives while a watch or bind thread runs Python waits for the lock
+up to this long, and again at each switch it loses. Set once the sync is done, restored on return; the figures are
+in docs/http-front.md ("Where a request is answered")."""
 
 
 class Running(Protocol):
@@ -150,6 +157,8 @@ def run_scheduler(
             syncing.result()
         service.stop()
         raise
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     all_started.set()
     scheme = "https" if tls else "http"
     log.info(
@@ -169,6 +178,7 @@ def run_scheduler(
             running.stop()
         service.stop()
         _restore_signal_handlers(previous)
+        sys.setswitchinterval(switch_interval)
     return 0
 
 

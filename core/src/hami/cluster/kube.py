@@ -197,13 +197,12 @@ class _Transport:
     certificates, proxy, keep-alive, sized by `_api_client`) and the configuration's credentials (a bearer token
     re-read as the client's refresh hook renews it), nothing serialized or deserialized by the client.
 
-    The client's own request path (`param_serialize`, `call_api`, `RESTResponse`) costs about a third more CPU
-    per call than this (`benchmarks/kube_client.py`); a scheduler makes three calls per pod, the node side three
-    more. A 2xx answer is returned unread; any other raises `_HttpError`.
+    The client's own request path (`param_serialize`, `call_api`, `RESTResponse`) cost 10-30 % more CPU per
+    call than this in the same runs (`benchmarks/kube_client.py`); a scheduler makes three calls per pod, the
+    node side three more. A 2xx answer is returned unread; any other raises `_HttpError`.
     """
 
     def __init__(self, api_client: Any) -> None:
-        self.api_client = api_client
         self.configuration = api_client.configuration
         self.host = str(self.configuration.host).rstrip("/")
         manager = api_client.rest_client.pool_manager

@@ -116,8 +116,12 @@ class Selectors:
         self.nouse_uuid = set(_split(get(keys.nouse_uuid or "")))
         self.use_type = [t.lower() for t in _split(get(keys.use_type or ""))]
         self.nouse_type = [t.lower() for t in _split(get(keys.nouse_type or ""))]
+        self.active = bool(self.use_uuid or self.nouse_uuid or self.use_type or self.nouse_type)
+        """Some list is set (otherwise every device passes, and the fitter skips asking)."""
 
     def refuses(self, usage: DeviceUsage) -> str | None:
+        if not self.active:
+            return None
         d = usage.device
         if self.use_uuid and d.id not in self.use_uuid:
             return "not in use-uuid list"
@@ -220,9 +224,13 @@ def hami_device_order(
     if policy == "mutex":
         return sorted(order, key=lambda i: (-devices[i].used, numa(i)))
     binpack = policy == "binpack"
+    numas = [float(d.usage.device.numa) for d in devices]
+    keys: list[tuple[float, float]]  # by position, computed once (the sort would call a key function per device)
     if numa_bind:
-        return sorted(order, key=lambda i: (-numa(i), scores[i]) if binpack else (numa(i), -scores[i]))
-    return sorted(order, key=lambda i: (scores[i], numa(i)) if binpack else (-scores[i], numa(i)))
+        keys = [(-n, s) if binpack else (n, -s) for s, n in zip(scores, numas, strict=True)]
+    else:
+        keys = [(s, n) if binpack else (-s, n) for s, n in zip(scores, numas, strict=True)]
+    return sorted(order, key=keys.__getitem__)
 
 
 def pod_peaks(placement: Sequence[ContainerPlacement], init_containers: int) -> dict[str, tuple[int, int, int]]:
@@ -250,12 +258,15 @@ def node_score(node: NodeView, placement: Sequence[ContainerPlacement], init_con
     """HAMi's node score after the placement: 10 × (slots used + cores used + memory used, each as a share).
     The placement counts at the pod's peak (`pod_peaks`): its first `init_containers` entries are init
     containers'."""
-    slots = sum(u.device.count for u in node.devices)
-    cores = sum(u.device.devcore for u in node.devices)
-    memory = sum(u.device.devmem for u in node.devices)
-    used = sum(u.used for u in node.devices)
-    usedcores = sum(u.usedcores for u in node.devices)
-    usedmem = sum(u.usedmem for u in node.devices)
+    slots = cores = memory = used = usedcores = usedmem = 0
+    for u in node.devices:  # one pass: this runs for every node fitted
+        d = u.device
+        slots += d.count
+        cores += d.devcore
+        memory += d.devmem
+        used += u.used
+        usedcores += u.usedcores
+        usedmem += u.usedmem
     for taken, mem, core in pod_peaks(placement, init_containers).values():
         used += taken
         usedcores += core
@@ -306,9 +317,7 @@ class ShareFitter:
         def registered() -> list[int]:
             # HAMi's list is in registration order, which is index order on every node daemon (HAMi's and this
             # project's); sorting by index keeps a choice independent of how a view happens to list the devices
-            return sorted(
-                range(len(node.devices)), key=lambda i: (node.devices[i].device.index, node.devices[i].device.id)
-            )
+            return _registration_order(node.devices)
 
         inits = len(pod.init_containers)
         apps = ChoiceContext(pod, node, policy, fresh(), registered())
@@ -336,17 +345,39 @@ class ShareFitter:
         context: ChoiceContext,
     ) -> tuple[ContainerPlacement | None, str]:
         usable: list[Candidate] = []
-        refusals: Counter[str] = Counter()
-        mutex = "mutex" in context.policy.device
-        for free in frees:
-            reason = self._refuses(free, request, cordoned, selectors, mutex)
-            if reason:
-                refusals[reason] += 1
-                continue
+        refused: list[str] = []
+        whole = request.cores >= 100
+        exclusive = whole or "mutex" in context.policy.device
+        selected = selectors.refuses if selectors.active else None
+        extra = self.extra_filter
+        for free in frees:  # this loop runs for every device of every node fitted: the checks are inline
             d = free.usage.device
-            cores = d.devcore if request.cores >= 100 else request.cores
-            usable.append(Candidate(free, request.memory_on(d), cores))
+            memory = request.memory_on(d)
+            cores = d.devcore if whole else request.cores
+            if not d.health:
+                reason: str | None = "unhealthy"
+            elif d.id in cordoned:
+                reason = "cordoned"
+            elif selected is not None and (reason := selected(free.usage)):
+                pass
+            elif free.used >= d.count:
+                reason = "no free slot"
+            elif exclusive and free.used > 0:
+                reason = "not idle (exclusive use asked)"
+            elif memory > d.devmem - free.usedmem:
+                reason = "insufficient memory"
+            elif cores > d.devcore - free.usedcores or (cores == 0 and free.usedcores >= d.devcore):
+                reason = "insufficient cores"
+            elif extra is not None:
+                reason = extra(free.usage, request)
+            else:
+                reason = None
+            if reason:
+                refused.append(reason)
+            else:
+                usable.append(Candidate(free, memory, cores))
         if len(usable) < request.count:
+            refusals = Counter(refused)
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
@@ -365,30 +396,6 @@ class ShareFitter:
             ContainerDevice(uuid=c.device.id, type=self.kind.common_word, usedmem=c.memory, usedcores=c.cores)
             for c in chosen
         ), ""
-
-    def _refuses(
-        self, free: DeviceState, request: ContainerRequest, cordoned: set[str], selectors: Selectors, mutex: bool
-    ) -> str | None:
-        d = free.usage.device
-        if not d.health:
-            return "unhealthy"
-        if d.id in cordoned:
-            return "cordoned"
-        selected = selectors.refuses(free.usage)
-        if selected:
-            return selected
-        if free.used >= d.count:
-            return "no free slot"
-        if (mutex or request.cores >= 100) and free.used > 0:
-            return "not idle (exclusive use asked)"
-        if request.memory_on(d) > d.devmem - free.usedmem:
-            return "insufficient memory"
-        cores = d.devcore if request.cores >= 100 else request.cores
-        if cores > d.devcore - free.usedcores or (cores == 0 and free.usedcores >= d.devcore):
-            return "insufficient cores"
-        if self.extra_filter is not None:
-            return self.extra_filter(free.usage, request)
-        return None
 
     def choose_devices(
         self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
@@ -417,7 +424,7 @@ class ShareFitter:
                 hami_device_score(f, policy.weights, self._counted(f, by_state.get(id(f)))) for f in context.devices
             ]
             devices = context.devices
-            by_index = sorted(range(len(devices)), key=lambda i: (devices[i].device.index, devices[i].device.id))
+            by_index = _registration_order([d.usage for d in devices])
             context.order[:] = hami_device_order(devices, by_index, scores, _hami_policy(policy), self.numa_bind)
         position = {id(c.state): c for c in candidates}
         # HAMi's vendors walk the sorted list from its end: the walk order is the preference order
@@ -443,23 +450,44 @@ class ShareFitter:
     def _sort_devices(self, request: ContainerRequest, context: ChoiceContext) -> None:
         """Sort `context.order` as HAMi sorts the node's device list before fitting one container."""
         weights = context.policy.weights
+        ws, wc, wm = weights.get("slot", 1), weights.get("core", 1), weights.get("memory", 1)
+        word, cores = self.kind.common_word, request.cores
         scores = []
-        for state in context.devices:
+        for state in context.devices:  # `hami_device_score`, inline: this runs for every device fitted
             d = state.usage.device
-            counted = (request.memory_on(d), request.cores) if d.type == self.kind.common_word else None
-            scores.append(hami_device_score(state, weights, counted))
+            if not d.count or not d.devcore or not d.devmem:
+                scores.append(0.0)
+            elif d.type == word:
+                memory = request.memory_on(d) + state.usedmem
+                scores.append(_score32(state.used + 1, d.count, state.usedcores + cores, d.devcore, memory, d.devmem,
+                                       ws, wc, wm))  # fmt: skip
+            else:
+                scores.append(_score32(state.used, d.count, state.usedcores, d.devcore, state.usedmem, d.devmem,
+                                       ws, wc, wm))  # fmt: skip
         devices = context.devices
-        order = context.order or sorted(
-            range(len(devices)), key=lambda i: (devices[i].device.index, devices[i].device.id)
-        )
+        order = context.order or _registration_order([d.usage for d in devices])
         context.order[:] = hami_device_order(
             context.devices, order, scores, _hami_policy(context.policy), self.numa_bind
         )
 
 
+def _registration_order(devices: Sequence[DeviceUsage]) -> list[int]:
+    """Positions of `devices` in registration order (by index, then UUID); the common case, a list already in
+    that order, without sorting."""
+    keys = [(u.device.index, u.device.id) for u in devices]
+    if all(keys[i] < keys[i + 1] for i in range(len(keys) - 1)):
+        return list(range(len(keys)))
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
 def _hami_policy(policy: SchedulingPolicy) -> str:
     """The pod's device policy as HAMi's policy string (`best-fit` is this project's name for binpack)."""
-    return ",".join("binpack" if p == "best-fit" else p for p in policy.device)
+    return _hami_policy_string(tuple(policy.device))
+
+
+@functools.lru_cache(maxsize=256)
+def _hami_policy_string(device: tuple[str, ...]) -> str:
+    return ",".join("binpack" if p == "best-fit" else p for p in device)
 
 
 def _share_of(free: DeviceState) -> int:

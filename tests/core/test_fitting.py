@@ -349,6 +349,17 @@ def test_numa_binding_takes_the_numa_node_hamis_walk_completes_first() -> None:
     assert [d.uuid for d in fit.placement[0]] == ["ACC-2", "ACC-3"]
 
 
+def test_a_numa_request_no_numa_node_can_hold_takes_devices_in_hamis_walk_order() -> None:
+    # two devices per NUMA node, three asked: no NUMA node completes, so the devices come in the walk's order
+    # (binpack first: the fullest), across NUMA nodes, not grouped by them
+    devices = [usage(0, numa=0, used=3), usage(1, numa=0), usage(2, numa=1, used=1), usage(3, numa=1, used=2)]
+    node = NodeView(name="n", devices=devices)
+    policy = SchedulingPolicy(device=("binpack", "numa"))
+    (fit,) = FITTER.fit_nodes(pod(), [req(count=3, memory=10)], [node], policy)
+    assert fit.placement is not None
+    assert [d.uuid for d in fit.placement[0]] == ["ACC-0", "ACC-3", "ACC-2"]
+
+
 def test_the_device_score_is_hamis_float32_formula() -> None:
     state = DeviceState(usage(0, used=1, mem=5000, cores=30), 1, 5000, 30)
     assert hami_device_score(state, {"slot": 1, "core": 1, "memory": 1}) == pytest.approx(

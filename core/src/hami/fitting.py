@@ -19,6 +19,7 @@ can also post-process the fits. Nothing here modifies the node views it is given
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -427,18 +428,20 @@ class ShareFitter:
             by_index = _registration_order([d.usage for d in devices])
             context.order[:] = hami_device_order(devices, by_index, scores, _hami_policy(policy), self.numa_bind)
         position = {id(c.state): c for c in candidates}
-        # HAMi's vendors walk the sorted list from its end: the walk order is the preference order
-        ranked = [
-            position[id(context.devices[i])] for i in reversed(context.order) if id(context.devices[i]) in position
-        ]
+        devices = context.devices
+        # HAMi's vendors walk the sorted list from its end: the walk order is the preference order (read as far
+        # as needed: one device, most often)
+        ranked = (position[key] for i in reversed(context.order) if (key := id(devices[i])) in position)
         if ("numa" in policy.device or self.numa_bind) and count > 1:
+            walk = list(ranked)
             groups: dict[int, list[Candidate]] = {}
-            for item in ranked:
+            for item in walk:
                 groups.setdefault(item.device.numa, []).append(item)
             whole = [g for g in groups.values() if len(g) >= count]
             if whole:
                 return whole[0][:count]  # the first NUMA node whose run completes in HAMi's walk
-        return ranked[:count]
+            return walk[:count]
+        return list(itertools.islice(ranked, count))
 
     def _counted(self, state: DeviceState, candidate: Candidate | None) -> tuple[int, int] | None:
         """What HAMi's device score counts of a container's request on `state`: only on a device whose

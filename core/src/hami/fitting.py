@@ -117,12 +117,13 @@ class Selectors:
         self.nouse_uuid = set(_split(get(keys.nouse_uuid or "")))
         self.use_type = [t.lower() for t in _split(get(keys.use_type or ""))]
         self.nouse_type = [t.lower() for t in _split(get(keys.nouse_type or ""))]
-        self.active = bool(self.use_uuid or self.nouse_uuid or self.use_type or self.nouse_type)
-        """Some list is set (otherwise every device passes, and the fitter skips asking)."""
+
+    @property
+    def active(self) -> bool:
+        """Some list is set (otherwise every device passes, and the fitter need not ask)."""
+        return bool(self.use_uuid or self.nouse_uuid or self.use_type or self.nouse_type)
 
     def refuses(self, usage: DeviceUsage) -> str | None:
-        if not self.active:
-            return None
         d = usage.device
         if self.use_uuid and d.id not in self.use_uuid:
             return "not in use-uuid list"

@@ -188,6 +188,8 @@ def hami_fit_nodes(
         memory or cores, and feasibility must not depend on the order devices are listed in. A fit may
         carry ``pod_annotations`` (the vendor's own keys): the scheduler writes them on the pod together
         with the placement when it chooses that node, and keeps them in the node's view for later fits.
+        A kind whose fits are a function of the pod's spec, the policy and the node's view alone may say so
+        (`DeviceKind.reusable_fits`): the scheduler then asks only for the nodes changed since a pod alike.
     """
 
 

@@ -159,6 +159,15 @@ class DeviceKind(_Model):
         "takes it in the same write as its own lock, and waits while one is younger than `node_lock_seconds`",
     )
     node_lock_seconds: int = Field(default=120, gt=0, description="age at which `node_lock` is taken over")
+    reusable_fits: bool = Field(
+        default=False,
+        description="the vendor's fit of a node (`hami_fit_nodes`) is a function of the pod's spec and annotations "
+        "(not its name or UID), the policy and that node's view alone (its devices, usage, pods, labels and "
+        "annotations but the node lock and handshake): no clock, no randomness, no other node, nothing the vendor "
+        "keeps between calls. The scheduler then reuses a node's fit for a later pod alike until the node changes "
+        "(most of a filter's cost when a policy compares a batch of nodes). Leave it False when a fit writes a "
+        "time or anything else of the moment in `pod_annotations`",
+    )
 
 
 class VendorInfo(_Model):

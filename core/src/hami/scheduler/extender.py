@@ -647,6 +647,7 @@ class Extender:
         result: FilterResult,
     ) -> tuple[str, dict[str, tuple[ContainerPlacement, ...]], dict[str, str]] | None:
         """The chosen node, its placement per kind, and the pod annotations its fits carry."""
+        reuse: int | None = None  # the memo id of this pod's fits, for kinds whose fits may be reused
         for batch in batches:
             feasible: dict[str, float] = {}
             placements: dict[str, dict[str, tuple[ContainerPlacement, ...]]] = {r.name: {} for r in batch}
@@ -655,10 +656,16 @@ class Extender:
                 for view in record.views.values():
                     view.cpu_free, view.memory_free = record.cpu_free, record.memory_free
             for kind in kinds:
-                views = [r.views[kind] for r in batch if r.name not in result.failed]
-                if not views:
+                fitted = [r for r in batch if r.name not in result.failed]
+                if not fitted:
                     break
-                fits = self.host.fit_nodes(kind, pod, requests[kind], views, policy)
+                views = [r.views[kind] for r in fitted]
+                if self.host.kind(kind).reusable_fits:
+                    if reuse is None:
+                        reuse = self._fit_id(pod, policy)
+                    fits = self._reused_fits(kind, pod, requests[kind], fitted, policy, reuse)
+                else:
+                    fits = self.host.fit_nodes(kind, pod, requests[kind], views, policy)
                 scores = self._scores(kind, pod, fits, {v.name: v for v in views}, policy)
                 for fit in fits:
                     if fit.placement is None:
@@ -681,6 +688,46 @@ class Extender:
                 node = node_policy.choose(batch, feasible)
                 return node, placements[node], written.get(node, {})
         return None
+
+    def _fit_id(self, pod: Pod, policy: SchedulingPolicy) -> int:
+        """The memo id of what a reusable fit reads of the pod and the policy: everything but who the pod is."""
+        spec = pod.model_dump_json(exclude={"name", "uid", "node_name"})
+        workload = policy.workload.serial if policy.workload is not None else None
+        return self._memo_id(("fit", spec, policy.node, policy.device, tuple(sorted(policy.weights.items())), workload))
+
+    def _reused_fits(
+        self,
+        kind: str,
+        pod: Pod,
+        requests: list[ContainerRequest | None],
+        records: Sequence[NodeRecord],
+        policy: SchedulingPolicy,
+        reuse: int,
+    ) -> list[NodeFit]:
+        """The vendor's fits of `records` for a kind that declares them reusable (`DeviceKind.reusable_fits`):
+        those memoised for a pod alike since the node last changed (the state clears `NodeRecord.memo` then),
+        the others from one hook call, memoised in turn. The first pod of a shape pays for the batch; the next
+        ones for the node the previous one took."""
+        slot = (reuse, kind)
+        fits: list[NodeFit] = []
+        missing: list[NodeRecord] = []
+        for record in records:
+            hit = record.memo.get(slot)
+            if isinstance(hit, NodeFit):
+                fits.append(hit)
+            else:
+                missing.append(record)
+        if missing:
+            fresh = self.host.fit_nodes(kind, pod, requests, [r.views[kind] for r in missing], policy)
+            by_name = {r.name: r for r in missing}
+            for fit in fresh:
+                owner = by_name.get(fit.node)
+                if owner is not None:
+                    if len(owner.memo) > 512:
+                        owner.memo.clear()
+                    owner.memo[slot] = fit
+            fits.extend(fresh)
+        return fits
 
     def _scores(
         self, kind: str, pod: Pod, fits: Sequence[NodeFit], views: Mapping[str, object], policy: SchedulingPolicy

@@ -35,6 +35,7 @@ KIND = DeviceKind(
         use_type="trace.hami.io/use-gputype",
         nouse_type="trace.hami.io/nouse-gputype",
     ),
+    reusable_fits=True,  # `ShareFitter` alone: a fit reads nothing but the pod, the policy and the node's view
 )
 
 

@@ -85,6 +85,7 @@ KIND = DeviceKind(
     register_format=RegisterFormat.CAPACITY,
     capacity_by_cores=discovery.CAPACITY_NAME,
     node_lock=allocation.LOCK_ANNOTATION,  # taken at bind as HAMi's scheduler takes it, released at Allocate
+    reusable_fits=True,  # a fit reads the pod, the policy and the node's view, nothing of the moment
 )
 
 INFO = VendorInfo(name="cambricon", display_name="Cambricon", kinds=(KIND,), isolation_library=soft.LIBRARY_FILE)

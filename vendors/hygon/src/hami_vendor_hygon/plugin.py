@@ -65,6 +65,7 @@ KIND = DeviceKind(
         nouse_type="hygon.com/nouse-dcutype",
     ),
     register_format=RegisterFormat.LEGACY,
+    reusable_fits=True,  # `ShareFitter` alone: a fit reads nothing but the pod, the policy and the node's view
 )
 
 INFO = VendorInfo(name="hygon", display_name="Hygon", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)

@@ -78,6 +78,7 @@ def _kind(chip: str) -> DeviceKind:
             nouse_uuid=f"hami.io/no-use-{chip}-uuid",
         ),
         register_format=RegisterFormat.LEGACY,
+        reusable_fits=True,  # `TopologyFitter` on the node's own link scores: nothing of the moment
     )
 
 

@@ -86,6 +86,7 @@ KIND = DeviceKind(
         use_type="nvidia.com/use-gputype",
         nouse_type="nvidia.com/nouse-gputype",
     ),
+    reusable_fits=True,  # a fit reads the pod's annotations, the policy and the node's view, nothing of the moment
 )
 
 INFO = VendorInfo(name="nvidia", display_name="NVIDIA", kinds=(KIND,), isolation_library=edits.LIBRARY_FILE)

@@ -4,6 +4,9 @@ Filter reads the pod's requests through the vendors, orders the candidate nodes 
 (`hami.scheduler.policies`: one module per policy), and asks each involved vendor to fit the pod onto them
 in batches: one hook call per vendor per batch, the first batch with a feasible node wins and its best node
 is chosen. Only when nothing fits are all candidates examined, so every rejected node then has its reason.
+A vendor whose fits depend on nothing of the moment (`DeviceKind.reusable_fits`) is asked only for the nodes
+changed since a pod alike (same spec and annotations) was fitted: the others' fits are kept on the node until
+it changes (`NodeRecord.memo`).
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
 (`ClusterState.assume`), so the next pod cannot double-book. `hami scheduler` writes it with the bind
 (`record_at_bind`): the filter makes no API call (one filter at a time is kube-scheduler's pace), and the pod gets

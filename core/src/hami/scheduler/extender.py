@@ -194,13 +194,11 @@ def _ordered_batches(
 
 def _memoised(record: NodeRecord, key: Hashable, compute: Callable[[NodeRecord], T]) -> T:
     """What `compute` makes of the node under `key` (its evaluation for a shape, its class for a policy), computed
-    once until its usage changes: the state clears `NodeRecord.memo` then (and it is bounded here)."""
-    memo = record.memo
-    hit: T | None = memo.get(key)  # type: ignore[assignment]
+    once until its usage changes: the state clears `NodeRecord.memo` then (`NodeRecord.remember` bounds it)."""
+    hit: T | None = record.memo.get(key)  # type: ignore[assignment]
     if hit is None:
-        if len(memo) > 512:
-            memo.clear()
-        hit = memo[key] = compute(record)
+        hit = compute(record)
+        record.remember(key, hit)
     return hit
 
 
@@ -726,9 +724,7 @@ class Extender:
             for fit in fresh:
                 owner = by_name.get(fit.node)
                 if owner is not None:
-                    if len(owner.memo) > 512:
-                        owner.memo.clear()
-                    owner.memo[slot] = fit
+                    owner.remember(slot, fit)
             fits.extend(fresh)
         return fits
 

@@ -123,6 +123,10 @@ class PodRecord:
         return self._placed
 
 
+MEMO_ENTRIES = 512
+"""How many evaluations a node's memo holds (shapes, classes, fits, learned-profile costs) before it is emptied."""
+
+
 @dataclass
 class NodeRecord:
     name: str
@@ -146,7 +150,8 @@ class NodeRecord:
     waits for their node lock, so the extender can pass the node over while another one fits. (A lock still held
     by a pod already allocated does not hold a bind back: the bind takes it over.)"""
     memo: dict[object, object] = field(default_factory=dict)
-    """The filter's per-node evaluations, valid until the node's usage changes (then cleared)."""
+    """The filter's per-node evaluations, valid until the node's usage changes (then cleared); written through
+    `remember`, which bounds it."""
     device_allocatable: dict[str, int] = field(default_factory=dict)
     """kind → the node's allocatable of the kind's count resource (status.allocatable; 0 when absent)."""
     dropped: frozenset[str] = frozenset()
@@ -155,6 +160,12 @@ class NodeRecord:
     """What the record was built from, but the lock and handshake annotations (`ClusterState.set_node`)."""
     resource_version: str = ""
     """The node object's resourceVersion as last seen: a precondition for writes that rely on this record."""
+
+    def remember(self, key: object, value: object) -> None:
+        """Memoise `value` under `key` until the node changes; past `MEMO_ENTRIES` the memo starts empty again."""
+        if len(self.memo) > MEMO_ENTRIES:
+            self.memo.clear()
+        self.memo[key] = value
 
     @property
     def cpu_free(self) -> int | None:

@@ -96,6 +96,6 @@ class FragmentationAware(NodePolicy):
                         model,
                     )
                     value += after - before + TIE_BREAK * sum(frees)
-                record.memo[key] = value
+                record.remember(key, value)
             growth[name] = value  # type: ignore[assignment]
         return growth

@@ -49,6 +49,7 @@ from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.policies import NODE_POLICIES, NodeKey, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
+from hami.scheduler.precedence import Precedence
 from hami.scheduler.ranking import Evaluation, Rankings
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.state import (
@@ -262,6 +263,8 @@ class Extender:
         self.requeue: Requeuer | None = None
         """Told of each refusal for capacity, so that a pod refused just before capacity freed is retried
         (`hami.scheduler.requeue`; the service sets it)."""
+        self.precedence = Precedence()
+        """The decisions in progress, which the service's watch handlers wait for (`hami.scheduler.precedence`)."""
         self.node_changed = threading.Condition()
         self.locks = NodeLocks(
             cluster,
@@ -371,6 +374,10 @@ class Extender:
                 error=f"pod {pod.namespace}/{pod.name} with UID {pod.uid or '(none)'} is not known to this "
                 "scheduler's watch; kube-scheduler will retry the pod"
             )
+        with self.precedence:  # the watch handlers wait meanwhile (`hami.scheduler.precedence`)
+            return self._decide(pod, node_names)
+
+    def _decide(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:
         with self._decisions_lock:  # filtered again: an earlier decision not written is withdrawn below
             unwritten = self._decisions.pop(pod_key(pod.namespace, pod.name), None) is not None
         try:

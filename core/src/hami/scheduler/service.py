@@ -9,7 +9,9 @@ bind phase (and whose lock, should it not, is free to the next bind). A watch th
 a fresh list.
 
 Concurrency: watch handlers run on the backend's delivery threads and take the state lock briefly; filter
-and bind run on the HTTP server's threads. Only the leader writes (see `hami.scheduler.leader`).
+and bind run on the HTTP server's threads. A handler first steps aside while a filter decides
+(`hami.scheduler.precedence`): kube-scheduler waits on the filter, nothing waits on the event.
+Only the leader writes (see `hami.scheduler.leader`).
 """
 
 from __future__ import annotations
@@ -203,6 +205,7 @@ class SchedulerService:
         self.requeue.stop()
 
     def _on_node(self, event: WatchEvent) -> None:
+        self.extender.precedence.yield_to_decisions()
         if event.type == "DELETED":
             self.state.remove_node(meta(event.object)["name"])
         else:
@@ -216,6 +219,7 @@ class SchedulerService:
         self.extender.notify_node_changed()
 
     def _on_claim(self, event: WatchEvent) -> None:
+        self.extender.precedence.yield_to_decisions()
         assert self.claims is not None
         m = meta(event.object)
         if event.type == "DELETED":
@@ -225,6 +229,7 @@ class SchedulerService:
         self.requeue.capacity_freed(self.state.frees)
 
     def _on_pod(self, event: WatchEvent) -> None:
+        self.extender.precedence.yield_to_decisions()
         m = meta(event.object)
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
         if event.type == "DELETED":

@@ -1,0 +1,62 @@
+"""Filters first: the watch handlers' work steps aside while a filter decides.
+
+A filter holds the interpreter lock for a few milliseconds, and everything else the scheduler does (applying watch
+events, verifying placements, counting quotas) competes with it for that lock: each event handled while a filter
+runs lengthens it by the event's own cost, and against a real API server the events of the pods just bound arrive
+exactly while the next ones are filtered. kube-scheduler waits on the filter; nothing waits on an event applied a
+few milliseconds later (the state it feeds is read by the next decision, and an event that arrives during a filter
+could as well have arrived after it). So the service's watch handlers wait, at most `YIELD_SECONDS`, while a
+decision is in progress, and go on as soon as none is.
+
+The bound keeps a filter that never ends (or a stream of filters back to back) from holding the watches back:
+a waiting handler goes on when the filter it waited for ends, even if another has begun.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+__all__ = ["Precedence", "YIELD_SECONDS"]
+
+YIELD_SECONDS = 0.02
+"""The longest a watch handler waits for a decision to end: several times a filter's p99 at 5,000 nodes."""
+
+
+class Precedence:
+    """Counts the decisions in progress (`with precedence:`); `yield_to_decisions` waits while there are any."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._deciders: set[int] = set()
+        """The threads deciding: a handler called on one of them (a synchronous backend) does not wait for itself."""
+        self._ended = threading.Condition(threading.Lock())
+
+    def __enter__(self) -> None:
+        with self._ended:
+            self._active += 1
+            self._deciders.add(threading.get_ident())
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        with self._ended:
+            self._active -= 1
+            self._deciders.discard(threading.get_ident())
+            if not self._active:
+                self._ended.notify_all()
+
+    @property
+    def deciding(self) -> bool:
+        return self._active > 0
+
+    def yield_to_decisions(self, longest: float | None = None) -> bool:
+        """Wait until no decision is in progress, or the one under way ends, or `longest` seconds pass (default
+        `YIELD_SECONDS`); True when it waited. Called on a thread that is deciding, it returns at once."""
+        if not self._active:  # the usual case, without the lock
+            return False
+        with self._ended:
+            if self._active and threading.get_ident() not in self._deciders:
+                self._ended.wait(YIELD_SECONDS if longest is None else longest)
+                return True
+        return False

@@ -45,6 +45,23 @@ def test_a_decision_that_does_not_end_holds_a_handler_back_only_so_long() -> Non
         assert waited == [True]
 
 
+def test_a_handler_that_just_waited_catches_up_without_waiting_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # decisions back to back must not hold a watch to one event per decision
+    monkeypatch.setattr(precedence, "YIELD_SECONDS", 60.0)
+    p, results = Precedence(), []
+    with p:
+        done = threading.Event()
+
+        def run() -> None:
+            results.append(p.yield_to_decisions(longest=0.05))  # the decision does not end: waits, bounded
+            results.extend(p.yield_to_decisions(longest=60) for _ in range(3))  # at once: no wait within 60 s
+            done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        assert done.wait(10)
+    assert results == [True, False, False, False]
+
+
 def test_a_handler_on_the_deciding_thread_does_not_wait_for_itself() -> None:
     p = Precedence()
     with p:

@@ -8,19 +8,23 @@ few milliseconds later (the state it feeds is read by the next decision, and an 
 could as well have arrived after it). So the service's watch handlers wait, at most `YIELD_SECONDS`, while a
 decision is in progress, and go on as soon as none is.
 
-The bound keeps a filter that never ends (or a stream of filters back to back) from holding the watches back:
-a waiting handler goes on when the filter it waited for ends, even if another has begun.
+Two bounds keep the watches from falling behind. A waiting handler goes on when the decision it waited for ends,
+even if another has begun, or after `YIELD_SECONDS`. And a thread that waited does not wait again for the next
+`YIELD_SECONDS`: with filters back to back (a saturated scheduler, or several filtering at once) the watch would
+otherwise apply one event per filter, and fall further behind with every pod.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from types import TracebackType
 
 __all__ = ["Precedence", "YIELD_SECONDS"]
 
 YIELD_SECONDS = 0.02
-"""The longest a watch handler waits for a decision to end: several times a filter's p99 at 5,000 nodes."""
+"""The longest a watch handler waits for a decision to end (several times a filter's p99 at 5,000 nodes), and how
+long after a wait its thread goes on without waiting."""
 
 
 class Precedence:
@@ -30,6 +34,8 @@ class Precedence:
         self._active = 0
         self._deciders: set[int] = set()
         """The threads deciding: a handler called on one of them (a synchronous backend) does not wait for itself."""
+        self._waited: dict[int, float] = {}
+        """Thread → when its last wait ended (`time.monotonic`)."""
         self._ended = threading.Condition(threading.Lock())
 
     def __enter__(self) -> None:
@@ -52,11 +58,17 @@ class Precedence:
 
     def yield_to_decisions(self, longest: float | None = None) -> bool:
         """Wait until no decision is in progress, or the one under way ends, or `longest` seconds pass (default
-        `YIELD_SECONDS`); True when it waited. Called on a thread that is deciding, it returns at once."""
+        `YIELD_SECONDS`); True when it waited. Called on a thread that is deciding, or within `YIELD_SECONDS` of its
+        last wait, it returns at once."""
         if not self._active:  # the usual case, without the lock
             return False
+        thread = threading.get_ident()
         with self._ended:
-            if self._active and threading.get_ident() not in self._deciders:
-                self._ended.wait(YIELD_SECONDS if longest is None else longest)
-                return True
-        return False
+            if not self._active or thread in self._deciders:
+                return False
+            last = self._waited.get(thread)
+            if last is not None and time.monotonic() - last < YIELD_SECONDS:
+                return False  # it waited a moment ago: catch up first
+            self._ended.wait(YIELD_SECONDS if longest is None else longest)
+            self._waited[thread] = time.monotonic()
+            return True

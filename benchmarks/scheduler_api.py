@@ -323,6 +323,9 @@ def main() -> None:
         wait_until(ready, 300, "hami scheduler ready")
         ready_s = time.perf_counter() - started
         log(f"scheduler ready after {ready_s:.2f} s")
+        for line in (work / "hami-scheduler.log").read_text(errors="replace").splitlines():
+            if "scheduler state synced" in line:
+                log(f"  {line.strip()}")  # where the time until ready went, as the scheduler logs it
         spawn = multiprocessing.get_context("spawn")
         node_side_started = spawn.Event()
         kubeconfig = str(plane.identity("admin", "hami-e2e-admin").kubeconfig)

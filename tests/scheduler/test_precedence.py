@@ -66,6 +66,9 @@ def test_a_handler_on_the_deciding_thread_does_not_wait_for_itself() -> None:
     p = Precedence()
     with p:
         assert p.yield_to_decisions(longest=60) is False
+        with p:
+            pass
+        assert p.yield_to_decisions(longest=60) is False  # still deciding after a nested decision ended
 
 
 def test_nested_decisions_hold_until_the_last_ends() -> None:

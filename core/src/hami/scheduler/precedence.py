@@ -8,8 +8,8 @@ few milliseconds later (the state it feeds is read by the next decision, and an 
 could as well have arrived after it). So the service's watch handlers wait, at most `YIELD_SECONDS`, while a
 decision is in progress, and go on as soon as none is.
 
-Two bounds keep the watches from falling behind. A waiting handler goes on when the decision it waited for ends,
-even if another has begun, or after `YIELD_SECONDS`. And a thread that waited does not wait again for the next
+Two bounds keep the watches from falling behind. A waiting handler goes on once no decision is in progress (even
+if the next begins before it runs), or after `YIELD_SECONDS`. And a thread that waited does not wait again for the next
 `YIELD_SECONDS`: with filters back to back (a saturated scheduler, or several filtering at once) the watch would
 otherwise apply one event per filter, and fall further behind with every pod.
 """
@@ -32,8 +32,9 @@ class Precedence:
 
     def __init__(self) -> None:
         self._active = 0
-        self._deciders: set[int] = set()
-        """The threads deciding: a handler called on one of them (a synchronous backend) does not wait for itself."""
+        self._deciders: dict[int, int] = {}
+        """Thread → its decisions in progress: a handler called on a deciding thread (a synchronous backend) does not
+        wait for itself."""
         self._waited: dict[int, float] = {}
         """Thread → when its last wait ended (`time.monotonic`)."""
         self._ended = threading.Condition(threading.Lock())
@@ -41,23 +42,29 @@ class Precedence:
     def __enter__(self) -> None:
         with self._ended:
             self._active += 1
-            self._deciders.add(threading.get_ident())
+            thread = threading.get_ident()
+            self._deciders[thread] = self._deciders.get(thread, 0) + 1
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         with self._ended:
             self._active -= 1
-            self._deciders.discard(threading.get_ident())
+            thread = threading.get_ident()
+            if self._deciders[thread] > 1:
+                self._deciders[thread] -= 1
+            else:
+                del self._deciders[thread]
             if not self._active:
                 self._ended.notify_all()
 
     @property
     def deciding(self) -> bool:
+        """Whether a decision is in progress."""
         return self._active > 0
 
     def yield_to_decisions(self, longest: float | None = None) -> bool:
-        """Wait until no decision is in progress, or the one under way ends, or `longest` seconds pass (default
+        """Wait until no decision is in progress, or `longest` seconds pass (default
         `YIELD_SECONDS`); True when it waited. Called on a thread that is deciding, or within `YIELD_SECONDS` of its
         last wait, it returns at once."""
         if not self._active:  # the usual case, without the lock

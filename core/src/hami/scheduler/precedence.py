@@ -31,47 +31,43 @@ class Precedence:
     """Counts the decisions in progress (`with precedence:`); `yield_to_decisions` waits while there are any."""
 
     def __init__(self) -> None:
-        self._active = 0
         self._deciders: dict[int, int] = {}
-        """Thread → its decisions in progress: a handler called on a deciding thread (a synchronous backend) does not
-        wait for itself."""
+        """Thread → its decisions in progress (none: no entry). A handler called on a deciding thread (a synchronous
+        backend) does not wait for itself."""
         self._waited: dict[int, float] = {}
         """Thread → when its last wait ended (`time.monotonic`)."""
         self._ended = threading.Condition(threading.Lock())
 
     def __enter__(self) -> None:
+        thread = threading.get_ident()
         with self._ended:
-            self._active += 1
-            thread = threading.get_ident()
             self._deciders[thread] = self._deciders.get(thread, 0) + 1
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
+        thread = threading.get_ident()
         with self._ended:
-            self._active -= 1
-            thread = threading.get_ident()
             if self._deciders[thread] > 1:
                 self._deciders[thread] -= 1
             else:
                 del self._deciders[thread]
-            if not self._active:
+            if not self._deciders:
                 self._ended.notify_all()
 
     @property
     def deciding(self) -> bool:
         """Whether a decision is in progress."""
-        return self._active > 0
+        return bool(self._deciders)
 
     def yield_to_decisions(self, longest: float | None = None) -> bool:
-        """Wait until no decision is in progress, or `longest` seconds pass (default
-        `YIELD_SECONDS`); True when it waited. Called on a thread that is deciding, or within `YIELD_SECONDS` of its
-        last wait, it returns at once."""
-        if not self._active:  # the usual case, without the lock
+        """Wait until no decision is in progress, or `longest` seconds pass (default `YIELD_SECONDS`); True when it
+        waited. Called on a thread that is deciding, or within `YIELD_SECONDS` of its last wait, it returns at once."""
+        if not self._deciders:  # the usual case, without the lock
             return False
         thread = threading.get_ident()
         with self._ended:
-            if not self._active or thread in self._deciders:
+            if not self._deciders or thread in self._deciders:
                 return False
             last = self._waited.get(thread)
             if last is not None and time.monotonic() - last < YIELD_SECONDS:

@@ -123,7 +123,7 @@ class SchedulerService:
     def start(self) -> SchedulerService:
         """List, rebuild the state, watch: synced when this returns (`ready`). The cyclic GC is off meanwhile:
         the sync allocates millions of long-lived objects, and the full passes CPython runs while the heap grows
-        cost a third of the replay (0.35 of 1.0 s at 1,000 nodes and 8,000 pods); one pass follows."""
+        cost a third of the replay (0.35 of 1.0 s at 1,000 nodes and 8,000 pods); the heap is frozen after it."""
         gc.disable()
         try:
             return self._sync()
@@ -174,17 +174,18 @@ class SchedulerService:
             is_leader=self.extender.is_leader,
         ).start()
         # The state is millions of long-lived objects: a full cyclic-GC pass over them stalls a filter for about
-        # half a second at 5,000 nodes. Collect once and keep them out of later passes (freeze); and since a frozen
-        # heap no longer holds full passes back (CPython runs one when a quarter of the unfrozen objects are new),
-        # space the passes out: a filter allocates thousands of short-lived objects. Filter p99 at 5,000 nodes,
-        # in process: 20.8 ms with freeze alone, 7.6 ms without freeze (but half-second stalls), 4.7 ms with both.
+        # half a second at 5,000 nodes. Keep them out of later passes (freeze); and since a frozen heap no longer
+        # holds full passes back (CPython runs one when a quarter of the unfrozen objects are new), space the passes
+        # out: a filter allocates thousands of short-lived objects. Filter p99 at 5,000 nodes, in process: 20.8 ms
+        # with freeze alone, 7.6 ms without freeze (but half-second stalls), 4.7 ms with both. No collection comes
+        # first: the sync leaves no cyclic garbage for the freeze to keep (tests/scheduler/test_sync.py), and one
+        # cost 0.25-0.34 s of the time until ready at 1,000 nodes and 8,000 pods to find nothing.
         replayed = time.perf_counter()
-        gc.collect()
         gc.freeze()
         gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
         done = time.perf_counter()
         log.info(
-            "scheduler state synced in %.2f s (list %.2f, replay and watches %.2f, collect and freeze %.2f): "
+            "scheduler state synced in %.2f s (list %.2f, replay and watches %.2f, freeze %.2f): "
             "%d nodes, %d pods using devices; workload learned from %d pods",
             done - began,
             listed - began,

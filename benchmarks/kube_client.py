@@ -117,7 +117,7 @@ def main() -> None:
         )
         kubeconfig = Path(plane.identity("admin", "hami-e2e-admin").kubeconfig)
         cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
-        core = k8s_client.CoreV1Api(cluster.api_client)
+        core = k8s_client.CoreV1Api(KubeCluster.api_client_for(str(kubeconfig)))  # its own pool, sized alike
 
         def ours(i: int) -> object:
             return cluster.patch_metadata("nodes", NODE, annotations={"bench": str(i)})

@@ -1,14 +1,16 @@
-"""The `Cluster` port on a real Kubernetes API server, through the official `kubernetes` client.
+"""The `Cluster` port on a real Kubernetes API server.
 
 Owns the mapping from the port's verbs to REST calls (paths, merge patches, bindings, events), the
 translation of the API's `Status` bodies into `NotFoundError` / `ConflictError` / `ClusterError`, bounded
 retries of transient failures, and watches that survive disconnects and expired resourceVersions.
 It must not interpret objects beyond their metadata: services own what annotations mean.
 
-Objects travel as the JSON the API serves: requests go out on the client's connection pool (configuration,
-authentication, TLS, keep-alive) with raw JSON bodies, never through the client's request layer or generated
-models, so field names stay camelCase and fields the client does not know survive a read-modify-replace.
-List items get the `kind` and `apiVersion` the API leaves out of them, so every object names its kind.
+Objects travel as the JSON the API serves: requests go out on one urllib3 connection pool (TLS, keep-alive)
+with raw JSON bodies, never through a client library's request layer or generated models, so field names stay
+camelCase and fields a client does not know survive a read-modify-replace. Inside a pod the pool and the token
+come from the service account (`in_cluster`); from a kubeconfig, the official `kubernetes` client loads it (every
+kind of credential) and lends its pool. List items get the `kind` and `apiVersion` the API leaves out of them, so
+every object names its kind.
 
 Retries: reads and idempotent writes (get, list, replace, patch, delete) are retried with exponential
 backoff on 429, 5xx and connection errors; creates and binds only when the server cannot have acted on
@@ -29,19 +31,19 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import random
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from hami.cluster.port import (
     NAMESPACED,
@@ -184,6 +186,8 @@ def _api_client(configuration: Any) -> Any:
     """An `ApiClient` whose connection pool does not retry on its own: `KubeCluster._call` owns retries (bounded,
     with backoff and one log line each). urllib3's default of 3 retries under each of those attempts made one
     unreachable API server cost 4 × `attempts` connections."""
+    from kubernetes import client as k8s_client
+
     configuration.retries = False
     # Connections kept per host: the client's default (5 per CPU) is below what a scheduler uses at once (up to 16
     # binds from kube-scheduler, the background placement writes, the watches), and every request beyond it opened
@@ -192,32 +196,106 @@ def _api_client(configuration: Any) -> Any:
     return k8s_client.ApiClient(configuration)
 
 
-class _Transport:
-    """Raw JSON requests on the client's connection pool: the `ApiClient`'s urllib3 pool manager (TLS, client
-    certificates, proxy, keep-alive, sized by `_api_client`) and the configuration's credentials (a bearer token
-    re-read as the client's refresh hook renews it), nothing serialized or deserialized by the client.
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where the kubelet mounts a pod's service account: `token` and `ca.crt`."""
+TOKEN_REREAD_SECONDS = 60.0
+"""How long a service account token read from its file is used before the file is read again (client-go's
+interval): the kubelet rotates bound tokens in place, well before they expire."""
 
-    The client's own request path (`param_serialize`, `call_api`, `RESTResponse`) cost 10-30 % more CPU per
-    call than this in the same runs (`benchmarks/kube_client.py`); a scheduler makes three calls per pod, the
-    node side three more. A 2xx answer is returned unread; any other raises `_HttpError`.
+
+class _ServiceAccountToken:
+    """The pod's bearer token, from the file the kubelet keeps current; a failed re-read keeps the last token."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.reread_seconds = TOKEN_REREAD_SECONDS
+        self._lock = threading.Lock()
+        self._token = self._read()
+        self._read_at = time.monotonic()
+
+    def _read(self) -> str:
+        token = self.path.read_text().strip()
+        if not token:
+            raise ValueError(f"{self.path} is empty")
+        return token
+
+    def headers(self) -> dict[str, str]:
+        now = time.monotonic()
+        if now - self._read_at >= self.reread_seconds:
+            with self._lock:
+                if now - self._read_at >= self.reread_seconds:
+                    try:
+                        self._token = self._read()
+                    except (OSError, ValueError) as exc:
+                        log.warning("re-reading the service account token failed, keeping the last one: %s", exc)
+                    self._read_at = now
+        return {"Authorization": f"Bearer {self._token}"}
+
+
+class _Transport:
+    """Raw JSON requests on one urllib3 connection pool (TLS, client certificates, proxy, keep-alive), each with
+    the credentials' current headers; nothing serialized or deserialized by a client library.
+
+    Built from a pod's service account here (`in_cluster`: no `kubernetes` client in the process, 0.3-0.5 s and
+    13 MiB fewer at start) or from a kubeconfig through the `kubernetes` client's loader (`from_api_client`: its
+    pool and its refreshed credentials, exec plugins and auth providers included). The client's own request
+    path (`param_serialize`, `call_api`, `RESTResponse`) cost 10-30 % more CPU per call than this in the same runs
+    (`benchmarks/kube_client.py`); a scheduler makes three calls per pod, the node side three more. A 2xx answer
+    is returned unread; any other raises `_HttpError`.
     """
 
-    def __init__(self, api_client: Any) -> None:
-        self.configuration = api_client.configuration
-        self.host = str(self.configuration.host).rstrip("/")
-        manager = api_client.rest_client.pool_manager
+    def __init__(
+        self,
+        host: str,
+        manager: urllib3.PoolManager,
+        credentials: Callable[[], dict[str, str]],
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self.host = host.rstrip("/")
+        self._credentials = credentials
+        self._close = close or manager.clear
+        self._urlopen: Callable[..., Any]
         if isinstance(manager, urllib3.ProxyManager):  # a proxy may want absolute URLs: the manager resolves each
             self._urlopen, self._prefix = manager.urlopen, self.host
         else:  # the one host's pool, found once: the manager's lookup per call cost a fifth of the client's CPU
             self._urlopen = manager.connection_from_url(self.host).urlopen
             self._prefix = urllib3.util.parse_url(self.host).path or ""
 
-    def _credentials(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        for setting in self.configuration.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[str(setting["key"])] = str(setting["value"])
-        return headers
+    @classmethod
+    def from_api_client(cls, api_client: Any) -> _Transport:
+        """The `kubernetes` client's pool manager and the configuration's credentials (a bearer token re-read as
+        the client's refresh hook renews it)."""
+        configuration = api_client.configuration
+
+        def credentials() -> dict[str, str]:
+            headers: dict[str, str] = {}
+            for setting in configuration.auth_settings().values():
+                if setting.get("in") == "header" and setting.get("value"):
+                    headers[str(setting["key"])] = str(setting["value"])
+            return headers
+
+        return cls(str(configuration.host), api_client.rest_client.pool_manager, credentials, api_client.close)
+
+    @classmethod
+    def in_cluster(cls, account: Path = SERVICE_ACCOUNT) -> _Transport:
+        """The API server's service address from the environment the kubelet sets, verified against the
+        account's CA, with the account's token."""
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise ValueError("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+        ca = account / "ca.crt"
+        if not ca.is_file():
+            raise ValueError(f"{ca} does not exist")
+        try:
+            token = _ServiceAccountToken(account / "token")
+        except OSError as exc:
+            raise ValueError(f"cannot read the service account token: {exc}") from exc
+        manager = urllib3.PoolManager(maxsize=POOL_CONNECTIONS, cert_reqs="CERT_REQUIRED", ca_certs=str(ca))
+        server = f"[{host}]" if ":" in host else host  # an IPv6 service address
+        return cls(f"https://{server}:{port}", manager, token.headers)
+
+    def close(self) -> None:
+        self._close()
 
     def send(
         self,
@@ -269,7 +347,7 @@ class KubeCluster:
 
     def __init__(
         self,
-        api_client: Any,
+        transport: _Transport,
         *,
         component: str = "hami",
         attempts: int = 4,
@@ -277,7 +355,7 @@ class KubeCluster:
         max_backoff_seconds: float = 5.0,
         watch_timeout_seconds: int = 300,
     ) -> None:
-        """`api_client` is a configured `kubernetes.client.ApiClient`; `component` signs recorded events.
+        """`transport` reaches the API server (`from_kubeconfig`, `in_cluster`); `component` signs recorded events.
 
         `attempts` bounds each call (first try included); waits start at `backoff_seconds` and double up to
         `max_backoff_seconds`. Watches ask the server to end each stream after `watch_timeout_seconds` to
@@ -285,8 +363,7 @@ class KubeCluster:
         """
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
-        self._transport = _Transport(api_client)
-        self.api_client = api_client
+        self._transport = transport
         self.component = component
         self.attempts = attempts
         self.backoff_seconds = backoff_seconds
@@ -301,7 +378,17 @@ class KubeCluster:
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None, **options: Any) -> KubeCluster:
-        """Connect as a kubeconfig says (default: $KUBECONFIG or ~/.kube/config), in `context` or the current one."""
+        """Connect as a kubeconfig says (default: $KUBECONFIG or ~/.kube/config), in `context` or the current one,
+        through the `kubernetes` client's loader (every credential a kubeconfig can name)."""
+        return cls(_Transport.from_api_client(cls.api_client_for(path, context)), **options)
+
+    @staticmethod
+    def api_client_for(path: str | None = None, context: str | None = None) -> Any:
+        """A `kubernetes.client.ApiClient` configured from the kubeconfig (`from_kubeconfig`'s), for code that
+        wants the client itself (`benchmarks/kube_client.py` compares its request path with this backend's)."""
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+
         configuration = k8s_client.Configuration()
         try:
             k8s_config.load_kube_config(
@@ -312,19 +399,19 @@ class KubeCluster:
             raise ClusterError(
                 f"cannot load {where}" + (f" context {context!r}" if context else "") + f": {exc}"
             ) from exc
-        return cls(_api_client(configuration), **options)
+        return _api_client(configuration)
 
     @classmethod
-    def in_cluster(cls, **options: Any) -> KubeCluster:
-        """Connect with the pod's service account (the token file is re-read as it rotates)."""
-        configuration = k8s_client.Configuration()
+    def in_cluster(cls, *, account: Path = SERVICE_ACCOUNT, **options: Any) -> KubeCluster:
+        """Connect with the pod's service account (the token file is re-read as it rotates), without the
+        `kubernetes` client: what the chart's processes run with."""
         try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        except k8s_config.ConfigException as exc:
+            transport = _Transport.in_cluster(account)
+        except ValueError as exc:
             raise ClusterError(
                 f"not running in a Kubernetes pod with a service account ({exc}); pass a kubeconfig instead"
             ) from exc
-        return cls(_api_client(configuration), **options)
+        return cls(transport, **options)
 
     def close(self) -> None:
         """Stop every watch and close the connection pool."""
@@ -332,7 +419,7 @@ class KubeCluster:
             watches, self._watches = self._watches, []
         for w in watches:
             w.stop()
-        self.api_client.close()
+        self._transport.close()
 
     # ---------------------------------------------------------------------------------- requests
 

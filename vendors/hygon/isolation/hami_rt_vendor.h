@@ -1,8 +1,10 @@
 /*
  * hami_rt_vendor.h: what libvdcu.so is, for the core's CUDA-runtime-shaped hook layer (core/src/hami/isolation/rt,
  * which holds every hook). Hygon's DTK ships HIP (hip_runtime_api.h's names and signatures) as libgalaxyhip.so;
- * some DTK builds also ship the upstream name libamdhip64.so. HIP has every optional family of the layer. The
- * symbol set is libvdcu.map; hip_api.h (HIP's declarations) serves the tests' fake runtime and client.
+ * some DTK builds also ship the upstream name libamdhip64.so. HIP has every optional family of the layer, which
+ * hooks each one, including those only some HIP releases have (the Hcc launch of older ones, hipLaunchKernelExC of
+ * newer ones): where the installed runtime lacks one its hook answers "not supported", and where it has one no
+ * launch goes around the limiter. The symbol set is libvdcu.map.
  */
 #ifndef HAMI_HYGON_RT_VENDOR_H
 #define HAMI_HYGON_RT_VENDOR_H
@@ -30,6 +32,7 @@
 #define HAMI_RT_HAS_EXT_LAUNCH 1
 #define HAMI_RT_HAS_HCC 1
 #define HAMI_RT_HAS_MODULE_COOPERATIVE 1
+#define HAMI_RT_HAS_LAUNCH_EXC 1
 #define HAMI_RT_HAS_PROC_ADDRESS 1
 
 #endif /* HAMI_HYGON_RT_VENDOR_H */

@@ -13,6 +13,9 @@ subclasses them, naming its build hook): the export list, memory to the byte and
 runtime calls its own exports underneath), out of memory without asking the runtime, the container's view in the
 queries, the compute share of every kind of launch, and the accounting file the node daemon reads. The ctypes scripts
 reach the vendor's API through the layer's prelude (`rt(lib, "Malloc")` is ``lib.<prefix>Malloc``).
+`LaunchConfigTests` are the checks of a library whose runtime has the launch-config launch (``HAMI_RT_HAS_LAUNCH_EXC``:
+``<prefix>LaunchKernelExC``, CUDA's cudaLaunchKernelExC): a tenant launching through it is throttled as through
+LaunchKernel.
 """
 
 from __future__ import annotations
@@ -42,7 +45,15 @@ from hami.testing.sandbox import (
     fake_library,
 )
 
-__all__ = ["FAKE_RT", "RT_CLIENT", "RtLayerTests", "rt_hooks", "rt_isolation_setup", "vendor_header"]
+__all__ = [
+    "FAKE_RT",
+    "RT_CLIENT",
+    "LaunchConfigTests",
+    "RtLayerTests",
+    "rt_hooks",
+    "rt_isolation_setup",
+    "vendor_header",
+]
 
 FAKE_RT = CSRC / "fake_rt.c"
 RT_CLIENT = CSRC / "rt_client.c"
@@ -58,6 +69,7 @@ OPTIONAL_HOOKS = {
     "EXT_LAUNCH": ("ExtLaunchKernel", "ExtModuleLaunchKernel"),
     "HCC": ("HccModuleLaunchKernel",),
     "MODULE_COOPERATIVE": ("ModuleLaunchCooperativeKernel",),
+    "LAUNCH_EXC": ("LaunchKernelExC",),
     "PROC_ADDRESS": ("GetProcAddress",),
 }
 _DEFINE = re.compile(r"^#define\s+(HAMI_RT_\w+)\s+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
@@ -327,3 +339,50 @@ class RtLayerTests:
         (process,) = account.processes
         assert process.pid == holder.pid
         assert process.memory_used == 12 * MIB
+
+
+NULL_CONFIG = r"""
+lib = load_runtime()
+assert rt(lib, "SetDevice")(0) == 0
+RESULT["answer"] = rt(lib, "LaunchKernelExC")(None, c_void_p(0x1000), None)
+"""
+
+
+class LaunchConfigTests:
+    """What a tenant tries with the launch-config launch, ``<prefix>LaunchKernelExC`` (CUDA's cudaLaunchKernelExC:
+    the grid and the stream in a struct), for a library whose runtime has it (its header's
+    ``HAMI_RT_HAS_LAUNCH_EXC``): calling it directly instead of LaunchKernel to get around a core limit. A vendor's
+    test module subclasses this class with its fake device's variable prefix."""
+
+    fake_prefix: ClassVar[str]  # FAKE_MX_
+
+    def test_the_installed_library_hooks_launch_kernel_exc(self, build: Build) -> None:
+        (prefix,) = build.hooks
+        assert prefix + "LaunchKernelExC" in build.exported(), (
+            f"{build.library} does not export {prefix}LaunchKernelExC: a tenant's launches through it bypass the "
+            "compute limiter (list it in the version script)"
+        )
+
+    @SHARE_MEASUREMENT
+    @pytest.mark.parametrize("entry", ["LaunchKernel", "LaunchKernelExC"])
+    def test_a_tenant_launching_through_launch_kernel_exc_is_throttled_as_through_launch_kernel(
+        self, sandbox: Sandbox, entry: str
+    ) -> None:
+        mode = {"LaunchKernel": "kernel", "LaunchKernelExC": "exc"}[entry]
+        extra = {self.fake_prefix + "KERNEL_NS": "1000000"}  # 1 ms kernels, as the layer's plain-launch check
+        proc = sandbox.start("launch", "2.2", mode, 32, env=sandbox.env(cores=30, extra=extra))
+        (share,) = _shares(sandbox, [0])
+        finish(proc)
+        assert share == pytest.approx(0.30, abs=0.05), f"{entry}: the device was {share:.1%} busy under a 30% limit"
+        device = sandbox.account().device(0)
+        assert device.core_limit == 30
+        assert device.launches > 0, f"the limiter never saw a launch through {entry}"
+
+    def test_a_null_config_reaches_the_runtime(self, sandbox: Sandbox) -> None:
+        """The hook reads nothing through a NULL config: the runtime answers (the fake: invalid configuration, 9, a
+        code the library never gives itself), under a core limit too, and the process lives on."""
+        result = sandbox.python(NULL_CONFIG, env=sandbox.env(cores=30))
+        if sandbox.build.real_driver:
+            assert result["answer"] != 0
+        else:
+            assert result["answer"] == 9

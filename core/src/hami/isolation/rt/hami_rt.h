@@ -20,10 +20,11 @@
  *                              memory 2 and not initialized 3 are the same in every CUDA-shaped runtime
  *   HAMI_RT_HAS_HIP_EXTRAS      0 when the runtime lacks ExtMallocWithFlags and ModuleLaunchKernel (HIP and MACA
  *                              have them: the default 1; the CUDA runtime's shape, MUSA's, has neither)
- *   HAMI_RT_HAS_POOL, _VMM, _DEVICE_TOTAL_MEM, _EXT_LAUNCH, _HCC, _MODULE_COOPERATIVE, _PROC_ADDRESS
+ *   HAMI_RT_HAS_POOL, _VMM, _DEVICE_TOTAL_MEM, _EXT_LAUNCH, _HCC, _MODULE_COOPERATIVE, _LAUNCH_EXC, _PROC_ADDRESS
  *                              optional (1): the runtime has MallocFromPoolAsync; MemCreate/MemRelease;
  *                              DeviceTotalMem; ExtLaunchKernel/ExtModuleLaunchKernel; HccModuleLaunchKernel;
- *                              ModuleLaunchCooperativeKernel; GetProcAddress (HIP's signature), whose answers
+ *                              ModuleLaunchCooperativeKernel; LaunchKernelExC (CUDA's cudaLaunchKernelExC: the
+ *                              grid in a launch-config struct); GetProcAddress (HIP's signature), whose answers
  *                              are swapped for the hooks
  *
  * and its version script, which exports exactly the hooks (HAMI_RT_HOOKS below) and the core's lookup doors
@@ -87,6 +88,18 @@ typedef struct hami_rt_mem_prop {
 
 #define HAMI_RT_LOCATION_DEVICE 1
 
+/* The launch configuration LaunchKernelExC takes: CUDA's cudaLaunchConfig_t (gridDim, blockDim, dynamicSmemBytes,
+ * stream, attrs, numAttrs), taken by parity for every runtime that opts in (HAMI_RT_HAS_LAUNCH_EXC); HIP's
+ * hipLaunchConfig_t has the same fields in the same order. The attributes are passed on, never read. */
+typedef struct hami_rt_launch_config {
+    hami_rt_dim3 gridDim;
+    hami_rt_dim3 blockDim;
+    size_t dynamicSmemBytes;
+    hami_rt_stream stream;
+    void *attrs;
+    unsigned int numAttrs;
+} hami_rt_launch_config;
+
 /* ---- the hooks: the common set, then what a vendor's runtime has besides ------------------------------- */
 
 #define HAMI_RT_COMMON_HOOKS(X)                                                                                \
@@ -143,6 +156,11 @@ typedef struct hami_rt_mem_prop {
 #else
 #define HAMI_RT_MODULE_COOPERATIVE_HOOKS(X)
 #endif
+#if defined(HAMI_RT_HAS_LAUNCH_EXC) && HAMI_RT_HAS_LAUNCH_EXC
+#define HAMI_RT_LAUNCH_EXC_HOOKS(X) X(LaunchKernelExC)
+#else
+#define HAMI_RT_LAUNCH_EXC_HOOKS(X)
+#endif
 #if defined(HAMI_RT_HAS_PROC_ADDRESS) && HAMI_RT_HAS_PROC_ADDRESS
 #define HAMI_RT_PROC_HOOKS(X) X(GetProcAddress)
 #else
@@ -159,6 +177,7 @@ typedef struct hami_rt_mem_prop {
     HAMI_RT_EXT_HOOKS(X)                                                                                       \
     HAMI_RT_HCC_HOOKS(X)                                                                                       \
     HAMI_RT_MODULE_COOPERATIVE_HOOKS(X)                                                                        \
+    HAMI_RT_LAUNCH_EXC_HOOKS(X)                                                                                \
     HAMI_RT_PROC_HOOKS(X)
 
 /* Runtime functions the library calls without intercepting them. */
@@ -196,6 +215,7 @@ hami_rt_error HAMI_RT(LaunchKernel)(const void *function_address, hami_rt_dim3 n
 hami_rt_error HAMI_RT(ExtLaunchKernel)(const void *function_address, hami_rt_dim3 numBlocks, hami_rt_dim3 dimBlocks,
                                        void **args, size_t sharedMemBytes, hami_rt_stream stream,
                                        hami_rt_event startEvent, hami_rt_event stopEvent, int flags);
+hami_rt_error HAMI_RT(LaunchKernelExC)(const hami_rt_launch_config *config, const void *func, void **args);
 hami_rt_error HAMI_RT(LaunchCooperativeKernel)(const void *f, hami_rt_dim3 gridDim, hami_rt_dim3 blockDimX,
                                                void **kernelParams, unsigned int sharedMemBytes,
                                                hami_rt_stream stream);

@@ -2,8 +2,8 @@
  * launch.c: every way work reaches the device passes the core's compute limiter first: LaunchKernel (what the
  * compiler's <<<>>> lowers to), LaunchCooperativeKernel, the module (driver-style) launches ModuleLaunchKernel and,
  * where the runtime has them, ModuleLaunchCooperativeKernel, ExtLaunchKernel, ExtModuleLaunchKernel and
- * HccModuleLaunchKernel, and graph launches (GraphLaunch). Launches from inside the runtime pass straight through
- * (runtime.c).
+ * HccModuleLaunchKernel, the launch-config launch LaunchKernelExC (what CUDA's cudaLaunchKernelEx template lowers
+ * to), and graph launches (GraphLaunch). Launches from inside the runtime pass straight through (runtime.c).
  *
  * The share is device time, measured: when the limiter asks for a measurement, the core's launch timer (hookkit.c)
  * brackets the launch by two of the runtime's events on its own stream (several pairs per thread, created once per
@@ -60,6 +60,23 @@ HAMI_EXPORT hami_rt_error HAMI_RT(LaunchKernel)(const void *function_address, ha
     LAUNCH(LaunchKernel, function_address, blocks(numBlocks), stream,
            LaunchKernel(function_address, numBlocks, dimBlocks, args, sharedMemBytes, stream))
 }
+
+#if defined(HAMI_RT_HAS_LAUNCH_EXC) && HAMI_RT_HAS_LAUNCH_EXC
+/* CUDA's cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args), the signature and the
+ * struct (hami_rt.h: hami_rt_launch_config) taken by parity: the grid and the stream are read from the config. The
+ * runtime is handed a copy read once (so the struct must be the runtime's to its last field, as parity assumes):
+ * what the limiter admitted and timed (its blocks, its stream) is what runs, whatever another thread of the process
+ * writes into the caller's struct meanwhile. A NULL config describes no work: it goes straight to the runtime,
+ * which answers its own error. */
+HAMI_EXPORT hami_rt_error HAMI_RT(LaunchKernelExC)(const hami_rt_launch_config *config, const void *func, void **args) {
+    if (HAMI_UNLIKELY(!config)) {
+        HAMI_RT_ENTER(LaunchKernelExC);
+        return hami_rt_fn.LaunchKernelExC(config, func, args);
+    }
+    const hami_rt_launch_config copy = *config;
+    LAUNCH(LaunchKernelExC, func, blocks(copy.gridDim), copy.stream, LaunchKernelExC(&copy, func, args))
+}
+#endif
 
 HAMI_EXPORT hami_rt_error HAMI_RT(LaunchCooperativeKernel)(const void *f, hami_rt_dim3 gridDim, hami_rt_dim3 blockDimX,
                                                            void **kernelParams, unsigned int sharedMemBytes,

@@ -4,8 +4,8 @@
  * exactly as the real one would be. The vendor's names come from its hooks directory's hami_rt_vendor.h (HAMI_RT,
  * HAMI_RT_HAS_*: the functions its runtime has); compile with -I<that directory> and -DFAKE_RT_ENV='"FAKE_X_"' (the
  * prefix of the fake device's variables). Written from the CUDA runtime's documented shapes (signatures; error
- * codes: out of memory 2, invalid value 1, invalid device 101, not found 500, not ready 600). It stands in for the
- * hardware (fake_device.c, configured by the FAKE_RT_ENV variables):
+ * codes: out of memory 2, invalid value 1, invalid configuration 9, invalid device 101, not found 500, not ready
+ * 600). It stands in for the hardware (fake_device.c, configured by the FAKE_RT_ENV variables):
  *   - devices: <prefix>DEVICES (default 1) of <prefix>MEMORY bytes (default 64g); device allocations (every Malloc*
  *     flavour and MemCreate on a device) are counted per device in the shared state file, running out answers out
  *     of memory; MallocPitch rounds the pitch up to 512 bytes;
@@ -15,6 +15,9 @@
  *     underneath, ModuleLaunchKernel is LaunchKernel, MemGetInfo asks DeviceTotalMem where the runtime has it (built
  *     without -Bsymbolic: these calls go through the PLT and meet a preloaded library), which is what the isolation
  *     library must not count twice;
+ *   - LaunchKernelExC (where the runtime has it: cudaLaunchKernelExC's shape) runs its config's grid as
+ *     LaunchKernel runs its own; a NULL config is answered with invalid configuration (9), a code the isolation
+ *     library never gives itself, so a test sees that the runtime answered;
  *   - GetProcAddress (where the runtime has it) returns its own functions by name.
  */
 #define _GNU_SOURCE
@@ -197,6 +200,13 @@ EXPORT rt_error FAKE_RT(LaunchKernel)(const void *f, rt_dim3 grid, rt_dim3 block
     (void)block, (void)args, (void)shared, (void)s;
     return run(f, (uint64_t)grid.x * grid.y * grid.z);
 }
+#if defined(HAMI_RT_HAS_LAUNCH_EXC) && HAMI_RT_HAS_LAUNCH_EXC
+EXPORT rt_error FAKE_RT(LaunchKernelExC)(const rt_launch_config *config, const void *f, void **args) {
+    (void)args;
+    if (!config) return RT_INVALID_CONFIGURATION;
+    return run(f, (uint64_t)config->gridDim.x * config->gridDim.y * config->gridDim.z);
+}
+#endif
 #if defined(HAMI_RT_HAS_EXT_LAUNCH) && HAMI_RT_HAS_EXT_LAUNCH
 EXPORT rt_error FAKE_RT(ExtLaunchKernel)(const void *f, rt_dim3 grid, rt_dim3 block, void **args, size_t shared, rt_stream s,
                                      rt_event start, rt_event stop, int flags) {

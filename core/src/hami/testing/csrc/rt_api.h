@@ -19,6 +19,7 @@ enum {
     RT_SUCCESS = 0,
     RT_INVALID_VALUE = 1,
     RT_OUT_OF_MEMORY = 2,
+    RT_INVALID_CONFIGURATION = 9,
     RT_INVALID_DEVICE = 101,
     RT_NOT_FOUND = 500,
     RT_NOT_READY = 600,
@@ -43,6 +44,13 @@ typedef struct {
         unsigned short usage;
     } allocFlags;
 } rt_mem_prop;
+typedef struct { /* cudaLaunchConfig_t's fields, in its order */
+    rt_dim3 gridDim, blockDim;
+    size_t dynamicSmemBytes;
+    rt_stream stream;
+    void *attrs;
+    unsigned int numAttrs;
+} rt_launch_config;
 
 rt_error HAMI_RT(GetDeviceCount)(int *count);
 rt_error HAMI_RT(SetDevice)(int device);
@@ -70,6 +78,7 @@ rt_error HAMI_RT(StreamIsCapturing)(rt_stream stream, int *status);
 rt_error HAMI_RT(LaunchKernel)(const void *f, rt_dim3 grid, rt_dim3 block, void **args, size_t shared, rt_stream s);
 rt_error HAMI_RT(ExtLaunchKernel)(const void *f, rt_dim3 grid, rt_dim3 block, void **args, size_t shared, rt_stream s,
                                   rt_event start, rt_event stop, int flags);
+rt_error HAMI_RT(LaunchKernelExC)(const rt_launch_config *config, const void *f, void **args);
 rt_error HAMI_RT(LaunchCooperativeKernel)(const void *f, rt_dim3 grid, rt_dim3 block, void **params,
                                           unsigned int shared, rt_stream s);
 rt_error HAMI_RT(ModuleLaunchKernel)(rt_function f, unsigned int gx, unsigned int gy, unsigned int gz,

@@ -7,8 +7,9 @@
  *   init, hold, churn             SetDevice(0), Malloc / Free (out of memory: 2)
  *   stress                        every counted API: Malloc, MallocManaged, MallocAsync, MallocPitch,
  *                                 ExtMallocWithFlags, MemCreate (where the runtime has it)
- *   launch SECONDS MODES BLOCKS... launches cycling through MODES (kernel, ext, coop, module, extmodule, graph; ext
- *                                 and extmodule where the runtime has them; mixed = all it has)
+ *   launch SECONDS MODES BLOCKS... launches cycling through MODES (kernel, exc, ext, coop, module, extmodule, graph;
+ *                                 exc (LaunchKernelExC), ext and extmodule where the runtime has them; mixed = all
+ *                                 it has)
  *   bench alloc|launch|meminfo N  Malloc + Free of 1 MiB, LaunchKernel, MemGetInfo
  */
 #define _GNU_SOURCE
@@ -85,17 +86,28 @@ void client_release(int kind, uint64_t handle) {
     }
 }
 
-#if defined(HAMI_RT_HAS_EXT_LAUNCH) && HAMI_RT_HAS_EXT_LAUNCH
-#define ALL_MODES "kernel,ext,coop,module,extmodule,graph"
+#if defined(HAMI_RT_HAS_LAUNCH_EXC) && HAMI_RT_HAS_LAUNCH_EXC
+#define EXC_MODE "exc,"
 #else
-#define ALL_MODES "kernel,coop,module,graph"
+#define EXC_MODE ""
 #endif
-static const char *const MODES[] = {"kernel", "ext", "coop", "module", "extmodule", "graph"};
+#if defined(HAMI_RT_HAS_EXT_LAUNCH) && HAMI_RT_HAS_EXT_LAUNCH
+#define ALL_MODES "kernel," EXC_MODE "ext,coop,module,extmodule,graph"
+#else
+#define ALL_MODES "kernel," EXC_MODE "coop,module,graph"
+#endif
+static const char *const MODES[] = {"kernel", "exc", "ext", "coop", "module", "extmodule", "graph"};
 #define N_MODES (sizeof MODES / sizeof *MODES)
 
 static int launch(const char *mode, void *kernel, uint32_t blocks) {
     rt_dim3 grid = {blocks, 1, 1}, block = {64, 1, 1};
     if (!strcmp(mode, "kernel")) return HAMI_RT(LaunchKernel)(kernel, grid, block, NULL, 0, NULL);
+#if defined(HAMI_RT_HAS_LAUNCH_EXC) && HAMI_RT_HAS_LAUNCH_EXC
+    if (!strcmp(mode, "exc")) {
+        rt_launch_config config = {.gridDim = grid, .blockDim = block};
+        return HAMI_RT(LaunchKernelExC)(&config, kernel, NULL);
+    }
+#endif
 #if defined(HAMI_RT_HAS_EXT_LAUNCH) && HAMI_RT_HAS_EXT_LAUNCH
     if (!strcmp(mode, "ext")) return HAMI_RT(ExtLaunchKernel)(kernel, grid, block, NULL, 0, NULL, NULL, NULL, 0);
 #endif

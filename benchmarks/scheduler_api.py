@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from control_plane import ControlPlane, find_binaries, wait_until  # noqa: E402
-from hami_stack import HamiStack  # noqa: E402
+from hami_stack import NAMESPACE as STACK_NAMESPACE  # noqa: E402
+from hami_stack import RELEASE, HamiStack  # noqa: E402
 from kube_rest import ApiError, KubeApi  # noqa: E402
 
 from hami.cluster import WatchEvent, meta  # noqa: E402
@@ -238,6 +239,37 @@ def ms(values: list[float], q: float) -> float | None:
     return round(1000 * percentile(values, q), 2) if values else None
 
 
+SCHEDULER_ACCOUNT = (STACK_NAMESPACE, f"{RELEASE}-scheduler")
+"""The chart's scheduler ServiceAccount (namespace, name)."""
+
+
+def in_cluster(
+    argv: list[str], env: dict[str, str], plane: ControlPlane, settings: dict[str, Any], config: Path, folder: Path
+) -> list[str]:
+    """Run the scheduler as a pod of the chart is run: its ServiceAccount's token (a TokenRequest, as the kubelet
+    asks for one) and the cluster's CA in /var/run/secrets/kubernetes.io/serviceaccount (a private mount namespace:
+    nothing on the machine changes), the API server's address in KUBERNETES_SERVICE_HOST/PORT, and no kubeconfig."""
+    namespace, name = SCHEDULER_ACCOUNT
+    assert plane.admin is not None
+    answer = plane.admin.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
+    folder.mkdir(exist_ok=True)
+    (folder / "token").write_text(answer["status"]["token"])
+    (folder / "ca.crt").write_bytes(Path(plane.pki.ca).read_bytes())
+    settings.pop("kubeconfig", None)
+    config.write_text(yaml.safe_dump(settings))
+    host, port = plane.server.removeprefix("https://").rsplit(":", 1)
+    env.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+    mount = (
+        "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && "
+        f'cp {folder}/token {folder}/ca.crt /run/secrets/kubernetes.io/serviceaccount/ && exec "$@"'
+    )
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh", *argv]
+
+
 def start_scheduler(
     argv: list[str], env: dict[str, str], log_path: Path, port: int
 ) -> tuple[subprocess.Popen[bytes], float]:
@@ -285,6 +317,13 @@ def main() -> None:
         "below saturation; 0: each filter as soon as the last answered",
     )
     parser.add_argument("--create-threads", type=int, default=8)
+    parser.add_argument(
+        "--connect",
+        choices=["in-cluster", "kubeconfig"],
+        default="in-cluster",
+        help="how the scheduler reaches the API server: as the chart's pod does, with its ServiceAccount's token "
+        "in /var/run/secrets (default; a private mount namespace, so root), or with a kubeconfig",
+    )
     parser.add_argument(
         "--starts",
         type=int,
@@ -335,6 +374,8 @@ def main() -> None:
         argv = [*args.wrap.split(), sys.executable, "-m", "hami.cli", "--log-level", "info", "scheduler"]
         argv += ["--config", str(config)]
         env = dict(os.environ, HAMI_DISABLED_VENDORS=stack.disabled_vendors())
+        if args.connect == "in-cluster":
+            argv = in_cluster(argv, env, plane, settings, config, work / "serviceaccount")
         ready_runs: list[float] = []
         for start in range(args.starts):
             scheduler, ready_s = start_scheduler(argv, env, work / "hami-scheduler.log", stack.extender_port)
@@ -410,6 +451,7 @@ def main() -> None:
             "policy": args.policy,
             "binds": "serial" if args.serial else args.binders,
             "arrival_rate": args.rate or None,
+            "connect": args.connect,
             "ready_s": round(ready_s, 2),
             "ready_s_all": [round(r, 2) for r in ready_runs] if len(ready_runs) > 1 else None,
             "filter_p50_ms": ms(filters, 0.5),

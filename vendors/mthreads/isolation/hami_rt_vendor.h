@@ -7,8 +7,14 @@
  * the CUDA runtime's values, an assumption, musa_runtime_api.h not being public). Why the runtime is hooked too: it
  * reaches the driver through the private table muGetExportTable hands it, not through the mu* exports, so a program
  * using musaMalloc or musaLaunchKernel (torch_musa does) would never meet the driver hooks. It has memory pools
- * (musaMallocFromPoolAsync) and none of HIP's extras. The variables are the driver layer's (MUSA_*), so both layers
- * configure the core alike, whichever is called first; the symbol set is libvmusa.map.
+ * (musaMallocFromPoolAsync) and none of HIP's extras. Its one optional launch is musaLaunchKernelExC, the runtime's
+ * launch-config launch (what CUDA's cudaLaunchKernelEx template lowers to): its signature and its launch-config struct
+ * are CUDA's by the mirror parity, cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func,
+ * void **args) and cudaLaunchConfig_t (dim3 gridDim; dim3 blockDim; size_t dynamicSmemBytes; the stream; the
+ * attributes' pointer; unsigned numAttrs), unverified against the SDK's musa_runtime_api.h (not public). Unhooked, it
+ * would be a launch that reaches the driver through the private table, around the compute limit; hooked, it passes
+ * the limiter as musaLaunchKernel does. The variables are the driver layer's (MUSA_*), so both layers configure the
+ * core alike, whichever is called first; the symbol set is libvmusa.map.
  */
 #ifndef HAMI_MTHREADS_RT_VENDOR_H
 #define HAMI_MTHREADS_RT_VENDOR_H
@@ -32,5 +38,6 @@
 #define HAMI_RT_ERROR_NOT_SUPPORTED 801 /* musaErrorNotSupported, CUDA's value */
 #define HAMI_RT_HAS_HIP_EXTRAS 0
 #define HAMI_RT_HAS_POOL 1
+#define HAMI_RT_HAS_LAUNCH_EXC 1 /* musaLaunchKernelExC, CUDA's signature by the mirror parity */
 
 #endif /* HAMI_MTHREADS_RT_VENDOR_H */

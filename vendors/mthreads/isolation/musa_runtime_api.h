@@ -4,7 +4,9 @@
  * (musaSuccess 0, musaErrorInvalidValue 1, musaErrorMemoryAllocation 2, musaErrorInitializationError 3,
  * musaErrorInvalidDevice 101, musaErrorNotReady 600 as CUDA's), dim3, the opaque handle types, and the functions
  * with CUDA runtime's signatures. Numeric values other than 0-3 and 101 are CUDA's, to be checked against
- * musa_runtime_api.h.
+ * musa_runtime_api.h. musaLaunchKernelExC and musaLaunchConfig_t are CUDA's cudaLaunchKernelExC and
+ * cudaLaunchConfig_t by the same parity (the fields in CUDA's order; the attributes opaque, as the hook never reads
+ * them), not seen in any MUSA header.
  */
 #ifndef HAMI_MTHREADS_MUSA_RUNTIME_API_H
 #define HAMI_MTHREADS_MUSA_RUNTIME_API_H
@@ -16,6 +18,7 @@ typedef enum musaError {
     musaErrorInvalidValue = 1,
     musaErrorMemoryAllocation = 2,
     musaErrorInitializationError = 3,
+    musaErrorInvalidConfiguration = 9,
     musaErrorInvalidDevice = 101,
     musaErrorNotReady = 600,
     musaErrorNotSupported = 801,
@@ -31,6 +34,16 @@ typedef struct MUevent_st *musaEvent_t;
 typedef struct MUmemPoolHandle_st *musaMemPool_t;
 typedef struct MUgraphExec_st *musaGraphExec_t;
 typedef int musaStreamCaptureStatus; /* musaStreamCaptureStatusNone = 0 */
+typedef struct musaLaunchAttribute_st musaLaunchAttribute;
+
+typedef struct musaLaunchConfig_st {
+    dim3 gridDim;
+    dim3 blockDim;
+    size_t dynamicSmemBytes;
+    musaStream_t stream;
+    musaLaunchAttribute *attrs;
+    unsigned int numAttrs;
+} musaLaunchConfig_t;
 
 musaError_t musaGetDeviceCount(int *count);
 musaError_t musaSetDevice(int device);
@@ -48,6 +61,7 @@ musaError_t musaMemGetInfo(size_t *free, size_t *total);
 
 musaError_t musaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
                              musaStream_t stream);
+musaError_t musaLaunchKernelExC(const musaLaunchConfig_t *config, const void *func, void **args);
 musaError_t musaLaunchCooperativeKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args, size_t sharedMem,
                                         musaStream_t stream);
 musaError_t musaGraphLaunch(musaGraphExec_t graphExec, musaStream_t stream);

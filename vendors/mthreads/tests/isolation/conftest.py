@@ -5,6 +5,8 @@ The MUSA driver API is CUDA's under the mu prefix, so the driver fake is the cor
 ``libmusart.so`` is this package's fake (``fake_musart.c``), over the same fake device (the FAKE_CUDA_ variables).
 MTML is not NVML-compatible: no management library. What is Moore Threads': ``libvmusa.so`` inside the installed
 ``hami_vendor_mthreads`` package, the MUSA_* variables, the runtime hooks and the driver's unversioned names.
+Beside the driver API's client, ``musa_launch`` (``musa_launch.c``) is a program of the runtime API linked against
+``libmusart.so``, for the launch tests (``test_launch_exc.py``).
 `build` (once per session) compiles them; `sandbox` (per test) is a hami.testing.sandbox.Sandbox.
 
 To run the same tests on a Moore Threads machine, point ``HAMI_ISOLATION_DRIVER_DIR`` at a directory holding MUSA's
@@ -22,7 +24,8 @@ from hami.testing.sandbox import FAKE_DEVICE, CTarget, fake_library, fixtures
 HERE = Path(__file__).resolve().parent
 ISOLATION = HERE.parents[1] / "isolation"
 
-# The MUSA runtime's functions libvmusa.so hooks, and the driver's unversioned names it answers (isolation/vmusa.h).
+# The MUSA runtime's functions libvmusa.so hooks (isolation/hami_rt_vendor.h), and the driver's unversioned names it
+# answers (isolation/aliases.c): with the driver layer's hooks, its export list (isolation/libvmusa.map).
 MUSA_HOOKS = (
     "musaMalloc",
     "musaFree",
@@ -34,6 +37,7 @@ MUSA_HOOKS = (
     "musaMemGetInfo",
     "musaSetDevice",
     "musaLaunchKernel",
+    "musaLaunchKernelExC",
     "musaLaunchCooperativeKernel",
     "musaGraphLaunch",
 )
@@ -63,6 +67,12 @@ _BASE = cuda_isolation_setup(
     prefix="mu",
 )
 _runtime = fake_library("libmusart.so", HERE / "fake_musart.c", FAKE_DEVICE, symbolic=False)
+_launcher = CTarget(
+    "musa_launch",
+    (HERE / "musa_launch.c",),
+    (f"-I{ISOLATION}",),
+    ("-L{build}", "-l:libmusart.so", "-Wl,-rpath-link,{build}"),
+)
 
 SETUP = replace(
     _BASE,
@@ -70,6 +80,7 @@ SETUP = replace(
     exports=_BASE.exports | set(MUSA_HOOKS) | set(MU_ALIASES),
     hooks={**_BASE.hooks, "musa": MUSA_HOOKS},
     prelude=_BASE.prelude + RUNTIME_PRELUDE,
+    helpers=(*_BASE.helpers, _launcher),
 )
 
 

@@ -11,7 +11,10 @@
  *     musaMallocManaged is musaMalloc underneath and musaMemGetInfo asks musaGetDevice, which the isolation library
  *     must not count twice;
  *   - a kernel "runs" for FAKE_CUDA_KERNEL_NS plus FAKE_CUDA_KERNEL_NS_PER_BLOCK x its blocks; events are
- *     timestamps on the device's timeline.
+ *     timestamps on the device's timeline;
+ *   - musaLaunchKernelExC (cudaLaunchKernelExC's shape by the mirror parity) runs its config's grid as
+ *     musaLaunchKernel runs its own; a NULL config is answered with musaErrorInvalidConfiguration (9), a code the
+ *     isolation library never gives itself, so a test sees that the runtime answered.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -153,6 +156,11 @@ static musaError_t run(const void *f, uint64_t blocks) {
 EXPORT musaError_t musaLaunchKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared, musaStream_t s) {
     (void)block, (void)args, (void)shared, (void)s;
     return run(f, (uint64_t)grid.x * grid.y * grid.z);
+}
+EXPORT musaError_t musaLaunchKernelExC(const musaLaunchConfig_t *config, const void *f, void **args) {
+    (void)args;
+    if (!config) return musaErrorInvalidConfiguration;
+    return run(f, (uint64_t)config->gridDim.x * config->gridDim.y * config->gridDim.z);
 }
 EXPORT musaError_t musaLaunchCooperativeKernel(const void *f, dim3 grid, dim3 block, void **args, size_t shared,
                                                musaStream_t s) {

@@ -98,7 +98,7 @@ LOOKUPS = r"""
 cuda = load_cuda()
 musa = load_musa()
 runtime = ctypes.CDLL("libmusart.so")
-for name in ("musaMalloc", "musaFree", "musaMemGetInfo", "musaLaunchKernel"):
+for name in ("musaMalloc", "musaFree", "musaMemGetInfo", "musaLaunchKernel", "musaLaunchKernelExC"):
     RESULT[name] = where(libc.dlsym(runtime._handle, name.encode()))
 for name in ("muMemAlloc_v2", "muLaunchKernel", "muMemAlloc"):
     RESULT[name] = where(libc.dlsym(cuda._handle, name.encode()))
@@ -112,7 +112,8 @@ RESULT["proc muMemAlloc"] = where(fn.value)
 
 def test_dlsym_and_mu_get_proc_address_answer_the_hooks(sandbox):
     result = sandbox.python(LOOKUPS, sandbox.env(memory=str(64 * MIB)))
-    for name in ("musaMalloc", "musaFree", "musaMemGetInfo", "musaLaunchKernel", "muMemAlloc_v2", "muLaunchKernel"):
+    runtime = ("musaMalloc", "musaFree", "musaMemGetInfo", "musaLaunchKernel", "musaLaunchKernelExC")
+    for name in (*runtime, "muMemAlloc_v2", "muLaunchKernel"):
         assert result[name] == ["libvmusa.so", name], name
     # the fake driver, like CUDA's, exports only muMemAlloc_v2: its handle has no unversioned name to answer, while
     # a program bound to the name in the global scope meets the alias, and muGetProcAddress maps it to the _v2 hook

@@ -60,6 +60,31 @@ result["runtime_4_more"] = runtime.musaMalloc(byref(pointer), c_size_t(4 << 20))
 print(json.dumps(result))
 """
 
+# cuLaunchKernelEx (under the mu prefix) through the layer: the fake driver keeps the config it was handed, its
+# address and what it said (fake_cuda.c: fake_cuda_launch_config_at, fake_cuda_launch_config).
+LAUNCH_EX = r"""
+import ctypes, json
+from ctypes import Structure, byref, c_uint, c_void_p
+class LaunchConfig(Structure):  # CUDA's CUlaunchConfig
+    _fields_ = [("grid", c_uint * 3), ("block", c_uint * 3), ("shared", c_uint), ("stream", c_void_p),
+                ("attrs", c_void_p), ("num_attrs", c_uint)]
+musa = ctypes.CDLL("libmusa.so.1")
+assert musa.muInit(0) == 0
+ctx, stream = c_void_p(), c_void_p()
+assert musa.muDevicePrimaryCtxRetain(byref(ctx), 0) == 0
+assert musa.muCtxSetCurrent(ctx) == 0
+assert musa.muStreamCreate(byref(stream), 0) == 0
+seen_at = c_void_p.in_dll(musa, "fake_cuda_launch_config_at")
+seen = LaunchConfig.in_dll(musa, "fake_cuda_launch_config")
+result = {}
+for name in ("muLaunchKernelEx", "muLaunchKernelEx_ptsz"):
+    config = LaunchConfig((7, 2, 3), (128, 1, 1), 256, stream, None, 0)
+    answer = getattr(musa, name)(byref(config), c_void_p(0x1000), None, None)
+    result[name] = {"answer": answer, "caller_s_own": seen_at.value == ctypes.addressof(config),
+                    "same": bytes(seen) == bytes(config)}
+print(json.dumps(result))
+"""
+
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -83,14 +108,14 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run(scratch: Path, **env: str) -> dict[str, object]:
+def run(scratch: Path, script: str = SCRIPT, **env: str) -> dict[str, object]:
     environment = {**{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYTHONPATH")},
                    "LD_LIBRARY_PATH": str(scratch), "LD_PRELOAD": str(scratch / "libscratch.so"),
                    "LIBRARY": str(scratch / "libscratch.so"), "RUNTIME": str(scratch / "libmusart.so"),
                    "FAKE_CUDA_STATE": str(scratch / "fake.state"), "FAKE_CUDA_MEMORY": "1g",
                    "SCRATCH_DEVICE_MEMORY_SHARED_CACHE": str(scratch / "accounting.cache"), "SCRATCH_LOG_LEVEL": "0",
                    **env}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=environment, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
@@ -108,3 +133,13 @@ def test_a_vendor_hook_is_answered_by_dlsym_and_counted_with_the_driver_hooks(sc
     result = run(scratch, SCRATCH_DEVICE_MEMORY_LIMIT_0=str(16 * MIB))
     assert result["vendor_hook"] is True
     assert (result["runtime_2"], result["runtime_4_more"]) == (0, 2)  # 12 + 2 held; 4 more is over 16 MiB
+
+
+def test_the_driver_runs_a_copy_of_the_launch_config_the_limiter_read(scratch):
+    """cuLaunchKernelEx's grid and stream are in the caller's struct: the driver is handed a copy read once, equal
+    to the caller's to the byte, not the caller's own memory (which another thread of the tenant could rewrite
+    between the limiter's reading and the driver's), with a core limit (the launch timed) as without."""
+    for limit in ({}, {"SCRATCH_DEVICE_SM_LIMIT": "30"}):
+        result = run(scratch, LAUNCH_EX, **limit)
+        for name in ("muLaunchKernelEx", "muLaunchKernelEx_ptsz"):
+            assert result[name] == {"answer": 0, "caller_s_own": False, "same": True}, (name, limit)

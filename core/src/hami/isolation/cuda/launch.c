@@ -1,6 +1,8 @@
 /*
  * launch.c: every way work reaches the device (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel,
- * cuGraphLaunch, and their per-thread-default-stream variants) passes the core's compute limiter first.
+ * cuGraphLaunch, and their per-thread-default-stream variants) passes the core's compute limiter first. The
+ * launch-config launches (cuLaunchKernelEx) hand the driver a copy of the caller's config, read once: what the
+ * limiter admitted and timed is what runs.
  *
  * When the limiter asks for a measurement, the core's launch timer (hookkit.c) brackets the launch by two of the
  * driver's events on its own stream (event pairs per thread, created once per context); the elapsed time between
@@ -192,23 +194,33 @@ HAMI_EXPORT CUresult HAMI_CU(LaunchKernel_ptsz)(CUfunction f, unsigned int gridD
                                hStream, kernelParams, extra))
 }
 
+/* cuLaunchKernelEx: the grid and the stream are in the caller's config. The driver is handed a copy read once, so
+ * what the limiter admitted and timed (its blocks, and the stream the launch timer records its events on) is what
+ * runs, whatever another thread of the tenant writes into the caller's struct meanwhile (a stream swapped between
+ * the two reads would run the kernel untimed, past the core limit). The copy assumes the struct is the driver's to
+ * its last field, as CUDA's header defines CUlaunchConfig (cuda_api.h); Moore Threads' MUlaunchConfig is CUDA's by
+ * the layer's parity. The attributes (attrs) stay the caller's: the limiter reads none of them. A NULL config
+ * describes no work: it goes straight to the driver, which answers its own error. */
 HAMI_EXPORT CUresult HAMI_CU(LaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
     if (!config) {
         HAMI_CUDA_ENTER(HAMI_CU(LaunchKernelEx));
         return hami_real.HAMI_CU(LaunchKernelEx)(config, f, kernelParams, extra);
     }
-    LAUNCH(HAMI_CU(LaunchKernelEx), 0, f, BLOCKS(config->gridDimX, config->gridDimY, config->gridDimZ), config->hStream,
-           HAMI_CU(LaunchKernelEx)(config, f, kernelParams, extra))
+    const CUlaunchConfig copy = *config;
+    LAUNCH(HAMI_CU(LaunchKernelEx), 0, f, BLOCKS(copy.gridDimX, copy.gridDimY, copy.gridDimZ), copy.hStream,
+           HAMI_CU(LaunchKernelEx)(&copy, f, kernelParams, extra))
 }
 
+/* As cuLaunchKernelEx, on the per-thread default stream when the config's is NULL. */
 HAMI_EXPORT CUresult HAMI_CU(LaunchKernelEx_ptsz)(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                            void **extra) {
     if (!config) {
         HAMI_CUDA_ENTER(HAMI_CU(LaunchKernelEx_ptsz));
         return hami_real.HAMI_CU(LaunchKernelEx_ptsz)(config, f, kernelParams, extra);
     }
-    LAUNCH(HAMI_CU(LaunchKernelEx_ptsz), 1, f, BLOCKS(config->gridDimX, config->gridDimY, config->gridDimZ),
-           config->hStream, HAMI_CU(LaunchKernelEx_ptsz)(config, f, kernelParams, extra))
+    const CUlaunchConfig copy = *config;
+    LAUNCH(HAMI_CU(LaunchKernelEx_ptsz), 1, f, BLOCKS(copy.gridDimX, copy.gridDimY, copy.gridDimZ), copy.hStream,
+           HAMI_CU(LaunchKernelEx_ptsz)(&copy, f, kernelParams, extra))
 }
 
 HAMI_EXPORT CUresult HAMI_CU(LaunchCooperativeKernel)(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

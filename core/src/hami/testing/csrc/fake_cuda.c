@@ -18,6 +18,8 @@
  *   - events are timestamps on that timeline (FAKE_CUDA_EVENT_TIMING=queued: on this process's own queue, so
  *     a launch's events also time the other processes' work queued before it: fake_device.h); synchronization
  *     sleeps until the process's work is done;
+ *   - cuLaunchKernelEx keeps the config it was last handed, its address and a copy of it (the exported
+ *     fake_cuda_launch_config_at and fake_cuda_launch_config), for a test to compare with the caller's;
  *   - cuGetProcAddress answers by name, CUDA version and per-thread-stream flag like the real driver, with the
  *     exported functions, or with internal addresses when FAKE_CUDA_PRIVATE_PROCS=1 (as a driver may).
  * On a normal exit it frees what the process still holds (the real driver frees a dead process's memory).
@@ -552,9 +554,16 @@ API(LaunchCooperativeKernel_ptsz, (void *f, unsigned gx, unsigned gy, unsigned g
     return impl_LaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
 
+/* The config the process's last cuLaunchKernelEx (or _ptsz) was handed, where it lay and what it said: a test
+ * reads them by name (ctypes' in_dll) to tell whether the driver got the caller's own struct or a copy of it. */
+EXPORT const void *fake_cuda_launch_config_at;
+EXPORT struct launch_config fake_cuda_launch_config;
+
 API_SINCE(11060, LaunchKernelEx, (const struct launch_config *c, void *f, void **params, void **extra), (c, f, params, extra)) {
     (void)params, (void)extra;
     if (!c || !f) return INVALID_VALUE;
+    fake_cuda_launch_config_at = c;
+    fake_cuda_launch_config = *c;
     return run(kernel_time(c->grid_x, c->grid_y, c->grid_z));
 }
 

@@ -12,6 +12,10 @@ CUDA side (``csrc/cuda_client.c``), the lists of functions the layer hooks, and 
     )
     build, sandbox = fixtures(SETUP)
 
+`LaunchKernelExTests` is the check of a library whose driver has cuLaunchKernelEx (CUDA 11.6 on; a vendor's test
+module subclasses it only then, as `hami.testing.rt.LaunchConfigTests` is subclassed only where the runtime has
+the launch-config launch): a tenant launching through it is throttled as through cuLaunchKernel.
+
 Nothing here names a vendor.
 """
 
@@ -20,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from hami.testing.sandbox import CSRC, FAKE_DEVICE, ISOLATION_CLIENT, CTarget, IsolationSetup, fake_library
+import pytest
+
+from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish
+from hami.testing.sandbox import CSRC, FAKE_DEVICE, ISOLATION_CLIENT, CTarget, IsolationSetup, Sandbox, fake_library
 
 __all__ = [
     "CUDA_CLIENT",
@@ -28,6 +35,7 @@ __all__ = [
     "CUDA_HOOKS_SINCE",
     "FAKE_CUDA",
     "FAKE_NVML",
+    "LaunchKernelExTests",
     "NVML_HOOKS",
     "PRELUDE",
     "cuda_hooks",
@@ -220,3 +228,32 @@ def cuda_isolation_setup(
         log_level_variable=log_level_variable or f"{env_prefix}_LOG_LEVEL",
         prelude=f"DRIVER = {driver!r}\nPREFIX = {prefix!r}\n" + PRELUDE,
     )
+
+
+class LaunchKernelExTests:
+    """What a tenant tries with the launch-config launch, cuLaunchKernelEx (the grid, block and stream in a
+    struct, CUDA 11.6 on; the client's ``ex`` launch mode): calling it instead of cuLaunchKernel to get its kernels
+    past its core limit. It fails: the layer hooks it through the same compute limiter, and the container's device
+    share stays at its 30 % limit, within the same tolerance as for cuLaunchKernel (the plain launch is measured
+    beside it, in the same way). A vendor's test module subclasses this class where its driver has the function."""
+
+    @SHARE_MEASUREMENT
+    @pytest.mark.parametrize("entry", ["LaunchKernel", "LaunchKernelEx"])
+    def test_a_tenant_launching_through_launch_kernel_ex_is_throttled_as_through_launch_kernel(
+        self, sandbox: Sandbox, entry: str
+    ) -> None:
+        # the client falls back to cuLaunchKernel on a driver without cuLaunchKernelEx: that would measure nothing
+        assert any(name.endswith("LaunchKernelEx") for name in sandbox.build.hooks["cuda"]), (
+            "this vendor's driver has no cuLaunchKernelEx: do not subclass LaunchKernelExTests"
+        )
+        mode = {"LaunchKernel": "kernel", "LaunchKernelEx": "ex"}[entry]
+        extra = {sandbox.setup.fake_prefix + "KERNEL_NS": "1000000"}  # 1 ms kernels, as the plain-launch check
+        proc = sandbox.start("launch", "3.0", mode, 132, env=sandbox.env(cores=30, extra=extra))
+        (share,) = device_shares(sandbox, [0])
+        finish(proc)
+        name = "cu" + entry  # by CUDA's name
+        assert share == pytest.approx(0.30, abs=0.05), f"{name}: the device was {share:.1%} busy under a 30% limit"
+        device = sandbox.account().device(0)
+        assert device.core_limit == 30
+        assert device.launches > 0, f"the limiter never saw a launch through {name}"
+        assert device.device_time_ns > 0

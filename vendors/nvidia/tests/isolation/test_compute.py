@@ -15,6 +15,7 @@ import pytest
 from hami.isolation.accounting import ControlMode, set_device_control
 from hami.isolation.grant import render_pid_map, set_grant_control, write_pid_map
 from hami.node.backstop import namespace_pid
+from hami.testing.cuda import LaunchKernelExTests
 from hami.testing.isolation import SHARE_MEASUREMENT, device_shares, finish, grant_text
 
 shares = device_shares
@@ -285,3 +286,8 @@ def test_in_a_pid_namespace_the_node_daemons_pid_map_lets_nvml_figures_hold_the_
     assert low_share + high_share > 0.9, "the device was not kept busy"
     ratio = high_share / low_share
     assert ratio == pytest.approx(9, rel=0.10), f"in pid namespaces, queued timing: 1:{ratio:.2f}, not 1:9 +- 10 %"
+
+
+class TestLaunchKernelEx(LaunchKernelExTests):
+    """A tenant with a 30 % core limit calls cuLaunchKernelEx instead of cuLaunchKernel to get past its limit: the
+    device stays 30 % busy (the shared check, hami.testing.cuda)."""

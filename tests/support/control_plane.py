@@ -104,6 +104,27 @@ def find_binaries() -> Binaries:
     )
 
 
+@dataclass(frozen=True)
+class Kueue:
+    """Kueue's controller and its module's config/ (CRDs, webhooks, RBAC), built by build_control_plane.sh."""
+
+    controller: Path
+    config: Path
+    version: str
+
+
+def find_kueue() -> Kueue:
+    """The cached Kueue controller for the pinned version. :raises MissingBinaries: with how to get it."""
+    version = versions()["KUEUE_VERSION"]
+    folder = cache_dir() / f"kueue-{version}"
+    if not (folder / ".complete").exists():
+        raise MissingBinaries(
+            f"Kueue {version} is not built ({folder} missing): run `bash {BUILD_SCRIPT.relative_to(ROOT)}` "
+            "(builds it from the Go module sigs.k8s.io/kueue once per pin, about 3 minutes)"
+        )
+    return Kueue(controller=folder / "kueue", config=folder / "config", version=version)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -40,6 +40,7 @@ from control_plane import ControlPlane, find_binaries  # noqa: E402
 
 from hami.cluster import WatchEvent, meta  # noqa: E402
 from hami.cluster.kube import KubeCluster  # noqa: E402
+from hami.cluster.kube_transport import kubeconfig_api_client  # noqa: E402
 
 NODE = "node-00000"
 
@@ -117,7 +118,7 @@ def main() -> None:
         )
         kubeconfig = Path(plane.identity("admin", "hami-e2e-admin").kubeconfig)
         cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
-        core = k8s_client.CoreV1Api(KubeCluster.api_client_for(str(kubeconfig)))  # its own pool, sized alike
+        core = k8s_client.CoreV1Api(kubeconfig_api_client(str(kubeconfig)))  # its own pool, sized alike
 
         def ours(i: int) -> object:
             return cluster.patch_metadata("nodes", NODE, annotations={"bench": str(i)})

@@ -3,7 +3,7 @@
 Checks what an operator relies on first: every vendor plugin loads, each of the seven ships its isolation library
 in the image (compiled in the image's build stage), and `hami node --simulated-inventory` serves a
 device to a kubelet. The kubelet is the project's fake (`hami.testing.kubelet`) and the API server the in-memory
-one (`hami.cluster.serve`), both from the installed hami-core; `hami node` runs as its own process, as in a pod.
+one (`hami.testing.apiserver`), both from the installed hami-core; `hami node` runs as its own process, as in a pod.
 Prints one JSON line; exits non-zero saying what failed.
 """
 
@@ -56,7 +56,7 @@ def check_vendors() -> dict[str, str]:
 
 def serve_one_device() -> int:
     from hami.cluster import MemoryCluster
-    from hami.cluster.serve import ClusterApiServer
+    from hami.testing.apiserver import ClusterApiServer
     from hami.testing.kubelet import FakeKubelet
 
     work = Path(tempfile.mkdtemp(prefix="hami-smoke-"))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import hami.cluster.kube as kube
+import hami.cluster.kube_transport as kube_transport
 from hami.cluster import ClusterError
 from hami.cluster.kube import KubeCluster
-from hami.cluster.serve import ClusterApiServer
+from hami.testing.apiserver import ClusterApiServer
 from hami.webhook.certs import generate, write_bundle
 
 
@@ -50,7 +50,7 @@ def test_a_pod_lists_over_https_with_its_token(account: Path) -> None:
 
 
 def test_a_rotated_token_is_read_again(api: ClusterApiServer, account: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube, "TOKEN_REREAD_SECONDS", 0.0)
+    monkeypatch.setattr(kube_transport, "TOKEN_REREAD_SECONDS", 0.0)
     cluster = KubeCluster.in_cluster(account=account, attempts=1)
     try:
         cluster.get("nodes", "node-a")

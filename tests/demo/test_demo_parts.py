@@ -1,5 +1,5 @@
 """The demo's parts on their own: the JSONPatch it applies for kube-apiserver, the example loader, its
-configuration, and the loopback API server (`hami.cluster.serve`) it runs the cluster on."""
+configuration, and the loopback API server (`hami.testing.apiserver`) it runs the cluster on."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import yaml
 
 from hami.cli import main
 from hami.cluster.kube import KubeCluster
-from hami.cluster.serve import ClusterApiServer
 from hami.demo.examples import load_examples
 from hami.demo.journey import apply_json_patch
 from hami.demo.world import DemoWorld
 from hami.errors import ConfigError
 from hami.node.simulated import load_inventory
 from hami.plugins import VendorHost
+from hami.testing.apiserver import ClusterApiServer
 from hami.webhook.admission import admit_review
 
 ROOT = Path(__file__).resolve().parents[2]

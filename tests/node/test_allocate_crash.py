@@ -36,9 +36,9 @@ from node_harness import (
 
 from hami.cluster import MemoryCluster
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.cluster.serve import ApiRequest, Override
 from hami.model import ContainerEdits
 from hami.scheduler.extender import BIND_PHASE
+from hami.testing.apiserver import ApiRequest, Override
 from hami.testing.kubelet import FakeKubelet, PluginCallError
 
 RESOURCE = "scripted.example/accel"

@@ -11,9 +11,9 @@ from typing import Any
 from scheduler_harness import gpu_node, gpu_pod
 
 from hami.cluster import MemoryCluster
-from hami.cluster.serve import ApiRequest, ClusterApiServer, Override
 from hami.codec import NodeLock, encode_link_scores, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
+from hami.testing.apiserver import ApiRequest, ClusterApiServer, Override
 
 LOCK = "hami.io/mutex.lock"
 

@@ -1,4 +1,4 @@
-"""The product's loopback API server (`hami.cluster.serve`) with what tests of API clients need on top.
+"""The loopback API server the demo runs on (`hami.testing.apiserver`) with what tests of API clients need on top.
 
 `FakeApiServer` is `ClusterApiServer` with a fixed default token and, through its `intercept` seam:
 
@@ -7,7 +7,7 @@
   after carrying them out (a success whose answer was lost).
 
 Everything else (watch history, `compact()`, `close_watches()`, `refuse_watches`, `expired_as_http`,
-`wait_for_streams()`, `write_kubeconfig()`) is the product's.
+`wait_for_streams()`, `write_kubeconfig()`) is `ClusterApiServer`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami.cluster import MemoryCluster
-from hami.cluster.serve import ApiError, ApiRequest, ClusterApiServer, Override, status_body
+from hami.testing.apiserver import ApiError, ApiRequest, ClusterApiServer, Override, status_body
 
 __all__ = ["ApiError", "FakeApiServer", "Recorded", "status_body"]
 

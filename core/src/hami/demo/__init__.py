@@ -2,7 +2,7 @@
 
     examples  the example files: pod specs (submitted in file order) and the objects they need first
               (namespaces, resource quotas)
-    world     what runs: the in-memory cluster served over HTTP (`hami.cluster.serve`), the real scheduler
+    world     what runs: the in-memory cluster served over HTTP (`hami.testing.apiserver`), the real scheduler
               process (extender and admission webhook, `hami scheduler`), one real node daemon process per
               node (`hami node --simulated-inventory`) with a fake kubelet (`hami.testing.kubelet`) each
     journey   one pod's way through it, as a cluster would take it: the webhook's AdmissionReview (HTTPS),

@@ -2,7 +2,7 @@
 
 Owns starting, waiting for and stopping:
 
-* the **cluster**: a `MemoryCluster` served over HTTPS by `hami.cluster.serve.ClusterApiServer` in this
+* the **cluster**: a `MemoryCluster` served over HTTPS by `hami.testing.apiserver.ClusterApiServer` in this
   process, with a kubeconfig (bearer token, the run's CA) in the work directory that `kubectl` uses as it is;
   the inventory's nodes are created in it
   (labels, allocatable CPU and memory, Ready), then the examples' namespaces and resource quotas;
@@ -50,12 +50,12 @@ from pydantic import ValidationError
 
 from hami.cluster.memory import MemoryCluster
 from hami.cluster.port import Resource, meta
-from hami.cluster.serve import ClusterApiServer
 from hami.config import HamiConfig
 from hami.errors import ConfigError, HamiError
 from hami.node.devices import resources_of
 from hami.node.simulated import InventoryFile, SimulatedNode
 from hami.plugins import VendorHost
+from hami.testing.apiserver import ClusterApiServer
 from hami.testing.kubelet import FakeKubelet
 from hami.validation import describe, nearest
 

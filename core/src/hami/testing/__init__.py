@@ -7,6 +7,8 @@
 
 - `hami.testing.kubelet`: a fake kubelet (a real Registration server on a unix socket, and a client that calls a
   device plugin exactly as the kubelet does) to drive the node daemon with.
+- `hami.testing.apiserver`: a small Kubernetes API server on loopback over an in-memory cluster (`MemoryCluster`),
+  reached through a kubeconfig like a real one: what the demo runs on and what tests of API clients talk to.
 - `hami.testing.sandbox`: the isolation library's test sandbox (the installed library in front of fake vendor
   libraries compiled with the C sources of ``csrc/``), configured by one `IsolationSetup` per vendor::
 

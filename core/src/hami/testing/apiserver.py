@@ -1,5 +1,9 @@
 """A small Kubernetes API server on loopback, backed by `MemoryCluster`: the demo's cluster, and the tests'.
 
+Testing equipment, not a production part: no service (scheduler, webhook, node daemon) imports it; they reach it
+only as they reach kube-apiserver, through a kubeconfig. `hami demo` runs on it, as on the fake kubelet
+(`hami.testing.kubelet`), and so does the image's smoke check.
+
 It serves the REST paths `hami.cluster.kube.KubeCluster` uses, the way kube-apiserver answers them, so that
 separate processes (`hami scheduler`, `hami node`, `hami status`) can talk to an in-memory cluster through a
 kubeconfig exactly as they talk to a real one:

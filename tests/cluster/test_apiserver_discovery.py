@@ -1,4 +1,4 @@
-"""The loopback API server (hami.cluster.serve) as Kubernetes' own clients find it: discovery, HTTPS, the token.
+"""The loopback API server (hami.testing.apiserver) as Kubernetes' own clients find it: discovery, HTTPS, the token.
 
 `kubectl` and the Python client's dynamic client discover what a server serves (`/api`, `/apis`, the group
 versions) before they ask for anything; the demo's kubeconfig must work with them as it is.
@@ -13,7 +13,7 @@ import pytest
 import urllib3
 from kubernetes import config, dynamic
 
-from hami.cluster.serve import ClusterApiServer
+from hami.testing.apiserver import ClusterApiServer
 from hami.webhook.certs import generate, write_bundle
 
 

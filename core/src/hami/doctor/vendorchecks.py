@@ -19,19 +19,22 @@ from pathlib import Path
 
 import yaml
 
-from hami.doctor.findings import Finding, failed, ok, warning
+from hami.doctor.findings import Finding, Status, failed, ok, warning
 from hami.isolation.grant import Grant
 
 __all__ = [
     "CDI_DIRS",
     "cdi_spec",
     "device_nodes",
+    "driver",
     "grant_root",
     "management_library",
     "tool",
     "tool_memory_against_grant",
 ]
 
+DEV = Path("/dev")
+"""Where device nodes are looked for (tests point it at a directory of their own)."""
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 """Where container runtimes read CDI specifications (the CDI specification's static and dynamic directories)."""
 
@@ -66,6 +69,14 @@ def management_library(
     return ok(check, f"{detail}; {devices} device(s)")
 
 
+def driver(library: Finding, nodes: Finding, display: str) -> list[Finding] | None:
+    """One finding for a vendor whose hardware is not on this node (no library and no device node: a node of
+    another vendor, in a cluster that enables several), else None: the caller goes on with its checks."""
+    if library.status is Status.FAILED and nodes.status is Status.FAILED and "no " in nodes.detail[:3]:
+        return [ok("hardware", f"no {display} device node and no management library: not a {display} node")]
+    return None
+
+
 def tool(
     command: str, read: Callable[[str], str], *, needed_for: str, check: str = "management tool"
 ) -> Finding:
@@ -87,9 +98,10 @@ def tool(
     return ok(check, f"{exe}: {detail}")
 
 
-def device_nodes(patterns: Sequence[str], *, dev: Path = Path("/dev"), check: str = "device nodes") -> Finding:
-    """The vendor's device nodes (glob patterns under `dev`, e.g. ``nvidia[0-9]*``): at least one, each a character
-    device this process can open for reading and writing."""
+def device_nodes(patterns: Sequence[str], *, dev: Path | None = None, check: str = "device nodes") -> Finding:
+    """The vendor's device nodes (glob patterns under `dev`, default `DEV`, e.g. ``nvidia[0-9]*``): at least one,
+    each a character device this process can open for reading and writing."""
+    dev = DEV if dev is None else dev
     found = sorted({p for pattern in patterns for p in dev.glob(pattern)})
     shown = ", ".join(str(dev / pattern) for pattern in patterns)
     if not found:
@@ -144,14 +156,15 @@ def cdi_spec(
     kind: str,
     names: Sequence[str],
     *,
-    dirs: Sequence[Path] = CDI_DIRS,
+    dirs: Sequence[Path] | None = None,
     alternative: str = "",
     check: str = "CDI specification",
 ) -> Finding:
-    """The CDI specifications of `kind` (``nvidia.com/gpu``) in `dirs` name every device in `names` (the names
+    """The CDI specifications of `kind` (``nvidia.com/gpu``) in `dirs` (default `CDI_DIRS`) name every device in `names` (the names
     the vendor's container edits use: UUIDs, indices). None there is a warning (a runtime set up with the vendor's
     hook instead needs none: `alternative` says how to check that); devices missing from them, or a specification
     that cannot be read, are failures: a container given such a name does not start."""
+    dirs = CDI_DIRS if dirs is None else dirs
     documents, problems = _cdi_documents(dirs)
     specs = [(path, doc) for path, doc in documents if doc.get("kind") == kind]
     declared: set[str] = set()

@@ -27,6 +27,8 @@ __all__ = [
     "cdi_spec",
     "device_nodes",
     "driver",
+    "fallback",
+    "runtime_hook",
     "grant_root",
     "management_library",
     "tool",
@@ -37,6 +39,13 @@ DEV = Path("/dev")
 """Where device nodes are looked for (tests point it at a directory of their own)."""
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 """Where container runtimes read CDI specifications (the CDI specification's static and dynamic directories)."""
+RUNTIME_CONFIGS = (
+    Path("/etc/containerd/config.toml"),
+    Path("/etc/docker/daemon.json"),
+    Path("/etc/crio/crio.conf"),
+    Path("/etc/crio/crio.conf.d"),
+)
+"""The container runtimes' configuration files (containerd, Docker, CRI-O) a runtime hook is named in."""
 
 
 def _reason(exc: BaseException) -> str:
@@ -73,8 +82,42 @@ def driver(library: Finding, nodes: Finding, display: str) -> list[Finding] | No
     """One finding for a vendor whose hardware is not on this node (no library and no device node: a node of
     another vendor, in a cluster that enables several), else None: the caller goes on with its checks."""
     if library.status is Status.FAILED and nodes.status is Status.FAILED and "no " in nodes.detail[:3]:
-        return [ok("hardware", f"no {display} device node and no management library: not a {display} node")]
+        return [ok("hardware", f"no {display} device node and no management library: not a node with {display} devices")]
     return None
+
+
+def fallback(library: Finding, tool_finding: Finding, command: str) -> Finding:
+    """The library's finding where discovery falls back to `command`: a library that fails while the tool works is
+    a warning (devices are still served, read from the tool), not a failure."""
+    if library.status is Status.FAILED and tool_finding.status is Status.OK:
+        return warning(library.check, f"{library.detail}; discovery reads {command} instead", library.fix +
+                       " (the backstop's per-process memory needs the library)")  # fmt: skip
+    return library
+
+
+def runtime_hook(names: Sequence[str], purpose: str, *, check: str = "container runtime hook") -> Finding:
+    """The container runtime's configuration (`RUNTIME_CONFIGS`) names the vendor's runtime or hook (one of
+    `names`). Nothing readable here is a warning saying where to look (the node daemon's container sees the host's
+    configuration only when it is mounted); a configuration that names none of them is a failure."""
+    read: list[Path] = []
+    for path in RUNTIME_CONFIGS:
+        files = sorted(path.glob("*")) if path.is_dir() else [path]
+        for file in files:
+            try:
+                text = file.read_text(errors="replace")
+            except OSError:
+                continue
+            read.append(file)
+            named = [n for n in names if n in text]
+            if named:
+                return ok(check, f"{file} names {named[0]}")
+    wanted = " or ".join(names)
+    if not read:
+        places = ", ".join(str(p) for p in RUNTIME_CONFIGS)
+        return warning(check, f"no container runtime configuration readable here ({places})", "on the host, check "
+                       f"that the runtime is set up with {wanted} ({purpose})")  # fmt: skip
+    return failed(check, f"{', '.join(map(str, read))} name{'s' if len(read) == 1 else ''} no {wanted}",
+                  f"set the container runtime up with {wanted} ({purpose})")  # fmt: skip
 
 
 def tool(

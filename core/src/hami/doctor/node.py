@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hami.doctor.findings import Finding, failed, ok, probe, warning
-from hami.node.backstop import namespace_pid, owner_of
+from hami.node.backstop import owner_of
 from hami.node.kubelet import KUBELET_SOCKET
 from hami.plugins import VendorHost
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
@@ -278,7 +278,7 @@ def cgroup_layout(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/
             f"process 1 is in pod {own[0]}: this is a container's pid namespace, the backstop sees no other pod",
             "run the node daemon with hostPID: true (the chart does)",
         )
-    if namespace_pid(pids[0], proc) is None and namespace_pid(os.getpid(), proc) is None:
+    if not _has_nspid(proc, pids):
         return warning(check, "no NSpid in /proc/<pid>/status (kernel before 4.1)", "the isolation library cannot "
                        "learn its host pid: upgrade the kernel for per-process utilization")  # fmt: skip
     if not pods:
@@ -290,6 +290,16 @@ def cgroup_layout(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/
             "(it looks for pod<uid> in /proc/<pid>/cgroup): report the line above",
         )
     return ok(check, f"cgroup {version}; {mapped} of {len(pids)} processes mapped to {len(pods)} pod(s)")
+
+
+def _has_nspid(proc: Path, pids: Sequence[int]) -> bool:
+    """Whether the kernel writes ``NSpid:`` in /proc/<pid>/status (4.1 and later), as far as a status can be read."""
+    for pid in pids:
+        try:
+            return "\nNSpid:" in (proc / str(pid) / "status").read_text()
+        except OSError:
+            continue
+    return True  # nothing readable: the other checks say why
 
 
 def _first_cgroup_line(proc: Path, pids: Sequence[int]) -> str:

@@ -40,6 +40,7 @@ Triton reads the kernel's ``tl.constexpr`` annotation as an object.
 import argparse
 import ctypes
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -66,14 +67,18 @@ NO_GPU = 3
 def render_grant(limit_mib: int, cores: int, uuid: str, policy: str = "force") -> str:
     """GRANT.md's text for one device (what `hami.isolation.grant.Grant.render` writes; a test holds them equal).
     Policy ``force``: the compute limit always applies (the node daemon is not there to lift it)."""
-    lines = ["hami-grant 1", f"policy {policy}", "priority 1", "oversubscribe 0",
-             f"device 0 {limit_mib * MiB} {cores} {uuid}".rstrip(), "end"]  # fmt: skip
+    lines = [
+        "hami-grant 1",
+        f"policy {policy}",
+        "priority 1",
+        "oversubscribe 0",
+        f"device 0 {limit_mib * MiB} {cores} {uuid}".rstrip(),
+        "end",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def grant_environment(
-    library: Path, scratch: Path, name: str, uuid: str, limit_mib: int, cores: int
-) -> dict[str, str]:
+def grant_environment(library: Path, scratch: Path, name: str, uuid: str, limit_mib: int, cores: int) -> dict[str, str]:
     """The variables a command started by ``hami run --no-namespace --vendor nvidia`` gets, over this process's:
     the grant written under `scratch`/grants/`name`, the accounting file under `scratch`/accounting/`name`."""
     grants = scratch / "grants" / name
@@ -104,8 +109,9 @@ def find_gpu() -> dict[str, Any]:
     if smi is not None:
         query = "--query-gpu=name,uuid,memory.total,memory.free,memory.used,driver_version"
         try:
-            done = subprocess.run([smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                                  timeout=30, check=False)  # fmt: skip
+            done = subprocess.run(
+                [smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30, check=False
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise RuntimeError(f"nvidia-smi could not be run: {exc}") from None
         line = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
@@ -113,8 +119,14 @@ def find_gpu() -> dict[str, Any]:
         if len(fields) != 6 or not all(f.isdigit() for f in fields[2:5]):
             reason = (done.stderr or done.stdout).strip().splitlines()[:1] or [f"exit status {done.returncode}"]
             raise RuntimeError(f"nvidia-smi reports no GPU: {reason[0][:200]}")
-        return {"name": fields[0], "uuid": fields[1], "total_mib": int(fields[2]), "free_mib": int(fields[3]),
-                "used_mib": int(fields[4]), "driver": fields[5]}  # fmt: skip
+        return {
+            "name": fields[0],
+            "uuid": fields[1],
+            "total_mib": int(fields[2]),
+            "free_mib": int(fields[3]),
+            "used_mib": int(fields[4]),
+            "driver": fields[5],
+        }
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as exc:
@@ -214,7 +226,9 @@ def w_torch_caching(async_backend: bool = False) -> dict[str, Any]:
     torch.cuda.empty_cache()
     again = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")  # the process goes on after its OOM
     del again
-    result.update(reported_total_mib=reported, reported_free_mib=free // MiB, backend=torch.cuda.get_allocator_backend())
+    result.update(
+        reported_total_mib=reported, reported_free_mib=free // MiB, backend=torch.cuda.get_allocator_backend()
+    )
     if async_backend and result["backend"] != "cudaMallocAsync":
         raise Check(f"PYTORCH_CUDA_ALLOC_CONF asked for cudaMallocAsync, torch uses {result['backend']}")
     return result
@@ -262,8 +276,9 @@ def w_cublas_cudnn() -> dict[str, Any]:
     conv = torch.nn.Conv2d(64, 128, 3, padding=1).cuda().half()
     images = torch.randn(32, 64, 56, 56, device="cuda", dtype=torch.float16)
     out = conv(images)
-    reference_conv = torch.nn.functional.conv2d(images[:2].float().cpu(), conv.weight.float().cpu(),
-                                                conv.bias.float().cpu(), padding=1)  # fmt: skip
+    reference_conv = torch.nn.functional.conv2d(
+        images[:2].float().cpu(), conv.weight.float().cpu(), conv.bias.float().cpu(), padding=1
+    )
     if not torch.allclose(out[:2].float().cpu(), reference_conv, rtol=2e-2, atol=0.5):
         raise Check("cuDNN's convolution differs from the CPU's")
     torch.cuda.synchronize()
@@ -279,8 +294,9 @@ def w_triton() -> dict[str, Any]:
     def add(x_ptr, y_ptr, out_ptr, n, block: tl.constexpr):  # type: ignore[no-untyped-def]  # Triton reads these
         offsets = tl.program_id(axis=0) * block + tl.arange(0, block)
         mask = offsets < n
-        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-                 mask=mask)  # fmt: skip
+        tl.store(
+            out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask
+        )
 
     n = 1 << 22
     x = torch.rand(n, device="cuda")
@@ -295,7 +311,7 @@ def w_triton() -> dict[str, Any]:
 
 def w_cupy_pool() -> dict[str, Any]:
     cupy = _need("cupy")
-    free, total = cupy.cuda.runtime.memGetInfo()
+    _free, total = cupy.cuda.runtime.memGetInfo()
     if abs(total // MiB - _limit()) > 1:
         raise Check(f"cudaMemGetInfo reports {total // MiB} MiB total, the grant is {_limit()} MiB")
     pool = cupy.get_default_memory_pool()
@@ -355,9 +371,15 @@ def w_generate() -> dict[str, Any]:
     torch = _need("torch")
     transformers = _need("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
-                                      num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16,
-                                      max_position_embeddings=1024)  # fmt: skip
+    config = transformers.LlamaConfig(
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        max_position_embeddings=1024,
+    )
     model = transformers.LlamaForCausalLM(config).to("cuda", dtype=torch.float16).eval()
     prompt = torch.randint(0, config.vocab_size, (1, 32), device="cuda")
     tokens = 128
@@ -378,7 +400,7 @@ def w_generate() -> dict[str, Any]:
         model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, streamer=Clock())
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    gaps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]  # stamps[0] is the prompt
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]  # stamps[0] is the prompt
     gaps.sort()
     return {
         "tokens": tokens,
@@ -429,10 +451,13 @@ def w_probe() -> dict[str, Any]:
     cuda = ctypes.CDLL("libcuda.so.1")
     device, context = ctypes.c_int(), ctypes.c_void_p()
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    for name, call in (("cuInit", lambda: cuda.cuInit(0)), ("cuDeviceGet", lambda: cuda.cuDeviceGet(
-            ctypes.byref(device), 0)), ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(
-            ctypes.byref(context), device)), ("cuCtxSetCurrent", lambda: cuda.cuCtxSetCurrent(context)),
-            ("cuMemGetInfo_v2", lambda: cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)))):  # fmt: skip
+    for name, call in (
+        ("cuInit", lambda: cuda.cuInit(0)),
+        ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(device), 0)),
+        ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)),
+        ("cuCtxSetCurrent", lambda: cuda.cuCtxSetCurrent(context)),
+        ("cuMemGetInfo_v2", lambda: cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))),
+    ):
         code = call()
         if code != 0:
             raise Check(f"{name} failed with CUDA error {code}")
@@ -472,8 +497,7 @@ def run_workload(name: str, out: Path) -> int:
     except Check as exc:
         report = {"status": "failed", "error": str(exc)}
     except BaseException as exc:  # a crash of the workload is its failure, written where the parent reads it
-        report = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                  "trace": traceback.format_exc()[-2000:]}  # fmt: skip
+        report = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
     out.write_text(json.dumps(report))
     return 0
 
@@ -495,8 +519,11 @@ class Runner:
 
     def env(self, name: str, limited: bool, cores: int = 100, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "HAMI_ISOLATION_GRANT_DIR")}
-        env.update(VALIDATE_LIMIT_MIB=str(self.limit), VALIDATE_CEILING_MIB=str(self.ceiling),
-                   CUDA_VISIBLE_DEVICES=self.gpu["uuid"])  # fmt: skip
+        env.update(
+            VALIDATE_LIMIT_MIB=str(self.limit),
+            VALIDATE_CEILING_MIB=str(self.ceiling),
+            CUDA_VISIBLE_DEVICES=self.gpu["uuid"],
+        )
         if limited:
             env.update(grant_environment(self.library, self.scratch, name, self.gpu["uuid"], self.limit, cores))
         env.update(extra or {})
@@ -519,14 +546,19 @@ class Runner:
         try:
             report: dict[str, Any] = json.loads(out.read_text())
         except (OSError, ValueError):
-            report = {"status": "failed", "error": f"exited with status {proc.returncode} without a report "
-                      "(crashed: a signal, or the library refused to start it)", "output": output[-1500:]}  # fmt: skip
+            report = {
+                "status": "failed",
+                "error": f"exited with status {proc.returncode} without a report "
+                "(crashed: a signal, or the library refused to start it)",
+                "output": output[-1500:],
+            }
         if proc.returncode not in (0, None) and report.get("status") == "passed":
             report = {**report, "status": "failed", "error": f"exit status {proc.returncode} after passing"}
         return report
 
-    def run(self, workload: str, *, limited: bool = True, cores: int = 100, timeout: float = 120.0,
-            name: str | None = None) -> dict[str, Any]:  # fmt: skip
+    def run(
+        self, workload: str, *, limited: bool = True, cores: int = 100, timeout: float = 120.0, name: str | None = None
+    ) -> dict[str, Any]:
         if time.monotonic() > self.deadline:
             return {"status": "skipped", "error": "the time budget ran out before it"}
         env = self.env(name or workload, limited, cores, EXTRA_ENV.get(workload))
@@ -545,8 +577,11 @@ class Runner:
         proc, out = self.start("probe", self.env(name, True))
         probe = self.finish(proc, out, 60)
         after = used_mib()
-        leaks = {"probe": probe.get("figures") or probe.get("error"), "card_used_before_mib": before,
-                 "card_used_after_mib": after}  # fmt: skip
+        leaks = {
+            "probe": probe.get("figures") or probe.get("error"),
+            "card_used_before_mib": before,
+            "card_used_after_mib": after,
+        }
         report["after_exit"] = leaks
         if probe["status"] != "passed":
             report.update(status="failed", error=f"the probe after exit failed: {probe.get('error')}")
@@ -566,14 +601,19 @@ def split(runner: Runner) -> dict[str, Any]:
         procs.append((cores, *runner.start("matmul_loop", runner.env(name, True, cores, extra))))
     reports = {cores: runner.finish(proc, out, 90) for cores, proc, out in procs}
     if any(r["status"] != "passed" for r in reports.values()):
-        return {"status": "failed", "error": "; ".join(f"{c} %: {r.get('error')}" for c, r in reports.items()
-                                                      if r["status"] != "passed")}  # fmt: skip
+        return {
+            "status": "failed",
+            "error": "; ".join(f"{c} %: {r.get('error')}" for c, r in reports.items() if r["status"] != "passed"),
+        }
     done = {c: r["figures"]["iterations"] for c, r in reports.items()}
     share = done[30] / max(1, done[30] + done[70])
     result = {"iterations_30": done[30], "iterations_70": done[70], "share_of_30": round(share, 3), "expected": 0.3}
     ok = abs(share - 0.3) <= 0.08
-    return {"status": "passed" if ok else "failed", "figures": result,
-            **({} if ok else {"error": f"the 30 % process did {share:.0%} of the work"})}  # fmt: skip
+    return {
+        "status": "passed" if ok else "failed",
+        "figures": result,
+        **({} if ok else {"error": f"the 30 % process did {share:.0%} of the work"}),
+    }
 
 
 def overhead(runner: Runner) -> dict[str, Any]:
@@ -594,8 +634,12 @@ def generation(runner: Runner) -> dict[str, Any]:
     bare = runner.run("generate", limited=False, timeout=150)
     held = runner.run("generate", limited=True, timeout=150)
     status = "passed" if held["status"] == "passed" else held["status"]
-    return {"status": status, "without": bare, "with": held, **({"error": held.get("error")} if held.get("error")
-                                                                 else {})}  # fmt: skip
+    return {
+        "status": status,
+        "without": bare,
+        "with": held,
+        **({"error": held.get("error")} if held.get("error") else {}),
+    }
 
 
 def nvcc() -> dict[str, Any]:
@@ -612,8 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--only", help="comma-separated workloads to run (default: all)")
-    parser.add_argument("--limit-mib", type=int, default=0, help="the grant's memory limit (default: a quarter of "
-                        "the card's free memory, at most 8192)")  # fmt: skip
+    parser.add_argument(
+        "--limit-mib",
+        type=int,
+        default=0,
+        help="the grant's memory limit (default: a quarter of the card's free memory, at most 8192)",
+    )
     parser.add_argument("--budget-seconds", type=float, default=450, help="stop starting workloads after this")
     parser.add_argument("--keep", metavar="DIR", help="keep the scratch files (library, grants, reports) in DIR")
     args = parser.parse_args(argv)
@@ -623,8 +671,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gpu = find_gpu()
     except RuntimeError as exc:
-        print(f"validate: no NVIDIA GPU here: {exc}. Run this on a machine with one (see the module's doc).",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"validate: no NVIDIA GPU here: {exc}. Run this on a machine with one (see the module's doc).",
+            file=sys.stderr,
+        )
         print(json.dumps({"gpu": False, "ok": False, "reason": str(exc)}))
         return NO_GPU
     scratch = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="hami-validate-"))
@@ -640,22 +690,42 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.split(",")) if args.only else None
     results: dict[str, Any] = {"nvcc": nvcc()}
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        *((w, lambda w=w: runner.run(w)) for w in ("torch_caching", "torch_async", "cuda_graph", "cublas_cudnn",
-                                                    "triton", "cupy_pool", "jax_no_prealloc", "jax_prealloc")),
+        *(
+            (w, lambda w=w: runner.run(w))
+            for w in (
+                "torch_caching",
+                "torch_async",
+                "cuda_graph",
+                "cublas_cudnn",
+                "triton",
+                "cupy_pool",
+                "jax_no_prealloc",
+                "jax_prealloc",
+            )
+        ),
         ("generate", lambda: generation(runner)),
         ("split_30_70", lambda: split(runner)),
         ("overhead", lambda: overhead(runner)),
-    ]  # fmt: skip
+    ]
     for name, step in steps:
         if wanted is not None and name not in wanted:
             continue
         results[name] = step()
         status = results[name]["status"]
-        print(f"validate: {name}: {status}" + (f" ({results[name].get('error')})" if status != "passed" else ""),
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"validate: {name}: {status}" + (f" ({results[name].get('error')})" if status != "passed" else ""),
+            file=sys.stderr,
+            flush=True,
+        )
     ok = all(r["status"] in ("passed", "skipped") for r in results.values())
-    summary = {"gpu": gpu, "limit_mib": limit, "library": str(library), "seconds": round(time.monotonic() - began, 1),
-               "ok": ok, "results": results}  # fmt: skip
+    summary = {
+        "gpu": gpu,
+        "limit_mib": limit,
+        "library": str(library),
+        "seconds": round(time.monotonic() - began, 1),
+        "ok": ok,
+        "results": results,
+    }
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(summary))

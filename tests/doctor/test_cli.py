@@ -19,15 +19,25 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 def test_json_on_a_node_without_a_kubelet_fails_with_exit_status_1_and_one_json_line(tmp_path: Path) -> None:
-    done = _run("doctor", "--json", "--no-cluster", "--device-plugin-dir", str(tmp_path / "dp"),
-                "--hook-dir", str(tmp_path / "hook"))  # fmt: skip
+    done = _run(
+        "doctor",
+        "--json",
+        "--no-cluster",
+        "--device-plugin-dir",
+        str(tmp_path / "dp"),
+        "--hook-dir",
+        str(tmp_path / "hook"),
+    )
     assert done.returncode == 1, done.stderr
     [line] = done.stdout.splitlines()
     report = json.loads(line)
     by_check = {(f["vendor"], f["check"]): f for f in report["findings"]}
-    assert by_check[("", "kubelet socket")]["status"] == "failed" and by_check[("", "kubelet socket")]["fix"]
+    assert by_check[("", "kubelet socket")]["status"] == "failed"
+    assert by_check[("", "kubelet socket")]["fix"]
     assert by_check[("", "clock")]["status"] == "warning"
-    assert report["exit"] == 1 and report["summary"]["failed"] >= 1 and report["scope"] == "node"
+    assert report["exit"] == 1
+    assert report["summary"]["failed"] >= 1
+    assert report["scope"] == "node"
     assert {v for v, _ in by_check} >= {"", "nvidia"}
     assert "Traceback" not in done.stderr
 
@@ -41,22 +51,29 @@ def test_an_unreachable_cluster_is_the_clock_checks_warning(tmp_path: Path) -> N
     )
     done = _run("doctor", "--json", "--kubeconfig", str(kubeconfig), "--device-plugin-dir", str(tmp_path))
     clock = next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "clock")
-    assert clock["status"] == "warning" and "could not be read" in clock["detail"]
+    assert clock["status"] == "warning"
+    assert "could not be read" in clock["detail"]
 
 
 def test_node_with_a_kubeconfig_that_does_not_load_says_so_with_exit_status_2(tmp_path: Path) -> None:
     done = _run("doctor", "--node", "gpu-1", "--kubeconfig", str(tmp_path / "absent"))
-    assert done.returncode == 2 and "cannot load" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2
+    assert "cannot load" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_container_and_node_are_exclusive() -> None:
     done = _run("doctor", "--container", "--node", "x")
-    assert done.returncode == 2 and "not allowed with" in done.stderr
+    assert done.returncode == 2
+    assert "not allowed with" in done.stderr
 
 
 def _pod(name: str, node: str, phase: str = "Running", container: str = "hami-node") -> dict[str, object]:
-    return {"metadata": {"name": name, "namespace": "hami-system"},
-            "spec": {"nodeName": node, "containers": [{"name": container}]}, "status": {"phase": phase}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": "hami-system"},
+        "spec": {"nodeName": node, "containers": [{"name": container}]},
+        "status": {"phase": phase},
+    }
 
 
 def test_the_node_daemon_pod_is_the_running_one_on_that_node() -> None:

@@ -48,31 +48,37 @@ def test_a_listening_kubelet_socket_is_ok_and_each_way_it_can_be_wrong_is_a_fail
         finding = checks.kubelet_socket(listening)
     finally:
         dead.close()
-    assert finding.status is Status.FAILED and "refuses connections" in finding.detail
+    assert finding.status is Status.FAILED
+    assert "refuses connections" in finding.detail
 
 
 def test_registration_reads_the_plugin_sockets_and_the_kubelets_checkpoint(listening: Path) -> None:
     [finding] = checks.registration(listening)
-    assert finding.status is Status.FAILED and "no hami-*.sock" in finding.detail
+    assert finding.status is Status.FAILED
+    assert "no hami-*.sock" in finding.detail
     served = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     served.bind(str(listening / "hami-nvidia.com_gpu.sock"))
     served.listen(64)
     try:
         [finding] = checks.registration(listening)
-        assert finding.status is Status.WARNING and "kubelet_internal_checkpoint" in finding.detail
+        assert finding.status is Status.WARNING
+        assert "kubelet_internal_checkpoint" in finding.detail
         checkpoint = listening / checks.CHECKPOINT
         checkpoint.write_text(json.dumps({"Data": {"PodDeviceEntries": None, "RegisteredDevices": {}}}))
         [finding] = checks.registration(listening)
-        assert finding.status is Status.FAILED and "lists no nvidia.com/gpu" in finding.detail
+        assert finding.status is Status.FAILED
+        assert "lists no nvidia.com/gpu" in finding.detail
         checkpoint.write_text(json.dumps({"Data": {"RegisteredDevices": {"nvidia.com/gpu": ["GPU-a"]}}}))
         [finding] = checks.registration(listening)
-        assert finding.status is Status.OK and finding.check == "device plugin registration nvidia.com/gpu"
+        assert finding.status is Status.OK
+        assert finding.check == "device plugin registration nvidia.com/gpu"
         checkpoint.write_text("{not json")
         assert checks.registration(listening)[0].status is Status.WARNING
     finally:
         served.close()
     [finding] = checks.registration(listening)  # the socket file is left, nobody listens: a stale plugin
-    assert finding.status is Status.FAILED and "refuses connections" in finding.detail
+    assert finding.status is Status.FAILED
+    assert "refuses connections" in finding.detail
 
 
 def test_the_hook_directory_must_be_roots_and_no_one_elses(tmp_path: Path) -> None:
@@ -113,7 +119,8 @@ def test_a_preload_file_naming_a_broken_library_or_the_hosts_own_naming_ours_is_
     findings = checks.preload_files(host, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())
     by_check = {(f.vendor, f.check): f for f in findings}
     broken = by_check[("nvidia", "ld.so.preload for containers")]
-    assert broken.status is Status.FAILED and "does not load" in broken.detail
+    assert broken.status is Status.FAILED
+    assert "does not load" in broken.detail
     assert by_check[("", "host /etc/ld.so.preload")].status is Status.WARNING
     library.write_text("not a library")
     broken = checks.preload_files(host, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())[0]
@@ -129,15 +136,20 @@ def _process(proc: Path, pid: int, cgroup: str) -> None:
 def test_the_cgroup_layout_maps_processes_to_pods_and_needs_the_hosts_pid_namespace(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     _process(proc, 1, "0::/init.scope\n")
-    _process(proc, 40, f"0::/kubepods.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-"
-             f"{'a' * 64}.scope\n")  # fmt: skip
+    _process(
+        proc,
+        40,
+        f"0::/kubepods.slice/kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{'a' * 64}.scope\n",
+    )
     finding = checks.cgroup_layout(proc, tmp_path)
-    assert finding.status is Status.OK and "1 pod(s)" in finding.detail
+    assert finding.status is Status.OK
+    assert "1 pod(s)" in finding.detail
     (proc / "40" / "cgroup").write_text("0::/user.slice/session-1.scope\n")
     assert checks.cgroup_layout(proc, tmp_path).status is Status.WARNING
     (proc / "1" / "cgroup").write_text(f"0::/kubepods/pod{UID}/{'b' * 64}\n")
     finding = checks.cgroup_layout(proc, tmp_path)
-    assert finding.status is Status.FAILED and "hostPID" in finding.fix
+    assert finding.status is Status.FAILED
+    assert "hostPID" in finding.fix
 
 
 def test_the_placement_key_is_read_from_where_the_environment_says(tmp_path: Path) -> None:
@@ -149,8 +161,9 @@ def test_the_placement_key_is_read_from_where_the_environment_says(tmp_path: Pat
     assert checks.placement_key({"HAMI_PLACEMENT_KEYS": str(tmp_path)}).status is Status.FAILED
 
 
-@pytest.mark.parametrize(("skew", "status"), [(0, Status.OK), (12, Status.WARNING), (-12, Status.WARNING),
-                                              (120, Status.FAILED)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("skew", "status"), [(0, Status.OK), (12, Status.WARNING), (-12, Status.WARNING), (120, Status.FAILED)]
+)
 def test_the_clock_is_judged_against_the_api_servers_time(skew: int, status: Status) -> None:
     local = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
     finding = checks.clock(lambda: local - timedelta(seconds=skew), now=lambda: local)
@@ -171,14 +184,20 @@ def test_a_check_that_raises_becomes_a_failed_finding_naming_it() -> None:
         raise KeyError("surprise")
 
     [finding] = probe("broken check", broken)
-    assert finding.status is Status.FAILED and finding.check == "broken check" and "KeyError" in finding.detail
+    assert finding.status is Status.FAILED
+    assert finding.check == "broken check"
+    assert "KeyError" in finding.detail
 
 
 class _Buggy:
     @hookimpl
     def hami_vendor_info(self) -> VendorInfo:
-        keys = AnnotationKeys(node_register="hami.io/node-buggy-register", node_handshake="hami.io/node-handshake-buggy",
-                              to_allocate="hami.io/buggy-to-allocate", allocated="hami.io/buggy-allocated")  # fmt: skip
+        keys = AnnotationKeys(
+            node_register="hami.io/node-buggy-register",
+            node_handshake="hami.io/node-handshake-buggy",
+            to_allocate="hami.io/buggy-to-allocate",
+            allocated="hami.io/buggy-allocated",
+        )
         kind = DeviceKind(common_word="Buggy", resources=ResourceNames(count="buggy.example/dev"), annotations=keys)
         return VendorInfo(name="buggy", display_name="Buggy", kinds=(kind,))
 
@@ -191,13 +210,18 @@ def test_a_vendor_whose_checks_raise_gets_one_failed_finding_and_the_others_stil
     host = VendorHost.from_plugins({"buggy": _Buggy(), "nvidia": nvidia})
     findings = host.doctor_checks(None)
     buggy = [f for f in findings if f.vendor == "buggy"]
-    assert len(buggy) == 1 and buggy[0].status is Status.FAILED and "the vendor's own bug" in buggy[0].detail
+    assert len(buggy) == 1
+    assert buggy[0].status is Status.FAILED
+    assert "the vendor's own bug" in buggy[0].detail
     assert any(f.vendor == "nvidia" for f in findings)
 
 
 def test_exit_status_and_rendering() -> None:
     findings = [ok("a", "fine"), warning("b", "meh", "do b")]
-    assert exit_status(findings) == 0 and exit_status(findings, strict=True) == 1
+    assert exit_status(findings) == 0
+    assert exit_status(findings, strict=True) == 1
     assert exit_status([*findings, failed("c", "bad", "do c")]) == 1
     text = render([*findings, failed("c", "bad", "do c")], "title")
-    assert "WARN  b: meh" in text and "-> do c" in text and text.endswith("1 ok, 1 warning(s), 1 failed\n")
+    assert "WARN  b: meh" in text
+    assert "-> do c" in text
+    assert text.endswith("1 ok, 1 warning(s), 1 failed\n")

@@ -457,8 +457,8 @@ class VendorHost:
                 found = [f for answer in answers for f in answer or ()]
             except Exception as exc:  # a plugin's bug is one finding, not the end of the report
                 log.debug("hami_doctor_checks of vendor %s raised", vendor.name, exc_info=True)
-                found = [Finding("vendor checks", Status.FAILED, f"{type(exc).__name__}: {exc}",
-                                 f"report this to the maintainers of {vendor.distribution} {vendor.version}")]  # fmt: skip
+                fix = f"report this to the maintainers of {vendor.distribution} {vendor.version}"
+                found = [Finding("vendor checks", Status.FAILED, f"{type(exc).__name__}: {exc}", fix)]
             findings += [Finding(f.check, f.status, f.detail, f.fix, vendor.name) for f in found]
         return findings
 

@@ -22,11 +22,15 @@ def test_a_working_node_reports_dcmi_npu_smi_and_the_device_nodes(ascend_node, m
     machine = ascend_node(machines.b3_server(2))
     node.device_nodes(*NODES)
     found = node.checks(machine.host())
-    assert found["management library"].status is Status.OK and "2 device(s)" in found["management library"].detail
-    assert found["management tool"].status is Status.OK and "2 chip(s): 910B3" in found["management tool"].detail
+    assert found["management library"].status is Status.OK
+    assert "2 device(s)" in found["management library"].detail
+    assert found["management tool"].status is Status.OK
+    assert "2 chip(s): 910B3" in found["management tool"].detail
     assert found["device nodes"].status is Status.OK
-    assert found["container runtime hook"].status is not Status.OK or "ascend-docker" in found[
-        "container runtime hook"].detail  # fmt: skip
+    assert (
+        found["container runtime hook"].status is not Status.OK
+        or "ascend-docker" in found["container runtime hook"].detail
+    )
 
 
 def test_without_dcmi_discovery_falls_back_to_npu_smi_and_the_finding_says_so(ascend_node, machines, node) -> None:
@@ -42,7 +46,8 @@ def test_no_dcmi_and_a_failing_npu_smi_are_two_failures(ascend_node, machines, n
     npu_smi_writer(machine.directory / "bin", machine.npus, exit_code=3)
     found = node.checks(machine.host("npu-smi"))
     assert found["management library"].status is Status.FAILED
-    assert found["management tool"].status is Status.FAILED and "dcmiLibrary" in found["management library"].fix
+    assert found["management tool"].status is Status.FAILED
+    assert "dcmiLibrary" in found["management library"].fix
 
 
 def test_npu_smi_printing_garbage_is_a_failure(ascend_node, machines, node) -> None:

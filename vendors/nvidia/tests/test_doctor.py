@@ -32,9 +32,11 @@ def test_a_working_node_reports_nvml_the_tool_the_driver_and_the_devices(gpu_nod
     assert found["management library"].status is Status.OK
     assert "driver 550.54.15; 8 device(s)" in found["management library"].detail
     assert str(machine.library) in found["management library"].detail
-    assert found["management tool"].status is Status.OK and "2 GPU(s)" in found["management tool"].detail
+    assert found["management tool"].status is Status.OK
+    assert "2 GPU(s)" in found["management tool"].detail
     assert found["CUDA driver against the hooks"].status is Status.OK
-    assert found["device nodes"].status is Status.OK and "4 found" in found["device nodes"].detail
+    assert found["device nodes"].status is Status.OK
+    assert "4 found" in found["device nodes"].detail
     assert found["CDI specification"].status is Status.WARNING
     assert all(f.vendor == "nvidia" for f in found.values())
 
@@ -52,14 +54,16 @@ def test_the_newest_hooked_version_is_the_isolation_librarys_own_table() -> None
     source = (REPO / "core/src/hami/isolation/cuda/driver.c").read_text()
     table = source.split("g_variants[] = {", 1)[1].split("};", 1)[0]
     versions = [int(v) for v in re.findall(r"\)\), (\d+), [01],", table)]
-    assert versions and max(versions) == doctor.NEWEST_HOOKED_CUDA
+    assert versions
+    assert max(versions) == doctor.NEWEST_HOOKED_CUDA
 
 
 def test_a_missing_library_with_device_nodes_present_is_a_failure_naming_the_setting(gpu_node, boxes, node) -> None:
     node.device_nodes("nvidia0", "nvidiactl")
     found = node.checks(gpu_node(boxes.h100()).host(nvmlLibrary=str(node.dev / "no-such-libnvidia-ml.so.1")))
     library = found["management library"]
-    assert library.status is Status.FAILED and "nvmlLibrary" in library.fix
+    assert library.status is Status.FAILED
+    assert "nvmlLibrary" in library.fix
 
 
 def test_a_library_that_is_not_nvml_is_a_failure_not_a_traceback(gpu_node, boxes, node, tmp_path: Path) -> None:
@@ -72,7 +76,8 @@ def test_a_library_that_is_not_nvml_is_a_failure_not_a_traceback(gpu_node, boxes
 
 def test_no_driver_and_no_device_node_is_one_finding_saying_this_is_not_an_nvidia_node(gpu_node, boxes, node) -> None:
     found = node.checks(gpu_node(boxes.h100()).host(nvmlLibrary="/nonexistent/libnvidia-ml.so.1"))
-    assert list(found) == ["hardware"] and found["hardware"].status is Status.OK
+    assert list(found) == ["hardware"]
+    assert found["hardware"].status is Status.OK
 
 
 @pytest.mark.parametrize(
@@ -95,7 +100,8 @@ def test_a_device_node_this_process_cannot_open_is_a_failure(gpu_node, boxes, no
     node.device_nodes("nvidia0")
     (node.dev / "nvidia1").write_text("a regular file where a device should be")
     found = node.checks(gpu_node(boxes.h100()).host())
-    assert found["device nodes"].status is Status.FAILED and "not a character device" in found["device nodes"].detail
+    assert found["device nodes"].status is Status.FAILED
+    assert "not a character device" in found["device nodes"].detail
 
 
 def test_a_grant_directory_others_can_write_is_a_failure(gpu_node, boxes, node, tmp_path: Path) -> None:
@@ -105,7 +111,8 @@ def test_a_grant_directory_others_can_write_is_a_failure(gpu_node, boxes, node, 
     grants.mkdir(parents=True)
     grants.chmod(0o777)
     found = node.checks(machine.host())
-    assert found["grant directory"].status is Status.FAILED and "writable by others" in found["grant directory"].detail
+    assert found["grant directory"].status is Status.FAILED
+    assert "writable by others" in found["grant directory"].detail
 
 
 def test_a_cdi_specification_lacking_a_gpu_is_a_failure(gpu_node, boxes, node, tmp_path: Path) -> None:
@@ -127,4 +134,5 @@ def test_in_a_container_the_memory_nvidia_smi_reports_is_held_against_the_grant(
     assert node.checks(host, grant)["memory the tool reports"].status is Status.OK
     node.tool("nvidia-smi", smi((0, "GPU-a", 81559)))
     finding = node.checks(host, grant)["memory the tool reports"]
-    assert finding.status is Status.FAILED and "81559 MiB reported, 3000 MiB granted" in finding.detail
+    assert finding.status is Status.FAILED
+    assert "81559 MiB reported, 3000 MiB granted" in finding.detail

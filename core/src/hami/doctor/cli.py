@@ -19,7 +19,10 @@ from typing import Any
 
 from hami.doctor.findings import Finding, Status, exit_status, render
 
-__all__ = ["add_doctor_parser", "run_doctor"]
+__all__ = ["DAEMON_CONFIG", "add_doctor_parser", "run_doctor"]
+
+DAEMON_CONFIG = "/etc/hami/hami.yaml"
+"""Where the chart mounts the configuration in the node daemon's container: `hami doctor` run there reads it."""
 
 
 def add_doctor_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -44,19 +47,38 @@ def add_doctor_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--container", action="store_true", help="check this container instead of the node")
-    where.add_argument("--node", metavar="NAME", help="run the check in the node daemon's container on node NAME "
-                       "(through the API server, as kubectl exec)")  # fmt: skip
+    where.add_argument(
+        "--node",
+        metavar="NAME",
+        help="run the check in the node daemon's container on node NAME (through the API server, as kubectl exec)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--strict", action="store_true", help="exit 1 on a warning too")
-    parser.add_argument("--config", metavar="FILE", help="configuration file (the node and vendors sections)")
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, "
-                        "or the pod's service account)")  # fmt: skip
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="configuration file (the node and vendors sections; default: "
+        f"{DAEMON_CONFIG} where it exists, as in the node daemon's container)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, or the pod's service account)",
+    )
     parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
     parser.add_argument("--no-cluster", action="store_true", help="do not contact the API server (no clock check)")
-    parser.add_argument("--device-plugin-dir", metavar="DIR", help="the kubelet's device-plugin directory "
-                        "(default: the node section's, else /var/lib/kubelet/device-plugins)")  # fmt: skip
-    parser.add_argument("--hook-dir", metavar="DIR", help="where the node daemon installs the isolation libraries "
-                        "(default: the node section's, else /usr/local/hami)")  # fmt: skip
+    parser.add_argument(
+        "--device-plugin-dir",
+        metavar="DIR",
+        help="the kubelet's device-plugin directory "
+        "(default: the node section's, else /var/lib/kubelet/device-plugins)",
+    )
+    parser.add_argument(
+        "--hook-dir",
+        metavar="DIR",
+        help="where the node daemon installs the isolation libraries "
+        "(default: the node section's, else /usr/local/hami)",
+    )
     parser.set_defaults(func=run_doctor)
     return parser
 
@@ -67,8 +89,13 @@ def _summary(findings: Sequence[Finding]) -> dict[str, int]:
 
 def _print(findings: Sequence[Finding], title: str, scope: str, as_json: bool, code: int, node: str) -> None:
     if as_json:
-        report = {"scope": scope, "node": node, "findings": [f.as_json() for f in findings],
-                  "summary": _summary(findings), "exit": code}  # fmt: skip
+        report = {
+            "scope": scope,
+            "node": node,
+            "findings": [f.as_json() for f in findings],
+            "summary": _summary(findings),
+            "exit": code,
+        }
         print(json.dumps(report, indent=1 if sys.stdout.isatty() else None))
     else:
         sys.stdout.write(render(findings, title))
@@ -78,7 +105,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     from hami.config import load_config
     from hami.plugins import VendorHost
 
-    config = load_config(args.config, {"kubeconfig": args.kubeconfig})
+    path = args.config or (DAEMON_CONFIG if Path(DAEMON_CONFIG).is_file() else None)
+    config = load_config(path, {"kubeconfig": args.kubeconfig})
     if args.node:
         return _remote(args, config.kubeconfig)
     host = VendorHost.load(config=config.vendors)
@@ -109,8 +137,13 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 
 def _failed_vendor(name: str, error: str) -> Finding:
-    return Finding("plugin", Status.FAILED, f"did not load: {error}", "reinstall the vendor's package (hami vendors "
-                   "shows every plugin)", name)  # fmt: skip
+    return Finding(
+        "plugin",
+        Status.FAILED,
+        f"did not load: {error}",
+        "reinstall the vendor's package (hami vendors shows every plugin)",
+        name,
+    )
 
 
 def _server_date(kubeconfig: str | None, context: str | None) -> Any:
@@ -139,8 +172,13 @@ def _remote(args: argparse.Namespace, kubeconfig: str | None) -> int:
         print(f"hami doctor: {exc}", file=sys.stderr)
         return 2
     findings = [
-        Finding(str(f.get("check", "")), Status(f.get("status", "failed")), str(f.get("detail", "")),
-                str(f.get("fix", "")), str(f.get("vendor", "")))  # fmt: skip
+        Finding(
+            str(f.get("check", "")),
+            Status(f.get("status", "failed")),
+            str(f.get("detail", "")),
+            str(f.get("fix", "")),
+            str(f.get("vendor", "")),
+        )
         for f in report["findings"]
         if isinstance(f, dict)
     ]

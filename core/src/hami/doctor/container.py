@@ -17,6 +17,7 @@ Nothing here changes the container. The paths are parameters so tests can point 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -76,11 +77,21 @@ def grant(view: ContainerView) -> list[Finding]:
     try:
         files = sorted(p for p in directory.iterdir() if p.name.endswith(".grant"))
     except OSError as exc:
-        return [failed(check, f"{directory}: {exc.strerror}: the library refuses every device allocation",
-                       "the grant directory must be readable by the container's user")]  # fmt: skip
+        return [
+            failed(
+                check,
+                f"{directory}: {exc.strerror}: the library refuses every device allocation",
+                "the grant directory must be readable by the container's user",
+            )
+        ]
     if not files:
-        return [failed(check, f"no <vendor>.grant in {directory}: the library refuses every device allocation",
-                       "restart the pod (the node daemon writes the grant at Allocate)")]  # fmt: skip
+        return [
+            failed(
+                check,
+                f"no <vendor>.grant in {directory}: the library refuses every device allocation",
+                "restart the pod (the node daemon writes the grant at Allocate)",
+            )
+        ]
     findings = []
     for path in files:
         vendor = path.name[: -len(".grant")]
@@ -92,13 +103,23 @@ def grant(view: ContainerView) -> list[Finding]:
             parsed = parse(raw.decode("ascii"))
         except (OSError, UnicodeDecodeError, GrantError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            findings.append(failed(f"{check} {vendor}", f"{path}: {reason}: the library refuses every device "
-                                   "allocation", "restart the pod so the node daemon writes its grant again"))  # fmt: skip
+            findings.append(
+                failed(
+                    f"{check} {vendor}",
+                    f"{path}: {reason}: the library refuses every device allocation",
+                    "restart the pod so the node daemon writes its grant again",
+                )
+            )
             continue
         view.grants[vendor] = parsed
         if os.access(path, os.W_OK) or os.access(directory, os.W_OK):
-            findings.append(failed(f"{check} {vendor}", f"{path} is writable from this container: a process can raise "
-                                   "its own limits", "mount the grant directory read-only (the node daemon does)"))  # fmt: skip
+            findings.append(
+                failed(
+                    f"{check} {vendor}",
+                    f"{path} is writable from this container: a process can raise its own limits",
+                    "mount the grant directory read-only (the node daemon does)",
+                )
+            )
         else:
             findings.append(ok(f"{check} {vendor}", f"{path}, read-only: {_limits(parsed)}"))
     return findings
@@ -110,10 +131,8 @@ def _mapped(maps: Path, library: Path) -> bool:
     except OSError:
         return False
     names = {str(library)}
-    try:
+    with contextlib.suppress(OSError):
         names.add(str(library.resolve()))
-    except OSError:
-        pass
     return any(line.rsplit(" ", 1)[-1] in names for line in text.splitlines())
 
 
@@ -133,22 +152,34 @@ def preload(view: ContainerView) -> Finding:
     check = "isolation library"
     libraries, source = _preloaded(view)
     if not libraries:
-        return failed(check, f"{view.preload_file} names no library and LD_PRELOAD is unset: nothing limits this "
-                      "container's device use", "the container was not given through the node daemon, or asked "
-                      "for whole devices without control (CUDA_DISABLE_CONTROL)")  # fmt: skip
+        return failed(
+            check,
+            f"{view.preload_file} names no library and LD_PRELOAD is unset: nothing limits this container's device use",
+            "the container was not given through the node daemon, or asked "
+            "for whole devices without control (CUDA_DISABLE_CONTROL)",
+        )
     missing = [str(p) for p in libraries if not p.exists()]
     if missing:
-        return failed(check, f"{source} names {', '.join(missing)}, which is not in this container", "restart the "
-                      "pod: the node daemon mounts the library at the path the preload file names")  # fmt: skip
+        return failed(
+            check,
+            f"{source} names {', '.join(missing)}, which is not in this container",
+            "restart the pod: the node daemon mounts the library at the path the preload file names",
+        )
     loaded = [str(p) for p in libraries if _mapped(view.maps, p)]
     if not loaded:
-        return failed(check, f"{source} names {', '.join(map(str, libraries))}, but this process did not load it",
-                      "a statically linked or setuid program skips LD_PRELOAD; check the loader's message with "
-                      "LD_DEBUG=libs")  # fmt: skip
+        return failed(
+            check,
+            f"{source} names {', '.join(map(str, libraries))}, but this process did not load it",
+            "a statically linked or setuid program skips LD_PRELOAD; check the loader's message with LD_DEBUG=libs",
+        )
     if source == "LD_PRELOAD":
-        return warning(check, f"{', '.join(loaded)} loaded through LD_PRELOAD only", "a child that clears its "
-                       "environment runs without it: mount a preload file at /etc/ld.so.preload (the node daemon "
-                       "does)")  # fmt: skip
+        return warning(
+            check,
+            f"{', '.join(loaded)} loaded through LD_PRELOAD only",
+            "a child that clears its "
+            "environment runs without it: mount a preload file at /etc/ld.so.preload (the node daemon "
+            "does)",
+        )
     return ok(check, f"{', '.join(loaded)} loaded through {source}")
 
 
@@ -156,8 +187,9 @@ def _child_maps(environ: Mapping[str, str]) -> tuple[str | None, str]:
     """The memory map of a child started with `environ` (cat reading its own /proc/self/maps), or why not."""
     cat = shutil.which("cat") or "/bin/cat"
     try:
-        done = subprocess.run([cat, "/proc/self/maps"], env=dict(environ), capture_output=True, text=True,
-                              timeout=10, check=False)  # fmt: skip
+        done = subprocess.run(
+            [cat, "/proc/self/maps"], env=dict(environ), capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, str(exc)
     if done.returncode != 0:
@@ -173,8 +205,11 @@ def children(view: ContainerView) -> Finding:
         return warning(check, "no isolation library to keep", "see the isolation library finding")
     maps, why = _child_maps({})
     if maps is None:
-        return warning(check, f"could not start a child to look: {why}", "run `env -i cat /proc/self/maps` in the "
-                       "container and look for the library")  # fmt: skip
+        return warning(
+            check,
+            f"could not start a child to look: {why}",
+            "run `env -i cat /proc/self/maps` in the container and look for the library",
+        )
     names = {str(p) for p in libraries} | {str(p.resolve()) for p in libraries if p.exists()}
     kept = any(line.rsplit(" ", 1)[-1] in names for line in maps.splitlines())
     if not kept:
@@ -185,9 +220,13 @@ def children(view: ContainerView) -> Finding:
             "it for every program, whatever its environment; LD_PRELOAD does not survive sudo, su - or ssh",
         )
     if not view.grants:
-        return warning(check, "a child with an empty environment loads the library, but there is no grant: its "
-                       "limits came from variables it no longer has", "give the container through the node daemon, "
-                       "which mounts a grant (the library reads it whatever the environment)")  # fmt: skip
+        return warning(
+            check,
+            "a child with an empty environment loads the library, but there is no grant: its "
+            "limits came from variables it no longer has",
+            "give the container through the node daemon, "
+            "which mounts a grant (the library reads it whatever the environment)",
+        )
     return ok(check, "a child with an empty environment (sudo, su -, ssh) loads the library and reads the same grant")
 
 

@@ -71,13 +71,21 @@ def kubelet_socket(plugin_dir: Path) -> Finding:
     check = "kubelet socket"
     path = plugin_dir / KUBELET_SOCKET
     if not plugin_dir.is_dir():
-        return failed(check, f"{plugin_dir} does not exist here", "mount the kubelet's device-plugin directory into "
-                      "the node daemon (the chart's devicePlugin.pluginPath: <kubelet root-dir>/device-plugins)")  # fmt: skip
+        return failed(
+            check,
+            f"{plugin_dir} does not exist here",
+            "mount the kubelet's device-plugin directory into "
+            "the node daemon (the chart's devicePlugin.pluginPath: <kubelet root-dir>/device-plugins)",
+        )
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        return failed(check, f"no {path}", "check that the kubelet runs and that pluginPath is its root-dir's "
-                      "device-plugins directory (kubelet --root-dir)")  # fmt: skip
+        return failed(
+            check,
+            f"no {path}",
+            "check that the kubelet runs and that pluginPath is its root-dir's "
+            "device-plugins directory (kubelet --root-dir)",
+        )
     except OSError as exc:
         return failed(check, f"{path}: {exc.strerror}", "run hami doctor as root (as the node daemon runs)")
     if not stat.S_ISSOCK(mode):
@@ -109,8 +117,9 @@ def _registered(plugin_dir: Path) -> set[str] | str:
 def registration(plugin_dir: Path) -> list[Finding]:
     check = "device plugin registration"
     try:
-        sockets = sorted(p for p in plugin_dir.iterdir() if p.name.startswith(_PLUGIN_PREFIX) and p.name.endswith(
-            _PLUGIN_SUFFIX))  # fmt: skip
+        sockets = sorted(
+            p for p in plugin_dir.iterdir() if p.name.startswith(_PLUGIN_PREFIX) and p.name.endswith(_PLUGIN_SUFFIX)
+        )
     except OSError as exc:
         return [failed(check, f"{plugin_dir}: {exc.strerror}", "mount the kubelet's device-plugin directory")]
     if not sockets:
@@ -128,11 +137,21 @@ def registration(plugin_dir: Path) -> list[Finding]:
         resource = _resource_of(path.name)
         refused = _connects(path)
         if refused:
-            findings.append(failed(f"{check} {resource}", f"{path} refuses connections ({refused})",
-                                   "restart the node daemon (its plugin socket is stale)"))  # fmt: skip
+            findings.append(
+                failed(
+                    f"{check} {resource}",
+                    f"{path} refuses connections ({refused})",
+                    "restart the node daemon (its plugin socket is stale)",
+                )
+            )
         elif isinstance(registered, str):
-            findings.append(warning(f"{check} {resource}", f"{path} is served; {registered}",
-                                    "check the kubelet's log for the registration of " + resource))  # fmt: skip
+            findings.append(
+                warning(
+                    f"{check} {resource}",
+                    f"{path} is served; {registered}",
+                    "check the kubelet's log for the registration of " + resource,
+                )
+            )
         elif resource not in registered:
             findings.append(
                 failed(
@@ -159,14 +178,19 @@ def hook_directory(hook_dir: Path, *, owner: int = 0) -> Finding:
     try:
         st = hook_dir.stat()
     except FileNotFoundError:
-        return failed(check, f"no {hook_dir}", "mount the host's hook directory into the node daemon (the chart's "
-                      "devicePlugin.hookPath); the daemon installs the isolation libraries there at start")  # fmt: skip
+        return failed(
+            check,
+            f"no {hook_dir}",
+            "mount the host's hook directory into the node daemon (the chart's "
+            "devicePlugin.hookPath); the daemon installs the isolation libraries there at start",
+        )
     except OSError as exc:
         return failed(check, f"{hook_dir}: {exc.strerror}", "run hami doctor as root (as the node daemon runs)")
     problem = _owned_by_root_only(hook_dir, st, owner)
     if problem:
-        return failed(check, problem, f"chown root:root {hook_dir} and chmod go-w {hook_dir}: containers mount "
-                      "libraries from it")  # fmt: skip
+        return failed(
+            check, problem, f"chown root:root {hook_dir} and chmod go-w {hook_dir}: containers mount libraries from it"
+        )
     return ok(check, f"{hook_dir}: root's, writable by no one else")
 
 
@@ -176,8 +200,9 @@ def _loads(library: Path, timeout: float = 10.0) -> str | None:
     if true is None:
         return None  # nothing to start: the image has no true(1); the other checks stand
     try:
-        done = subprocess.run([true], env={"LD_PRELOAD": str(library)}, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        done = subprocess.run(
+            [true], env={"LD_PRELOAD": str(library)}, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     message = done.stderr.strip()
@@ -199,12 +224,22 @@ def preload_files(host: VendorHost, hook_dir: Path, *, etc: Path = Path("/etc"),
             text = preload.read_text()
             st = preload.stat()
         except FileNotFoundError:
-            findings.append(_vendor(warning(check, f"no {preload}", "start the node daemon: it installs the library "
-                                            "and its preload file at start (its log says why it could not)"),
-                                    vendor.name))  # fmt: skip
+            findings.append(
+                _vendor(
+                    warning(
+                        check,
+                        f"no {preload}",
+                        "start the node daemon: it installs the library "
+                        "and its preload file at start (its log says why it could not)",
+                    ),
+                    vendor.name,
+                )
+            )
             continue
         except OSError as exc:
-            findings.append(_vendor(failed(check, f"{preload}: {exc.strerror}", "run hami doctor as root"), vendor.name))
+            findings.append(
+                _vendor(failed(check, f"{preload}: {exc.strerror}", "run hami doctor as root"), vendor.name)
+            )
             continue
         named = [w for w in text.split() if w]
         problem = _owned_by_root_only(preload, st, owner)
@@ -217,8 +252,17 @@ def preload_files(host: VendorHost, hook_dir: Path, *, etc: Path = Path("/etc"),
             refused = _loads(library)
             problem = f"{library} does not load: {refused}" if refused else None
         if problem:
-            findings.append(_vendor(failed(check, problem, "restart the node daemon to install the library again; "
-                                           "a container started now runs without its limits"), vendor.name))  # fmt: skip
+            findings.append(
+                _vendor(
+                    failed(
+                        check,
+                        problem,
+                        "restart the node daemon to install the library again; "
+                        "a container started now runs without its limits",
+                    ),
+                    vendor.name,
+                )
+            )
         else:
             findings.append(_vendor(ok(check, f"{preload} -> {library}, root's, loads"), vendor.name))
     findings.append(_host_preload(host, etc / "ld.so.preload"))
@@ -248,8 +292,11 @@ def _host_preload(host: VendorHost, path: Path) -> Finding:
     names = {v.info.isolation_library for v in host.vendors if v.info.isolation_library}
     ours = [w for w in words if Path(w).name in names]
     if ours:
-        return warning(check, f"{path} names {', '.join(ours)}: every process of the host loads it", "remove it "
-                       "from the host's file: containers get their own /etc/ld.so.preload from the node daemon")  # fmt: skip
+        return warning(
+            check,
+            f"{path} names {', '.join(ours)}: every process of the host loads it",
+            "remove it from the host's file: containers get their own /etc/ld.so.preload from the node daemon",
+        )
     return ok(check, f"{path} names no isolation library")
 
 
@@ -270,7 +317,7 @@ def cgroup_layout(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/
             mapped += 1
             pods.add(owner[0])
     if not pids:
-        return failed(check, f"no process visible in {proc}", f"mount the host's /proc (the backstop's procRoot)")
+        return failed(check, f"no process visible in {proc}", "mount the host's /proc (the backstop's procRoot)")
     own = owner_of(1, proc)
     if own is not None:
         return failed(
@@ -279,8 +326,11 @@ def cgroup_layout(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/
             "run the node daemon with hostPID: true (the chart does)",
         )
     if not _has_nspid(proc, pids):
-        return warning(check, "no NSpid in /proc/<pid>/status (kernel before 4.1)", "the isolation library cannot "
-                       "learn its host pid: upgrade the kernel for per-process utilization")  # fmt: skip
+        return warning(
+            check,
+            "no NSpid in /proc/<pid>/status (kernel before 4.1)",
+            "the isolation library cannot learn its host pid: upgrade the kernel for per-process utilization",
+        )
     if not pods:
         sample = _first_cgroup_line(proc, pids)
         return warning(
@@ -315,8 +365,11 @@ def placement_key(environ: dict[str, str] | None = None) -> Finding:
     check = "placement key"
     env = dict(os.environ) if environ is None else environ
     if not env.get(KEYS_ENVIRONMENT, "").strip():
-        return warning(check, f"{KEYS_ENVIRONMENT} is not set: placements are not signed", "enable the chart's "
-                       "placementSigning, or anyone who may patch pods can rewrite what they are given")  # fmt: skip
+        return warning(
+            check,
+            f"{KEYS_ENVIRONMENT} is not set: placements are not signed",
+            "enable the chart's placementSigning, or anyone who may patch pods can rewrite what they are given",
+        )
     try:
         keys = PlacementKeys.from_environment(env)
     except Exception as exc:  # SignatureError and OSError both name the file
@@ -335,16 +388,23 @@ def clock(server_date: Callable[[], datetime] | None, now: Callable[[], datetime
     try:
         server = server_date()
     except Exception as exc:
-        return warning(check, f"the API server's time could not be read: {exc}", "check that this node reaches the "
-                       "API server (the node daemon cannot work without it)")  # fmt: skip
+        return warning(
+            check,
+            f"the API server's time could not be read: {exc}",
+            "check that this node reaches the API server (the node daemon cannot work without it)",
+        )
     after = clock_now()
     local = before + (after - before) / 2
     skew = (local - server).total_seconds()
     slack = 1.0 + (after - before).total_seconds() / 2  # the header has whole seconds
     detail = f"{abs(skew):.1f} s {'ahead of' if skew > 0 else 'behind'} the API server"
     if abs(skew) > SKEW_FAILED_SECONDS + slack:
-        return failed(check, detail, "synchronize the node's clock (chrony or systemd-timesyncd): node locks expire "
-                      "by time and handshakes time out")  # fmt: skip
+        return failed(
+            check,
+            detail,
+            "synchronize the node's clock (chrony or systemd-timesyncd): node locks expire "
+            "by time and handshakes time out",
+        )
     if abs(skew) > SKEW_WARNING_SECONDS + slack:
         return warning(check, detail, "synchronize the node's clock (chrony or systemd-timesyncd)")
     return ok(check, detail)

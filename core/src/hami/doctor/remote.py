@@ -20,8 +20,15 @@ from typing import Any
 
 from hami.errors import HamiError
 
-__all__ = ["DAEMON_CONTAINER", "DAEMON_SELECTOR", "RemoteError", "api_client", "daemon_pod", "run_on_node",
-           "server_date"]  # fmt: skip
+__all__ = [
+    "DAEMON_CONTAINER",
+    "DAEMON_SELECTOR",
+    "RemoteError",
+    "api_client",
+    "daemon_pod",
+    "run_on_node",
+    "server_date",
+]
 
 DAEMON_CONTAINER = "hami-node"
 """The node daemon's container in the chart's DaemonSet."""
@@ -75,9 +82,10 @@ def daemon_pod(pods: Sequence[Mapping[str, Any]], node: str) -> tuple[str, str]:
     if not running:
         seen = ", ".join(f"{p['metadata'].get('name')} ({(p.get('status') or {}).get('phase')})" for p in with_daemon)
         raise RemoteError(
-            f"no running node daemon pod on node {node!r}" + (f" (found {seen})" if seen else "")
+            f"no running node daemon pod on node {node!r}"
+            + (f" (found {seen})" if seen else "")
             + f": check the DaemonSet (kubectl get pods -A -l {DAEMON_SELECTOR} -o wide) and the node's name"
-        )  # fmt: skip
+        )
     meta = running[0]["metadata"]
     return str(meta.get("namespace")), str(meta.get("name"))
 
@@ -92,16 +100,27 @@ def run_on_node(api: Any, node: str, argv: Sequence[str], timeout: float = 120.0
 
     core = k8s_client.CoreV1Api(api)
     try:
-        listed = core.list_pod_for_all_namespaces(label_selector=DAEMON_SELECTOR, field_selector=f"spec.nodeName={node}")
+        listed = core.list_pod_for_all_namespaces(
+            label_selector=DAEMON_SELECTOR, field_selector=f"spec.nodeName={node}"
+        )
     except ApiException as exc:
         raise RemoteError(f"listing the node daemon's pods failed: {exc.status} {exc.reason}") from None
     pods = [api.sanitize_for_serialization(p) for p in listed.items]
     namespace, name = daemon_pod(pods, node)
     command = ["hami", "doctor", *argv]
     try:
-        session = stream(core.connect_get_namespaced_pod_exec, name, namespace, container=DAEMON_CONTAINER,
-                         command=command, stdin=False, stdout=True, stderr=True, tty=False,
-                         _preload_content=False)  # fmt: skip
+        session = stream(
+            core.connect_get_namespaced_pod_exec,
+            name,
+            namespace,
+            container=DAEMON_CONTAINER,
+            command=command,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
         session.run_forever(timeout=timeout)
         out, err = session.read_stdout() or "", session.read_stderr() or ""
         status = session.returncode

@@ -82,7 +82,9 @@ def driver(library: Finding, nodes: Finding, display: str) -> list[Finding] | No
     """One finding for a vendor whose hardware is not on this node (no library and no device node: a node of
     another vendor, in a cluster that enables several), else None: the caller goes on with its checks."""
     if library.status is Status.FAILED and nodes.status is Status.FAILED and "no " in nodes.detail[:3]:
-        return [ok("hardware", f"no {display} device node and no management library: not a node with {display} devices")]
+        return [
+            ok("hardware", f"no {display} device node and no management library: not a node with {display} devices")
+        ]
     return None
 
 
@@ -90,8 +92,11 @@ def fallback(library: Finding, tool_finding: Finding, command: str) -> Finding:
     """The library's finding where discovery falls back to `command`: a library that fails while the tool works is
     a warning (devices are still served, read from the tool), not a failure."""
     if library.status is Status.FAILED and tool_finding.status is Status.OK:
-        return warning(library.check, f"{library.detail}; discovery reads {command} instead", library.fix +
-                       " (the backstop's per-process memory needs the library)")  # fmt: skip
+        return warning(
+            library.check,
+            f"{library.detail}; discovery reads {command} instead",
+            library.fix + " (the backstop's per-process memory needs the library)",
+        )
     return library
 
 
@@ -114,22 +119,27 @@ def runtime_hook(names: Sequence[str], purpose: str, *, check: str = "container 
     wanted = " or ".join(names)
     if not read:
         places = ", ".join(str(p) for p in RUNTIME_CONFIGS)
-        return warning(check, f"no container runtime configuration readable here ({places})", "on the host, check "
-                       f"that the runtime is set up with {wanted} ({purpose})")  # fmt: skip
-    return failed(check, f"{', '.join(map(str, read))} name{'s' if len(read) == 1 else ''} no {wanted}",
-                  f"set the container runtime up with {wanted} ({purpose})")  # fmt: skip
+        return warning(
+            check,
+            f"no container runtime configuration readable here ({places})",
+            f"on the host, check that the runtime is set up with {wanted} ({purpose})",
+        )
+    return failed(
+        check,
+        f"{', '.join(map(str, read))} name{'s' if len(read) == 1 else ''} no {wanted}",
+        f"set the container runtime up with {wanted} ({purpose})",
+    )
 
 
-def tool(
-    command: str, read: Callable[[str], str], *, needed_for: str, check: str = "management tool"
-) -> Finding:
+def tool(command: str, read: Callable[[str], str], *, needed_for: str, check: str = "management tool") -> Finding:
     """Find `command` on PATH and run it through `read` (given the executable's path; returns what it printed that
     matters: version, devices). Not found is a warning (`needed_for` says what it is used for); a tool that fails
     or prints what `read` cannot read is a failure quoting the reason."""
     exe = shutil.which(command)
     if exe is None:
-        return warning(check, f"{command} not found on PATH", f"install {command} or add its directory to PATH "
-                       f"({needed_for})")  # fmt: skip
+        return warning(
+            check, f"{command} not found on PATH", f"install {command} or add its directory to PATH ({needed_for})"
+        )
     try:
         detail = read(exe)
     except Exception as exc:
@@ -151,7 +161,7 @@ def device_nodes(patterns: Sequence[str], *, dev: Path | None = None, check: str
         return failed(
             check,
             f"no {shown}",
-            f"load the vendor's kernel driver, and mount the host's /dev into the node daemon's container",
+            "load the vendor's kernel driver, and mount the host's /dev into the node daemon's container",
         )
     problems = []
     for path in found:
@@ -165,8 +175,11 @@ def device_nodes(patterns: Sequence[str], *, dev: Path | None = None, check: str
         elif not os.access(path, os.R_OK | os.W_OK):
             problems.append(f"{path} is not readable and writable by uid {os.geteuid()}")
     if problems:
-        return failed(check, "; ".join(problems[:4]), "run the node daemon privileged (the chart does), with the "
-                      "host's /dev mounted")  # fmt: skip
+        return failed(
+            check,
+            "; ".join(problems[:4]),
+            "run the node daemon privileged (the chart does), with the host's /dev mounted",
+        )
     return ok(check, f"{len(found)} found ({', '.join(p.name for p in found[:8])}{', ...' if len(found) > 8 else ''})")
 
 
@@ -203,10 +216,10 @@ def cdi_spec(
     alternative: str = "",
     check: str = "CDI specification",
 ) -> Finding:
-    """The CDI specifications of `kind` (``nvidia.com/gpu``) in `dirs` (default `CDI_DIRS`) name every device in `names` (the names
-    the vendor's container edits use: UUIDs, indices). None there is a warning (a runtime set up with the vendor's
-    hook instead needs none: `alternative` says how to check that); devices missing from them, or a specification
-    that cannot be read, are failures: a container given such a name does not start."""
+    """The CDI specifications of `kind` (``nvidia.com/gpu``) in `dirs` (default `CDI_DIRS`) name every device in
+    `names` (the names the vendor's container edits use: UUIDs, indices). None there is a warning (a runtime set up
+    with the vendor's hook instead needs none: `alternative` says how to check that); devices missing from them, or a
+    specification that cannot be read, are failures: a container given such a name does not start."""
     dirs = CDI_DIRS if dirs is None else dirs
     documents, problems = _cdi_documents(dirs)
     specs = [(path, doc) for path, doc in documents if doc.get("kind") == kind]
@@ -217,22 +230,26 @@ def cdi_spec(
             if isinstance(device, dict) and isinstance(device.get("name"), str):
                 declared.add(device["name"])
     if problems:
-        return failed(check, "; ".join(problems[:3]), "fix or regenerate the specification (the runtime refuses to "
-                      "start containers while one cannot be read)")  # fmt: skip
+        return failed(
+            check,
+            "; ".join(problems[:3]),
+            "fix or regenerate the specification (the runtime refuses to start containers while one cannot be read)",
+        )
     where = " or ".join(str(d) for d in dirs)
     if not specs:
         return warning(
             check,
             f"no specification of kind {kind} in {where}",
-            "generate one with the vendor's CDI tool if the container runtime uses CDI" + (
-                f"; otherwise {alternative}" if alternative else ""),
-        )  # fmt: skip
+            "generate one with the vendor's CDI tool if the container runtime uses CDI"
+            + (f"; otherwise {alternative}" if alternative else ""),
+        )
     missing = [n for n in names if n not in declared]
     files = ", ".join(str(p) for p, _ in specs)
     if missing:
         return failed(
             check,
-            f"{files} lack{'s' if len(specs) == 1 else ''} {len(missing)} device(s) seen here: {', '.join(missing[:4])}",
+            f"{files} lack{'s' if len(specs) == 1 else ''} {len(missing)} device(s) seen here: "
+            + ", ".join(missing[:4]),
             "regenerate the CDI specification after a driver or device change (a container given a name the "
             "specification lacks does not start)",
         )
@@ -290,8 +307,11 @@ def tool_memory_against_grant(
     try:
         totals = list(read())
     except Exception as exc:
-        return warning(check, f"{command} could not be read: {_reason(exc)}", f"run {command} in the container to "
-                       "see the memory it reports")  # fmt: skip
+        return warning(
+            check,
+            f"{command} could not be read: {_reason(exc)}",
+            f"run {command} in the container to see the memory it reports",
+        )
     if not totals:
         return warning(check, f"{command} reports no device", "check that the container was given devices")
     wrong = []

@@ -49,9 +49,9 @@ from hami.model import (
     VendorInfo,
 )
 from hami_vendor_ascend import admission, allocation, discovery, edits, fit
-from hami_vendor_ascend.doctor import checks as doctor_checks
 from hami_vendor_ascend.admission import VNPU_MODE_ANNOTATION, vnpu_mode
 from hami_vendor_ascend.chips import COMMON_WORDS
+from hami_vendor_ascend.doctor import checks as doctor_checks
 from hami_vendor_ascend.settings import SOFT_SPLIT, TEMPLATE, AscendSettings, VnpuMode
 
 __all__ = [

@@ -58,6 +58,9 @@ def _dmi(settings: HygonSettings) -> Finding:
     try:
         session = Dmi.open(settings.dmi_library)
     except Exception as exc:
-        return warning("virtualization library", f"libhydmi.so could not be used: {exc}", "install DTK's hydmi (or "
-                       "set dmiLibrary) to create vDCUs through the driver")  # fmt: skip
+        return warning(
+            "virtualization library",
+            f"libhydmi.so could not be used: {exc}",
+            "install DTK's hydmi (or set dmiLibrary) to create vDCUs through the driver",
+        )
     return ok("virtualization library", session.where)

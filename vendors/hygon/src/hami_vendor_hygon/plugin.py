@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
-from hami.fitting import ShareFitter
 from hami.doctor.findings import Finding
+from hami.fitting import ShareFitter
 from hami.isolation.grant import Grant
 from hami.model import (
     AnnotationKeys,

@@ -35,8 +35,13 @@ def checks(settings: IluvatarSettings, grant: Grant | None) -> list[Finding]:
     tool_path = str(Path(settings.corex_path) / "bin" / TOOL)
     command = tool_path if Path(tool_path).exists() else TOOL
     if grant is not None:
-        return [warning("memory the tool reports", f"not read: run {TOOL} in the container and compare its memory "
-                        "with the grant", f"{TOOL} must show the granted memory, not the card's")]  # fmt: skip
+        return [
+            warning(
+                "memory the tool reports",
+                f"not read: run {TOOL} in the container and compare its memory with the grant",
+                f"{TOOL} must show the granted memory, not the card's",
+            )
+        ]
 
     def read_ixml() -> tuple[str, int]:
         session = Ixml.open(settings.ixml_library)

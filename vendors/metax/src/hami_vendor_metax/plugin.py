@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
-from hami.errors import RequestError
 from hami.doctor.findings import Finding
+from hami.errors import RequestError
 from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,

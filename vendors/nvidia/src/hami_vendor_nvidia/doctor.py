@@ -47,8 +47,12 @@ def parse_smi(text: str) -> list[tuple[int, str, str, int]]:
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 4 or not fields[0].isdigit() or not fields[3].isdigit() or not fields[1].startswith(
-            ("GPU-", "MIG-")):  # fmt: skip
+        if (
+            len(fields) != 4
+            or not fields[0].isdigit()
+            or not fields[3].isdigit()
+            or not fields[1].startswith(("GPU-", "MIG-"))
+        ):
             raise ValueError(f"line {n} is not 'index, uuid, driver_version, memory.total': {line.strip()[:120]!r}")
         rows.append((int(fields[0]), fields[1], fields[2], int(fields[3])))
     if not rows:
@@ -89,8 +93,13 @@ def checks(settings: NvidiaSettings, grant: Grant | None) -> list[Finding]:
     gpus: Sequence[object] = seen.get("gpus") or []  # type: ignore[assignment]
     names = [g.uuid for g in gpus]  # type: ignore[attr-defined]
     if "cdi-cri" in settings.device_list_strategy:
-        findings.append(vendorchecks.cdi_spec(CDI_KIND, names, alternative="check that the runtime uses "
-                                              "nvidia-container-runtime (nvidia-ctk runtime configure)"))  # fmt: skip
+        findings.append(
+            vendorchecks.cdi_spec(
+                CDI_KIND,
+                names,
+                alternative="check that the runtime uses nvidia-container-runtime (nvidia-ctk runtime configure)",
+            )
+        )
     findings.append(vendorchecks.grant_root(Path(ContainerDirs(settings.vgpu_dir).grants)))
     return findings
 
@@ -98,11 +107,17 @@ def checks(settings: NvidiaSettings, grant: Grant | None) -> list[Finding]:
 def _cuda(cuda: int | None) -> Finding:
     check = "CUDA driver against the hooks"
     if cuda is None:
-        return warning(check, "NVML does not say which CUDA version the driver implements", "run nvidia-smi: its "
-                       "header says the CUDA version; compare it with 12.5 (the newest libvgpu.so maps)")  # fmt: skip
+        return warning(
+            check,
+            "NVML does not say which CUDA version the driver implements",
+            "run nvidia-smi: its header says the CUDA version; compare it with 12.5 (the newest libvgpu.so maps)",
+        )
     if cuda < OLDEST_CUDA:
-        return ok(check, f"CUDA {_version(cuda)}: before cuGetProcAddress, every function is reached through dlsym, "
-                  "which the library answers")  # fmt: skip
+        return ok(
+            check,
+            f"CUDA {_version(cuda)}: before cuGetProcAddress, every function is reached through dlsym, "
+            "which the library answers",
+        )
     if cuda // 1000 > NEWEST_HOOKED_CUDA // 1000:
         return failed(
             check,

@@ -17,7 +17,8 @@ DRIVER = Path(__file__).resolve().parents[4] / "benchmarks" / "gpu" / "validate.
 
 def _driver() -> ModuleType:
     spec = importlib.util.spec_from_file_location("validate_driver", DRIVER)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -25,8 +26,14 @@ def _driver() -> ModuleType:
 
 def _probe(sandbox: Sandbox, env: dict[str, str]) -> dict[str, object]:
     out = sandbox.root / "probe.json"
-    done = subprocess.run([sys.executable, str(DRIVER), "--workload", "probe", "--out", str(out)], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(DRIVER), "--workload", "probe", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report: dict[str, object] = json.loads(out.read_text())
     return report

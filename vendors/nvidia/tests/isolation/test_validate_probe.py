@@ -52,3 +52,32 @@ def test_without_the_library_the_probe_sees_the_whole_fake_device(sandbox: Sandb
     report = _probe(sandbox, sandbox.env(preload=False))
     assert report["status"] == "passed", report
     assert report["figures"]["total_mib"] > 1024  # type: ignore[index]
+
+
+def test_a_whole_run_over_the_fake_driver_holds_the_driver_api_to_the_grant_and_skips_missing_frameworks(
+    sandbox: Sandbox,
+) -> None:
+    """validate.py end to end on the CPU: a fake nvidia-smi reports a 16 GiB card, the fake CUDA driver is that card.
+    The framework-free workload allocates to the limit and gets CUDA_ERROR_OUT_OF_MEMORY, the probe after it sees
+    nothing leaked; every framework this environment lacks is skipped; the last line is the JSON report."""
+    tools = sandbox.root / "bin"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'Fake H100, GPU-fake, 16384, 16000, 384, 550.54.15'\n")
+    smi.chmod(0o755)
+    env = sandbox.env(preload=False, extra={"FAKE_CUDA_MEMORY": "16g", "FAKE_CUDA_NO_BACKING": "1"})
+    env["PATH"] = f"{tools}:/usr/local/bin:/usr/bin:/bin"
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
+        env["PYTHONNOUSERSITE"] = "1"
+    done = subprocess.run([sys.executable, str(DRIVER), "--limit-mib", "1024", "--budget-seconds", "120"], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    driver = report["results"]["driver_api"]
+    assert driver["status"] == "passed", (driver, done.stderr[-2000:])
+    assert driver["figures"]["allocated_mib"] == 1024
+    assert driver["figures"]["oom_error"].endswith("CudaError")
+    assert driver["after_exit"]["probe"] == {"total_mib": 1024, "free_mib": 1024, "used_mib": 0}
+    assert report["limit_mib"] == 1024 and report["gpu"]["uuid"] == "GPU-fake"
+    statuses = {name: r["status"] for name, r in report["results"].items()}
+    assert set(statuses.values()) <= {"passed", "skipped"}, statuses
+    assert report["ok"] is True and done.returncode == 0

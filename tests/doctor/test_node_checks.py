@@ -225,3 +225,20 @@ def test_exit_status_and_rendering() -> None:
     assert "WARN  b: meh" in text
     assert "-> do c" in text
     assert text.endswith("1 ok, 1 warning(s), 1 failed\n")
+
+
+def test_with_the_nodes_allocatable_registration_is_judged_by_the_api_servers_record(listening: Path) -> None:
+    served = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    served.bind(str(listening / "hami-nvidia.com_gpu.sock"))
+    served.listen(64)
+    try:
+        [finding] = checks.registration(listening, {"nvidia.com/gpu": "20", "cpu": "8"})
+        assert finding.status is Status.OK
+        assert "20 allocatable" in finding.detail
+        [finding] = checks.registration(listening, {"nvidia.com/gpu": "0"})
+        assert finding.status is Status.WARNING
+        [finding] = checks.registration(listening, {"cpu": "8"})
+        assert finding.status is Status.FAILED
+        assert "the Node's allocatable lists no nvidia.com/gpu" in finding.detail
+    finally:
+        served.close()

@@ -126,10 +126,12 @@ def run_doctor(args: argparse.Namespace) -> int:
         if value:
             section[key] = value
     settings = NodeSettings.model_validate(section)
-    date = None
+    date, allocatable = None, None
     if not args.no_cluster:
-        date = _server_date(config.kubeconfig, args.context)
-    findings = node_findings(host, Path(settings.device_plugin_dir), Path(settings.hook_dir), date)
+        date, allocatable = _cluster_facts(config.kubeconfig, args.context, node)
+    findings = node_findings(
+        host, Path(settings.device_plugin_dir), Path(settings.hook_dir), date, allocatable=allocatable
+    )
     findings += [_failed_vendor(f.entry_point, f.error) for f in host.failed]
     code = exit_status(findings, strict=args.strict)
     _print(findings, f"hami doctor: node {node}", "node", args.json, code, node)
@@ -146,19 +148,21 @@ def _failed_vendor(name: str, error: str) -> Finding:
     )
 
 
-def _server_date(kubeconfig: str | None, context: str | None) -> Any:
-    """The API server's time reader, or a reader that raises why there is none (the clock check reports it)."""
-    from hami.doctor.remote import api_client, server_date
+def _cluster_facts(kubeconfig: str | None, context: str | None, node: str) -> tuple[Any, dict[str, str] | None]:
+    """The API server's time reader (or one that raises why there is none: the clock check reports it) and the
+    Node's allocatable (None when it cannot be read)."""
+    from hami.doctor.remote import api_client, node_allocatable, server_date
 
     try:
-        return server_date(api_client(kubeconfig, context))
+        api = api_client(kubeconfig, context)
     except Exception as exc:  # no kubeconfig, a broken one: the clock check says so
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
         def unavailable() -> Any:
             raise RuntimeError(reason)
 
-        return unavailable
+        return unavailable, None
+    return server_date(api), node_allocatable(api, node)
 
 
 def _remote(args: argparse.Namespace, kubeconfig: str | None) -> int:

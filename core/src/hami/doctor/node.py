@@ -25,7 +25,7 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -114,7 +114,9 @@ def _registered(plugin_dir: Path) -> set[str] | str:
     return set(devices)
 
 
-def registration(plugin_dir: Path) -> list[Finding]:
+def registration(plugin_dir: Path, allocatable: Mapping[str, str] | None = None) -> list[Finding]:
+    """Each plugin socket of the daemon accepts connections, and its resource is registered: on the Node's
+    allocatable where the API server could be read (`allocatable`), else in the kubelet's checkpoint."""
     check = "device plugin registration"
     try:
         sockets = sorted(
@@ -131,38 +133,29 @@ def registration(plugin_dir: Path) -> list[Finding]:
                 "discovered)",
             )
         ]
-    registered = _registered(plugin_dir)
-    findings = []
-    for path in sockets:
-        resource = _resource_of(path.name)
-        refused = _connects(path)
-        if refused:
-            findings.append(
-                failed(
-                    f"{check} {resource}",
-                    f"{path} refuses connections ({refused})",
-                    "restart the node daemon (its plugin socket is stale)",
-                )
-            )
-        elif isinstance(registered, str):
-            findings.append(
-                warning(
-                    f"{check} {resource}",
-                    f"{path} is served; {registered}",
-                    "check the kubelet's log for the registration of " + resource,
-                )
-            )
-        elif resource not in registered:
-            findings.append(
-                failed(
-                    f"{check} {resource}",
-                    f"{path} is served, but the kubelet's checkpoint lists no {resource}",
-                    "restart the node daemon so it registers again, and read the kubelet's log for why it refused",
-                )
-            )
-        else:
-            findings.append(ok(f"{check} {resource}", f"served on {path.name} and registered with the kubelet"))
-    return findings
+    registered = _registered(plugin_dir) if allocatable is None else set(allocatable)
+    return [_registration(f"{check} {_resource_of(p.name)}", p, registered, allocatable) for p in sockets]
+
+
+def _registration(check: str, path: Path, registered: set[str] | str, allocatable: Mapping[str, str] | None) -> Finding:
+    resource = _resource_of(path.name)
+    refused = _connects(path)
+    if refused:
+        return failed(check, f"{path} refuses connections ({refused})", "restart the node daemon (its socket is stale)")
+    if isinstance(registered, str):
+        return warning(check, f"{path} is served; {registered}", f"check the kubelet's log for {resource}")
+    where = "the Node's allocatable" if allocatable is not None else "the kubelet's checkpoint"
+    if resource not in registered:
+        return failed(
+            check,
+            f"{path} is served, but {where} lists no {resource}",
+            "restart the node daemon so it registers again, and read the kubelet's log for why it refused",
+        )
+    if allocatable is not None and allocatable.get(resource) in ("0", ""):
+        fix = "every device of it is unhealthy or none was found: the daemon's log and the vendor's checks say which"
+        return warning(check, f"registered, but the Node's allocatable {resource} is 0", fix)
+    count = f" ({allocatable[resource]} allocatable)" if allocatable is not None else ""
+    return ok(check, f"served on {path.name} and registered with the kubelet{count}")
 
 
 def _owned_by_root_only(path: Path, st: os.stat_result, owner: int) -> str | None:
@@ -419,12 +412,13 @@ def node_findings(
     proc: Path = Path("/proc"),
     etc: Path = Path("/etc"),
     owner: int = 0,
+    allocatable: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Every check of `hami doctor` on a node: core's, then each vendor's. `owner` is who must own the host
-    directories (root; tests pass their own uid)."""
+    directories (root; tests pass their own uid); `allocatable` is the Node's, where the API server could be read."""
     findings: list[Finding] = []
     findings += probe("kubelet socket", lambda: kubelet_socket(plugin_dir))
-    findings += probe("device plugin registration", lambda: registration(plugin_dir))
+    findings += probe("device plugin registration", lambda: registration(plugin_dir, allocatable))
     findings += probe("hook directory", lambda: hook_directory(hook_dir, owner=owner))
     findings += probe("ld.so.preload for containers", lambda: preload_files(host, hook_dir, etc=etc, owner=owner))
     findings += probe("cgroup layout", lambda: cgroup_layout(proc))

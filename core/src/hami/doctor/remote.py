@@ -21,6 +21,7 @@ from typing import Any
 from hami.errors import HamiError
 
 __all__ = [
+    "node_allocatable",
     "DAEMON_CONTAINER",
     "DAEMON_SELECTOR",
     "RemoteError",
@@ -68,6 +69,18 @@ def server_date(api: Any) -> Callable[[], datetime]:
         return parsedate_to_datetime(date)
 
     return read
+
+
+def node_allocatable(api: Any, node: str) -> dict[str, str] | None:
+    """The Node's ``status.allocatable`` (what the kubelet took from the device plugins), or None when it cannot be
+    read (no such Node, no permission, no API server): the registration check then reads the kubelet's checkpoint."""
+    from kubernetes import client as k8s_client
+
+    try:
+        status = k8s_client.CoreV1Api(api).read_node(node, _request_timeout=(3, 5)).status
+    except Exception:  # any failure means: ask the checkpoint instead
+        return None
+    return {str(k): str(v) for k, v in (status.allocatable or {}).items()}
 
 
 def daemon_pod(pods: Sequence[Mapping[str, Any]], node: str) -> tuple[str, str]:

@@ -35,3 +35,25 @@ def test_doctor_on_a_running_gpu_node_passes_the_checks_the_daemon_depends_on(st
     assert "allocatable" in found[("", "device plugin registration nvidia.com/gpu")]["detail"]
     assert "2 device(s)" in found[("nvidia", "management library")]["detail"]
     assert "Traceback" not in done.stderr
+
+
+def test_doctor_through_the_cluster_finds_the_daemons_pod_and_says_why_exec_failed(stack: HamiStack, ns: str) -> None:
+    """The test's kubelet serves no exec: what an operator sees when the API server cannot reach a kubelet, after
+    the daemon's pod was found by its label and node through the real API server."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hami-node-x", "namespace": ns, "labels": {"app.kubernetes.io/component": "node"}},
+        "spec": {"nodeName": "gpu-node-2", "containers": [{"name": "hami-node", "image": "hami:test"}]},
+    }
+    stack.admin.create(pod)
+    stack.wait_running(ns, "hami-node-x")
+    kubeconfig = stack.plane.identities["admin"].kubeconfig
+    argv = [sys.executable, "-m", "hami.cli", "doctor", "--node", "gpu-node-2", "--kubeconfig", str(kubeconfig)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"exec in {ns}/hami-node-x failed" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run([*argv[:5], "no-such-node", *argv[6:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "no running node daemon pod on node 'no-such-node'" in done.stderr

@@ -138,8 +138,12 @@ def run_on_node(api: Any, node: str, argv: Sequence[str], timeout: float = 120.0
         out, err = session.read_stdout() or "", session.read_stderr() or ""
         status = session.returncode
         session.close()
-    except (ApiException, OSError, ValueError) as exc:
-        raise RemoteError(f"exec in {namespace}/{name} failed: {exc} (your account needs pods/exec there)") from None
+    except Exception as exc:  # ApiException, the WebSocket client's own errors, OSError: all say the exec failed
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise RemoteError(
+            f"exec in {namespace}/{name} failed: {reason} (your account needs pods/exec there, and the API server "
+            "must reach the node's kubelet)"
+        ) from None
     if status is None:
         raise RemoteError(f"hami doctor in {namespace}/{name} did not finish within {timeout:.0f} s")
     return int(status), out, err

@@ -28,6 +28,7 @@ __all__ = [
     "device_nodes",
     "driver",
     "fallback",
+    "loaded_path",
     "runtime_hook",
     "grant_root",
     "management_library",
@@ -78,14 +79,26 @@ def management_library(
     return ok(check, f"{detail}; {devices} device(s)")
 
 
-def driver(library: Finding, nodes: Finding, display: str) -> list[Finding] | None:
-    """One finding for a vendor whose hardware is not on this node (no library and no device node: a node of
-    another vendor, in a cluster that enables several), else None: the caller goes on with its checks."""
-    if library.status is Status.FAILED and nodes.status is Status.FAILED and "no " in nodes.detail[:3]:
-        return [
-            ok("hardware", f"no {display} device node and no management library: not a node with {display} devices")
-        ]
+def driver(library: Finding, device_patterns: Sequence[str], display: str) -> list[Finding] | None:
+    """One finding for a vendor whose hardware is not on this node (its library failed and none of its device nodes
+    exists: a node of another vendor, in a cluster that enables several), else None: the caller goes on."""
+    dev = DEV
+    if library.status is Status.FAILED and not any(next(dev.glob(p), None) for p in device_patterns):
+        detail = f"no {display} device node and no management library: not a node with {display} devices"
+        return [ok("hardware", detail)]
     return None
+
+
+def loaded_path(name: str, maps: Path = Path("/proc/self/maps")) -> str | None:
+    """Where the dynamic loader found the library `name` (a file name such as ``libnvidia-ml.so.1``) that this
+    process has loaded: its path in the process's memory map, or None."""
+    try:
+        text = maps.read_text()
+    except OSError:
+        return None
+    stem = name.split(".so")[0]
+    paths = {line.rsplit(" ", 1)[-1] for line in text.splitlines() if "/" in line}
+    return next((p for p in sorted(paths) if Path(p).name.startswith(stem + ".so")), None)
 
 
 def fallback(library: Finding, tool_finding: Finding, command: str) -> Finding:

@@ -40,7 +40,7 @@ def checks(settings: AscendSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("libdcmi.so", "dcmiLibrary", read_dcmi)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "Ascend")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "Ascend")
     if absent is not None:
         return absent
     tool = vendorchecks.tool(settings.npu_smi, read_tool, needed_for="discovery's fallback without DCMI")

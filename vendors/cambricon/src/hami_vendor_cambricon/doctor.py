@@ -41,7 +41,7 @@ def checks(settings: CambriconSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("libcndev.so", "cndevLibrary", read_cndev)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "Cambricon")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "Cambricon")
     if absent is not None:
         return absent
     tool = vendorchecks.tool(command, read_tool, needed_for="discovery's fallback without CNDev")

@@ -40,7 +40,7 @@ def checks(settings: HygonSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("librocm_smi64.so", "rocmSmiLibrary", read_rsmi)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "Hygon")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "Hygon")
     if absent is not None:
         return absent
     tool = vendorchecks.tool(settings.hy_smi, read_tool, needed_for="discovery's fallback without ROCm SMI")

@@ -52,7 +52,7 @@ def checks(settings: IluvatarSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("libixml.so", "ixmlLibrary", read_ixml)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "Iluvatar")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "Iluvatar")
     if absent is not None:
         return absent
     return [

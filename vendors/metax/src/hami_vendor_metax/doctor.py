@@ -40,7 +40,7 @@ def checks(settings: MetaxSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("libmxsml.so", "mxsmlLibrary", read_mxsml)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "MetaX")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "MetaX")
     if absent is not None:
         return absent
     tool = vendorchecks.tool(settings.mx_smi, read_tool, needed_for="discovery's fallback without MXSML")

@@ -45,7 +45,7 @@ def checks(settings: MthreadsSettings, grant: Grant | None) -> list[Finding]:
 
     library = vendorchecks.management_library("libmtml.so", "mtmlLibrary", read_mtml)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "Moore Threads")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "Moore Threads")
     if absent is not None:
         return absent
     tool = vendorchecks.tool(settings.mthreads_gmi, read_tool, needed_for="discovery's fallback without MTML")

@@ -78,12 +78,12 @@ def checks(settings: NvidiaSettings, grant: Grant | None) -> list[Finding]:
         with Nvml.open(settings.nvml_library) as nvml:
             seen["gpus"] = nvml.gpus()
             seen["cuda"] = nvml.cuda_driver_version()
-            where = settings.nvml_library or "libnvidia-ml.so.1 (found by the dynamic loader)"
+            where = settings.nvml_library or vendorchecks.loaded_path("libnvidia-ml.so.1") or "libnvidia-ml.so.1"
             return f"{where}, driver {nvml.driver_version()}", nvml.count
 
     library = vendorchecks.management_library("libnvidia-ml.so.1", "nvmlLibrary", read_nvml)
     nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, nodes, "NVIDIA")
+    absent = vendorchecks.driver(library, DEVICE_NODES, "NVIDIA")
     if absent is not None:
         return absent
     findings = [library, vendorchecks.tool(SMI, _smi, needed_for="what users check their limit with, in a container")]

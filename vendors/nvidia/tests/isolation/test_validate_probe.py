@@ -77,7 +77,9 @@ def test_a_whole_run_over_the_fake_driver_holds_the_driver_api_to_the_grant_and_
     assert driver["figures"]["allocated_mib"] == 1024
     assert driver["figures"]["oom_error"].endswith("CudaError")
     assert driver["after_exit"]["probe"] == {"total_mib": 1024, "free_mib": 1024, "used_mib": 0}
-    assert report["limit_mib"] == 1024 and report["gpu"]["uuid"] == "GPU-fake"
+    assert report["limit_mib"] == 1024
+    assert report["gpu"]["uuid"] == "GPU-fake"
     statuses = {name: r["status"] for name, r in report["results"].items()}
     assert set(statuses.values()) <= {"passed", "skipped"}, statuses
-    assert report["ok"] is True and done.returncode == 0
+    assert report["ok"] is True
+    assert done.returncode == 0

@@ -16,9 +16,9 @@ network. It
    ``CUDA_DEVICE_SM_LIMIT``), which `tests` hold equal to what the NVIDIA plugin's container edits give;
 4. runs every workload in its own subprocess with a timeout (one failure, hang or crash does not stop the rest):
    the driver API alone (``cuMemAlloc_v2`` through ctypes), PyTorch allocating to and past the limit with its
-   caching allocator and with ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, a CUDA graph captured and replayed, cuBLAS and cuDNN kernels,
-   a Triton kernel, CuPy's memory pool (and managed memory, never more than half the card's free memory), JAX with
-   preallocation off and on, and a transformer (``transformers``, built from a configuration with random weights:
+   caching allocator and with ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, a CUDA graph captured and
+   replayed, cuBLAS and cuDNN kernels, a Triton kernel, CuPy's memory pool (and managed memory, never more than half
+   the card's free memory), JAX with preallocation off and on, and a transformer (``transformers``, built from a configuration with random weights:
    no download) generating tokens, beside the same run without the library;
 5. checks that each is held to the limit by its own out-of-memory error (``CUDA_ERROR_OUT_OF_MEMORY``,
    ``torch.OutOfMemoryError``,

@@ -18,13 +18,12 @@ network. It
    the driver API alone (``cuMemAlloc_v2`` through ctypes), PyTorch allocating to and past the limit with its
    caching allocator and with ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``, a CUDA graph captured and
    replayed, cuBLAS and cuDNN kernels, a Triton kernel, CuPy's memory pool (and managed memory, never more than half
-   the card's free memory), JAX with preallocation off and on, and a transformer (``transformers``, built from a configuration with random weights:
-   no download) generating tokens, beside the same run without the library;
+   the card's free memory), JAX with preallocation off and on, and a transformer (``transformers``, built from a
+   configuration with random weights: no download) generating tokens, beside the same run without the library;
 5. checks that each is held to the limit by its own out-of-memory error (``CUDA_ERROR_OUT_OF_MEMORY``,
-   ``torch.OutOfMemoryError``,
-   ``cupy.cuda.memory.OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``), that the library reports the limit as the
-   device's memory, and that nothing leaks after exit (a fresh process of the same grant sees the whole limit free,
-   and the card's used memory is back where it was);
+   ``torch.OutOfMemoryError``, ``cupy.cuda.memory.OutOfMemoryError``, JAX's ``RESOURCE_EXHAUSTED``), that the
+   library reports the limit as the device's memory, and that nothing leaks after exit (a fresh process of the same
+   grant sees the whole limit free, and the card's used memory is back where it was);
 6. runs two processes at 30 % and 70 % of the GPU's time at once and measures the split of work done;
 7. measures overhead: a matmul loop's throughput, an allocate/free loop and token generation, with and without.
 

@@ -1,6 +1,6 @@
 """Real-GPU validation of libvgpu.so: real frameworks held to a grant on one NVIDIA GPU, in under 8 minutes.
 
-    benchmarks/gpu/validate.sh [--only NAME,...] [--limit-mib N] [--budget-seconds 450] [--keep DIR]
+    benchmarks/gpu/validate.sh [--only NAME,...] [--limit-mib N] [--budget-seconds 390] [--keep DIR]
 
 Runs on a machine with one NVIDIA GPU and PyTorch, CuPy, JAX, Triton, transformers and nvcc installed, without a
 network. It
@@ -553,12 +553,15 @@ def run_workload(name: str, out: Path) -> int:
 
 
 class Runner:
-    def __init__(self, scratch: Path, library: Path, gpu: dict[str, Any], limit_mib: int, deadline: float) -> None:
+    def __init__(
+        self, scratch: Path, library: Path, gpu: dict[str, Any], limit_mib: int, start_by: float, kill_by: float
+    ) -> None:
         self.scratch = scratch
         self.library = library
         self.gpu = gpu
         self.limit = limit_mib
-        self.deadline = deadline
+        self.start_by = start_by  # no workload starts after this
+        self.kill_by = kill_by  # every workload still running then is stopped (the whole run stays under 8 minutes)
         self.ceiling = int(gpu["free_mib"]) // 2
         self.count = 0
 
@@ -581,7 +584,7 @@ class Runner:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), out
 
     def finish(self, proc: subprocess.Popen[str], out: Path, timeout: float) -> dict[str, Any]:
-        left = max(5.0, min(timeout, self.deadline - time.monotonic()))
+        left = max(5.0, min(timeout, self.kill_by - time.monotonic()))
         try:
             output, _ = proc.communicate(timeout=left)
         except subprocess.TimeoutExpired:
@@ -604,7 +607,7 @@ class Runner:
     def run(
         self, workload: str, *, limited: bool = True, cores: int = 100, timeout: float = 120.0, name: str | None = None
     ) -> dict[str, Any]:
-        if time.monotonic() > self.deadline:
+        if time.monotonic() > self.start_by:
             return {"status": "skipped", "error": "the time budget ran out before it"}
         env = self.env(name or workload, limited, cores, EXTRA_ENV.get(workload))
         before = used_mib()
@@ -720,7 +723,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="the grant's memory limit (default: a quarter of the card's free memory, at most 8192)",
     )
-    parser.add_argument("--budget-seconds", type=float, default=450, help="stop starting workloads after this")
+    parser.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=390,
+        help="start no workload after this many seconds; any still running 80 s later is stopped (default 390)",
+    )
     parser.add_argument("--keep", metavar="DIR", help="keep the scratch files (library, grants, reports) in DIR")
     args = parser.parse_args(argv)
     if args.workload:
@@ -753,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate: building libvgpu.so failed: {exc}", file=sys.stderr)
         print(json.dumps({"gpu": True, "ok": False, "reason": f"build failed: {str(exc)[:500]}"}))
         return 1
-    runner = Runner(scratch, library, gpu, limit, began + args.budget_seconds)
+    runner = Runner(scratch, library, gpu, limit, began + args.budget_seconds, began + args.budget_seconds + 80)
     wanted = set(args.only.split(",")) if args.only else None
     results: dict[str, Any] = {"nvcc": nvcc()}
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [

@@ -27,10 +27,12 @@ def test_a_working_node_reports_dcmi_npu_smi_and_the_device_nodes(ascend_node, m
     assert found["management tool"].status is Status.OK
     assert "2 chip(s): 910B3" in found["management tool"].detail
     assert found["device nodes"].status is Status.OK
-    assert (
-        found["container runtime hook"].status is not Status.OK
-        or "ascend-docker" in found["container runtime hook"].detail
-    )
+    assert found["container runtime hook"].status is Status.WARNING  # no runtime configuration readable
+    node.runtime_config.write_text('[...runtimes.ascend.options]\nBinaryName = "/usr/local/Ascend/Ascend-Docker-Runtime'
+                                   '/ascend-docker-runtime"\n')  # fmt: skip
+    assert node.checks(machine.host())["container runtime hook"].status is Status.OK
+    node.runtime_config.write_text("[plugins.cri.containerd]\n")
+    assert node.checks(machine.host())["container runtime hook"].status is Status.FAILED
 
 
 def test_without_dcmi_discovery_falls_back_to_npu_smi_and_the_finding_says_so(ascend_node, machines, node) -> None:

@@ -25,6 +25,8 @@ def test_a_working_node_reports_mtml_mthreads_gmi_and_the_device_nodes(mthreads_
     assert found["management tool"].status is Status.OK
     assert "2 GPU(s)" in found["management tool"].detail
     assert found["device nodes"].status is Status.OK
+    node.runtime_config.write_text('BinaryName = "/usr/bin/mthreads-container-runtime"\n')
+    assert node.checks(machine.host())["container runtime hook"].status is Status.OK
 
 
 def test_a_failing_mtml_with_a_working_tool_is_a_warning_and_garbage_from_the_tool_a_failure(

@@ -136,3 +136,18 @@ def test_in_a_container_the_memory_nvidia_smi_reports_is_held_against_the_grant(
     finding = node.checks(host, grant)["memory the tool reports"]
     assert finding.status is Status.FAILED
     assert "81559 MiB reported, 3000 MiB granted" in finding.detail
+
+
+def test_the_runtime_for_nvidia_visible_devices_is_looked_for_in_the_runtimes_configuration(gpu_node, boxes, node):
+    node.device_nodes("nvidia0")
+    host = gpu_node(boxes.h100()).host()
+    assert node.checks(host)["container runtime hook"].status is Status.WARNING  # no configuration readable
+    node.runtime_config.write_text(
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
+    )
+    assert node.checks(host)["container runtime hook"].status is Status.FAILED
+    node.runtime_config.write_text('[...runtimes.nvidia.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime"\n')
+    finding = node.checks(host)["container runtime hook"]
+    assert finding.status is Status.OK
+    assert "nvidia-container-runtime" in finding.detail
+    assert "container runtime hook" not in node.checks(gpu_node(boxes.h100()).host(deviceListStrategy=["cdi-cri"]))

@@ -2,9 +2,10 @@
 
 `DoctorNode` makes a directory of device nodes (symbolic links to ``/dev/null``, a character device anyone may
 open, so the checks' ``stat`` and ``access`` see what they would see on a real node) and points
-`hami.doctor.vendorchecks.DEV` at it; it writes command-line tools (shell scripts printing what a test says, with
-the exit status it says) into a directory put first on ``PATH``; and it runs a host's checks and returns them by
-name. Nothing here knows a vendor.
+`hami.doctor.vendorchecks.DEV` at it, and the CDI and container runtime configuration paths at files of its own
+(`runtime_config`); it writes command-line tools (shell scripts printing what a test says, with the exit status it
+says) into a directory put first on ``PATH``; and it runs a host's checks and returns them by name. Nothing here
+knows a vendor.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class DoctorNode:
         self.bin.mkdir()
         monkeypatch.setattr(vendorchecks, "DEV", self.dev)
         monkeypatch.setattr(vendorchecks, "CDI_DIRS", (root / "etc-cdi", root / "run-cdi"))
+        self.runtime_config = root / "containerd-config.toml"
+        monkeypatch.setattr(vendorchecks, "RUNTIME_CONFIGS", (self.runtime_config,))
         monkeypatch.setenv("PATH", f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
 
     def device_nodes(self, *names: str) -> None:

@@ -32,6 +32,8 @@ OLDEST_CUDA = 11030
 SMI = "nvidia-smi"
 SMI_QUERY = ["--query-gpu=index,uuid,driver_version,memory.total", "--format=csv,noheader,nounits"]
 DEVICE_NODES = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm")
+RUNTIME = ("nvidia-container-runtime", "nvidia-container-toolkit", "nvidia-cdi-hook")
+"""What a runtime set up by the NVIDIA Container Toolkit names (``nvidia-ctk runtime configure``)."""
 
 
 def _version(cuda: int) -> str:
@@ -92,6 +94,10 @@ def checks(settings: NvidiaSettings, grant: Grant | None) -> list[Finding]:
     findings.append(nodes)
     gpus: Sequence[object] = seen.get("gpus") or []  # type: ignore[assignment]
     names = [g.uuid for g in gpus]  # type: ignore[attr-defined]
+    if "envvar" in settings.device_list_strategy:
+        findings.append(
+            vendorchecks.runtime_hook(RUNTIME, "it gives a container the GPUs NVIDIA_VISIBLE_DEVICES names")
+        )
     if "cdi-cri" in settings.device_list_strategy:
         findings.append(
             vendorchecks.cdi_spec(

@@ -72,6 +72,7 @@ def test_the_bash_script_is_valid_bash(bash: Path) -> None:
                 "completion",
                 "run",
                 "host",
+                "doctor",
             ],
         ),
         (("hami", "s"), ["scheduler", "simulate", "status"]),

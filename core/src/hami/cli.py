@@ -4,7 +4,7 @@ Owns argument parsing, logging set-up and turning deliberate errors (`hami.error
 one-line message and exit status 2. Each subcommand's work lives in its own module; this file only wires
 them. Subcommands: `vendors`, `scheduler`, `webhook` (and `webhook certs`), `node`, `simulate`.
 The quickstart and everyday tools: `demo` (`hami.demo`), `status` (`hami.status`), `config check`
-(`hami.configcheck`), `completion`.
+(`hami.configcheck`), `completion`, `doctor` (`hami.doctor`).
 """
 
 from __future__ import annotations
@@ -166,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
             "\n  hami demo             the whole system on simulated devices, in seconds"
             "\n  hami config check F   validate a configuration file without starting anything"
             "\n  hami status           nodes, devices, who uses them, node locks (of your kubeconfig's cluster)"
+            "\n  hami doctor           check this node (or, --container, this container) and say what to fix"
             "\n  source <(hami completion bash)   shell completion"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hami.host.cli import add_host_parsers
 
     add_host_parsers(sub)
+    from hami.doctor.cli import add_doctor_parser
+
+    add_doctor_parser(sub)
     return parser
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import pluggy
 
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     Allocation,
@@ -57,7 +59,7 @@ PROJECT = "hami"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_devices")
+BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_devices", "hami_doctor_checks")
 """Hooks the host calls on every vendor. Every other hook is routed by device kind."""
 
 
@@ -361,4 +363,28 @@ def hami_host_environment(
     :param indices: each device's index as this vendor's discovery reported it (`Device.index`).
     :returns: the variables, or None when a host process cannot be limited to these devices (then `hami run`
         refuses, saying so).
+    """
+
+
+# --------------------------------------------------------------------------------------------------------
+# Diagnosis (`hami doctor`)
+# --------------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def hami_doctor_checks(settings: Any, grant: Grant | None) -> list[Finding]:
+    """Check what this vendor needs on this node (or, with a `grant`, in this container) and say what to do.
+
+    Broadcast: every vendor answers for itself; optional. `hami doctor` calls it after core's checks. On a node
+    (`grant` None): the management library and tool found (path, version), the devices seen, the driver against
+    what the isolation library hooks, the device nodes, the container runtime's configuration (CDI specification
+    or runtime hook), the vendor's grant directories. In a container (`grant`: this vendor's grant, as the isolation
+    library reads it from ``/etc/hami/grant/<vendor>.grant``): the memory the vendor's tool reports against it.
+    Build each finding with `hami.vendorchecks` where one fits, so every vendor says the same thing the same
+    way.
+
+    :param grant: None on a node; in a container, the grant the isolation library reads.
+    :returns: one `hami.findings.Finding` per check (ok, warning or failed, with the one thing to do). A
+        missing driver, a tool printing something unexpected or a permission error is a finding, never an exception:
+        the host turns an exception into a failed finding naming the vendor, and reports it as a bug.
     """

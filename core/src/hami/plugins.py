@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from hami import hookspecs
 from hami.errors import ConfigError, PluginError
+from hami.findings import Finding, Status
 from hami.model import (
     AdmissionEdit,
     Allocation,
@@ -437,6 +438,29 @@ class VendorHost:
                 common_word,
             )
         return ContainerEdits() if result is None else result
+
+    def doctor_checks(self, grant_of: Callable[[str], Any] | None) -> list[Finding]:
+        """Every vendor's `hami_doctor_checks`, each finding marked with its vendor. `grant_of` gives a vendor's
+        grant by vendor name in a container (None on a node: every vendor is asked with no grant; in a container,
+        only the vendors `grant_of` has a grant for). A vendor whose hook raises gets one failed finding saying so."""
+        findings: list[Finding] = []
+        for vendor in self.vendors:
+            if "hami_doctor_checks" not in vendor.hooks:
+                continue
+            grant = grant_of(vendor.name) if grant_of is not None else None
+            if grant_of is not None and grant is None:
+                continue
+            try:
+                answers = self._call_one(
+                    vendor.plugin, "hami_doctor_checks", {"settings": vendor.settings, "grant": grant}
+                )
+                found = [f for answer in answers for f in answer or ()]
+            except Exception as exc:  # a plugin's bug is one finding, not the end of the report
+                log.debug("hami_doctor_checks of vendor %s raised", vendor.name, exc_info=True)
+                fix = f"report this to the maintainers of {vendor.distribution} {vendor.version}"
+                found = [Finding("vendor checks", Status.FAILED, f"{type(exc).__name__}: {exc}", fix)]
+            findings += [Finding(f.check, f.status, f.detail, f.fix, vendor.name) for f in found]
+        return findings
 
     def host_environment(
         self, common_word: str, devices: ContainerPlacement, indices: Sequence[int]

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     AnnotationKeys,
@@ -49,6 +51,7 @@ from hami.model import (
 from hami_vendor_ascend import admission, allocation, discovery, edits, fit
 from hami_vendor_ascend.admission import VNPU_MODE_ANNOTATION, vnpu_mode
 from hami_vendor_ascend.chips import COMMON_WORDS
+from hami_vendor_ascend.doctor import checks as doctor_checks
 from hami_vendor_ascend.settings import SOFT_SPLIT, TEMPLATE, AscendSettings, VnpuMode
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "hami_container_request",
     "hami_device_processes",
     "hami_discover_devices",
+    "hami_doctor_checks",
     "hami_fit_nodes",
     "hami_host_environment",
     "hami_release",
@@ -234,3 +238,8 @@ def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
     """A host process (`hami run`) sees the placement's NPUs, in order, through the ACL runtime's own selector
     (``ASCEND_RT_VISIBLE_DEVICES``: the logical device ids, which discovery reports as the devices' indices)."""
     return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: AscendSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     Allocation,
     AnnotationKeys,
@@ -46,6 +48,7 @@ from hami.model import (
 )
 from hami.requests import read_share_request
 from hami_vendor_cambricon import allocation, discovery, fit, soft
+from hami_vendor_cambricon.doctor import checks as doctor_checks
 from hami_vendor_cambricon.settings import CambriconSettings
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
     "hami_container_request",
     "hami_device_processes",
     "hami_discover_devices",
+    "hami_doctor_checks",
     "hami_fit_nodes",
     "hami_host_environment",
     "hami_reconcile",
@@ -167,3 +171,8 @@ def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
     (``MLU_VISIBLE_DEVICES``: card indices, as discovery reports them). In a container the device nodes of the
     granted cards alone are given (``CAMBRICON_VISIBLE_DEVICES`` is the device plugin's record of them)."""
     return {"MLU_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: CambriconSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

@@ -24,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
 from hami.fitting import ShareFitter
+from hami.isolation.grant import Grant
 from hami.model import (
     AnnotationKeys,
     Container,
@@ -46,6 +48,7 @@ from hami.model import (
 )
 from hami.requests import read_share_request
 from hami_vendor_hygon import allocation, discovery, edits
+from hami_vendor_hygon.doctor import checks as doctor_checks
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import HygonSettings
 
@@ -148,3 +151,8 @@ def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
     """A host process (`hami run`) sees the placement's DCUs, in order, through HIP's own selector
     (``HIP_VISIBLE_DEVICES``: device indices, as discovery reports them)."""
     return {"HIP_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: HygonSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

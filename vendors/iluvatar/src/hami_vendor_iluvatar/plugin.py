@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     AnnotationKeys,
@@ -50,6 +52,7 @@ from hami.model import (
 from hami.requests import read_count, read_share_request
 from hami.topology import TopologyFitter, scores_from_annotation
 from hami_vendor_iluvatar import discovery, edits
+from hami_vendor_iluvatar.doctor import checks as doctor_checks
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
 __all__ = ["CHIPS", "INFO", "IluvatarSettings"]
@@ -183,3 +186,8 @@ def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
     (``CUDA_VISIBLE_DEVICES``: device indices as ixML numbers them, which discovery reports as the indices). In a
     container the toolkit reads ``IX_VISIBLE_DEVICES`` instead and exposes only those chips' device nodes."""
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: IluvatarSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

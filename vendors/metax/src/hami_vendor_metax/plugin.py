@@ -30,6 +30,8 @@ from typing import Any
 
 from hami import hookimpl
 from hami.errors import RequestError
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     Allocation,
@@ -54,6 +56,7 @@ from hami.model import (
 )
 from hami.requests import read_share_request
 from hami_vendor_metax import allocation, discovery, fit
+from hami_vendor_metax.doctor import checks as doctor_checks
 from hami_vendor_metax.node import CAPACITY_NAME, runtime_for
 from hami_vendor_metax.settings import MetaxSettings
 
@@ -240,3 +243,8 @@ def check_sgpu_annotations(pod: Pod, request: ContainerRequest) -> None:
     qos = pod.annotations.get(QOS_ANNOTATION)
     if app_class != "online" and qos is not None and qos not in QOS_POLICIES:
         raise RequestError(QOS_ANNOTATION, qos, f"is not a QoS policy: write one of {', '.join(QOS_POLICIES)}")
+
+
+@hookimpl
+def hami_doctor_checks(settings: MetaxSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

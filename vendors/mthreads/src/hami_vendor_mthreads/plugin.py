@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     AnnotationKeys,
@@ -39,6 +41,7 @@ from hami.model import (
     VendorInfo,
 )
 from hami_vendor_mthreads import allocation, discovery, edits, requests
+from hami_vendor_mthreads.doctor import checks as doctor_checks
 from hami_vendor_mthreads.fit import MthreadsFitter
 from hami_vendor_mthreads.requests import LEGAL_MEMORY_UNITS, MEMORY_UNIT_MIB
 from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
@@ -134,3 +137,8 @@ def hami_host_environment(indices: Sequence[int]) -> dict[str, str]:
     container's own ordinals ``0,…,n-1`` (its runtime shows only the granted GPUs); on the host those ordinals
     would name the host's first GPUs, so this answer replaces them."""
     return {"MUSA_VISIBLE_DEVICES": ",".join(str(i) for i in indices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: MthreadsSettings, grant: Grant | None) -> list[Finding]:
+    return doctor_checks(settings, grant)

@@ -250,6 +250,13 @@ class Nvml:
             return "unknown"
         return str(value)
 
+    def cuda_driver_version(self) -> int | None:
+        """The CUDA driver API version the driver implements (``12040`` for 12.4), or None when NVML cannot say."""
+        try:
+            return int(self._call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion))
+        except NvmlError:
+            return None
+
     # ------------------------------------------------------------------------------------------ GPUs
 
     def gpu(self, index: int) -> GpuInfo:

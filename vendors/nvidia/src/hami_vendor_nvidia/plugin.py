@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hami import hookimpl
+from hami.findings import Finding
+from hami.isolation.grant import Grant
 from hami.model import (
     AdmissionEdit,
     Allocation,
@@ -41,7 +43,7 @@ from hami.model import (
     SchedulingPolicy,
     VendorInfo,
 )
-from hami_vendor_nvidia import admission, allocation, discovery, edits, node
+from hami_vendor_nvidia import admission, allocation, discovery, doctor, edits, node
 from hami_vendor_nvidia.fit import NvidiaFitter
 from hami_vendor_nvidia.settings import NvidiaSettings
 
@@ -55,6 +57,7 @@ __all__ = [
     "hami_container_request",
     "hami_device_processes",
     "hami_discover_devices",
+    "hami_doctor_checks",
     "hami_dra_device",
     "hami_fit_nodes",
     "hami_host_environment",
@@ -194,3 +197,8 @@ def hami_device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | Non
 def hami_host_environment(devices: ContainerPlacement) -> dict[str, str]:
     """A host process (`hami run`) sees the placement's GPUs, in order, through CUDA's own selector (UUIDs)."""
     return {"CUDA_VISIBLE_DEVICES": ",".join(d.uuid for d in devices)}
+
+
+@hookimpl
+def hami_doctor_checks(settings: NvidiaSettings, grant: Grant | None) -> list[Finding]:
+    return doctor.checks(settings, grant)

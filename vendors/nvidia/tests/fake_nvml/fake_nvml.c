@@ -275,6 +275,7 @@ static struct {
     char path[4096];
     struct timespec mtime;
     char driver[80];
+    int cuda; /* the CUDA driver API version, e.g. 12040 ("cuda" in the JSON) */
     int ngpus;
     gpu_t gpus[MAX_GPUS];
     int topology[MAX_GPUS][MAX_GPUS];
@@ -389,6 +390,7 @@ static int load(const char *path) {
     memset(&M.gpus, 0, sizeof(M.gpus));
     M.init_error = (int)jint(&root, "init_error", 0);
     snprintf(M.driver, sizeof(M.driver), "%s", jstr(&root, "driver", "550.54.15"));
+    M.cuda = (int)jint(&root, "cuda", 12040);
     jv *devs = jget(&root, "devices");
     M.ngpus = devs && devs->type == J_ARR ? (devs->len > MAX_GPUS ? MAX_GPUS : devs->len) : 0;
     for (int i = 0; i < MAX_GPUS; i++)
@@ -553,6 +555,15 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     NEED_INIT();
     return copy_str(version, length, M.driver);
 }
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
+    NEED_INIT();
+    if (!version) return NVML_ERROR_INVALID_ARGUMENT;
+    *version = M.cuda;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) { return nvmlSystemGetCudaDriverVersion(version); }
 
 /* ----------------------------------------------------------------------------------------------------- */
 /* Devices                                                                                               */

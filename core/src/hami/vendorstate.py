@@ -71,10 +71,6 @@ class VendorSettings(BaseModel):
             return runtime
 
 
-RuntimeSettings = VendorSettings
-"""The former name of `VendorSettings`, while vendors move to it (removed once none uses it)."""
-
-
 def driver_fact(driver: Mapping[str, Mapping[str, Any]], device: str, key: str, expected: type[F]) -> F:
     """The fact `key` of simulated device `device`, from `hami_simulated_devices`' `driver` mapping.
 

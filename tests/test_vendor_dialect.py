@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import AliasChoices, BaseModel
+from pydantic import AliasChoices, BaseModel, ValidationError
 
 from hami.isolation.build import spec_from_pyproject
+from hami.validation import describe
 from hami.vendordriver import DriverError, DriverUnavailable
 from hami.vendorstate import VendorSettings, camel
 from hami.vendortool import ToolError
+from hami_vendor_nvidia.settings import NvidiaSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 VENDORS = ("nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax")
@@ -92,3 +94,11 @@ def test_the_build_hook_is_the_one_bootstrap_building_the_library_the_plugin_nam
     assert spec.library == _plugin(vendor).INFO.isolation_library
     assert spec.package == f"hami_vendor_{vendor}"
     assert (spec.hooks / spec.version_script).is_file()
+
+
+def test_a_misspelled_key_inside_a_camelcase_section_is_told_the_legal_keys_there() -> None:
+    raw = {"migProfileAllowlist": [{"modelz": ["A100"], "profiles": ["1g.10gb"]}]}
+    with pytest.raises(ValidationError) as caught:
+        NvidiaSettings.model_validate(raw)
+    message = describe(caught.value, NvidiaSettings, "hami.yaml", prefix=("nvidia",))
+    assert "hami.yaml: nvidia.migProfileAllowlist[0].modelz: unknown key; legal keys here: models, profiles" in message

@@ -151,7 +151,7 @@ def build_library(out: Path) -> Path:
         raise RuntimeError("vendors/nvidia/hatch_build.py is not in this checkout")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    target: Path = module.compile_library(out / "libvgpu.so", module.CORE)
+    target: Path = module.build.compile_library(module.SPEC, out / "libvgpu.so", module.CORE)
     return target
 
 

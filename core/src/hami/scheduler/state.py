@@ -63,6 +63,7 @@ from hami.model import (
     DeviceUsage,
     NodeView,
     PlacedPod,
+    Pod,
     RegisterFormat,
     host_requests,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "VGPU_NODE_ANNOTATION",
     "ClusterState",
+    "Decision",
     "Grant",
     "NodeRecord",
     "NodeTotals",
@@ -89,6 +91,17 @@ VGPU_NODE_ANNOTATION = "hami.io/vgpu-node"
 
 def pod_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A filter's choice for a pod: the node, the devices of each kind, and the pod annotations the chosen node's
+    fits carry (`NodeFit.pod_annotations`), which the placement is written with."""
+
+    pod: Pod
+    node: str
+    allocation: Mapping[str, tuple[ContainerPlacement, ...]]
+    annotations: Mapping[str, str]
 
 
 @dataclass

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from hami.cluster.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
-from hami.cluster.port import Cluster, ClusterError, NotFoundError, meta
+from hami.cluster.port import Cluster, ClusterError, NotFoundError, meta, pod_key
 from hami.codec import NodeLock
 from hami.errors import HamiError
 from hami.lifecycle import BIND_PHASE, BIND_TIME
@@ -39,7 +39,7 @@ from hami.plugins import VendorHost
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import PlacementWriter
 from hami.scheduler.settings import ExtenderSettings
-from hami.scheduler.state import ClusterState, pod_key
+from hami.scheduler.state import ClusterState
 from hami.transaction import Transaction
 
 __all__ = ["BindResult", "Binder"]

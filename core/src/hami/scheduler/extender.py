@@ -8,7 +8,7 @@ its reason. A vendor whose fits depend on nothing of the moment (`DeviceKind.reu
 the nodes changed since a pod alike (same spec and annotations) was fitted: the others' fits are kept on the node
 until it changes (`NodeRecord.memo`).
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
-(`ClusterState.assume`), so the next pod cannot double-book. `hami scheduler` writes it with the bind
+(`ClusterState.commit`), so the next pod cannot double-book. `hami scheduler` writes it with the bind
 (`record_at_bind`, `hami.scheduler.pending`): the filter makes no API call (one filter at a time is
 kube-scheduler's pace), and the pod gets one write fewer, its placement and `hami.io/bind-phase: allocating` in
 the same patch, once the node lock is held and before the Binding, so the node side never sees a bound pod
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami.cluster.port import Cluster, KubeObject, meta
+from hami.cluster.port import Cluster, KubeObject, meta, pod_key
 from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
@@ -44,7 +44,7 @@ from hami.scheduler.policy import policy_for
 from hami.scheduler.precedence import Precedence
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.settings import ExtenderSettings
-from hami.scheduler.state import TERMINAL_PHASES, ClusterState, Decision, NodeRecord, pod_key
+from hami.scheduler.state import TERMINAL_PHASES, ClusterState, Decision, NodeRecord
 from hami.transaction import Transaction
 
 __all__ = ["BIND_PHASE", "BIND_TIME", "BindResult", "Extender", "ExtenderSettings", "FilterResult", "VGPU_TIME"]
@@ -190,24 +190,16 @@ class Extender:
         return result
 
     def _commit(self, undo: Transaction, decision: Decision) -> str | None:
-        """Count the decision (the quota reservation, the assumption, the host usage), each step's undo in `undo`;
-        or the quota's reason to refuse it (None when counted). The caller holds the state's lock."""
-        pod, node = decision.pod, decision.node
-        pod_id = pod_key(pod.namespace, pod.name)
-        quota = self.quota
+        """Count the decision (the quota reservation, then the state's `commit`), each step's undo in `undo`; or the
+        quota's reason to refuse it (None when counted). The caller holds the state's lock."""
+        pod, quota = decision.pod, self.quota
         with undo.part():
             if quota is not None:
                 verdict = quota.reserve(pod, decision.allocation, len(pod.init_containers))
                 if not verdict.fits:
                     return verdict.reason
                 undo.add(lambda: quota.release(pod.namespace, pod.name), "the quota reservation")
-            undo.add(lambda: self.state.remove_pod(pod.namespace, pod.name), "the assumption")
-            undo.add(lambda: self.state.set_host_usage(pod_id, "", 0, 0), "the host usage")
-            self.state.assume(
-                pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
-                decision.annotations,
-            )  # fmt: skip
-            self.state.set_host_usage(pod_id, node, pod.host_cpu, pod.host_memory)
+            undo.add(self.state.commit(decision), "the assumption and the host usage")
         return None
 
     def _observe(

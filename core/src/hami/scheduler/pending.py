@@ -17,8 +17,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from hami.cluster.port import pod_key, revision
 from hami.model import Pod
-from hami.scheduler.state import Decision, pod_key, revision
+from hami.scheduler.state import Decision
 from hami.transaction import Transaction
 
 __all__ = ["WATCH_LAG_SECONDS", "PendingDecision", "PendingDecisions"]

@@ -70,7 +70,7 @@ class PlacementWriter:
             annotations[keys.to_allocate] = value
             annotations[keys.allocated] = value
             signed[keys.allocated] = value
-        signer = self.state.signer
+        signer = self.state.usage.signer
         if signer is not None:
             annotations[SIGNATURE_ANNOTATION] = signer.sign(SignedPlacement(pod.uid, node, signed))
         patched = self.cluster.patch_metadata(

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta
+from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta, pod_key
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
@@ -33,7 +33,7 @@ from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.requeue import Requeuer
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, pod_key
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = ["SchedulerService"]
@@ -57,8 +57,8 @@ class SchedulerService:
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.host)
-        self.state.signer = self.placement_keys
-        self.state.on_mismatch = self._placement_mismatch
+        self.state.usage.signer = self.placement_keys
+        self.state.usage.on_mismatch = self._placement_mismatch
         self.extender = Extender(self.cluster, self.host, self.state, self.settings)
         self.metrics = SchedulerMetrics(self.state, self.host)
         self.extender.on_filter_result = self.metrics.record_filter

@@ -141,6 +141,9 @@ struct hami_process_device {
     int64_t charged_seen;          /* charged_ns then */
     _Atomic int busy_known;        /* the last answer was known: the device's count holds the share, not events */
     int64_t window_real, window_charged; /* since `scale` last moved */
+    uint64_t window_from_ns;       /* CLOCK_MONOTONIC at which that window starts (0: answers unknown) */
+    int64_t owed_ns;               /* what the device counted beyond the charges, not paid into the bucket yet */
+    uint64_t settled_ns;           /* CLOCK_MONOTONIC of the last answer paid in (0: none since unknown) */
     _Atomic uint32_t scale;        /* 16.16: what the device counted per ns the events measured (0: 1.0) */
     _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];
 };

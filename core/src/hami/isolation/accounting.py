@@ -60,6 +60,8 @@ _DEVICE = {  # field: (offset in the device record, format)
     "memory_used": (0, "Q"),
     "memory_limit": (8, "Q"),
     "memory_peak": (16, "Q"),
+    "tampered": (24, "Q"),
+    "tampered_ns": (32, "Q"),
     "core_limit": (80, "I"),
     "policy": (84, "I"),
     "control_mode": (128, "I"),
@@ -103,6 +105,8 @@ class DeviceAccount:
     last_kernel_ns: int  # wall-clock time of a recent launch, 0 = none yet
     control_mode: ControlMode
     control_until_ns: int
+    tampered: int = 0  # times a process of the container found the figures lowered behind its back (and refused)
+    tampered_ns: int = 0  # wall-clock time of the last, 0 = never
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,8 @@ def parse_accounting(data: bytes, where: str = "<bytes>") -> ContainerAccount:
                 last_kernel_ns=values["last_kernel_ns"],
                 control_mode=_control_mode(values["control_mode"]),
                 control_until_ns=values["control_until_ns"],
+                tampered=values["tampered"],
+                tampered_ns=values["tampered_ns"],
             )
         )
 

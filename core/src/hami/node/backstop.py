@@ -49,6 +49,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from hami.cluster.port import Cluster, ClusterError
+from hami.isolation.accounting import AccountingFileError, read_accounting
 from hami.isolation.grant import render_pid_map, write_pid_map
 from hami.model import DeviceProcess
 from hami.node.pods import ServedContainer
@@ -152,6 +153,8 @@ class Backstop(Collector):
         """(namespace, pod, container, device) → device memory the driver counted at the last round."""
         self.pid_maps: dict[str, str] = {}
         """Grant directory → the ``pids`` text last written there."""
+        self.tampered: dict[tuple[str, int], int] = {}
+        """(accounting file, device index) → the file's ``tampered`` count at the last round."""
 
     # ---------------------------------------------------------------------------------- one round
 
@@ -189,6 +192,7 @@ class Backstop(Collector):
             held.pids.append(process.pid)
         self.used = {_key(chosen_of[k], k[2]): h.used for k, h in holdings.items()}
         self._publish_pids(served, holdings, chosen_of)
+        self._tampering(served)
         found = [self._judge(chosen_of[k], k[2], h) for k, h in holdings.items()]
         for (pod_uid, uuid), h in pod_level.items():
             found.append(self._judge_pod(by_pod[pod_uid], uuid, h))
@@ -222,6 +226,34 @@ class Backstop(Collector):
                 log.warning("cannot write the pid map of grant directory %s: %s", directory, exc)
                 continue
             self.pid_maps[directory] = text
+
+    def _tampering(self, served: Sequence[ServedContainer]) -> None:
+        """Record a Warning event `AccountingTampered` on the pod of each container whose accounting file's
+        ``tampered`` count grew since the last round: a process of it found the shared figures lowered behind the
+        library's back (LAYOUT.md), refused that allocation and repaired them. The file is the tenant's to write, so
+        this is what the library saw, not proof; the driver's count (the round above) stays the judge."""
+        seen: dict[tuple[str, int], int] = {}
+        for c in served:
+            if not c.accounting_file:
+                continue
+            try:
+                account = read_accounting(c.accounting_file)
+            except (OSError, AccountingFileError):
+                continue  # not created yet, or rewritten whole: the library repairs it at its next allocation
+            for device in account.devices:
+                key = (c.accounting_file, device.index)
+                seen[key] = device.tampered
+                before = self.tampered.get(key, 0)
+                if device.tampered > before:
+                    message = (
+                        f"container {c.container}: a process found its accounting file's memory figures lowered "
+                        f"behind the isolation library's back on device {device.index} ({device.tampered - before} "
+                        "time(s) since the last round); the allocation was refused and the figures repaired"
+                    )
+                    log.warning("pod %s/%s: %s", c.namespace, c.pod, message)
+                    obj = {"metadata": {"name": c.pod, "namespace": c.namespace, "uid": c.pod_uid}, "kind": "Pod"}
+                    self.cluster.record_event(obj, "AccountingTampered", message, warning=True)
+        self.tampered = seen
 
     def _cannot_read(self, c: ServedContainer, unknown: set[str]) -> None:
         if c.pod_uid not in self._unreadable:

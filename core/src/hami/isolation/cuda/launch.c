@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,10 +105,10 @@ static unsigned long long place_samples(nvmlProcessUtilizationSample_t *samples,
 }
 
 /* The core's limiter calls this for one device at a time, at most every 50 ms (limiter.c). */
-int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+/* NVML, initialized once, and `device`'s handle: 0, or -1 when there is none. */
+static int nvml_handle(int device, nvmlDevice_t *handle) {
     if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !hami_cu_nvml()) return -1;
-    if (!hami_real.nvmlInit_v2 || !hami_real.nvmlDeviceGetHandleByIndex_v2 || !hami_real.nvmlDeviceGetProcessUtilization)
-        return -1;
+    if (!hami_real.nvmlInit_v2 || !hami_real.nvmlDeviceGetHandleByIndex_v2) return -1;
     int up = atomic_load(&g_nvml_up);
     if (!up) {
         g_host_namespace = in_host_pid_namespace();
@@ -115,6 +116,43 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
         atomic_store(&g_nvml_up, up);
     }
     if (up < 0) return -1;
+    return hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, handle) == NVML_SUCCESS ? 0 : -1;
+}
+
+/* The core's memory accounting calls this when the container's figures are in doubt (region.c): what NVML's
+ * process list (nvmlDeviceGetComputeRunningProcesses, its first record: pid and bytes, which every NVML-compatible
+ * library has) counts on `device` for the host pids given. A figure NVML cannot give makes the answer unknown. */
+int hami_cu_process_memory(int device, const unsigned *host_pids, size_t count, uint64_t *bytes) {
+    nvmlDevice_t handle;
+    if (nvml_handle(device, &handle) != 0 || !hami_real.nvmlDeviceGetComputeRunningProcesses) return -1;
+    nvmlProcessInfo_v1_t small[64], *infos = small;
+    unsigned n = 64;
+    nvmlReturn_t r = hami_real.nvmlDeviceGetComputeRunningProcesses(handle, &n, infos);
+    for (int tries = 0; r == NVML_ERROR_INSUFFICIENT_SIZE && tries < 3; tries++) {
+        if (infos != small) free(infos);
+        n += 16;
+        infos = malloc(n * sizeof *infos);
+        if (!infos) return -1;
+        r = hami_real.nvmlDeviceGetComputeRunningProcesses(handle, &n, infos);
+    }
+    uint64_t sum = 0;
+    int known = r == NVML_SUCCESS;
+    for (unsigned i = 0; known && i < n; i++)
+        for (size_t j = 0; j < count; j++)
+            if (infos[i].pid == host_pids[j]) {
+                if (infos[i].usedGpuMemory == ~0ull) known = 0; /* NVML_VALUE_NOT_AVAILABLE */
+                sum += infos[i].usedGpuMemory;
+                break;
+            }
+    if (infos != small) free(infos);
+    if (!known) return -1;
+    *bytes = sum;
+    return 0;
+}
+
+int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+    nvmlDevice_t handle;
+    if (nvml_handle(device, &handle) != 0 || !hami_real.nvmlDeviceGetProcessUtilization) return -1;
     unsigned pid = (unsigned)getpid();
     if (!g_host_namespace) { /* NVML's pids are the host's: only the node daemon's map says which one is ours */
         unsigned host = 0;
@@ -131,8 +169,6 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
         if (!mapped) return -1;
         pid = host;
     }
-    nvmlDevice_t handle;
-    if (hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
     if (g_owner != pid) { /* a forked child, or the map names another pid: what was shown is not ours */
         memset(g_last_seen, 0, sizeof g_last_seen);
         memset(g_pid_seen, 0, sizeof g_pid_seen);
@@ -162,6 +198,14 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
 int hami_cu_device_busy(int device, uint64_t *busy_ns) {
     (void)device;
     (void)busy_ns;
+    return -1;
+}
+
+int hami_cu_process_memory(int device, const unsigned *host_pids, size_t count, uint64_t *bytes) {
+    (void)device;
+    (void)host_pids;
+    (void)count;
+    (void)bytes;
     return -1;
 }
 #endif

@@ -67,6 +67,12 @@ typedef struct hami_iso_vendor {
      * which a device that time-slices contexts blurs with other containers' work). The first call may answer -1:
      * it only marks where the next starts. */
     int (*device_busy)(int device, uint64_t *busy_ns);
+    /* Called by the memory accounting when the container's shared figures contradict what this process holds, or
+     * when an allocation would take the container near its limit: the device memory the driver counts on `device`
+     * for the processes `host_pids` (host pids, from the node daemon's map: the container's other processes) in
+     * *bytes; return 0, or -1 when the management library cannot say (then the shared figures decide). May be
+     * NULL (a management library without per-process memory). */
+    int (*process_memory)(int device, const unsigned *host_pids, size_t count, uint64_t *bytes);
 } hami_iso_vendor;
 
 /* Read the configuration, open (or create) the accounting file and take this process's slot in it.

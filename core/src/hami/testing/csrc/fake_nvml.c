@@ -214,3 +214,26 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(struct device *device, nvmlP
     free(pids);
     return r;
 }
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(struct device *device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_v1_t *infos) {
+    if (!g_initialized) return 1;
+    if (!device || !infoCount) return 2;
+    if (fake_env("NVML_NO_PROCESSES", 0)) return 13; /* NVML_ERROR_FUNCTION_NOT_FOUND */
+    int64_t pids[FAKE_PROCESS_ENTRIES];
+    uint64_t bytes[FAKE_PROCESS_ENTRIES];
+    unsigned total = 0;
+    unsigned n = fake_process_memory((int)device->index, pids, bytes, FAKE_PROCESS_ENTRIES, &total);
+    if (!infos || *infoCount < n) {
+        *infoCount = n;
+        return n ? 7 : 0; /* NVML_ERROR_INSUFFICIENT_SIZE; none running is success */
+    }
+    for (unsigned i = 0; i < n; i++) infos[i] = (nvmlProcessInfo_v1_t){(unsigned)pids[i], bytes[i]};
+    *infoCount = n;
+    return 0;
+}

@@ -47,6 +47,7 @@ __all__ = [
     "ProcessDeviceAccount",
     "parse_accounting",
     "read_accounting",
+    "read_tampered",
     "set_device_control",
 ]
 
@@ -164,6 +165,18 @@ def _control_mode(value: int) -> ControlMode:
         return ControlMode(value)
     except ValueError:
         return ControlMode.NONE
+
+
+def read_tampered(path: str | os.PathLike[str]) -> tuple[int, ...]:
+    """Each device record's ``tampered`` count (LAYOUT.md), from the header alone (the file's first 8 KiB of its
+    1 MiB, for the node daemon's every round). Raises AccountingFileError when it is not an accounting file,
+    OSError when unreadable."""
+    with open(path, "rb") as handle:
+        data = handle.read(_DEVICE_OFFSET + 16 * _DEVICE_SIZE)
+    head = _header(data, str(path))
+    count = min(head.device_slots, (len(data) - _DEVICE_OFFSET) // _DEVICE_SIZE)
+    offset = _DEVICE["tampered"][0]
+    return tuple(struct.unpack_from("<Q", data, _DEVICE_OFFSET + i * _DEVICE_SIZE + offset)[0] for i in range(count))
 
 
 def read_accounting(path: str | os.PathLike[str]) -> ContainerAccount:

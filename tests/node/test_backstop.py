@@ -4,9 +4,16 @@ record; its checks over each vendor's management library are hami.testing.backst
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
-from hami.node.backstop import namespace_pid, owner_of
+import pluggy
+
+from hami.cluster.memory import MemoryCluster
+from hami.isolation.accounting import MAGIC
+from hami.node.backstop import Backstop, namespace_pid, owner_of
+from hami.node.pods import ServedContainer
+from hami.plugins import VendorHost
 from hami.testing.backstop import systemd_cgroup
 
 POD_UID = "0b3c5a9e-1f2d-4c6b-9a8e-7d6c5b4a3f21"
@@ -38,3 +45,32 @@ def test_a_processs_innermost_pid_and_namespace_come_from_its_status_and_ns_link
     assert namespace_pid(8, tmp_path) is None
     assert namespace_pid(9, tmp_path) is None
     assert namespace_pid(11, tmp_path) is None  # gone
+
+
+def _accounting_file(path: Path, tampered: int) -> None:
+    """An accounting file of one device (LAYOUT.md) whose device record says `tampered`."""
+    data = bytearray(8192)
+    struct.pack_into("<QIIIIII", data, 0, MAGIC, 1, 8192, 1024, 1024, 16, 1)
+    struct.pack_into("<QQQQ", data, 1024, 6 << 20, 8 << 20, 6 << 20, tampered)  # used, limit, peak, tampered
+    path.write_bytes(bytes(data))
+
+
+def test_a_tampered_count_that_grew_is_one_warning_event_on_the_pod(tmp_path: Path) -> None:
+    """A process of the container found the memory figures of its accounting file lowered behind the library's back
+    (and refused, and repaired them): the next round records it on the pod, once per growth."""
+    file = tmp_path / "main.cache"
+    _accounting_file(file, 0)
+    container = ServedContainer("team", "trainer", POD_UID, "main", 0, "NVIDIA", (), accounting_file=str(file))
+    cluster = MemoryCluster()
+    backstop = Backstop(VendorHost(pluggy.PluginManager("hami")), cluster, lambda: [container])
+    backstop.check()
+    assert cluster.events == []
+    _accounting_file(file, 2)
+    backstop.check()
+    backstop.check()
+    assert [e["reason"] for e in cluster.events] == ["AccountingTampered"]
+    assert "2 time(s)" in cluster.events[0]["message"]
+    assert cluster.events[0]["involvedObject"]["name"] == "trainer"
+    file.write_bytes(bytes(8192))  # the tenant zeroed it: nothing to read until the library repairs it
+    backstop.check()
+    assert len(cluster.events) == 1

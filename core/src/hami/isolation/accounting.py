@@ -47,6 +47,7 @@ __all__ = [
     "ProcessDeviceAccount",
     "parse_accounting",
     "read_accounting",
+    "read_tampered",
     "set_device_control",
 ]
 
@@ -60,6 +61,8 @@ _DEVICE = {  # field: (offset in the device record, format)
     "memory_used": (0, "Q"),
     "memory_limit": (8, "Q"),
     "memory_peak": (16, "Q"),
+    "tampered": (24, "Q"),
+    "tampered_ns": (32, "Q"),
     "core_limit": (80, "I"),
     "policy": (84, "I"),
     "control_mode": (128, "I"),
@@ -103,6 +106,8 @@ class DeviceAccount:
     last_kernel_ns: int  # wall-clock time of a recent launch, 0 = none yet
     control_mode: ControlMode
     control_until_ns: int
+    tampered: int = 0  # times a process of the container found the figures lowered behind its back (and refused)
+    tampered_ns: int = 0  # wall-clock time of the last, 0 = never
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,18 @@ def _control_mode(value: int) -> ControlMode:
         return ControlMode(value)
     except ValueError:
         return ControlMode.NONE
+
+
+def read_tampered(path: str | os.PathLike[str]) -> tuple[int, ...]:
+    """Each device record's ``tampered`` count (LAYOUT.md), from the header alone (the file's first 8 KiB of its
+    1 MiB, for the node daemon's every round). Raises AccountingFileError when it is not an accounting file,
+    OSError when unreadable."""
+    with open(path, "rb") as handle:
+        data = handle.read(_DEVICE_OFFSET + 16 * _DEVICE_SIZE)
+    head = _header(data, str(path))
+    count = min(head.device_slots, (len(data) - _DEVICE_OFFSET) // _DEVICE_SIZE)
+    offset = _DEVICE["tampered"][0]
+    return tuple(struct.unpack_from("<Q", data, _DEVICE_OFFSET + i * _DEVICE_SIZE + offset)[0] for i in range(count))
 
 
 def read_accounting(path: str | os.PathLike[str]) -> ContainerAccount:
@@ -244,6 +261,8 @@ def parse_accounting(data: bytes, where: str = "<bytes>") -> ContainerAccount:
                 last_kernel_ns=values["last_kernel_ns"],
                 control_mode=_control_mode(values["control_mode"]),
                 control_until_ns=values["control_until_ns"],
+                tampered=values["tampered"],
+                tampered_ns=values["tampered_ns"],
             )
         )
 

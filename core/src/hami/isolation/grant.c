@@ -281,3 +281,28 @@ int hami_iso_host_pid(unsigned *host_pid) {
     *host_pid = found;
     return 1;
 }
+
+int hami_grant_container_host_pids(unsigned *out, int max, unsigned except) {
+    if (!g_grant_dir[0] || max <= 0) return -1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/pids", g_grant_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return -1;
+    struct stat st;
+    FILE *file = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!file) {
+        close(fd);
+        return -1;
+    }
+    char line[128];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, file)) {
+        unsigned long inner = 0, host = 0;
+        unsigned long long ns = 0;
+        char extra;
+        if (sscanf(line, "%lu %lu %llu %c", &inner, &host, &ns, &extra) != 3) continue; /* not a map line */
+        if (host > 0 && host <= 0xffffffffu && (unsigned)host != except) out[n++] = (unsigned)host;
+    }
+    fclose(file);
+    return n;
+}

@@ -35,7 +35,9 @@ struct hami_region_device {
     _Atomic uint64_t memory_used;  /*   0: bytes counted by every live process of the container */
     uint64_t memory_limit;         /*   8: bytes, 0 = none (as the last process to start read it) */
     _Atomic uint64_t memory_peak;  /*  16: highest memory_used seen */
-    uint8_t pad0[40];
+    _Atomic uint64_t tampered;     /*  24: times a process found the figures lowered behind its back */
+    _Atomic uint64_t tampered_ns;  /*  32: CLOCK_REALTIME of the last time */
+    uint8_t pad0[24];
     /* line 1: the compute limiter's token bucket, lock-free */
     _Atomic int64_t tokens_ns;     /*  64: device time the container may still use; negative = in debt */
     _Atomic uint64_t refill_ns;    /*  72: CLOCK_MONOTONIC of the last refill */
@@ -99,6 +101,7 @@ struct hami_region_slot {
 };
 
 _Static_assert(sizeof(struct hami_region_device) == 256, "device record is 256 bytes");
+_Static_assert(offsetof(struct hami_region_device, tampered) == 24, "layout");
 _Static_assert(offsetof(struct hami_region_device, tokens_ns) == 64, "layout");
 _Static_assert(offsetof(struct hami_region_device, control_mode) == 128, "layout");
 _Static_assert(offsetof(struct hami_region_device, device_time_ns) == 160, "layout");
@@ -130,6 +133,9 @@ _Static_assert(sizeof(struct hami_estimate) == 64, "an estimate is one cache lin
 
 struct hami_process_device {
     uint64_t memory_limit; /* 0 = none */
+    uint64_t own_bytes;    /* what this process counted on the device and holds (its own memory, not the file's;
+                            * changed under the region lock) */
+    uint64_t others_ns;    /* CLOCK_MONOTONIC of the last question to the driver about the container's others */
     int core_limit;        /* percent, 0 = none */
     int limited;           /* core limit in force (set, and the policy does not disable it) */
     int64_t burst_ns;      /* most device time the bucket holds */
@@ -141,6 +147,9 @@ struct hami_process_device {
     int64_t charged_seen;          /* charged_ns then */
     _Atomic int busy_known;        /* the last answer was known: the device's count holds the share, not events */
     int64_t window_real, window_charged; /* since `scale` last moved */
+    uint64_t window_from_ns;       /* CLOCK_MONOTONIC at which that window starts (0: answers unknown) */
+    int64_t owed_ns;               /* what the device counted beyond the charges, not paid into the bucket yet */
+    uint64_t settled_ns;           /* CLOCK_MONOTONIC of the last answer paid in (0: none since unknown) */
     _Atomic uint32_t scale;        /* 16.16: what the device counted per ns the events measured (0: 1.0) */
     _Alignas(64) struct hami_estimate estimates[HAMI_ESTIMATES];
 };
@@ -171,6 +180,10 @@ struct hami_process {
 };
 
 extern struct hami_process hami_proc;
+
+/* The host pids the node daemon's map (GRANT.md "pids") lists for this container, at most `max`, leaving out
+ * `except` (this process's): how many; -1 without a grant directory or a map there. */
+int hami_grant_container_host_pids(unsigned *out, int max, unsigned except);
 
 static inline struct hami_control *hami_control_of(struct hami_process *p, int device) {
     return (struct hami_control *)(p->control + (size_t)device * p->control_stride);
@@ -244,6 +257,7 @@ static inline uint64_t hami_clock_ns(clockid_t clock) {
 static inline uint64_t hami_mono_ns(void) { return hami_clock_ns(CLOCK_MONOTONIC); }
 static inline uint64_t hami_wall_ns(void) { return hami_clock_ns(CLOCK_REALTIME); }
 static inline uint64_t hami_coarse_wall_ns(void) { return hami_clock_ns(CLOCK_REALTIME_COARSE); }
+static inline uint64_t hami_coarse_mono_ns(void) { return hami_clock_ns(CLOCK_MONOTONIC_COARSE); }
 
 static inline void hami_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -111,8 +111,8 @@ static void init_mutex(pthread_mutex_t *mutex) {
     pthread_mutexattr_destroy(&attributes);
 }
 
-static void format_region(struct hami_region_header *h, const char *vendor) {
-    memset(h, 0, HAMI_REGION_SIZE);
+/* The header's identity: what layout_matches() checks, when it was made, by whom. */
+static void stamp_identity(struct hami_region_header *h, const char *vendor) {
     h->version = HAMI_REGION_VERSION;
     h->header_size = HAMI_REGION_HEADER_SIZE;
     h->slot_size = HAMI_REGION_SLOT_SIZE;
@@ -120,6 +120,11 @@ static void format_region(struct hami_region_header *h, const char *vendor) {
     h->device_slots = HAMI_ISO_MAX_DEVICES;
     h->created_ns = hami_wall_ns();
     snprintf(h->vendor, sizeof h->vendor, "%s", vendor ? vendor : "");
+}
+
+static void format_region(struct hami_region_header *h, const char *vendor) {
+    memset(h, 0, HAMI_REGION_SIZE);
+    stamp_identity(h, vendor);
     init_mutex(&h->lock.mutex);
     __atomic_store_n(&h->magic, HAMI_REGION_MAGIC, __ATOMIC_RELEASE); /* readers trust nothing before this */
 }
@@ -490,6 +495,7 @@ void hami_region_after_fork(struct hami_process *p) {
     p->pid = (int32_t)getpid();
     p->start_time = hami_process_start_time(p->pid);
     p->slot = NULL;
+    for (int d = 0; d < HAMI_ISO_MAX_DEVICES; d++) p->devices[d].own_bytes = p->devices[d].others_ns = 0;
 }
 
 void hami_slot_add_launches(int device, uint64_t launches, uint64_t device_ns) {
@@ -513,6 +519,66 @@ void hami_slot_add_launches(int device, uint64_t launches, uint64_t device_ns) {
 
 static inline int valid_device(int device) { return device >= 0 && device < HAMI_ISO_MAX_DEVICES; }
 
+#define OTHERS_EVERY_NS 20000000ull /* the driver is asked about the others at least this often (by allocations) */
+#define CONTAINER_PIDS 256          /* processes of a container asked about, at most */
+
+/* The device memory the driver counts for the container's other processes on `device` (those the node daemon's
+ * map names): 1 with *bytes and *count (how many processes), 0 when it cannot be known. Called without the region
+ * lock (the management library may take a while); notes when it was asked, answer or not. */
+static int driver_others(struct hami_process *p, int device, uint64_t *bytes, int *count) {
+    struct hami_process_device *pd = &p->devices[device];
+    pd->others_ns = hami_coarse_mono_ns();
+    if (!p->vendor || !p->vendor->process_memory) return 0;
+    unsigned own = 0, pids[CONTAINER_PIDS];
+    if (!hami_iso_host_pid(&own)) own = 0;
+    int n = hami_grant_container_host_pids(pids, CONTAINER_PIDS, own);
+    if (n < 0) return 0; /* no map: the driver's figures cannot be told to be this container's */
+    uint64_t found = 0;
+    if (n > 0 && p->vendor->process_memory(device, pids, (size_t)n, &found) != 0) return 0;
+    *bytes = found;
+    *count = n;
+    return 1;
+}
+
+/* The figures contradicted what this process holds (or the driver's count): this process's entry and the
+ * container's total are set back to what can be proven (its own memory, the driver's count for the others, the
+ * other live entries), and the file records that it happened, for the node daemon (LAYOUT.md). */
+static void repair_figures_locked(struct hami_process *p, int device, uint64_t others) {
+    struct hami_process_device *pd = &p->devices[device];
+    struct hami_region_header *h = p->header;
+    if (!layout_matches(h)) { /* the header itself was overwritten: its identity again (the lock is held) */
+        stamp_identity(h, p->vendor ? p->vendor->name : NULL);
+        __atomic_store_n(&h->magic, HAMI_REGION_MAGIC, __ATOMIC_RELEASE);
+        hami_region_publish_limits(p);
+    }
+    struct hami_region_slot *s = p->slot;
+    if (s != &p->private_slot && atomic_load_explicit(&s->pid, memory_order_relaxed) != p->pid) {
+        s->start_time = p->start_time; /* our own entry, cleared: ours again */
+        s->priority = p->priority;
+        atomic_store_explicit(&s->state, HAMI_SLOT_ACTIVE, memory_order_relaxed);
+        atomic_store_explicit(&s->pid, p->pid, memory_order_release);
+        uint32_t index = (uint32_t)(s - p->slots);
+        if (atomic_load_explicit(&h->slot_hwm, memory_order_relaxed) < index + 1)
+            atomic_store_explicit(&h->slot_hwm, index + 1, memory_order_release);
+        if (!atomic_load_explicit(&h->processes, memory_order_relaxed))
+            atomic_store_explicit(&h->processes, 1, memory_order_relaxed);
+    }
+    atomic_store_explicit(&s->devices[device].memory_used, pd->own_bytes, memory_order_relaxed);
+    uint64_t entries = 0;
+    uint32_t hwm = atomic_load_explicit(&p->header->slot_hwm, memory_order_relaxed);
+    if (hwm > HAMI_REGION_SLOTS) hwm = HAMI_REGION_SLOTS;
+    for (uint32_t i = 0; i < hwm; i++)
+        if (atomic_load_explicit(&p->slots[i].pid, memory_order_relaxed) && &p->slots[i] != p->slot)
+            entries += atomic_load_explicit(&p->slots[i].devices[device].memory_used, memory_order_relaxed);
+    uint64_t total = pd->own_bytes + (others > entries ? others : entries);
+    struct hami_region_device *d = &p->header->devices[device];
+    atomic_store_explicit(&d->memory_used, total, memory_order_relaxed);
+    atomic_fetch_add_explicit(&d->tampered, 1, memory_order_relaxed);
+    atomic_store_explicit(&d->tampered_ns, hami_wall_ns(), memory_order_relaxed);
+}
+
+static _Atomic int g_told_tampered;
+
 int hami_iso_memory_reserve(int device, uint64_t bytes) {
     struct hami_process *p = &hami_proc;
     if (HAMI_UNLIKELY(p->fail_closed)) return -1;
@@ -521,21 +587,64 @@ int hami_iso_memory_reserve(int device, uint64_t bytes) {
     if (HAMI_UNLIKELY(!p->slot)) hami_region_take_slot(p);
     uint64_t limit = p->devices[device].memory_limit;
     if (!limit) limit = UINT64_MAX;
+    uint64_t near = limit == UINT64_MAX ? UINT64_MAX : limit - limit / 4; /* asks the driver from here on */
+    struct hami_process_device *pd = &p->devices[device];
     struct hami_region_device *d = &p->header->devices[device];
-    for (int attempt = 0;; attempt++) {
+    int asked = 0, others_known = 0, count = 0;
+    uint64_t others = 0;
+    for (int attempt = 0;;) {
         region_lock(p);
         uint64_t used = atomic_load_explicit(&d->memory_used, memory_order_relaxed);
+        uint64_t own = pd->own_bytes;
+        int contradicted = atomic_load_explicit(&p->slot->devices[device].memory_used, memory_order_relaxed) < own ||
+                           used < own || !layout_matches(p->header);
+        if (HAMI_UNLIKELY(!asked && limit != UINT64_MAX &&
+                          (contradicted || bytes >= near || used >= near - bytes ||
+                           hami_coarse_mono_ns() - pd->others_ns > OTHERS_EVERY_NS))) {
+            region_unlock(p);
+            asked = 1;
+            others_known = driver_others(p, device, &others, &count);
+            continue;
+        }
+        /* what the driver counts for the others beyond what the file says they hold, past rounding (2 MiB each) */
+        uint64_t slack = (uint64_t)count * (2u << 20);
+        int lowered = others_known && others > used - (used < own ? used : own) + slack;
+        if (HAMI_UNLIKELY(lowered && asked == 1)) { /* once more: another process may have freed in between */
+            region_unlock(p);
+            asked = 2;
+            uint64_t again = 0;
+            int known = driver_others(p, device, &again, &count);
+            if (known && again < others) others = again;
+            others_known = others_known && known;
+            continue;
+        }
+        if (HAMI_UNLIKELY(contradicted || lowered)) {
+            repair_figures_locked(p, device, others_known ? others : 0);
+            uint64_t repaired = atomic_load_explicit(&d->memory_used, memory_order_relaxed);
+            region_unlock(p);
+            if (!atomic_exchange(&g_told_tampered, 1))
+                HAMI_LOG(HAMI_LOG_ERROR,
+                         "the accounting file said %llu bytes were in use on device %d where this process holds "
+                         "%llu and the driver counts %s%llu for the container's other processes: it was changed "
+                         "behind the library's back; %llu bytes refused, the figures repaired to %llu",
+                         (unsigned long long)used, device, (unsigned long long)own, others_known ? "" : "(unknown) ",
+                         (unsigned long long)others, (unsigned long long)bytes, (unsigned long long)repaired);
+            return -1;
+        }
+        if (others_known && others + own > used) used = others + own; /* the driver's count decides near the limit */
         if (bytes <= limit && used <= limit - bytes) {
-            atomic_store_explicit(&d->memory_used, used + bytes, memory_order_relaxed);
+            uint64_t now_used = atomic_load_explicit(&d->memory_used, memory_order_relaxed) + bytes;
+            atomic_store_explicit(&d->memory_used, now_used, memory_order_relaxed);
             atomic_fetch_add_explicit(&p->slot->devices[device].memory_used, bytes, memory_order_relaxed);
-            if (used + bytes > atomic_load_explicit(&d->memory_peak, memory_order_relaxed))
-                atomic_store_explicit(&d->memory_peak, used + bytes, memory_order_relaxed);
+            pd->own_bytes = own + bytes;
+            if (now_used > atomic_load_explicit(&d->memory_peak, memory_order_relaxed))
+                atomic_store_explicit(&d->memory_peak, now_used, memory_order_relaxed);
             if (HAMI_UNLIKELY(p->test_lock_hold_us)) usleep(p->test_lock_hold_us);
             region_unlock(p);
             return 0;
         }
         region_unlock(p);
-        if (bytes > limit || attempt > 0 || !reclaim_before_refusing(p)) {
+        if (bytes > limit || attempt++ > 0 || !reclaim_before_refusing(p)) {
             HAMI_LOG(HAMI_LOG_INFO, "refused %llu bytes on device %d: %llu of %llu in use by the container",
                      (unsigned long long)bytes, device, (unsigned long long)used, (unsigned long long)limit);
             return -1;
@@ -550,6 +659,8 @@ void hami_iso_memory_release(int device, uint64_t bytes) {
     uint64_t taken = bytes;
     if (p->slot) taken = hami_sub_floor(&p->slot->devices[device].memory_used, bytes);
     hami_sub_floor(&p->header->devices[device].memory_used, taken);
+    struct hami_process_device *pd = &p->devices[device];
+    pd->own_bytes -= pd->own_bytes < bytes ? pd->own_bytes : bytes;
     region_unlock(p);
     if (taken != bytes)
         HAMI_LOG(HAMI_LOG_WARN, "released %llu bytes on device %d but this process held only %llu",

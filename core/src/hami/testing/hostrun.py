@@ -12,8 +12,10 @@ Checked: the granted limit holds for the command and for a child it starts; two 
 name share one limit (which ``hami host status`` shows) and an unnamed run beside them has its own; an unnamed run
 leaves no file behind; and, as root with ``--user``, the tenant's escapes fail: a child that drops ``LD_PRELOAD``
 and the grant variable and raises the limit variable still gets the grant, the grant cannot be written (neither
-where the library reads it nor on the host), the preload cannot be unmounted, and no user namespace can be made to
-mount over it. The root-only checks skip where the tests do not run as root (what they need cannot exist there).
+where the library reads it nor on the host), the preload cannot be unmounted, no user namespace can be made to
+mount over it, and no escape tried on the libraries so far (limit variables unset, zeroed, raised or garbled, a
+grant of the tenant's own, the accounting file zeroed between two allocations) lifts the limit. The root-only
+checks skip where the tests do not run as root (what they need cannot exist there).
 """
 
 from __future__ import annotations
@@ -305,3 +307,46 @@ class HostRunTests:
         assert done.stdout.split() == [f"{name}=refused" for name in tries], done.stdout
         assert f"device 0 {8 * MIB} 0" in host_grant.read_text()
         assert _host_preload() == before, "the host's own /etc/ld.so.preload is untouched"
+
+    def test_as_root_no_escape_a_tenant_tries_lifts_its_limit(
+        self, sandbox: Sandbox, host_world: HostWorld, as_root: Tenant
+    ) -> None:
+        """Each escape tried on the isolation libraries so far, by a process of the confined run as a pod's would be
+        (a private mount namespace, the grant read-only at /etc/hami/grant, user ``nobody`` without capabilities):
+        the limit variables unset, zeroed, raised or garbled, HAMi-core's ``<PREFIX>_DISABLE_CONTROL``, the preload
+        variable dropped, a grant of its own named by ``HAMI_ISOLATION_GRANT_DIR`` (consulted only where
+        /etc/hami/grant does not exist), and the accounting file zeroed between two allocations (the process knows
+        what it holds: GRANT.md "A tampered accounting file"). Each child must still get exactly the 8 MiB granted
+        (``init <limit> whole``: the whole limit allocated, one byte more refused). The other doors of the linker
+        (dlvsym, dlmopen, RTLD_DEEPBIND) are `hami.testing.isolation.LookupTests`', writing the grant or undoing the
+        preload the test above."""
+        limit = sandbox.setup.memory_limit_variable
+        whole = f"{as_root.client} init {8 * MIB} whole"
+        own_grant = f"hami-grant 1\\ndevice 0 {64 * MIB} 0\\nend\\n"
+        escapes = {
+            "unset": f"env -u {limit} -u {limit}_0 {whole}",
+            "zeroed": f"env {limit}=0 {limit}_0=0 {whole}",
+            "raised": f"env {limit}=64m {limit}_0=64m {whole}",
+            "garbled": f"env {limit}=-1 {limit}_0=lots {whole}",
+            "disable-control": f"env {limit.split('_')[0]}_DISABLE_CONTROL=true {whole}",
+            "no-preload": f"env -u LD_PRELOAD {whole}",
+            "own-grant": (
+                f"d=$(mktemp -d) && printf '{own_grant}' > $d/{self.vendor}.grant && "
+                f"env HAMI_ISOLATION_GRANT_DIR=$d {whole}"
+            ),
+        }
+        script = "; ".join(
+            f"if ({command}) >/dev/null 2>&1; then echo {name}=limited; else echo {name}=escaped; fi"
+            for name, command in escapes.items()
+        )
+        accounting = sandbox.setup.accounting_variable
+        script += f'; {as_root.client} tamper {6 * MIB} "${accounting}" {6 * MIB} whole'
+        done = self._tenant(sandbox, host_world, as_root, script)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.split()
+        assert lines[: len(escapes)] == [f"{name}=limited" for name in escapes], done.stdout
+        tampered = json.loads(done.stdout.strip().splitlines()[-1])
+        assert tampered["first"] == 0
+        assert tampered["second"] == tampered["out_of_memory"], "zeroing the accounting file lifted the limit"
+        assert "changed behind the library's back" in done.stderr
+        assert sandbox.device().peak <= 8 * MIB

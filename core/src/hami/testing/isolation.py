@@ -1,8 +1,8 @@
 """What vendors' isolation-library tests share beyond the sandbox (hami.testing.sandbox): the checks every vendor
 runs unchanged, measuring device-time shares on the fake device, and finishing the launching clients.
 
-`CrashTests`, `StartupTests`, `GrantTests`, `LookupTests`, `ContextMemoryTests` and `MonitorTests` are test
-classes to subclass in a vendor's test module (``class TestCrashes(CrashTests): ...``): pytest collects their
+`CrashTests`, `StartupTests`, `GrantTests`, `LookupTests`, `ContextMemoryTests`, `MonitorTests` and `TamperTests`
+are test classes to subclass in a vendor's test module (``class TestCrashes(CrashTests): ...``): pytest collects their
 tests there, run with that vendor's ``sandbox`` fixture, so each vendor still runs (and reports) its own. What a
 check needs of the vendor's API is a class attribute.
 
@@ -47,6 +47,7 @@ __all__ = [
     "LookupTests",
     "MonitorTests",
     "StartupTests",
+    "TamperTests",
     "device_shares",
     "finish",
     "grant_text",
@@ -437,3 +438,61 @@ class MonitorTests:
         assert first[0].utilization_ratio == 0
         assert 0 < usage.utilization_ratio <= 1
         assert usage.last_kernel_elapsed_seconds < 5
+
+
+HOST_PID_NAMESPACE = 4026531836  # the initial pid namespace's inode (the tests' processes run in it)
+
+
+class TamperTests:
+    """A tenant zeroes its container's accounting file (which every process of the container can write) under an
+    8 MiB grant (all of it, or only the memory counts, so that it still looks well-formed), for a vendor whose
+    management library reports per-process memory: the process that holds 6 MiB and zeroed the file is refused
+    6 MiB more (what it holds itself contradicts the file), and so is another process of the container that zeroed
+    it while the first holds 6 MiB (the management library's figure for the processes the node daemon's map names):
+    each with one line on stderr, the figures repaired and the file's ``tampered`` count raised, for the node
+    daemon's event. The device never holds more than the grant. Before, both got the 6 MiB (12 MiB under 8) until
+    the node daemon's backstop noticed."""
+
+    def _tamper(self, sandbox: Sandbox, env: dict[str, str], first: int, second: int, what: str) -> tuple[Any, str]:
+        argv = [str(sandbox.build.client), "tamper", str(first), str(sandbox.cache()), str(second), what]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+    def _container(self, sandbox: Sandbox) -> dict[str, str]:
+        from hami.isolation.grant import write_pid_map
+
+        extra = sandbox.grant(grant_text(8 * MIB))
+        write_pid_map(sandbox.grant_dir(), "")
+        return sandbox.env(extra=extra)
+
+    @pytest.mark.parametrize("what", ["whole", "counts"])
+    def test_a_process_that_zeroes_the_file_between_two_allocations_is_refused(
+        self, sandbox: Sandbox, what: str
+    ) -> None:
+        env = self._container(sandbox)
+        result, err = self._tamper(sandbox, env, 6 * MIB, 6 * MIB, what)
+        assert result["first"] == 0
+        assert result["second"] == result["out_of_memory"], "6 MiB more under an 8 MiB grant, the file zeroed"
+        assert sandbox.device().peak == 6 * MIB
+        assert err.count("changed behind the library's back") == 1, err
+        device = sandbox.account().device(0)
+        assert device.tampered == 1
+        assert device.memory_limit == 8 * MIB, "the header was restored"
+
+    @pytest.mark.parametrize("what", ["whole", "counts"])
+    def test_another_process_of_the_container_zeroing_the_file_is_refused_by_the_drivers_count(
+        self, sandbox: Sandbox, what: str
+    ) -> None:
+        from hami.isolation.grant import render_pid_map, write_pid_map
+
+        env = self._container(sandbox)
+        holder = sandbox.start("hold", 6 * MIB, 1, env=env)
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        write_pid_map(sandbox.grant_dir(), render_pid_map([(holder.pid, holder.pid, HOST_PID_NAMESPACE)]))
+        result, err = self._tamper(sandbox, env, 0, 6 * MIB, what)
+        assert result["second"] == result["out_of_memory"], "6 MiB beside another process's 6 MiB, the file zeroed"
+        assert sandbox.device().peak == 6 * MIB
+        assert "changed behind the library's back" in err
+        assert sandbox.account().device(0).memory_used >= 6 * MIB, "the figures repaired from the driver's count"

@@ -1,11 +1,19 @@
 """The checks every isolation library passes (hami.testing.isolation), against libvcorex.so and the fake CoreX:
 crashes anywhere (even inside the accounting lock) leave nothing held, hundreds of processes start at once with
 their limits on, the node's grant cannot be lifted from inside the container, each process's context memory
-counts against the limit, and the linker's other doors (dlvsym, dlmopen) are closed."""
+counts against the limit, the linker's other doors (dlvsym, dlmopen) are closed, and a process that zeroes the
+accounting file is refused by what it holds and by ixML's (NVML-compatible) per-process memory."""
 
 from __future__ import annotations
 
-from hami.testing.isolation import ContextMemoryTests, CrashTests, GrantTests, LookupTests, StartupTests
+from hami.testing.isolation import (
+    ContextMemoryTests,
+    CrashTests,
+    GrantTests,
+    LookupTests,
+    StartupTests,
+    TamperTests,
+)
 
 
 class TestCrashes(CrashTests):
@@ -35,3 +43,7 @@ class TestLookups(LookupTests):
 class TestContextMemory(ContextMemoryTests):
     driver_library = "libcuda.so.1"
     out_of_memory = 2  # CUDA_ERROR_OUT_OF_MEMORY
+
+
+class TestTamper(TamperTests):
+    pass

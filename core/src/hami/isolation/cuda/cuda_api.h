@@ -228,6 +228,14 @@ typedef struct nvmlProcessUtilizationSample_st {
     unsigned int encUtil;
     unsigned int decUtil;
 } nvmlProcessUtilizationSample_t;
+/* Processes with a context on the device and the memory the driver counts for each (NVML's first record; the
+ * function every NVML-compatible library has). usedGpuMemory is ~0 when NVML cannot tell (Windows' WDDM). */
+typedef struct nvmlProcessInfo_v1_st {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos);
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,

@@ -41,6 +41,7 @@ static const hami_iso_vendor g_vendor = {
     .visible_devices_env = HAMI_CUDA_ENV_VISIBLE_DEVICES,
     .stream_capturing = hami_cu_stream_capturing,
     .device_busy = hami_cu_device_busy,
+    .process_memory = hami_cu_process_memory,
 };
 
 /* ------------------------------------------------------------------------------------------------------ */

@@ -155,7 +155,8 @@
     X(nvmlDeviceGetIndex)                                                                                          \
     X(nvmlInit_v2)                                                                                                 \
     X(nvmlDeviceGetHandleByIndex_v2)                                                                               \
-    X(nvmlDeviceGetProcessUtilization)
+    X(nvmlDeviceGetProcessUtilization)                                                                             \
+    X(nvmlDeviceGetComputeRunningProcesses)
 #else
 #define HAMI_NVML_HOOKS(X)
 #define HAMI_NVML_CALLS(X)
@@ -233,5 +234,6 @@ static inline void hami_cu_context_changed(void) { hami_cu_tls.valid = 0; }
 /* launch.c */
 int hami_cu_stream_capturing(void *stream);
 int hami_cu_device_busy(int device, uint64_t *busy_ns);
+int hami_cu_process_memory(int device, const unsigned *host_pids, size_t count, uint64_t *bytes);
 
 #endif /* HAMI_CUDA_H */

@@ -13,8 +13,10 @@
  * Events can only tell how long the device took from the start event to the end, which includes other contexts'
  * work the device ran in between (a device that time-slices contexts). So the limiter also asks, every 50 ms
  * (hami_iso_vendor.device_busy), for the device time the device itself counted for this process: NVML's
- * per-process utilization (nvmlDeviceGetProcessUtilization, the smUtil of this process's samples times the span
- * they cover), when the vendor names an NVML-compatible library and it has the function. NVML names processes by
+ * per-process utilization (nvmlDeviceGetProcessUtilization: each of this process's samples counts its smUtil
+ * percent of the window its timestamp closes, place_samples below, whatever span the driver meant it for), when
+ * the vendor names an NVML-compatible library and it has the function. A pause of more than a second between
+ * questions starts over (the span since the last sample could be counted at a later second's percentage). NVML names processes by
  * their pid in the host's pid namespace. A process in that namespace (a pod with hostPID, or no container) finds
  * itself by getpid(); one in a container's pid namespace by the host pid the node daemon's map in its grant
  * directory gives it (hami_iso_host_pid, GRANT.md "pids": read-only in the container, written from the host's
@@ -24,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,10 +44,12 @@ int hami_cu_stream_capturing(void *stream) {
 
 #ifdef HAMI_CUDA_NVML_LIBRARIES
 #define BUSY_SAMPLES 64
+#define BUSY_GAP_US 1000000ull /* a longer pause between questions starts over (see below) */
 
 static _Atomic int g_nvml_up; /* 0 not tried, 1 initialized, -1 unavailable */
 static unsigned long long g_last_seen[HAMI_ISO_MAX_DEVICES]; /* microseconds, CLOCK_REALTIME; 0: never asked */
 static int g_pid_seen[HAMI_ISO_MAX_DEVICES];                 /* NVML has shown this pid busy on the device */
+static unsigned long long g_asked[HAMI_ISO_MAX_DEVICES];     /* microseconds, CLOCK_REALTIME, of the last question */
 static unsigned g_owner;                                     /* the host pid these are about */
 static int g_host_namespace;                                 /* 1: this process is in the host's pid namespace */
 static unsigned g_told;                                      /* the host pid last logged (~0u: unmapped; 0: nothing yet) */
@@ -65,11 +70,45 @@ static unsigned long long wall_us(void) {
     return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
 }
 
+/* Places the samples NVML returned for lastSeenTimeStamp `since` on the CPU clock, and adds up the device time of
+ * `pid`'s: the documentation gives each sample a timestamp and leaves open what span its smUtil covers (since
+ * lastSeenTimeStamp, the last second, or a sampling period the driver chose; several samples per process may
+ * come back). Whatever the reading, the samples' timestamps cut (since, newest] into consecutive windows, each
+ * ending at one timestamp, and a sample counts for its window alone: so no stretch of time is counted twice
+ * (several samples, or overlapping periods), and no more device time than wall time is ever counted (a percent of
+ * the window). A sample stamped at or before `since` or after `now` (another clock, a buffer replayed) cannot be
+ * placed and is ignored. Returns the newest timestamp placed (`since` when none was), and sets *seen when `pid`
+ * had a busy sample. */
+static unsigned long long place_samples(nvmlProcessUtilizationSample_t *samples, unsigned count, unsigned pid,
+                                        unsigned long long since, unsigned long long now, uint64_t *busy,
+                                        int *seen) {
+    unsigned placed = 0;
+    for (unsigned i = 0; i < count; i++) /* keep the placeable ones, in timestamp order (insertion sort: <= 64) */
+        if (samples[i].timeStamp > since && samples[i].timeStamp <= now) {
+            nvmlProcessUtilizationSample_t x = samples[i];
+            unsigned j = placed++;
+            for (; j > 0 && samples[j - 1].timeStamp > x.timeStamp; j--) samples[j] = samples[j - 1];
+            samples[j] = x;
+        }
+    unsigned long long edge = since;
+    for (unsigned i = 0; i < placed;) {
+        unsigned long long stamp = samples[i].timeStamp;
+        unsigned util = 0;
+        for (; i < placed && samples[i].timeStamp == stamp; i++) /* one window per timestamp, one share per pid */
+            if (samples[i].pid == pid && samples[i].smUtil > util) util = samples[i].smUtil;
+        if (util > 100) util = 100;
+        *busy += (uint64_t)util * (stamp - edge) * 10u; /* percent of microseconds, in ns */
+        if (util) *seen = 1;
+        edge = stamp;
+    }
+    return edge;
+}
+
 /* The core's limiter calls this for one device at a time, at most every 50 ms (limiter.c). */
-int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+/* NVML, initialized once, and `device`'s handle: 0, or -1 when there is none. */
+static int nvml_handle(int device, nvmlDevice_t *handle) {
     if ((unsigned)device >= HAMI_ISO_MAX_DEVICES || !hami_cu_nvml()) return -1;
-    if (!hami_real.nvmlInit_v2 || !hami_real.nvmlDeviceGetHandleByIndex_v2 || !hami_real.nvmlDeviceGetProcessUtilization)
-        return -1;
+    if (!hami_real.nvmlInit_v2 || !hami_real.nvmlDeviceGetHandleByIndex_v2) return -1;
     int up = atomic_load(&g_nvml_up);
     if (!up) {
         g_host_namespace = in_host_pid_namespace();
@@ -77,6 +116,43 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
         atomic_store(&g_nvml_up, up);
     }
     if (up < 0) return -1;
+    return hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, handle) == NVML_SUCCESS ? 0 : -1;
+}
+
+/* The core's memory accounting calls this when the container's figures are in doubt (region.c): what NVML's
+ * process list (nvmlDeviceGetComputeRunningProcesses, its first record: pid and bytes, which every NVML-compatible
+ * library has) counts on `device` for the host pids given. A figure NVML cannot give makes the answer unknown. */
+int hami_cu_process_memory(int device, const unsigned *host_pids, size_t count, uint64_t *bytes) {
+    nvmlDevice_t handle;
+    if (nvml_handle(device, &handle) != 0 || !hami_real.nvmlDeviceGetComputeRunningProcesses) return -1;
+    nvmlProcessInfo_v1_t small[64], *infos = small;
+    unsigned n = 64;
+    nvmlReturn_t r = hami_real.nvmlDeviceGetComputeRunningProcesses(handle, &n, infos);
+    for (int tries = 0; r == NVML_ERROR_INSUFFICIENT_SIZE && tries < 3; tries++) {
+        if (infos != small) free(infos);
+        n += 16;
+        infos = malloc(n * sizeof *infos);
+        if (!infos) return -1;
+        r = hami_real.nvmlDeviceGetComputeRunningProcesses(handle, &n, infos);
+    }
+    uint64_t sum = 0;
+    int known = r == NVML_SUCCESS;
+    for (unsigned i = 0; known && i < n; i++)
+        for (size_t j = 0; j < count; j++)
+            if (infos[i].pid == host_pids[j]) {
+                if (infos[i].usedGpuMemory == ~0ull) known = 0; /* NVML_VALUE_NOT_AVAILABLE */
+                sum += infos[i].usedGpuMemory;
+                break;
+            }
+    if (infos != small) free(infos);
+    if (!known) return -1;
+    *bytes = sum;
+    return 0;
+}
+
+int hami_cu_device_busy(int device, uint64_t *busy_ns) {
+    nvmlDevice_t handle;
+    if (nvml_handle(device, &handle) != 0 || !hami_real.nvmlDeviceGetProcessUtilization) return -1;
     unsigned pid = (unsigned)getpid();
     if (!g_host_namespace) { /* NVML's pids are the host's: only the node daemon's map says which one is ours */
         unsigned host = 0;
@@ -93,31 +169,26 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
         if (!mapped) return -1;
         pid = host;
     }
-    nvmlDevice_t handle;
-    if (hami_real.nvmlDeviceGetHandleByIndex_v2((unsigned)device, &handle) != NVML_SUCCESS) return -1;
     if (g_owner != pid) { /* a forked child, or the map names another pid: what was shown is not ours */
         memset(g_last_seen, 0, sizeof g_last_seen);
         memset(g_pid_seen, 0, sizeof g_pid_seen);
         g_owner = pid;
     }
-    unsigned long long since = g_last_seen[device], now = wall_us();
-    if (!since) { /* the first question only sets where the next one starts */
+    unsigned long long since = g_last_seen[device], now = wall_us(), asked = g_asked[device];
+    g_asked[device] = now;
+    if (!since || now - asked > BUSY_GAP_US || since > now) { /* the first question, or the first after a pause */
         g_last_seen[device] = now;
         return -1;
     }
     nvmlProcessUtilizationSample_t samples[BUSY_SAMPLES];
     unsigned count = BUSY_SAMPLES;
     nvmlReturn_t r = hami_real.nvmlDeviceGetProcessUtilization(handle, samples, &count, since);
-    if (r == NVML_ERROR_NOT_FOUND) count = 0; /* nothing ran since then */
-    else if (r != NVML_SUCCESS) return -1;    /* more processes than samples here, or an error: not known */
-    unsigned long long until = now;
+    if (r == NVML_ERROR_NOT_FOUND) return 1; /* no sample since then: nothing new */
+    if (r != NVML_SUCCESS) return -1;       /* more processes than samples here, or an error: not known */
     uint64_t busy = 0;
-    for (unsigned i = 0; i < count && i < BUSY_SAMPLES; i++) {
-        if (samples[i].pid != pid || samples[i].timeStamp <= since) continue;
-        busy += (uint64_t)samples[i].smUtil * (samples[i].timeStamp - since) * 10u; /* percent of us, in ns */
-        until = samples[i].timeStamp;
-        if (samples[i].smUtil) g_pid_seen[device] = 1;
-    }
+    unsigned long long until = place_samples(samples, count < BUSY_SAMPLES ? count : BUSY_SAMPLES, pid, since, now,
+                                             &busy, &g_pid_seen[device]);
+    if (until == since) return 1; /* nothing it could place */
     g_last_seen[device] = until;
     if (!g_pid_seen[device]) return -1; /* NVML has not known this process yet (another pid namespace?) */
     *busy_ns = busy;
@@ -127,6 +198,14 @@ int hami_cu_device_busy(int device, uint64_t *busy_ns) {
 int hami_cu_device_busy(int device, uint64_t *busy_ns) {
     (void)device;
     (void)busy_ns;
+    return -1;
+}
+
+int hami_cu_process_memory(int device, const unsigned *host_pids, size_t count, uint64_t *bytes) {
+    (void)device;
+    (void)host_pids;
+    (void)count;
+    (void)bytes;
     return -1;
 }
 #endif

@@ -61,10 +61,18 @@ typedef struct hami_iso_vendor {
     int (*stream_capturing)(void *stream);
     /* Called by the limiter, for one device at a time and at most every 50 ms: the device time `device` spent on
      * this process's work since the previous call, as the device itself counted it (NVML's per-process
-     * utilization for a CUDA-compatible vendor), in *busy_ns; return 0, or -1 when it is not known (then, and
-     * with NULL here, the limiter relies on its event timing alone, which a device that time-slices contexts
-     * blurs with other containers' work). The first call may answer -1: it only marks where the next starts. */
+     * utilization for a CUDA-compatible vendor), in *busy_ns; return 0, 1 when nothing new is known yet (the
+     * device's figures lag: what was charged meanwhile is settled with the next answer, which covers this span
+     * too), or -1 when it is not known (then, and with NULL here, the limiter relies on its event timing alone,
+     * which a device that time-slices contexts blurs with other containers' work). The first call may answer -1:
+     * it only marks where the next starts. */
     int (*device_busy)(int device, uint64_t *busy_ns);
+    /* Called by the memory accounting when the container's shared figures contradict what this process holds, or
+     * when an allocation would take the container near its limit: the device memory the driver counts on `device`
+     * for the processes `host_pids` (host pids, from the node daemon's map: the container's other processes) in
+     * *bytes; return 0, or -1 when the management library cannot say (then the shared figures decide). May be
+     * NULL (a management library without per-process memory). */
+    int (*process_memory)(int device, const unsigned *host_pids, size_t count, uint64_t *bytes);
 } hami_iso_vendor;
 
 /* Read the configuration, open (or create) the accounting file and take this process's slot in it.

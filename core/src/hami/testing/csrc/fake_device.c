@@ -6,7 +6,9 @@
 #define _GNU_SOURCE
 #include "fake_device.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +88,52 @@ _Static_assert(sizeof(struct block) == 64, "header keeps user memory aligned");
 static pthread_mutex_t g_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block g_blocks = {0, 0, 0, 0, &g_blocks, &g_blocks, {0, 0, 0}};
 
+static int64_t driver_pid(void);
+
+/* This process's entry for `device` in the per-process table (taken when `take`), NULL when none. */
+static struct fake_process_memory *process_entry(int device, int take) {
+    int32_t pid = (int32_t)driver_pid();
+    for (int pass = 0; pass < 2; pass++)
+        for (unsigned i = 0; i < FAKE_PROCESS_ENTRIES; i++) {
+            struct fake_process_memory *e = &fake_state->processes[i];
+            int32_t who = atomic_load(&e->pid);
+            if (pass == 0 && who == pid && atomic_load(&e->device) == device) return e;
+            if (pass == 1 && take && who == 0) {
+                int32_t free_ = 0;
+                atomic_store(&e->device, device);
+                atomic_store(&e->bytes, 0);
+                if (atomic_compare_exchange_strong(&e->pid, &free_, pid)) return e;
+            }
+        }
+    return NULL;
+}
+
+static void count_process(int device, uint64_t size, int add) {
+    struct fake_process_memory *e = process_entry(device, add);
+    if (!e) return;
+    if (add) atomic_fetch_add(&e->bytes, size);
+    else if (atomic_fetch_sub(&e->bytes, size) == size) atomic_store(&e->pid, 0);
+}
+
+unsigned fake_process_memory(int device, int64_t *pids, uint64_t *bytes, unsigned max, unsigned *total) {
+    unsigned n = 0, all = 0;
+    for (unsigned i = 0; i < FAKE_PROCESS_ENTRIES; i++) {
+        struct fake_process_memory *e = &fake_state->processes[i];
+        int32_t pid = atomic_load(&e->pid);
+        uint64_t held = atomic_load(&e->bytes);
+        if (!pid || atomic_load(&e->device) != device || !held) continue;
+        if (kill(pid, 0) != 0 && errno == ESRCH) continue; /* killed: the driver freed it */
+        all++;
+        if (n < max) {
+            pids[n] = pid;
+            bytes[n] = held;
+            n++;
+        }
+    }
+    *total = all;
+    return n;
+}
+
 static int take_memory(int device, uint64_t size) {
     struct fake_device_state *d = &fake_state->devices[device];
     uint64_t cur = atomic_load(&d->allocated);
@@ -96,10 +144,14 @@ static int take_memory(int device, uint64_t size) {
     while (cur + size > peak && !atomic_compare_exchange_weak(&d->peak, &peak, cur + size)) {
     }
     atomic_fetch_add(&d->allocations, 1);
+    count_process(device, size, 1);
     return 1;
 }
 
-static void give_memory(int device, uint64_t size) { atomic_fetch_sub(&fake_state->devices[device].allocated, size); }
+static void give_memory(int device, uint64_t size) {
+    atomic_fetch_sub(&fake_state->devices[device].allocated, size);
+    count_process(device, size, 0);
+}
 
 uint64_t fake_used(int device) { return atomic_load(&fake_state->devices[device].allocated); }
 

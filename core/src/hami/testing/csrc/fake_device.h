@@ -22,6 +22,8 @@
  *   reached when this process's own earlier work is done, as on a device that time-slices contexts: a launch
  *   queued behind another process's work then measures that work too (the "blurred" timing of a busy device).
  * On a normal exit the process's counted allocations are given back (a driver frees a dead process's memory).
+ * What each process holds per device is kept in the state too (by its host pid: fake_process_memory), for a fake
+ * management library's per-process list.
  */
 #ifndef HAMI_FAKE_DEVICE_H
 #define HAMI_FAKE_DEVICE_H
@@ -60,10 +62,20 @@ struct fake_runs {
     struct fake_run_record records[FAKE_RUNS];
 };
 
+/* What one process holds on one device, as a driver counts it per process (the fake NVML's process list). */
+struct fake_process_memory {
+    _Atomic int32_t pid;    /* the driver's pid (the host's); 0 = free */
+    _Atomic int32_t device;
+    _Atomic uint64_t bytes;
+};
+
+#define FAKE_PROCESS_ENTRIES 96
+
 struct fake_state {
     uint8_t header[256];
     struct fake_device_state devices[FAKE_MAX_DEVICES]; /* at 256 */
-    uint8_t pad[4096 - 256 - FAKE_MAX_DEVICES * 256];
+    struct fake_process_memory processes[FAKE_PROCESS_ENTRIES]; /* at 2304: (pid, device) -> bytes held */
+    uint8_t pad[4096 - 256 - FAKE_MAX_DEVICES * 256 - FAKE_PROCESS_ENTRIES * 16];
     struct fake_runs runs[FAKE_MAX_DEVICES]; /* at 4096: what each device executed, for whom (fake_busy_ns) */
 };
 
@@ -107,6 +119,10 @@ int fake_context_up(int device);
 
 /* Bytes really allocated on `device` now, by every process. */
 uint64_t fake_used(int device);
+
+/* The processes holding memory on `device` (by the driver's pid, the host's), at most `max`: how many were written
+ * to pids[]/bytes[]; *total is how many there are (a process that died without exiting is left out). */
+unsigned fake_process_memory(int device, int64_t *pids, uint64_t *bytes, unsigned max, unsigned *total);
 
 /* ---- time ------------------------------------------------------------------------------------------------ */
 

@@ -6,11 +6,13 @@
 #define _GNU_SOURCE
 #include "isolation_client.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,6 +104,39 @@ static int cmd_stress(int threads, long ops, size_t max, uint64_t seed) {
         oom += args[t].oom;
     }
     printf("{\"ok\": %ld, \"oom\": %ld}\n", ok, oom);
+    return 0;
+}
+
+/* ---- a tenant zeroing the accounting file ------------------------------------------------------------------ */
+
+/* Allocates `first` bytes (none when 0), overwrites `file` (the container's accounting file, which every process of
+ * the container can write) with zeros, all of it (`whole`) or only device 0's memory counts (the header's and every
+ * slot's, LAYOUT.md: a file that still looks well-formed), then allocates `second` bytes: prints what each
+ * returned. */
+static int cmd_tamper(size_t first, const char *file, size_t second, int whole) {
+    client_use_device();
+    uint64_t p = 0, q = 0;
+    int r1 = first ? client_alloc(&p, first) : 0;
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "client: cannot open %s to zero it\n", file);
+        return 4;
+    }
+    static char zeros[65536];
+    for (off_t at = 8192 + 64; !whole && at < st.st_size; at += 1024) /* every slot's device 0 memory_used */
+        if (pwrite(fd, zeros, 8, at) != 8) return 4;
+    if (!whole && pwrite(fd, zeros, 8, 1024) != 8) return 4; /* the header's device 0 memory_used */
+    for (off_t at = 0; whole && at < st.st_size; at += (off_t)sizeof zeros) {
+        size_t n = (size_t)(st.st_size - at) < sizeof zeros ? (size_t)(st.st_size - at) : sizeof zeros;
+        if (pwrite(fd, zeros, n, at) != (ssize_t)n) {
+            fprintf(stderr, "client: cannot zero %s\n", file);
+            return 4;
+        }
+    }
+    close(fd);
+    int r2 = client_alloc(&q, second);
+    printf("{\"first\": %d, \"second\": %d, \"out_of_memory\": %d}\n", r1, r2, client_out_of_memory);
     return 0;
 }
 
@@ -241,7 +276,7 @@ static char **after_dashes(int argc, char **argv, int from) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
-        fprintf(stderr, "usage: client init|stress|hold|churn|launch|spawn|storm|bench ...\n");
+        fprintf(stderr, "usage: client init|stress|hold|churn|launch|spawn|storm|bench|tamper ...\n");
         return 2;
     }
     const char *cmd = argv[1];
@@ -261,6 +296,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "storm") && argc >= 6)
         return cmd_storm(atoi(argv[2]), atoi(argv[3]), atol(argv[4]), after_dashes(argc, argv, 5));
     if (!strcmp(cmd, "bench") && argc >= 4) return cmd_bench(argv[2], atol(argv[3]));
+    if (!strcmp(cmd, "tamper") && argc >= 6)
+        return cmd_tamper(strtoull(argv[2], NULL, 10), argv[3], strtoull(argv[4], NULL, 10), !strcmp(argv[5], "whole"));
     fprintf(stderr, "client: unknown or incomplete command %s\n", cmd);
     return 2;
 }

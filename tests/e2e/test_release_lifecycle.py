@@ -138,7 +138,9 @@ def test_install_upgrade_with_pods_running_and_uninstall(stack: HamiStack, helm:
 
     with HookJobRunner(stack.plane, NAMESPACE, observe=observe) as jobs:
         # Install: the certificate hooks make the webhook's Secret and write its CA into the caBundle.
-        helm("install", RELEASE, str(CHART), "--create-namespace", "--timeout", "120s")
+        # The dashboard on the stack's own free port: the chart's 8090 would collide with another suite's run.
+        port = ("--set", f"scheduler.dashboard.port={stack.dashboard_port}")
+        helm("install", RELEASE, str(CHART), "--create-namespace", "--timeout", "120s", *port)
         assert [r.returncode for r in jobs.ran(f"{RELEASE}-hami-webhook-certs")] == [0, 0], jobs.runs
         tls = stack.admin.get("Secret", f"{RELEASE}-hami-webhook-tls", NAMESPACE)
         bundle = stack.admin.get("MutatingWebhookConfiguration", WEBHOOK)["webhooks"][0]["clientConfig"]["caBundle"]
@@ -157,7 +159,7 @@ def test_install_upgrade_with_pods_running_and_uninstall(stack: HamiStack, helm:
 
         # Upgrade to the spread policy. The certificate hooks run again and keep the CA: the caBundle stays valid.
         helm("upgrade", RELEASE, str(CHART), "--timeout", "120s",
-             "--set", "scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy=spread")  # fmt: skip
+             "--set", "scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy=spread", *port)  # fmt: skip
         assert [r.returncode for r in jobs.ran(f"{RELEASE}-hami-webhook-certs")] == [0, 0, 0, 0], jobs.runs
         key = stack.admin.get("Secret", f"{RELEASE}-hami-placement-key", NAMESPACE)["data"]
         renewed = stack.admin.get("Secret", f"{RELEASE}-hami-webhook-tls", NAMESPACE)

@@ -64,6 +64,8 @@ class HamiStack:
         self.extender_port = free_port()
         self.metrics_port = free_port()
         self.webhook_port = free_port()
+        # The dashboard's port too: the chart's fixed 8090 would make two suites on one machine collide.
+        self.dashboard_port = free_port()
         self.objects = render_chart(
             binaries.helm,
             CHART,
@@ -74,6 +76,7 @@ class HamiStack:
                 "scheduler.extender.port": str(self.extender_port),
                 "scheduler.metrics.port": str(self.metrics_port),
                 "scheduler.admissionWebhook.port": str(self.webhook_port),
+                "scheduler.dashboard.port": str(self.dashboard_port),
                 "vendors.iluvatar.enabled": "true",  # off by default, as in HAMi; on here for test_iluvatar_pods.py
             },
         )

@@ -48,7 +48,7 @@ from hami.dra.plugin import DraPlugin
 from hami.dra.slices import SlicePublisher
 from hami.errors import ConfigError
 from hami.front import MetricsServer
-from hami.model import NodeInventory, Pod
+from hami.model import DeviceReading, NodeInventory, Pod
 from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
@@ -157,6 +157,7 @@ class NodeDaemon:
             lambda: self.inventories,
             self.served.containers,
             container_usage=container_usage or AccountingReader(self.served.containers),
+            device_usage=self._device_readings,
         )
         self.backstop: Backstop | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
@@ -254,6 +255,16 @@ class NodeDaemon:
                 await work()
             except Exception:  # periodic work goes on after a failure
                 log.exception("periodic %s failed", getattr(work, "__name__", "work"))
+
+    def _device_readings(self) -> list[DeviceReading]:
+        """Each vendor's readings of its devices here (`hami_device_readings`), for the monitor's scrape."""
+        found: list[DeviceReading] = []
+        for kind in list(self.inventories):
+            try:
+                found += self.host.device_readings(kind) or ()
+            except Exception:  # one vendor's failure leaves its devices unknown, not the scrape failed
+                log.exception("reading the %s devices' figures failed", kind)
+        return found
 
     def _start_up(self) -> None:
         for vendor in self.host.vendors:

@@ -56,6 +56,10 @@ class Snapshot:
     pods: tuple[KubeObject, ...]
     events: tuple[KubeObject, ...]
     status: ClusterStatus
+    vendors: Mapping[str, str] = field(default_factory=dict)
+    """Device kind (common word) → the vendor's name (`VendorInfo.display_name`), for the pages' Vendor column."""
+    asks: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)
+    """Resource name → (device kind, what it asks: `count`, `memory`, `percentage` or `cores`, MiB per unit)."""
 
     @property
     def version(self) -> str:
@@ -78,7 +82,21 @@ def take_snapshot(
 ) -> Snapshot:
     now = now or datetime.now(UTC)
     nodes, pods = tuple(nodes), tuple(pods)
-    return Snapshot(now, nodes, pods, tuple(events), status_of(nodes, pods, host, now=now))
+    vendors: dict[str, str] = {}
+    asks: dict[str, tuple[str, str, int]] = {}
+    for kind in getattr(host, "kinds", ()):
+        word = kind.common_word
+        vendors[word] = host.owner(word).info.display_name
+        names = kind.resources
+        for role, resource in (
+            ("count", names.count),
+            ("memory", names.memory),
+            ("percentage", names.memory_percentage),
+            ("cores", names.cores),
+        ):
+            if resource:
+                asks[resource] = (word, role, names.memory_unit_mib)
+    return Snapshot(now, nodes, pods, tuple(events), status_of(nodes, pods, host, now=now), vendors, asks)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -92,6 +110,7 @@ class GroupView:
 
     kind: str
     model: str
+    vendor: str = ""
     devices: int = 0
     healthy: int = 0
     memory_used: int = 0
@@ -155,7 +174,9 @@ def cluster_view(snapshot: Snapshot) -> ClusterView:
     groups: dict[tuple[str, str], GroupView] = {}
     for node in snapshot.status.nodes:
         for d in node.devices:
-            g = groups.setdefault((d.kind, d.type), GroupView(kind=d.kind, model=d.type))
+            g = groups.setdefault(
+                (d.kind, d.type), GroupView(kind=d.kind, model=d.type, vendor=snapshot.vendors.get(d.kind, d.kind))
+            )
             free = d.memory_total - d.memory_used
             g.devices += 1
             g.healthy += d.health

@@ -59,6 +59,8 @@ TIMEOUT_SECONDS = 1.5
 MAX_BYTES = 8 * 1024 * 1024
 MIB = 1024 * 1024
 NAN = float("nan")
+WARM_UP_SECONDS = 2.0
+WARM_UP_ROUNDS = 30
 
 _DEVICE = {
     "hami_memory_used": "memory_used",
@@ -397,6 +399,7 @@ class UsageCollector:
         self._nodes_at = -math.inf
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._warm = False
         self.rounds = 0
 
     # ---------------------------------------------------------------------------------- collecting
@@ -493,11 +496,23 @@ class UsageCollector:
                     self.collect()
                 except Exception:  # a round that fails is skipped; the dashboard goes on
                     log.exception("dashboard: collecting the nodes' usage failed")
-                self._stop.wait(self.interval)
+                self._stop.wait(self._pause())
 
         self._thread = threading.Thread(target=loop, name="dashboard-usage", daemon=True)
         self._thread.start()
         return self
+
+    def _pause(self) -> float:
+        """The wait before the next round: `interval`, but `WARM_UP_SECONDS` while starting up (until one round
+        found every node answering, for at most `WARM_UP_ROUNDS` rounds), so daemons that come up after the
+        dashboard are seen in seconds rather than after a whole interval."""
+        with self._lock:
+            totals = self._totals[-1] if self._totals else None
+        if totals is not None and totals.nodes_answering == totals.nodes:
+            self._warm = True
+        if self._warm or self.rounds >= WARM_UP_ROUNDS:
+            return self.interval
+        return min(self.interval, WARM_UP_SECONDS)
 
     @property
     def running(self) -> bool:

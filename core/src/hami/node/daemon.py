@@ -257,7 +257,10 @@ class NodeDaemon:
                 log.exception("periodic %s failed", getattr(work, "__name__", "work"))
 
     def _device_readings(self) -> list[DeviceReading]:
-        """Each vendor's readings of its devices here (`hami_device_readings`), for the monitor's scrape."""
+        """Each vendor's readings of its devices here (`hami_device_readings`), for the monitor's scrape; on
+        simulated devices, the inventory's `reading`s."""
+        if self.settings.simulated_inventory is not None:
+            return simulated.readings(self.settings.simulated_inventory, self.node)
         found: list[DeviceReading] = []
         for kind in list(self.inventories):
             try:

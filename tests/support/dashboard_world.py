@@ -162,3 +162,34 @@ def section(html: bytes, ident: str) -> str:
     m = re.search(rf'<(\w+)[^>]*\bid="{ident}"[^>]*>(.*?)</\1>', html.decode(), re.S)
     assert m is not None, f"no element #{ident}"
     return text(m.group(2).encode())
+
+
+class NodeMetricsServer:
+    """Node daemons' /metrics on loopback, one path per node (`/<node>/metrics`, the real `hami.node.monitor`
+    text of `node_monitor()` for gpu-node), others 404: `template` is the dashboard's `--node-metrics`."""
+
+    def __init__(self, texts: dict[str, str] | None = None) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.texts = texts if texts is not None else {"gpu-node": node_monitor().render().decode()}
+        texts_now = self.texts
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                node = self.path.strip("/").split("/")[0]
+                body = texts_now[node].encode() if node in texts_now else b"no such node\n"
+                self.send_response(200 if node in texts_now else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.template = f"http://127.0.0.1:{self.server.server_address[1]}/{{node}}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

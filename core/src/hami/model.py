@@ -497,7 +497,7 @@ class SchedulingPolicy(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    node: Literal["binpack", "spread", "best-fit", "fragmentation-aware"] = "binpack"
+    node: Literal["binpack", "spread", "best-fit", "fragmentation-aware", "usage"] = "binpack"
     device: tuple[str, ...] = ("spread",)
     weights: Mapping[str, int] = Field(default_factory=lambda: {"slot": 1, "core": 1, "memory": 1})
     workload: WorkloadProfile | None = Field(

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,18 +107,24 @@ def test_top_up_sampling_schedules_every_trace_pod_once_before_the_drawn_ones() 
         sample_pods(pods, 10, 1.3, seed=3, method="fgd")
 
 
-def test_every_policy_respects_cpu_memory_and_device_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes, pods = synthetic(3)
-    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=3)
-    states = []
+@pytest.fixture
+def states(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every `ClusterState` the simulator makes, in order (to look at what a run left)."""
+    made: list[Any] = []
     original = engine.ClusterState
 
     class Recording(original):  # type: ignore[misc, valid-type]
         def __init__(self, host: object) -> None:
             super().__init__(host)
-            states.append(self)
+            made.append(self)
 
     monkeypatch.setattr(engine, "ClusterState", Recording)
+    return made
+
+
+def test_every_policy_respects_cpu_memory_and_device_capacity(states: list[Any]) -> None:
+    nodes, pods = synthetic(3)
+    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=3)
     for policy in POLICIES:
         result = simulate(nodes, sampled, policy, seed=3)
         state = states[-1]
@@ -348,20 +355,9 @@ def test_latency_sensitive_pods_opting_in_to_usage_land_beside_less_busy_neighbo
     assert results["usage"].placed == results["binpack"].placed == len(pods)
 
 
-def test_the_usage_run_publishes_each_nodes_measured_shares_as_the_node_daemon_would(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_usage_run_publishes_each_nodes_measured_shares_as_the_node_daemon_would(states: list[Any]) -> None:
     from hami.measured import BUSY_ANNOTATION, decode_busy
 
-    states = []
-    original = engine.ClusterState
-
-    class Recording(original):  # type: ignore[misc, valid-type]
-        def __init__(self, host: object) -> None:
-            super().__init__(host)
-            states.append(self)
-
-    monkeypatch.setattr(engine, "ClusterState", Recording)
     nodes = [TraceNode("n0", 64000, 65536, 2, "A")]
     simulate(nodes, [TracePod("be", 1000, 1024, 1, 500, qos="BE")], "usage", seed=1)
     (record,) = states[-1].nodes.values()

@@ -17,7 +17,7 @@ from hami.cluster.port import KubeObject, meta
 from hami.dashboard.app import DashboardApp
 from hami.dashboard.source import DashboardSource
 from hami.dashboard.usage import Peaks, Trend, UsageCollector, read_metrics
-from hami.dashboard.usage_views import overview, stranded_memory, top_devices, workloads
+from hami.dashboard.usage_views import device_ranks, overview, stranded_memory, top_devices, workloads
 from hami.dashboard.views import take_snapshot
 from hami.plugins import VendorHost
 
@@ -94,8 +94,9 @@ def test_overview_and_top_lists_put_usage_beside_allocation() -> None:
     o = overview(snapshot, usage)
     assert (o.memory_in_use, o.memory_reported_total, o.busy, o.power) == (9000, 40960, 50, 251.5)
     assert (o.devices, o.devices_reporting, o.nodes, o.nodes_answering) == (6, 1, 2, 1)
-    assert [r.device.uuid for r in top_devices(snapshot, usage, "busy")] == ["GPU-gpu-node-0"]
-    allocated = top_devices(snapshot, usage, "allocated", count=2)
+    ranks = device_ranks(snapshot, usage)
+    assert [r.device.uuid for r in top_devices(ranks, "busy")] == ["GPU-gpu-node-0"]
+    allocated = top_devices(ranks, "allocated", count=2)
     assert [r.device.uuid for r in allocated] == ["GPU-gpu-node-1", "GPU-gpu-node-0"]
     nothing = overview(snapshot, {})
     assert (nothing.memory_in_use, nothing.busy, nothing.power) == (None, None, None)
@@ -104,14 +105,15 @@ def test_overview_and_top_lists_put_usage_beside_allocation() -> None:
 def test_workloads_show_granted_against_used_per_pod() -> None:
     cluster = build()
     snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
-    found = {
-        f"{w.namespace}/{w.name}": w
-        for w in workloads(snapshot, {"gpu-node": read_metrics("gpu-node", "u", TEXT, 0.0)})
-    }
+    total, listed = workloads(snapshot, {"gpu-node": read_metrics("gpu-node", "u", TEXT, 0.0)})
+    assert total == len(listed) == 4
+    found = {f"{w.namespace}/{w.name}": w for w in listed}
     assert (found["default/train"].memory_granted, found["default/train"].memory_used) == (10000, 7000)
     assert found["team-a/infer"].memory_used == 2000
     assert found["default/big"].memory_used is None  # its container has not reported: unknown, not 0
     assert found["default/binding"].memory_used is None  # t4-node's daemon is not read
+    total, page = workloads(snapshot, {}, start=1, count=2)  # by namespace and name, a page at a time
+    assert (total, [w.name for w in page]) == (4, ["binding", "train"])
 
 
 def test_stranded_memory_counts_free_memory_no_waiting_pod_could_use() -> None:

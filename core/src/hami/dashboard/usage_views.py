@@ -13,6 +13,7 @@ A figure a node does not report stays None here and reads "unknown" on the pages
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,7 @@ from hami.status import DeviceStatus
 
 __all__ = [
     "DeviceRank",
+    "device_ranks",
     "NodeRank",
     "Overview",
     "Stranded",
@@ -122,12 +124,19 @@ class NodeRank:
     """Mean busy percent of its devices that report it."""
 
 
-def top_devices(snapshot: Snapshot, usage: Mapping[str, NodeUsage], by: str, count: int = 5) -> list[DeviceRank]:
-    """The `count` devices highest by `by`: `allocated` (memory granted), `busy` or `memory` (in use); devices that
-    do not report a usage figure are left out of the usage lists."""
-    ranks = [
-        DeviceRank(n.name, d, _device_use(usage, n.name, d.uuid)) for n in snapshot.status.nodes for d in n.devices
-    ]
+def device_ranks(snapshot: Snapshot, usage: Mapping[str, NodeUsage]) -> list[DeviceRank]:
+    """Every device with its node's figures for it, once per page (the top lists rank the same list)."""
+    ranks: list[DeviceRank] = []
+    for n in snapshot.status.nodes:
+        found = usage.get(n.name)
+        devices = found.devices if found is not None and not found.error else {}
+        ranks.extend(DeviceRank(n.name, d, devices.get(d.uuid)) for d in n.devices)
+    return ranks
+
+
+def top_devices(ranks: Sequence[DeviceRank], by: str, count: int = 5) -> list[DeviceRank]:
+    """The `count` devices of `ranks` (`device_ranks`) highest by `by`: `allocated` (memory granted), `busy` or
+    `memory` (in use); devices that do not report a usage figure are left out of the usage lists."""
 
     def key(r: DeviceRank) -> float | None:
         if by == "allocated":
@@ -136,9 +145,8 @@ def top_devices(snapshot: Snapshot, usage: Mapping[str, NodeUsage], by: str, cou
             return r.use.utilization if r.use is not None else None
         return r.memory_in_use
 
-    scored = [(v, r) for r in ranks if (v := key(r)) is not None]
-    scored.sort(key=lambda x: (-x[0], x[1].node, x[1].device.index))
-    return [r for _, r in scored[:count]]
+    scored = [(-v, r.node, r.device.index, n) for n, r in enumerate(ranks) if (v := key(r)) is not None]
+    return [ranks[n] for *_, n in heapq.nsmallest(count, scored)]
 
 
 def top_nodes(snapshot: Snapshot, usage: Mapping[str, NodeUsage], by: str, count: int = 5) -> list[NodeRank]:
@@ -200,28 +208,48 @@ def _age(pod: KubeObject | None, now: datetime) -> float | None:
         return None
 
 
-def workloads(snapshot: Snapshot, usage: Mapping[str, NodeUsage]) -> list[Workload]:
-    """Every pod placed on devices, by namespace and name, with its grants and (when its node reports) its use."""
+def workloads(
+    snapshot: Snapshot, usage: Mapping[str, NodeUsage], *, start: int = 0, count: int | None = None
+) -> tuple[int, list[Workload]]:
+    """Every pod placed on devices, by namespace and name, with its grants and (when its node reports) its use:
+    (how many in all, the `count` from `start` on). Age and use are worked out for those returned only."""
     found: dict[tuple[str, str], Workload] = {}
     for n in snapshot.status.nodes:
         for d in n.devices:
             for share in d.pods:
-                w = found.setdefault((share.namespace, share.name), Workload(share.namespace, share.name, n.name))
+                w = found.get((share.namespace, share.name))
+                if w is None:
+                    w = found[(share.namespace, share.name)] = Workload(share.namespace, share.name, n.name)
                 w.devices.append(d.uuid)
                 w.memory_granted += share.memory
                 w.cores_granted += share.cores
-    pods = {(str(meta(p).get("namespace") or "default"), str(meta(p).get("name"))): p for p in snapshot.pods}
-    for key, w in found.items():
+    keys = sorted(found)
+    chosen = keys[start : None if count is None else start + count]
+    wanted = set(chosen)
+    pods = {
+        key: p
+        for p in snapshot.pods
+        if (key := (str(meta(p).get("namespace") or "default"), str(meta(p).get("name")))) in wanted
+    }
+    by_node: dict[str, dict[tuple[str, str], list[ContainerUse]]] = {}
+    out = []
+    for key in chosen:
+        w = found[key]
         w.age_seconds = _age(pods.get(key), snapshot.taken)
         node = usage.get(w.node)
-        if node is None or node.error:
-            continue
-        w.containers = [c for c in node.containers if (c.namespace, c.pod) == key]
-        memory = [c.memory_used for c in w.containers if c.memory_used is not None]
-        shares = [c.utilization for c in w.containers if c.utilization is not None]
-        w.memory_used = sum(memory) if memory else None
-        w.share_used = sum(shares) if shares else None
-    return [found[k] for k in sorted(found)]
+        if node is not None and not node.error:
+            if w.node not in by_node:
+                per: dict[tuple[str, str], list[ContainerUse]] = {}
+                for c in node.containers:
+                    per.setdefault((c.namespace, c.pod), []).append(c)
+                by_node[w.node] = per
+            w.containers = by_node[w.node].get(key, [])
+            memory = [c.memory_used for c in w.containers if c.memory_used is not None]
+            shares = [c.utilization for c in w.containers if c.utilization is not None]
+            w.memory_used = sum(memory) if memory else None
+            w.share_used = sum(shares) if shares else None
+        out.append(w)
+    return len(keys), out
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -3,20 +3,19 @@
     python benchmarks/node_usage.py                          # 8 devices, 64 containers, 20 rounds
     python benchmarks/node_usage.py --devices 8 --containers 128 --rounds 50
 
-What the daemon does for usage, with its real code: 64 served containers, 8 per device, each with an accounting
-file in the isolation libraries' layout (`hami.isolation` LAYOUT.md: one process slot, its memory and the device
-time charged, advancing between rounds as a running container's would; files of the layout's full size, 1 MiB); the vendors' device readings (a reader
-standing in for `hami_device_readings`: NVML's own cost is the driver's, not measured here). Per round it does what
-a minute of a node daemon's life asks at the default settings, scaled to one scrape: `NodeMonitor.render()` (a
-Prometheus or dashboard scrape: every HAMi and HAMi-WebUI family, reading every accounting file) served over HTTP
-and read back as a scraper would, and `BusyPublisher.publish` (measure, compare, patch the Node when it moved) on an
-in-memory cluster. As the baseline in the same run, the same scrape with no usage readers (grants only, what the
-monitor cost before usage was read).
+What the daemon does for usage, with its real code: 64 served containers, 8 per device, each with an accounting file
+in the isolation libraries' layout (`hami.isolation` LAYOUT.md: one process slot, its memory and the device time
+charged, advancing between rounds as a running container's would; files of the layout's full size, 1 MiB); the
+vendors' device readings (a reader standing in for `hami_device_readings`: NVML's own cost is the driver's, not
+measured here). Per round it does what a minute of a node daemon's life asks at the default settings, scaled to one
+scrape: `NodeMonitor.render()` (a Prometheus or dashboard scrape: every HAMi and HAMi-WebUI family, reading every
+accounting file) served over HTTP and read back as a scraper would, and `BusyPublisher.publish` (measure, compare,
+patch the Node when it moved) on an in-memory cluster. As the baseline in the same run, the same scrape with no usage
+readers (grants only, what the monitor cost before usage was read).
 
-CPU is the process's (`time.process_time`) per round, median; the share of one core assumes a Prometheus scrape
-every 15 s and the dashboard's every 30 s, plus one publish every 30 s (the defaults). Memory: the peak one round
-allocates (tracemalloc) and the resident size after the run. The budget is 2 % of one core. The last line is one
-JSON object.
+CPU is the process's (`time.process_time`) per round, median; the share of one core assumes a Prometheus scrape every
+15 s and the dashboard's every 30 s, plus one publish every 30 s (the defaults). Memory: the peak one round allocates
+(tracemalloc) and the resident size after the run. The budget is 2 % of one core. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -151,9 +150,15 @@ def main() -> None:
     core_pct = (scrape_ms * SCRAPES_PER_SECOND + publish_ms * PUBLISHES_PER_SECOND) / 10
     plain_pct = plain_ms * SCRAPES_PER_SECOND / 10
     print(f"{args.devices} devices, {args.containers} containers, {args.rounds} rounds")
-    print(f"scrape with usage: {scrape_ms:.2f} ms CPU ({size} bytes); without (grants only): {plain_ms:.2f} ms ({plain_size} bytes)")
+    print(
+        f"scrape with usage: {scrape_ms:.2f} ms CPU ({size} bytes); "
+        f"without (grants only): {plain_ms:.2f} ms ({plain_size} bytes)"
+    )
     print(f"busy publish: {publish_ms:.2f} ms CPU; Node writes {publisher.writes}")
-    print(f"share of one core (scrapes every 15 s and 30 s, a publish every 30 s): {core_pct:.3f}% with usage, {plain_pct:.3f}% without")
+    print(
+        f"share of one core (scrapes every 15 s and 30 s, a publish every 30 s): {core_pct:.3f}% with usage, "
+        f"{plain_pct:.3f}% without"
+    )
     print(f"peak allocated by one scrape: {peak:.2f} MiB; resident after the run: {rss:.0f} MiB")
     print(
         json.dumps(

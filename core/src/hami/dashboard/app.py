@@ -29,11 +29,12 @@ from urllib.parse import quote, unquote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from hami.dashboard.charts import Line, bar_segments, history_chart, line_chart
+from hami.dashboard.charts import Line, bar_segments, history_chart, line_chart, meter
 from hami.dashboard.source import DashboardSource, Reading
 from hami.dashboard.usage import NodeUsage, UsageCollector
 from hami.dashboard.usage_views import (
     device_ranks,
+    node_ranks,
     overview,
     pod_containers,
     stranded_memory,
@@ -45,6 +46,7 @@ from hami.dashboard.views import (
     UnknownObject,
     cluster_view,
     device_view,
+    memoised,
     node_view,
     pod_view,
 )
@@ -128,7 +130,7 @@ class DashboardApp:
         self.env.filters["url"] = lambda value: quote(str(value), safe="")
         self.env.filters["figure"] = _figure
         self.env.globals.update(
-            bar_segments=bar_segments, history_chart=history_chart, line_chart=line_chart, Line=Line
+            bar_segments=bar_segments, history_chart=history_chart, line_chart=line_chart, Line=Line, meter=meter
         )
 
     # ---------------------------------------------------------------------------------- routing
@@ -255,7 +257,10 @@ class DashboardApp:
         history = [h for h in history if h.at >= since]
         usage = self._node_usage()
         snapshot = reading.snapshot
-        ranks = device_ranks(snapshot, usage)
+        # computed once per snapshot and usage round, whoever asks (`memoised`)
+        round_ = self.usage.rounds if self.usage is not None else -1
+        ranks = memoised(snapshot, ("ranks", round_), lambda: device_ranks(snapshot, usage))
+        nodes = memoised(snapshot, ("node ranks", round_), lambda: node_ranks(ranks))
         lines: list[Line] = []
         if self.usage is not None:
             totals = self.usage.totals()
@@ -280,18 +285,26 @@ class DashboardApp:
             ranges=list(RANGES),
             chosen=chosen if chosen in RANGES else "6h",
             measured=self.usage is not None,
-            overview=overview(snapshot, usage),
+            overview=memoised(snapshot, ("overview", round_), lambda: overview(snapshot, usage, ranks)),
             usage_lines=lines,
-            top={
-                "devices by allocation": top_devices(ranks, "allocated"),
-                "devices by busy time": top_devices(ranks, "busy"),
-                "devices by memory in use": top_devices(ranks, "memory"),
-            },
-            top_nodes={
-                "nodes by allocation": top_nodes(snapshot, usage, "allocated"),
-                "nodes by busy time": top_nodes(snapshot, usage, "busy"),
-            },
-            stranded=stranded_memory(snapshot),
+            top=memoised(
+                snapshot,
+                ("top", round_),
+                lambda: {
+                    "devices by allocation": top_devices(ranks, "allocated"),
+                    "devices by busy time": top_devices(ranks, "busy"),
+                    "devices by memory in use": top_devices(ranks, "memory"),
+                },
+            ),
+            top_nodes=memoised(
+                snapshot,
+                ("top nodes", round_),
+                lambda: {
+                    "nodes by allocation": top_nodes(nodes, "allocated"),
+                    "nodes by busy time": top_nodes(nodes, "busy"),
+                },
+            ),
+            stranded=memoised(snapshot, "stranded", lambda: stranded_memory(snapshot)),
         )
 
     def _workloads(self, reading: Reading, query: dict[str, str]) -> Response:

@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 from hami.dashboard.source import Sample
 from hami.status import DeviceStatus
 
-__all__ = ["Line", "Segment", "bar_segments", "history_chart", "line_chart"]
+__all__ = ["Line", "Segment", "bar_segments", "history_chart", "line_chart", "meter"]
 
 PALETTE = 8
 
@@ -27,6 +27,19 @@ class Segment:
     start: float
     width: float
     css: str
+
+
+def meter(used: int, total: int, unit: str, label: str) -> Markup:
+    """A used-of-total bar with its figures beside it (red from 90 %). Made here rather than in a template macro:
+    the cluster page draws one per node, and at 1,000 nodes a macro call each cost a third of the page."""
+    pct = 100 * used // total if total else 0
+    high = " high" if pct >= 90 else ""
+    text = escape(label)
+    return Markup(
+        f'<div class="meter" role="img" aria-label="{text}: {used} of {total} {escape(unit)} ({pct}%)">'
+        f'<span class="fill{high}" style="width: {pct}%"></span></div>'
+        f'<span class="figure">{used} / {total} {escape(unit)} <span class="pct">{pct}%</span></span>'
+    )
 
 
 def bar_segments(device: DeviceStatus) -> list[Segment]:

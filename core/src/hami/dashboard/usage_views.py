@@ -14,6 +14,7 @@ A figure a node does not report stays None here and reads "unknown" on the pages
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,6 +35,7 @@ __all__ = [
     "overview",
     "stranded_memory",
     "top_devices",
+    "node_ranks",
     "top_nodes",
     "workloads",
 ]
@@ -61,29 +63,23 @@ class Overview:
     """Watts drawn by the devices that report power."""
 
 
-def _device_use(usage: Mapping[str, NodeUsage], node: str, uuid: str) -> DeviceUse | None:
-    found = usage.get(node)
-    if found is None or found.error:
-        return None
-    return found.devices.get(uuid)
-
-
-def overview(snapshot: Snapshot, usage: Mapping[str, NodeUsage]) -> Overview:
-    devices = [(n.name, d) for n in snapshot.status.nodes for d in n.devices]
-    in_use = [(d, u) for name, d in devices if (u := _device_use(usage, name, d.uuid)) is not None]
-    memory = [(d, u.memory_used) for d, u in in_use if u.memory_used is not None]
-    busy = [u.utilization for _, u in in_use if u.utilization is not None]
-    power = [u.power for _, u in in_use if u.power is not None]
+def overview(snapshot: Snapshot, usage: Mapping[str, NodeUsage], ranks: Sequence[DeviceRank] | None = None) -> Overview:
+    """The cluster's allocation and usage; `ranks` (`device_ranks` of the same snapshot and usage) when at hand."""
+    ranks = device_ranks(snapshot, usage) if ranks is None else ranks
+    in_use = [r for r in ranks if r.use is not None]
+    memory = [r for r in in_use if r.use is not None and r.use.memory_used is not None]
+    busy = [r.use.utilization for r in in_use if r.use is not None and r.use.utilization is not None]
+    power = [r.use.power for r in in_use if r.use is not None and r.use.power is not None]
     return Overview(
-        memory_granted=sum(d.memory_used for _, d in devices),
-        memory_total=sum(d.memory_total for _, d in devices),
-        cores_granted=sum(d.cores_used for _, d in devices),
-        cores_total=sum(d.cores_total for _, d in devices),
-        memory_in_use=sum(m for _, m in memory) if memory else None,
-        memory_reported_total=sum(d.memory_total for d, _ in memory),
+        memory_granted=sum(r.device.memory_used for r in ranks),
+        memory_total=sum(r.device.memory_total for r in ranks),
+        cores_granted=sum(r.device.cores_used for r in ranks),
+        cores_total=sum(r.device.cores_total for r in ranks),
+        memory_in_use=sum(r.use.memory_used or 0.0 for r in memory if r.use is not None) if memory else None,
+        memory_reported_total=sum(r.device.memory_total for r in memory),
         busy=sum(busy) / len(busy) if busy else None,
-        devices=len(devices),
-        devices_reporting=len({d.uuid for d, _ in in_use}),
+        devices=len(ranks),
+        devices_reporting=len({r.device.uuid for r in in_use}),
         nodes=len(snapshot.status.nodes),
         nodes_answering=sum(1 for n in snapshot.status.nodes if n.name in usage and not usage[n.name].error),
         power=sum(power) if power else None,
@@ -149,27 +145,32 @@ def top_devices(ranks: Sequence[DeviceRank], by: str, count: int = 5) -> list[De
     return [ranks[n] for *_, n in heapq.nsmallest(count, scored)]
 
 
-def top_nodes(snapshot: Snapshot, usage: Mapping[str, NodeUsage], by: str, count: int = 5) -> list[NodeRank]:
-    """The `count` nodes highest by `by`: `allocated` or `busy`."""
-    ranks = []
-    for n in snapshot.status.nodes:
-        if not n.devices:
-            continue
-        total = sum(d.memory_total for d in n.devices)
-        busy = [
-            u.utilization for d in n.devices if (u := _device_use(usage, n.name, d.uuid)) and u.utilization is not None
-        ]
-        ranks.append(
+def node_ranks(ranks: Sequence[DeviceRank]) -> list[NodeRank]:
+    """Each node's allocation and mean busy share, from its devices' ranks (`device_ranks`, node by node)."""
+    out: list[NodeRank] = []
+    for node, group in itertools.groupby(ranks, key=lambda r: r.node):
+        devices = list(group)
+        total = sum(r.device.memory_total for r in devices)
+        busy = [r.use.utilization for r in devices if r.use is not None and r.use.utilization is not None]
+        out.append(
             NodeRank(
-                n.name,
-                len(n.devices),
-                100 * sum(d.memory_used for d in n.devices) / total if total else 0.0,
+                node,
+                len(devices),
+                100 * sum(r.device.memory_used for r in devices) / total if total else 0.0,
                 sum(busy) / len(busy) if busy else None,
             )
         )
-    scored = [(v, r) for r in ranks if (v := (r.allocated if by == "allocated" else r.busy)) is not None]
-    scored.sort(key=lambda x: (-x[0], x[1].node))
-    return [r for _, r in scored[:count]]
+    return out
+
+
+def top_nodes(nodes: Sequence[NodeRank], by: str, count: int = 5) -> list[NodeRank]:
+    """The `count` nodes of `nodes` (`node_ranks`) highest by `by`: `allocated` or `busy`."""
+    scored = [
+        (-v, r.node, n)
+        for n, r in enumerate(nodes)
+        if (v := (r.allocated if by == "allocated" else r.busy)) is not None
+    ]
+    return [nodes[n] for *_, n in heapq.nsmallest(count, scored)]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def test_a_value_out_of_a_choice_lists_the_choices_and_the_nearest() -> None:
     text = problems({"scheduler": {"nodePolicy": "binpak"}})
     assert text == (
         "hami.yaml: scheduler.nodePolicy: 'binpak' is not legal; legal: binpack, spread, best-fit, "
-        "fragmentation-aware (did you mean 'binpack'?)"
+        "fragmentation-aware, usage (did you mean 'binpack'?)"
     )
 
 

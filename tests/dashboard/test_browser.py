@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium driven by Selenium against a known cluster served by the
 in-memory API server and read by `hami dashboard`'s path (a kubeconfig, the real client). Each page shows the
 right figures, a pod placed after a page was opened appears on it without a reload, the API server going away
-is said on the open page, the pages work from the keyboard; a screenshot of each page is written to
+is said on the open page, the pages work from the keyboard, and what gpu-node's daemon measures (its metrics served
+beside) shows next to the grants; a screenshot of each page is written to
 $HAMI_ARTIFACTS/dashboard (default build/artifacts/dashboard).
 
 Needs Debian's `chromium` and `chromium-driver` (`apt-get install -y chromium chromium-driver`): skipped when
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dashboard_world import FlakyApiServer, build, place_new_pod
+from dashboard_world import FlakyApiServer, NodeMetricsServer, build, place_new_pod
 
 from hami.cluster import MemoryCluster
 from hami.dashboard.cli import start_dashboard
@@ -69,11 +70,12 @@ class Dashboard:
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     cluster = build()
+    metrics = NodeMetricsServer()  # gpu-node's daemon answers; t4-node's does not
     with FlakyApiServer(cluster) as api:
         kubeconfig = api.write_kubeconfig(tmp_path_factory.mktemp("dashboard") / "kubeconfig")
         server, source = start_dashboard(
             connect_cluster(str(kubeconfig), None, component="hami-dashboard"), VendorHost.load(), ("127.0.0.1", 0),
-            history_interval=0.5, title="demo",
+            history_interval=0.5, title="demo", node_metrics=metrics.template,
         )  # fmt: skip
         server.app.poll_seconds = 0.5
         options = webdriver.ChromeOptions()
@@ -88,6 +90,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
             browser.quit()
             server.stop()
             source.stop()
+            metrics.stop()
 
 
 def test_cluster_page_shows_the_known_clusters_figures(dashboard: Dashboard) -> None:
@@ -96,7 +99,14 @@ def test_cluster_page_shows_the_known_clusters_figures(dashboard: Dashboard) -> 
     assert dashboard.text("#total-pods") == "4"
     assert dashboard.text("#total-memory") == "59960 / 194560 MiB 30%"
     a100 = dashboard.text('#groups tr[data-model="NVIDIA-A100"]')
-    assert a100 == "NVIDIA NVIDIA-A100 4 56960 / 163840 MiB 34% 50 / 400 % 12% 2 / 1 40960 MiB 23%"
+    assert a100 == (
+        "NVIDIA NVIDIA NVIDIA-A100 4 56960 / 163840 MiB 34% 50 / 400 % 12% 2 / 1 40960 MiB 23% "
+        "106880 MiB (100%) for 1 waiting"
+    )
+    WebDriverWait(dashboard.browser, 10).until(lambda b: "9000" in b.find_element(By.ID, "used-memory").text)
+    assert dashboard.text("#used-memory") == "9000 / 40960 MiB 21%"
+    assert dashboard.text("#used-busy") == "50%"
+    assert dashboard.text("#used-reporting") == "1 of 6 devices, 1 of 2 nodes"
     assert "too-big 0/2 nodes are available" in dashboard.text("#pending")
     WebDriverWait(dashboard.browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, "svg.history"))
     dashboard.shot("cluster")
@@ -117,13 +127,31 @@ def test_node_page_shows_each_device_with_its_shares(dashboard: Dashboard) -> No
 
 def test_device_and_pod_pages(dashboard: Dashboard) -> None:
     dashboard.open("/devices/GPU-gpu-node-0")
-    assert dashboard.text("#sharers tbody") == "train 1 10000 MiB 30% team-a/infer 2 6000 MiB 20%"
+    assert dashboard.text("#sharers tbody") == (
+        "train 1 10000 MiB 30% 7000 MiB 25% team-a/infer 2 6000 MiB 20% 2000 MiB 0%"  # granted, then measured
+    )
+    assert dashboard.text("#power") == "251.5 W"
     dashboard.shot("device")
     dashboard.open("/pods/default/too-big")
     assert dashboard.text("#unschedulable") == (
         "Unschedulable. 0/2 nodes are available: 2 no device with 100000 MiB free."
     )
     dashboard.shot("pod")
+
+
+def test_workloads_page_and_a_pods_containers(dashboard: Dashboard) -> None:
+    dashboard.open("/workloads")
+    WebDriverWait(dashboard.browser, 10).until(lambda b: "7000 MiB" in b.find_element(By.ID, "workloads").text)
+    assert dashboard.text('#workloads tr[data-pod="default/train"]').startswith(
+        "train gpu-node GPU-gpu-node-0 10000 MiB 7000 MiB (70%) 30% 25%"
+    )
+    assert "unknown" in dashboard.text('#workloads tr[data-pod="default/binding"]')  # t4-node's daemon is silent
+    dashboard.shot("workloads")
+    dashboard.open("/pods/team-a/infer")
+    assert dashboard.text("#containers tbody").startswith("c0 GPU-gpu-node-0 4000 MiB 1000 MiB 20% 0%")
+    dashboard.open("/devices/GPU-gpu-node-1")
+    assert dashboard.text("#in-use") == "unknown"  # its driver read nonsense
+    dashboard.shot("device-usage")
 
 
 def test_unknown_names_get_a_clear_page(dashboard: Dashboard) -> None:
@@ -142,7 +170,7 @@ def test_the_pages_work_from_the_keyboard(dashboard: Dashboard) -> None:
     def press(key: str) -> None:  # to whatever has the focus, as a person's keyboard would
         ActionChains(dashboard.browser).send_keys(key).perform()
 
-    for _ in range(120):
+    for _ in range(400):
         try:
             if dashboard.browser.switch_to.active_element.text == "t4-node":
                 break

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from html import unescape
 from typing import Any
 
 import pytest
-from dashboard_world import build, place_new_pod
+from dashboard_world import build, node_monitor, place_new_pod, section, text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,19 +20,6 @@ from hami.dashboard.views import cluster_view, take_snapshot
 from hami.plugins import VendorHost
 
 HOST = VendorHost.load()
-
-
-def text(html: bytes) -> str:
-    """The page's text, tags removed and whitespace folded, for asserting what a reader sees."""
-    folded = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html.decode()))).strip()
-    return re.sub(r" ([.,;])", r"\1", folded)
-
-
-def section(html: bytes, ident: str) -> str:
-    """The text of the element with id `ident` (up to its closing tag of the same name)."""
-    m = re.search(rf'<(\w+)[^>]*\bid="{ident}"[^>]*>(.*?)</\1>', html.decode(), re.S)
-    assert m is not None, f"no element #{ident}"
-    return text(m.group(2).encode())
 
 
 @pytest.fixture
@@ -59,9 +45,16 @@ def test_cluster_page_sums_devices_per_model_with_fragmentation(app: DashboardAp
     rows = {m.group(1): text(m.group(2).encode()) for m in found}
     # A100: 4 devices, 10000 + 6000 + 40960 of 4 × 40960 MiB, cores 50 of 400; idle 2, full 1 (big); largest
     # free 40960; free on partly used devices: a100-0's 24960 of 106880 free in all = 23 %.
-    assert rows["NVIDIA-A100"] == ("NVIDIA NVIDIA-A100 4 56960 / 163840 MiB 34% 50 / 400 % 12% 2 / 1 40960 MiB 23%")
+    # Vendor, kind, model; and stranded: too-big waits for 100000 MiB on one NVIDIA device, which no A100 has free.
+    assert rows["NVIDIA-A100"] == (
+        "NVIDIA NVIDIA NVIDIA-A100 4 56960 / 163840 MiB 34% 50 / 400 % 12% 2 / 1 40960 MiB 23% "
+        "106880 MiB (100%) for 1 waiting"
+    )
     # T4: binding's 3000 MiB of 2 × 15360 (t4-0 partly used: 12360 of 27720 free = 44 %).
-    assert rows["NVIDIA-Tesla-T4"] == "NVIDIA NVIDIA-Tesla-T4 2 3000 / 30720 MiB 9% 0 / 200 % 0% 1 / 0 15360 MiB 44%"
+    assert rows["NVIDIA-Tesla-T4"] == (
+        "NVIDIA NVIDIA NVIDIA-Tesla-T4 2 3000 / 30720 MiB 9% 0 / 200 % 0% 1 / 0 15360 MiB 44% "
+        "27720 MiB (100%) for 1 waiting"
+    )
     assert section(body, "total-devices") == "6"
     assert section(body, "total-pods") == "4"
     assert "too-big 0/2 nodes are available: 2 no device with 100000 MiB free." in section(body, "pending")
@@ -129,7 +122,7 @@ def test_unknown_names_get_a_page_that_says_what_exists(app: DashboardApp, path:
 def test_a_path_that_is_no_page_says_which_pages_there_are(app: DashboardApp) -> None:
     status, body = get(app, "/nodes")
     assert status == 404
-    assert "the pages are /, /nodes/NAME, /devices/UUID and /pods/NAMESPACE/NAME" in text(body)
+    assert "the pages are /, /workloads, /nodes/NAME, /devices/UUID and /pods/NAMESPACE/NAME" in text(body)
     assert app.handle("POST", "/")[0] == 405
 
 
@@ -252,42 +245,7 @@ def test_view_model_matches_hami_status_totals(cluster: MemoryCluster) -> None:
 
 
 def metrics_text() -> str:
-    """What a node daemon's /metrics answers (the families of `hami.node.monitor`), for two of gpu-node's cards."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
-
-    mib = 1024 * 1024
-    device = ["node", "device_index", "device_uuid", "device_type"]
-    container = ["namespace", "pod", "container", "vdevice_index", "device_uuid"]
-    families: dict[str, tuple[list[str], list[tuple[list[str], float]]]] = {
-        "hami_host_gpu_memory_used_bytes": (device, [(["gpu-node", "0", "GPU-gpu-node-0", "A100"], 9000 * mib)]),
-        "hami_host_gpu_utilization_ratio": (device, [(["gpu-node", "0", "GPU-gpu-node-0", "A100"], 0.5)]),
-        "hami_vgpu_memory_used_bytes": (
-            container,
-            [
-                (["default", "train", "c0", "0", "GPU-gpu-node-0"], 7000 * mib),
-                (["team-a", "infer", "c0", "0", "GPU-gpu-node-0"], 1000 * mib),
-                (["team-a", "infer", "c1", "0", "GPU-gpu-node-0"], 1000 * mib),
-                (["default", "big", "c0", "0", "GPU-gpu-node-1"], 1000 * mib),
-            ],
-        ),
-        "hami_container_device_utilization_ratio": (
-            container,
-            [(["default", "train", "c0", "0", "GPU-gpu-node-0"], 0.25)],
-        ),
-    }
-
-    class Collector:
-        def collect(self) -> Any:
-            for name, (labels, samples) in families.items():
-                family = GaugeMetricFamily(name, name, labels=labels)
-                for values, value in samples:
-                    family.add_metric(values, value)
-                yield family
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector())
-    return generate_latest(registry).decode()
+    return str(node_monitor().render().decode())
 
 
 METRICS = metrics_text()
@@ -326,6 +284,12 @@ def test_device_page_adds_real_usage_from_the_node_daemons_metrics(cluster: Memo
         "train 1 10000 MiB 30% 7000 MiB 25% team-a/infer 2 6000 MiB 20% 2000 MiB 0%"
     )
     assert "the device has 9000 MiB in use, busy 50% of the time" in section(body, "usage")
+    assert section(body, "power") == "251.5 W"
+    assert section(body, "temperature") == "61 °C"
+    status, body = get(app, "/devices/GPU-gpu-node-1")  # the driver read nonsense: unknown, never 0
+    assert section(body, "in-use") == "unknown"
+    assert section(body, "busy") == "unknown"
+    assert "big 1 40960 MiB 0% unknown unknown" in section(body, "sharers")  # its container reports nothing yet
 
 
 def test_a_node_daemon_that_does_not_answer_is_said_and_the_grants_still_shown(cluster: MemoryCluster) -> None:

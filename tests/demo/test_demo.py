@@ -240,6 +240,15 @@ def metax_sgpu(pod: dict[str, Any]) -> None:
     assert {"/opt/mxdriver", "/opt/maca"} <= set(pod["mounts"]["maca"])
 
 
+def cambricon_mlu_share(pod: dict[str, Any]) -> None:
+    _running(pod, "mlu-node")
+    (device,) = _devices(pod, "MLU")
+    assert (device["memory"], device["cores"]) == (4096, 25)  # 16 units of 256 MiB, a quarter of the card
+    index = int(device["uuid"].rsplit("-", 1)[1])
+    assert pod["annotations"]["CAMBRICON_DSMLU_PROFILE"] == f"{index}_25_16"
+    assert pod["env"]["infer"] == {"CAMBRICON_VISIBLE_DEVICES": str(index)}
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -271,6 +280,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/iluvatar-share": iluvatar_share,
     "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
+    "default/cambricon-mlu-share": cambricon_mlu_share,
 }
 
 
@@ -292,7 +302,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "19 pods: 16 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "20 pods: 17 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 
@@ -321,6 +331,11 @@ def test_each_device_table_row_adds_up_its_pods(demo: Demo) -> None:
 def test_the_metrics_urls_are_the_scheduler_and_every_node(demo: Demo) -> None:
     urls = demo.report["metrics"]
     assert set(urls) == {"scheduler", *(n.name for n in INVENTORY.nodes)}
-    assert all(u.startswith("http://127.0.0.1:") and u.endswith("/metrics") for u in urls.values())
+    assert urls["scheduler"].startswith("http://127.0.0.1:")
+    # each node daemon on a loopback address of its own (the Node's InternalIP), all on one port
+    nodes = [urls[n.name] for n in INVENTORY.nodes]
+    assert [u.split("//")[1].split(":")[0] for u in nodes] == [f"127.0.0.{10 + i}" for i in range(len(nodes))]
+    assert len({u.rsplit(":", 1)[1] for u in nodes}) == 1
+    assert all(u.endswith("/metrics") for u in urls.values())
     assert demo.report["kubeconfig"] is None  # not kept: nothing left to connect to
     assert demo.report["dashboard"] is None

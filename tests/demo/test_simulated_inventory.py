@@ -73,6 +73,7 @@ def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp
         "iluvatar-node",
         "mt-node",
         "metax-node",
+        "mlu-node",
     ]
     gpu = loaded.node("gpu-node")
     scores = json.loads(gpu.published_annotations()["hami.io/node-nvidia-score"])
@@ -80,11 +81,32 @@ def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp
     assert sum(e.repeat for e in gpu.devices) == 8
 
 
+def test_readings_are_what_the_node_monitor_exports_for_simulated_devices(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "inv.yaml",
+        inventory(
+            {"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1000,
+             "reading": [{"memoryUsedMiB": 10, "utilization": 40, "power": 99.5, "temperature": 50},
+                         {"utilization": 7}]},
+            {"kind": "Scripted", "id": "OTHER", "devmem": 1000},
+        ),
+    )  # fmt: skip
+    found = simulated.readings(path, NODE)
+    assert [(r.device_uuid, r.memory_used_bytes, r.utilization_percent, r.power_watts, r.temperature_celsius)
+            for r in found] == [("SIM-0", 10 * 2**20, 40, 99.5, 50), ("SIM-1", None, 7, None, None)]  # fmt: skip
+    assert simulated.readings(tmp_path / "missing.yaml", NODE) == []
+
+
 @pytest.mark.parametrize(
     ("devices", "message"),
     [
         ([{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "numa": [0]}], "numa lists 1 nodes for 2"),
         ([{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "driver": [{}]}], "driver lists 1 entries for 2"),
+        (
+            [{"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 1, "reading": [{}]}],
+            "reading lists 1 entries for 2",
+        ),
+        ([{"kind": "Scripted", "id": "SIM", "devmem": 1, "reading": {"fan": 3}}], "nodes[node-a].devices[0].reading"),
         ([{"kind": "Scripted", "id": "SIM", "devmem": 1, "colour": "red"}], "nodes[node-a].devices[0].colour"),
         ([{"kind": "Scripted", "id": "SIM"}], "nodes[node-a].devices[0].devmem: required, and missing"),
         ([{"kind": "Scripted", "id": "A,B", "devmem": 1}], "separators"),

@@ -97,8 +97,15 @@ def ns(stack: HamiStack, request: pytest.FixtureRequest) -> Iterator[str]:
             if exc.status != 404:
                 raise
     wait_until(lambda: not stack.admin.list("Pod", name).get("items"), 60, f"pods of {name} gone")
-    wait_until(
-        lambda: f'namespace="{name}"' not in stack.scheduler_metrics(), 30, f"the scheduler forgot the pods of {name}"
+    wait_until(  # the pods' series; the namespace's quota series (hami_resource_quota_*) stay with its ResourceQuota
+        lambda: (
+            not any(
+                f'namespace="{name}"' in line and not line.startswith("hami_resource_quota")
+                for line in stack.scheduler_metrics().splitlines()
+            )
+        ),
+        30,
+        f"the scheduler forgot the pods of {name}",
     )
 
 

@@ -6,8 +6,15 @@ from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami.model import ContainerDevice, Device, NodeInventory
-from hami.node.monitor import CONTAINER_FAMILIES, DEVICE_FAMILIES, ContainerUsage, DeviceUsage, NodeMonitor
+from hami.model import ContainerDevice, Device, DeviceReading, NodeInventory
+from hami.node.monitor import (
+    CONTAINER_FAMILIES,
+    DEVICE_FAMILIES,
+    WEBUI_CONTAINER_FAMILIES,
+    WEBUI_DEVICE_FAMILIES,
+    ContainerUsage,
+    NodeMonitor,
+)
 from hami.node.pods import ServedContainer
 
 INVENTORY = {
@@ -35,7 +42,9 @@ def samples(monitor: NodeMonitor) -> dict[str, dict[tuple[tuple[str, str], ...],
 
 def test_every_family_exists_before_anything_is_discovered_or_served() -> None:
     got = samples(NodeMonitor("node-a", dict, list))
-    assert set(got) == set(DEVICE_FAMILIES) | set(CONTAINER_FAMILIES)
+    assert set(got) == set(DEVICE_FAMILIES) | set(CONTAINER_FAMILIES) | set(WEBUI_DEVICE_FAMILIES) | set(
+        WEBUI_CONTAINER_FAMILIES
+    )
     assert all(values == {} for values in got.values())
 
 
@@ -64,8 +73,8 @@ def test_readers_fill_usage_by_pod_uid_and_ratios_are_percent_within_100() -> No
                              last_kernel_elapsed_seconds=2.5, memory_limit_bytes=7)  # fmt: skip
         yield ContainerUsage("uid-of-another-pod", "main", "SCR-1", memory_used_bytes=99)
 
-    def devices() -> Iterable[DeviceUsage]:
-        yield DeviceUsage("SCR-1", memory_used_bytes=11, utilization_ratio=-0.5)
+    def devices() -> Iterable[DeviceReading]:
+        yield DeviceReading(device_uuid="SCR-1", memory_used_bytes=11, utilization_percent=0.0)
 
     got = samples(
         NodeMonitor("node-a", lambda: INVENTORY, lambda: SERVED, container_usage=containers, device_usage=devices)

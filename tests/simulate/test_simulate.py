@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,18 +107,24 @@ def test_top_up_sampling_schedules_every_trace_pod_once_before_the_drawn_ones() 
         sample_pods(pods, 10, 1.3, seed=3, method="fgd")
 
 
-def test_every_policy_respects_cpu_memory_and_device_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes, pods = synthetic(3)
-    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=3)
-    states = []
+@pytest.fixture
+def states(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every `ClusterState` the simulator makes, in order (to look at what a run left)."""
+    made: list[Any] = []
     original = engine.ClusterState
 
     class Recording(original):  # type: ignore[misc, valid-type]
         def __init__(self, host: object) -> None:
             super().__init__(host)
-            states.append(self)
+            made.append(self)
 
     monkeypatch.setattr(engine, "ClusterState", Recording)
+    return made
+
+
+def test_every_policy_respects_cpu_memory_and_device_capacity(states: list[Any]) -> None:
+    nodes, pods = synthetic(3)
+    sampled = sample_pods(pods, sum(n.gpus for n in nodes), 1.3, seed=3)
     for policy in POLICIES:
         result = simulate(nodes, sampled, policy, seed=3)
         state = states[-1]
@@ -306,3 +313,55 @@ def test_progress_shows_the_time_left() -> None:
     assert progress.line(0, 100).endswith("starting")
     assert progress.line(25, 100).endswith("10 s, about 30 s left")
     assert progress.line(100, 100).endswith("done in 40 s")
+
+
+def test_qos_is_read_and_the_usage_trace_depends_only_on_the_class_the_seed_and_the_arrival() -> None:
+    from hami.simulate.usage import BUSY_RANGES, busy_share
+
+    be, ls = TracePod("a", 1, 1, 1, 500, qos="BE"), TracePod("b", 1, 1, 1, 500, qos="LS")
+    low, high = BUSY_RANGES["BE"]
+    assert low <= busy_share(be, 3, 42) <= high
+    assert busy_share(be, 3, 42) == busy_share(be, 3, 42) != busy_share(be, 4, 42)
+    assert BUSY_RANGES["LS"][0] <= busy_share(ls, 3, 42) <= BUSY_RANGES["LS"][1]
+    assert busy_share(TracePod("c", 1, 1, 1, 500), 0, 0) == 0.5  # no class: half
+
+
+def test_read_pods_keeps_the_qos_column(tmp_path: Path) -> None:
+    pods = read_pods(write_pods(tmp_path / "p.csv", [("p0", 1000, 1024, 1, 500, "")]))
+    assert pods[0].qos == "LS"
+
+
+def _mixed(seed: int) -> tuple[list[TraceNode], list[TracePod]]:
+    """Saturating batch shares arrive first, then latency-sensitive shares: where do the latter land?"""
+    rng = random.Random(seed)
+    nodes = [TraceNode(f"n{i}", 256000, 1048576, 4, "A") for i in range(6)]
+    batch = [TracePod(f"be{i}", 1000, 1024, 1, rng.choice([300, 400, 500]), qos="BE") for i in range(24)]
+    latency = [TracePod(f"ls{i}", 1000, 1024, 1, rng.choice([100, 200]), qos="LS") for i in range(12)]
+    return nodes, batch + latency
+
+
+def test_latency_sensitive_pods_opting_in_to_usage_land_beside_less_busy_neighbours() -> None:
+    nodes, pods = _mixed(7)
+    results = {policy: simulate(nodes, pods, policy, seed=7, usage=True) for policy in ("binpack", "spread", "usage")}
+    contention = {p: r.contention for p, r in results.items()}
+    assert all(c is not None and c.latency_pods == 12 for c in contention.values())
+    usage, binpack, spread = contention["usage"], contention["binpack"], contention["spread"]
+    assert usage is not None
+    assert binpack is not None
+    assert spread is not None
+    # the batch pods fill 24 of the 24 devices' first shares; the usage policy reads the published busy shares
+    assert usage.neighbour_busy_on_arrival < binpack.neighbour_busy_on_arrival
+    assert usage.neighbour_busy_on_arrival <= spread.neighbour_busy_on_arrival
+    assert results["usage"].placed == results["binpack"].placed == len(pods)
+
+
+def test_the_usage_run_publishes_each_nodes_measured_shares_as_the_node_daemon_would(states: list[Any]) -> None:
+    from hami.measured import BUSY_ANNOTATION, decode_busy
+
+    nodes = [TraceNode("n0", 64000, 65536, 2, "A")]
+    simulate(nodes, [TracePod("be", 1000, 1024, 1, 500, qos="BE")], "usage", seed=1)
+    (record,) = states[-1].nodes.values()
+    busy = decode_busy(record.annotations[BUSY_ANNOTATION])
+    assert set(busy) == {"n0-gpu0", "n0-gpu1"}
+    assert sorted(busy.values())[0] == 0
+    assert 45 <= sorted(busy.values())[1] <= 50  # 50 % of a device at a 90-100 % busy share

@@ -218,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scheduler.add_argument("--metrics-listen", metavar="HOST:PORT", help="metrics address (default 0.0.0.0:9395)")
     scheduler.add_argument(
-        "--node-policy", choices=["binpack", "spread", "best-fit", "fragmentation-aware"], help="default node policy"
+        "--node-policy",
+        choices=["binpack", "spread", "best-fit", "fragmentation-aware", "usage"],
+        help="default node policy",
     )
     scheduler.add_argument(
         "--device-policy", metavar="CHAIN", help="default device policy, e.g. spread or numa,binpack"

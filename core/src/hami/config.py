@@ -2,7 +2,7 @@
 
 Owns the file's shape and its validation. A wrong key or value is reported with the file, the dotted path of
 the key, what is legal and the nearest legal spelling (`hami.yaml: scheduler.nodePolicy: 'binpak' is not legal;
-legal: binpack, spread, best-fit, fragmentation-aware (did you mean 'binpack'?)`; `hami.validation`), never as a
+legal: binpack, spread, best-fit, fragmentation-aware, usage (did you mean 'binpack'?)`; `hami.validation`), never as a
 traceback. `hami config check FILE` validates every section without starting a service. Vendor sections
 (`vendors.<name>`) are passed through untouched and validated by each
 vendor's `hami_vendor_settings` hook when the plugins load.
@@ -15,7 +15,7 @@ vendor's `hami_vendor_settings` hook when the plugins load.
       dashboardNodeMetrics: http://{address}:9394/metrics   # real usage on its device pages; absent: not read
       dashboardPrometheus: http://prometheus:9090           # its history from Prometheus; absent: in-process
       tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key, clientCAFile: /tls/client-ca.crt}  # HTTPS; client certs
-      nodePolicy: binpack             # spread | best-fit | fragmentation-aware
+      nodePolicy: binpack             # spread | best-fit | fragmentation-aware | usage
       devicePolicy: [spread]          # binpack | spread | topology-aware | numa | mutex; default per node policy
       leaderElection: {enabled: true, namespace: kube-system, name: hami-scheduler}
     webhook:                          # `hami webhook`, or served by `hami scheduler` when enabled
@@ -95,7 +95,7 @@ class SchedulerConfig(_Section):
     url_prefix: str = Field(default="", alias="urlPrefix")
     tls: TLSConfig | None = None
     node_policy: str = Field(
-        default="binpack", alias="nodePolicy", pattern="^(binpack|spread|best-fit|fragmentation-aware)$"
+        default="binpack", alias="nodePolicy", pattern="^(binpack|spread|best-fit|fragmentation-aware|usage)$"
     )
     device_policy: tuple[str, ...] | None = Field(default=None, alias="devicePolicy")
     batch_size: int = Field(default=16, ge=1, alias="batchSize")
@@ -124,7 +124,7 @@ class SchedulerConfig(_Section):
     def _chain(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
-        legal = ("binpack", "spread", "topology-aware", "numa", "mutex", "best-fit", "fragmentation-aware")
+        legal = ("binpack", "spread", "topology-aware", "numa", "mutex", "best-fit", "fragmentation-aware", "usage")
         for policy in value or ():
             if policy not in legal:
                 raise ValueError(f"{policy!r} is not one of {', '.join(legal)}")

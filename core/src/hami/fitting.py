@@ -7,7 +7,8 @@ on a device whose cores are all taken. Init containers run one after another and
 (as in HAMi) each init container is fitted alone against the node's usage and the app containers together
 against the same usage: a device must hold the larger of the two phases, not their sum (`pod_peaks`).
 Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`) in HAMi v2.10's order
-(`hami_device_order`), app containers of one pod see each other's grants, and every refused node gets a reason a
+(`hami_device_order`), or by what the node daemon measured (`usage`, this project's); app containers of one pod
+see each other's grants, and every refused node gets a reason a
 user can read. The node score is HAMi's.
 
 Vendor specifics (topology tables, partition profiles, templates) stay in the vendor. `ShareFitter` has two
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hami.fragmentation import WorkloadProfile, free_share
+from hami.measured import BUSY_ANNOTATION, UNKNOWN_BUSY, decode_busy
 from hami.model import (
     ContainerDevice,
     ContainerPlacement,
@@ -410,11 +412,15 @@ class ShareFitter:
         `count` distinct ones and must not modify them. This implementation applies the device policy in
         ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
         ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
-        use grows the node's expected fragmentation least). Except for the last, the order is HAMi's
+        use grows the node's expected fragmentation least), ``usage`` (the devices the node daemon measured least
+        busy, `hami.measured`, an unknown one as half busy; the emptiest by grant among equals). Except for the last
+        two, the order is HAMi's
         (`hami_device_order`, walked from its end): on equal scores the highest NUMA node, then the device
         latest in HAMi's list (at first the registration order: the highest index).
         """
         policy = context.policy
+        if "usage" in policy.device:
+            return _least_busy(candidates, count, decode_busy(context.node.annotations.get(BUSY_ANNOTATION)))
         if "fragmentation-aware" in policy.device and policy.workload is not None:
             node, pod = context.node, context.pod
             cpu = None if node.cpu_free is None else node.cpu_free - pod.host_cpu
@@ -544,3 +550,18 @@ def effective_grants(
         kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
         for kind, placements in allocation.items()
     }
+
+
+def _least_busy(candidates: Sequence[Candidate], count: int, busy: Mapping[str, float]) -> list[Candidate]:
+    """The `usage` device policy: the `count` candidates measured least busy (`hami.measured`), a device whose
+    busy share is unknown counted as `UNKNOWN_BUSY`; among equals the emptiest by grant (spread), then the lowest
+    index."""
+
+    def key(c: Candidate) -> tuple[float, float, int]:
+        d = c.device
+        granted = (c.state.usedcores / d.devcore if d.devcore else 0.0) + (
+            c.state.usedmem / d.devmem if d.devmem else 0.0
+        )
+        return (busy.get(d.id, UNKNOWN_BUSY), granted, d.index)
+
+    return sorted(candidates, key=key)[:count]

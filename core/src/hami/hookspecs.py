@@ -44,6 +44,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -345,6 +346,23 @@ def hami_device_processes(kind: DeviceKind, settings: Any) -> Sequence[DevicePro
     device with its memory on that device, in bytes, under the device's `Device.id`.
 
     :returns: the processes (an empty list when none), or None when the vendor cannot say this round.
+    """
+
+
+@hookspec(firstresult=True)
+def hami_device_readings(kind: DeviceKind, settings: Any) -> Sequence[DeviceReading] | None:
+    """What the management library reads from this node's devices of `kind` now: memory in use, busy share, power,
+    temperatures, the driver's version.
+
+    Routed, optional, node daemon only. The node monitor (`hami.node.monitor`) asks at each scrape and exports the
+    answers in HAMi's and HAMi-WebUI's device families (`hami_host_gpu_*`, `hami_memory_used`, `hami_core_util`,
+    `hami_device_power`, `hami_device_temperature`), where the dashboard and the `usage` device policy read them.
+    Answer from the library your device plugin uses (NVML's ``nvmlDeviceGetMemoryInfo``,
+    ``nvmlDeviceGetUtilizationRates``, ``nvmlDeviceGetPowerUsage``, ``nvmlDeviceGetTemperature``), one reading per
+    device under its `Device.id`, a figure the library cannot give left None. Pass figures on as read: the monitor
+    shows nonsense (negative, above the device) as unknown. Keep it cheap: it runs at every scrape.
+
+    :returns: the readings (an empty list when there are no devices), or None when the vendor cannot say this round.
     """
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "DeviceKind",
     "DeviceNode",
     "DeviceProcess",
+    "DeviceReading",
     "DeviceUsage",
     "DraDevice",
     "IsolationLibrary",
@@ -496,7 +497,7 @@ class SchedulingPolicy(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
-    node: Literal["binpack", "spread", "best-fit", "fragmentation-aware"] = "binpack"
+    node: Literal["binpack", "spread", "best-fit", "fragmentation-aware", "usage"] = "binpack"
     device: tuple[str, ...] = ("spread",)
     weights: Mapping[str, int] = Field(default_factory=lambda: {"slot": 1, "core": 1, "memory": 1})
     workload: WorkloadProfile | None = Field(
@@ -623,6 +624,29 @@ class DeviceProcess(_Model):
     device_uuid: str = Field(min_length=1, description="the device's id, as discovery reports it (`Device.id`)")
     pid: int = Field(gt=0, description="the process id in the host's PID namespace")
     used_bytes: int = Field(ge=0, description="device memory the process holds")
+
+
+class DeviceReading(_Model):
+    """What the vendor's management library reads from one device right now (`hami_device_readings`): the device's
+    own figures, beside the grants the scheduler made and what each container's isolation library accounts.
+
+    Every figure is optional: None where the library cannot say (not supported, not this round). Values are passed
+    on as the library gives them; the node daemon (`hami.node.monitor`) checks each against the device and shows
+    one that makes no sense (negative, above the device, far outside what hardware reaches) as unknown.
+    """
+
+    device_uuid: str = Field(min_length=1, description="the device's id, as discovery reports it (`Device.id`)")
+    memory_used_bytes: int | None = Field(default=None, description="device memory in use, every process counted")
+    memory_total_bytes: int | None = Field(default=None, description="the device's physical memory, unscaled")
+    utilization_percent: float | None = Field(
+        default=None, description="share of the last sample period the device was busy, percent (0-100)"
+    )
+    power_watts: float | None = Field(default=None, description="board power draw, watts")
+    temperature_celsius: float | None = Field(default=None, description="the chip's temperature, degrees Celsius")
+    memory_temperature_celsius: float | None = Field(
+        default=None, description="the device memory's temperature, degrees Celsius"
+    )
+    driver_version: str = Field(default="", description="the driver's version, as the library reports it")
 
 
 class DraDevice(_Model):

@@ -39,6 +39,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -381,6 +382,12 @@ class VendorHost:
         """The processes on this node's devices of kind `common_word` (`hami_device_processes`); None when the
         vendor does not say (no hook, or not this round)."""
         result = self._routed(common_word, "hami_device_processes")
+        return None if result is None else list(result)
+
+    def device_readings(self, common_word: str) -> list[DeviceReading] | None:
+        """What the management library reads from this node's devices of kind `common_word` now
+        (`hami_device_readings`); None when the vendor does not say (no hook, or not this round)."""
+        result = self._routed(common_word, "hami_device_readings")
         return None if result is None else list(result)
 
     def simulated_devices(

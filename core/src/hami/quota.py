@@ -432,6 +432,24 @@ class QuotaLedger:
                 for name, limits in self._limits.get(namespace, {}).items()
             }
 
+    def totals(self) -> list[tuple[str, str, int, int]]:
+        """(namespace, resource, used, limit) for every device resource a ResourceQuota limits, sorted: the
+        resource without its `limits.` prefix (`nvidia.com/gpumem`), used and limit in MiB or percent, the limit
+        the smallest that any of the namespace's quota objects sets (the one that binds)."""
+        with self._lock:
+            out = []
+            for namespace, objects in self._limits.items():
+                binding: dict[str, int] = {}
+                for limits in objects.values():
+                    for lim in limits:
+                        binding[lim.key.key] = min(lim.value, binding.get(lim.key.key, lim.value))
+                used = self.used(namespace)
+                out += [
+                    (namespace, key.removeprefix(QUOTA_PREFIX), used.get(key, 0), limit)
+                    for key, limit in binding.items()
+                ]
+            return sorted(out)
+
     def _verdict(self, namespace: str, name: str, demand: PodDemand) -> QuotaVerdict:
         """Caller holds the lock."""
         objects = self._limits.get(namespace)

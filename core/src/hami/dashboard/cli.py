@@ -53,8 +53,9 @@ def add_dashboard_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
     parser.add_argument(
         "--node-metrics",
         metavar="URL",
-        help="the node daemons' metrics, for real usage on device pages: {node} and {address} (InternalIP) "
-        "are replaced, e.g. http://{address}:9394/metrics (default: not read)",
+        help="the node daemons' metrics, for what devices and containers really use: {node} and {address} "
+        "(InternalIP) are replaced, e.g. http://{address}:9394/metrics; scraped every --history-interval "
+        "(default: not read)",
     )
     parser.add_argument(
         "--prometheus", metavar="URL", help="a Prometheus scraping the scheduler: the history comes from it"
@@ -78,9 +79,14 @@ def start_dashboard(
     `DashboardSource`); stop both when done."""
     from hami.dashboard.app import DashboardApp, DashboardServer
     from hami.dashboard.source import DashboardSource, History
+    from hami.dashboard.usage import UsageCollector
 
     source = DashboardSource(cluster, host, history=History(interval=history_interval), sampler=sampler).start()
-    app = DashboardApp(source, title=title, node_metrics=node_metrics, prometheus=prometheus)
+    usage = None
+    if node_metrics:  # the node daemons scraped in the background, at the history's pace
+        usage = UsageCollector(node_metrics, cluster, interval=history_interval).start()
+        source.also_stop(usage.stop)
+    app = DashboardApp(source, title=title, node_metrics=node_metrics, prometheus=prometheus, usage=usage)
     server = DashboardServer(app, address).start()
     return server, source
 

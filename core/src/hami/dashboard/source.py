@@ -144,6 +144,7 @@ class DashboardSource:
         self._pending: threading.Thread | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._also_stop: list[Callable[[], None]] = []
 
     def _list(self, resource: Any) -> list[KubeObject]:
         items, _ = self.cluster.list(resource)
@@ -214,7 +215,13 @@ class DashboardSource:
         self._thread.start()
         return self
 
+    def also_stop(self, stop: Callable[[], None]) -> None:
+        """Call `stop` when the source stops (a usage collector started beside it)."""
+        self._also_stop.append(stop)
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        for stop in self._also_stop:
+            stop()

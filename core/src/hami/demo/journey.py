@@ -5,7 +5,8 @@
    applied (or whose refusal ends the journey with the webhook's message).
 2. **Create**: the patched pod is stored in the cluster (Pending).
 3. **Filter**: what kube-scheduler does for a pod of `hami-scheduler`: the extender's `/filter` with the pod
-   and every node's name (node-cache-capable); no node chosen ends the journey with each node's reason.
+   and every node's name (node-cache-capable); no node chosen ends the journey with each node's reason, written
+   on the pod as kube-scheduler writes it (`PodScheduled` False, `Unschedulable`, and a `FailedScheduling` event).
 4. **Bind**: the extender's `/bind` for the chosen node (node lock, `bind-phase: allocating`, Binding).
 5. **Allocate**: what the node's kubelet does when it starts the pod: for each container, init containers
    first, one device-plugin Allocate per device resource it asks for, through the node daemon's unix socket;
@@ -22,13 +23,15 @@ run, the step and the reason.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import http.client
 import json
 import ssl
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -334,15 +337,54 @@ def _registered_devices(world: DemoWorld, node: str) -> dict[str, Device]:
     return {d.id: d for entry in side.node.devices for d in entry.devices()}
 
 
-def _mark_running(world: DemoWorld, namespace: str, name: str) -> None:
+def _update_status(world: DemoWorld, namespace: str, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply `change` to the pod's status, retrying on a conflict (the scheduler may write the pod meanwhile)."""
     for _ in range(10):
         obj = world.cluster.get("pods", name, namespace)
-        obj.setdefault("status", {})["phase"] = "Running"
+        change(obj.setdefault("status", {}))
         try:
             world.cluster.replace("pods", obj)
             return
         except ConflictError:
             continue
+
+
+def _mark_running(world: DemoWorld, namespace: str, name: str) -> None:
+    _update_status(world, namespace, name, lambda status: status.update(phase="Running"))
+
+
+def _mark_unschedulable(world: DemoWorld, outcome: PodOutcome) -> None:
+    """What kube-scheduler writes when its filter leaves no node: the pod's `PodScheduled` condition False with the
+    reason (`Unschedulable`) and a `FailedScheduling` event, so `kubectl describe`, `hami status` and the dashboard
+    say why the pod waits instead of "waiting for the scheduler"."""
+    reasons = "; ".join(f"{node}: {why}" for node, why in sorted(outcome.failed_nodes.items()))
+    message = f"0/{len(world.nodes)} nodes are available: {reasons or outcome.reason}"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def change(status: dict[str, Any]) -> None:
+        conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+             "lastTransitionTime": now}
+        )  # fmt: skip
+        status["conditions"] = conditions
+
+    _update_status(world, outcome.namespace, outcome.name, change)
+    pod = world.cluster.get("pods", outcome.name, outcome.namespace)
+    with contextlib.suppress(ClusterError):
+        world.cluster.create(
+            "events",
+            {
+                "metadata": {"name": f"{outcome.name}.failedscheduling", "namespace": outcome.namespace},
+                "involvedObject": {"kind": "Pod", "name": outcome.name, "namespace": outcome.namespace,
+                                   "uid": meta(pod).get("uid")},
+                "reason": "FailedScheduling",
+                "message": message,
+                "type": "Warning",
+                "lastTimestamp": now,
+                "source": {"component": "default-scheduler"},
+            },
+        )  # fmt: skip
 
 
 def submit(world: DemoWorld, example: ExamplePod) -> PodOutcome:
@@ -370,6 +412,7 @@ def submit(world: DemoWorld, example: ExamplePod) -> PodOutcome:
     node = _filter(world, created, outcome)
     lap("filter")
     if node is None:
+        _mark_unschedulable(world, outcome)
         return outcome
     outcome.node = node
     if not _bind(world, created, node, outcome):

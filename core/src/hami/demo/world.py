@@ -12,8 +12,11 @@ Owns starting, waiting for and stopping:
   dashboard (`hami.dashboard`) on a port of its own;
 * per node, a **fake kubelet** (`hami.testing.kubelet.FakeKubelet`, in this process, on its own
   device-plugin folder) and **`hami node`** as a child process reading its devices from the inventory
-  (`--simulated-inventory`, re-read every 2 s so an edit of the file shows at once), with its own metrics port
-  and a folder of its own for what it installs.
+  (`--simulated-inventory`, re-read every 2 s so an edit of the file shows at once), with a folder of its own for
+  what it installs and its metrics on one port shared by all nodes, each node on a loopback address of its own
+  (127.0.0.10, .11, ...: the Node's InternalIP), so the dashboard reaches every node daemon as on a cluster
+  (`dashboardNodeMetrics: http://{address}:<port>/metrics`). Where the system gives no loopback address but
+  127.0.0.1, each node gets a port of its own instead and the dashboard reads no usage.
 
 Each component's configuration is the demo's configuration file (the `hami.config` format; `${HAMI_DEMO_DIR}`
 and `${NODE_NAME}` replaced) with the demo's addresses and paths over it. Children log into
@@ -103,10 +106,25 @@ class NodeSide:
     resources: dict[str, str] = field(default_factory=dict)
     """Resource name → device kind, for every resource this node's daemon serves."""
     child: Child | None = None
+    address: str = "127.0.0.1"
+    """The node's InternalIP: where its daemon's metrics listen."""
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.address}:{self.metrics_port}/metrics"
+
+
+def _loopback_aliases() -> bool:
+    """Whether this system answers on loopback addresses other than 127.0.0.1 (Linux does, macOS does not)."""
+    with contextlib.suppress(OSError), socket.socket() as probe:
+        probe.bind(("127.0.0.10", 0))
+        return True
+    return False
+
+
+def node_address(position: int) -> str:
+    """The loopback address of the inventory's `position`-th node (127.0.0.10 on)."""
+    return f"127.{(10 + position) // 65536 % 256}.{(10 + position) // 256 % 256}.{(10 + position) % 256}"
 
 
 def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +168,8 @@ class DemoWorld:
         self.scheduler_metrics_port = 0
         self.dashboard_port = 0
         self.webhook_port = 0
+        self.node_metrics_port = 0
+        """With loopback aliases, the port every node daemon's metrics listen on (each on its own address)."""
         self.host: VendorHost | None = None
         self.base_config: dict[str, Any] = self._config("")
 
@@ -215,6 +235,7 @@ class DemoWorld:
         tls = (self.tls_dir / "tls.crt", self.tls_dir / "tls.key")
         self.api = ClusterApiServer(self.cluster, tls=tls, ca=self.ca_file).start()
         self.api.write_kubeconfig(self.kubeconfig, "hami-demo")
+        self.node_metrics_port = free_port() if _loopback_aliases() else 0
         self._create_cluster_objects()
         self._start_scheduler()
         for line in self._unserved_kinds():
@@ -242,8 +263,9 @@ class DemoWorld:
         return found
 
     def _create_cluster_objects(self) -> None:
-        for node in self.inventory.nodes:
+        for position, node in enumerate(self.inventory.nodes):
             allocatable = {k: v for k, v in (("cpu", node.cpu), ("memory", node.memory)) if v is not None}
+            address = node_address(position) if self.node_metrics_port else "127.0.0.1"
             self.cluster.create(
                 "nodes",
                 {
@@ -252,6 +274,10 @@ class DemoWorld:
                         "capacity": dict(allocatable),
                         "allocatable": dict(allocatable),
                         "conditions": [{"type": "Ready", "status": "True"}],
+                        "addresses": [
+                            {"type": "InternalIP", "address": address},
+                            {"type": "Hostname", "address": node.name},
+                        ],
                     },
                 },
             )
@@ -285,6 +311,11 @@ class DemoWorld:
                     "listen": f"127.0.0.1:{self.scheduler_port}",
                     "metricsListen": f"127.0.0.1:{self.scheduler_metrics_port}",
                     "dashboardListen": f"127.0.0.1:{self.dashboard_port}",
+                    **(
+                        {"dashboardNodeMetrics": f"http://{{address}}:{self.node_metrics_port}/metrics"}
+                        if self.node_metrics_port
+                        else {}
+                    ),
                 },
                 "webhook": {
                     "enabled": True,
@@ -298,7 +329,11 @@ class DemoWorld:
     def _start_node(self, node: SimulatedNode) -> None:
         assert self.host is not None
         kubelet = FakeKubelet().start()
-        side = NodeSide(node, kubelet, free_port())
+        position = self.inventory.nodes.index(node)
+        if self.node_metrics_port:
+            side = NodeSide(node, kubelet, self.node_metrics_port, address=node_address(position))
+        else:
+            side = NodeSide(node, kubelet, free_port())
         self.nodes[node.name] = side
         for kind in dict.fromkeys(entry.kind for entry in node.devices):
             try:
@@ -312,7 +347,7 @@ class DemoWorld:
         raw = _deep_merge(self._config(node.name), {"kubeconfig": str(self.kubeconfig)})
         args = ["node", "--config", str(self._write_config(f"node-{node.name}", raw)), "--node-name", node.name]
         args += ["--simulated-inventory", str(self.inventory_path), "--device-plugin-dir", str(kubelet.directory)]
-        args += ["--hook-dir", str(folder / "hami"), "--metrics-listen", f"127.0.0.1:{side.metrics_port}"]
+        args += ["--hook-dir", str(folder / "hami"), "--metrics-listen", f"{side.address}:{side.metrics_port}"]
         args += ["--discovery-interval", "2"]
         side.child = self._spawn(f"node-{node.name}", args)
 

@@ -12,7 +12,9 @@ these periodic tasks:
 * **node** (`registerIntervalSeconds`): the register and handshake annotations compared and repaired
   (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`);
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
-  the driver's per-process memory checked against each served container's grant (`hami.node.backstop`).
+  the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
+* **busy** (`busyPublishSeconds`, 30 s; 0 turns it off): each device's measured busy share written on the Node
+  when it moved (`hami.node.busy`), for the scheduler's `usage` policy.
 
 Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
 per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
@@ -48,10 +50,11 @@ from hami.dra.plugin import DraPlugin
 from hami.dra.slices import SlicePublisher
 from hami.errors import ConfigError
 from hami.front import MetricsServer
-from hami.model import NodeInventory, Pod
+from hami.model import DeviceReading, NodeInventory, Pod
 from hami.node import simulated
 from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
+from hami.node.busy import BusyPublisher, measure_busy
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
@@ -98,6 +101,13 @@ class NodeSettings(BaseModel):
     dra_plugin_dir: Path = Field(default=Path("/var/lib/kubelet/plugins"), alias="draPluginDir")
     plugin_registry_dir: Path = Field(default=Path("/var/lib/kubelet/plugins_registry"), alias="pluginRegistryDir")
     cdi_dir: Path = Field(default=Path("/var/run/cdi"), alias="cdiDir", description="where the CDI spec files go")
+    busy_publish_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        alias="busyPublishSeconds",
+        description="how often each device's measured busy share is considered for the Node's "
+        "hami.io/node-device-busy annotation, which the scheduler's `usage` policy reads (hami.node.busy); 0: never",
+    )
     backstop: BackstopSettings = Field(
         default_factory=BackstopSettings,
         description="the driver's per-process memory checked against each container's grant (hami.node.backstop)",
@@ -152,11 +162,18 @@ class NodeDaemon:
                 self.placement_keys.source,
             )
         self.registrar = NodeRegistrar(cluster, host, self.node)
+        self.container_usage = container_usage or AccountingReader(self.served.containers)
         self.monitor = NodeMonitor(
             self.node,
             lambda: self.inventories,
             self.served.containers,
-            container_usage=container_usage or AccountingReader(self.served.containers),
+            container_usage=self.container_usage,
+            device_usage=self._device_readings,
+        )
+        self.busy = BusyPublisher(
+            cluster,
+            self.node,
+            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage()),
         )
         self.backstop: Backstop | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
@@ -222,6 +239,8 @@ class NodeDaemon:
             if self.backstop is not None:
                 every = s.backstop.interval_seconds
                 tasks.append(asyncio.create_task(self._every(every, self.check_backstop), name="backstop"))
+            if s.busy_publish_seconds:
+                tasks.append(asyncio.create_task(self._every(s.busy_publish_seconds, self.publish_busy), name="busy"))
             await stop.wait()
         finally:
             log.info("node daemon shutting down")
@@ -241,6 +260,10 @@ class NodeDaemon:
             self.metrics.stop()
             self.metrics = None
 
+    async def publish_busy(self) -> None:
+        """One round of publishing the devices' busy shares on the Node (hami.node.busy)."""
+        await asyncio.to_thread(self.busy.publish)
+
     async def check_backstop(self) -> None:
         """One round of the node-side backstop (hami.node.backstop)."""
         if self.backstop is not None:
@@ -254,6 +277,19 @@ class NodeDaemon:
                 await work()
             except Exception:  # periodic work goes on after a failure
                 log.exception("periodic %s failed", getattr(work, "__name__", "work"))
+
+    def _device_readings(self) -> list[DeviceReading]:
+        """Each vendor's readings of its devices here (`hami_device_readings`), for the monitor's scrape; on
+        simulated devices, the inventory's `reading`s."""
+        if self.settings.simulated_inventory is not None:
+            return simulated.readings(self.settings.simulated_inventory, self.node)
+        found: list[DeviceReading] = []
+        for kind in list(self.inventories):
+            try:
+                found += self.host.device_readings(kind) or ()
+            except Exception:  # one vendor's failure leaves its devices unknown, not the scrape failed
+                log.exception("reading the %s devices' figures failed", kind)
+        return found
 
     def _start_up(self) -> None:
         for vendor in self.host.vendors:

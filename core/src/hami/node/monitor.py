@@ -1,4 +1,7 @@
-"""The node daemon's Prometheus metrics: HAMi v2.10's node-side families, on their own port (HAMi's is 9394).
+"""The node daemon's Prometheus metrics: HAMi v2.10's node-side families and HAMi-WebUI v1.2.0's, on one port
+(HAMi's is 9394).
+
+HAMi's node families (`cmd/vGPUmonitor/metrics.go`):
 
 | family | labels | value |
 |---|---|---|
@@ -9,22 +12,53 @@
 | `hami_container_device_utilization_ratio` | same | container's share of the device, percent (0-100) |
 | `hami_container_last_kernel_elapsed_seconds` | same | seconds since the container last launched work |
 
-Every family exists from the first scrape. Each discovered device has its series from the start, at zero
-until a device-usage reader says otherwise; each container this node served (`hami.node.pods`) has its
-series from the moment Allocate served it, its limit taken from the scheduler's placement and its usage
-zero until a container-usage reader says otherwise. Series are keyed by the pod's UID and the container's
-name, which is also how the container's accounting directory is named, so usage cannot be attributed to
-another pod. The `_ratio` families are in percent, HAMi's unit (`cmd/vGPUmonitor/metrics.go` reports NVML's
-and the shared region's percentages), clamped to 0-100 (HAMi's monitor can report over 100 %); the readers
-give 0-1 shares. HAMi's node families this daemon lacks (no reader feeds them yet):
+HAMi-WebUI's families (`server/internal/exporter/metrics.go` at v1.2.0), which its own exporter computes from
+the scheduler's annotations, DCGM and the vendors' exporters, exported here from what this daemon knows, with
+WebUI's names, labels and units. Device labels W = node, provider (the kind's common word: `NVIDIA`, `MLU`,
+`DCU`...), device_type, device_uuid, driver_version, device_no (the device index); container labels
+K = node, provider, device_type, device_uuid, pod_name, container_name, namespace_name.
+
+| family | labels | value |
+|---|---|---|
+| `hami_vgpu_count` | W | the split count (how many containers may share the device) |
+| `hami_vmemory_size`, `hami_memory_size` | W | registered memory, MiB (after memory scaling, as WebUI's `Devmem`) |
+| `hami_vcore_size` | W | registered cores (100 per unscaled device) |
+| `hami_core_size` | W | 100 |
+| `hami_vcore_scaling` | W | registered cores / 100 |
+| `hami_vmemory_scaling` | W | registered memory / the device's physical memory |
+| `hami_memory_used` | W | device memory in use, MiB |
+| `hami_memory_util` | W | device memory in use / registered, percent |
+| `hami_core_used`, `hami_core_util` | W | device busy share, percent |
+| `hami_device_power` | W | board power, watts |
+| `hami_device_temperature`, `hami_device_memory_temperature` | W | degrees Celsius |
+| `hami_device_hardware_health` | W | 0 healthy, 1 unhealthy (as discovery reports it) |
+| `hami_container_vgpu_allocated` | K + container_pod_uuid (`<container>:<pod uid>`) | devices granted here |
+| `hami_container_vmemory_allocated` | same | memory granted, MiB |
+| `hami_container_vcore_allocated` | same | cores granted, percent |
+| `hami_container_memory_used` | K | memory the container uses, MiB |
+| `hami_container_memory_util` | K | memory used / granted, percent |
+| `hami_container_core_used` | K | the container's share of the device, percent |
+| `hami_container_core_util` | K | that share / the cores granted (100 when the grant sets no core limit), percent |
+
+Every family exists from the first scrape. HAMi's families keep HAMi's behaviour: each discovered device and
+each served container has its series from the start, at zero until a reader says otherwise (HAMi's monitor shows
+zero too). WebUI's usage families carry only what is known: a device whose vendor gives no reading, a figure the
+library cannot give, or one that makes no sense (negative, memory above the device, a busy share above 100 %, a
+temperature or power no hardware reaches) leaves its series out, and so does a container whose isolation library
+has not accounted anything yet; a value is never made up as zero. In HAMi's `hami_host_gpu_*` a nonsensical
+figure is also left out rather than reported.
+
+Series are keyed by the pod's UID and the container's name, which is also how the container's accounting
+directory is named, so usage cannot be attributed to another pod. The `_ratio` families are in percent, HAMi's
+unit, clamped to 0-100 (HAMi's monitor can report over 100 %); the container readers give 0-1 shares.
+HAMi's node families this daemon lacks (no reader feeds them yet):
 `hami_host_gpu_memory_controller_utilization_ratio`, `hami_container_device_memory_bytes`,
 `hami_vgpu_memory_context_bytes`, `hami_vgpu_memory_module_bytes`, `hami_vgpu_memory_buffer_bytes` and
-`hami_mig_device_info`.
+`hami_mig_device_info`; WebUI's it cannot serve are listed in docs/hami-compatibility.md.
 
-The readers are plain callables (`ContainerUsageReader`, `DeviceUsageReader`). The daemon connects the
-container reader to the isolation libraries' accounting files (`hami.node.usage.AccountingReader`, through
-the host paths the vendors' container edits name); no vendor hook reports whole-device usage yet, so the
-`hami_host_gpu_*` values stay zero.
+The readers are plain callables (`ContainerUsageReader`, `DeviceReadingReader`). The daemon connects the
+container reader to the isolation libraries' accounting files (`hami.node.usage.AccountingReader`, through the
+host paths the vendors' container edits name) and the device reader to the vendors' `hami_device_readings`.
 
 Nothing is stored: each scrape builds the families from the current devices, containers and readings.
 """
@@ -41,17 +75,22 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami.front import MetricsServer
-from hami.model import NodeInventory
+from hami.model import Device, DeviceReading, NodeInventory
 from hami.node.pods import ServedContainer
 
 __all__ = [
     "CONTAINER_FAMILIES",
     "DEVICE_FAMILIES",
+    "WEBUI_CONTAINER_FAMILIES",
+    "WEBUI_CONTAINER_LABELS",
+    "WEBUI_DEVICE_FAMILIES",
+    "WEBUI_DEVICE_LABELS",
     "ContainerUsage",
     "ContainerUsageReader",
-    "DeviceUsage",
-    "DeviceUsageReader",
+    "DeviceReadingReader",
     "NodeMonitor",
+    "SaneReading",
+    "sane_reading",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +108,44 @@ CONTAINER_FAMILIES = {
     "hami_container_device_utilization_ratio": "Share of the device a container used, percent (0-100)",
     "hami_container_last_kernel_elapsed_seconds": "Seconds since the container last launched work on the device",
 }
+WEBUI_DEVICE_LABELS = ("node", "provider", "device_type", "device_uuid", "driver_version", "device_no")
+WEBUI_DEVICE_FAMILIES = {
+    "hami_vgpu_count": "Total vGPU count",
+    "hami_vmemory_size": "Total vMemory size, MiB",
+    "hami_vcore_size": "Total vCore size",
+    "hami_vcore_scaling": "GPU virtual core Scaling",
+    "hami_vmemory_scaling": "GPU virtual memory Scaling",
+    "hami_memory_size": "Actual memory size, unit is 'MB'",
+    "hami_memory_used": "Actual memory usage, unit is 'MB'",
+    "hami_memory_util": "Actual Memory Util percent 0-100",
+    "hami_core_size": "Actual core size",
+    "hami_core_used": "Actual Core Used",
+    "hami_core_util": "Actual Core Util percent 0-100",
+    "hami_device_temperature": "gpu temperature, degrees Celsius",
+    "hami_device_memory_temperature": "gpu memory temperature, degrees Celsius",
+    "hami_device_power": "gpu power, watts",
+    "hami_device_hardware_health": "gpu hardware health: 0 healthy, 1 unhealthy",
+}
+WEBUI_ALLOCATED_LABELS = (
+    "node", "provider", "device_type", "device_uuid", "pod_name", "container_name", "namespace_name",
+    "container_pod_uuid",
+)  # fmt: skip
+WEBUI_CONTAINER_LABELS = WEBUI_ALLOCATED_LABELS[:-1]
+WEBUI_CONTAINER_FAMILIES = {
+    "hami_container_vgpu_allocated": "task allocated vGPU count",
+    "hami_container_vmemory_allocated": "task allocated vMemory size, MiB",
+    "hami_container_vcore_allocated": "task allocated vCore size",
+    "hami_container_memory_used": "task used memory unit MB",
+    "hami_container_memory_util": "task memory util percent 0-100",
+    "hami_container_core_used": "task used core, percent of the device",
+    "hami_container_core_util": "task core util percent 0-100",
+}
+_ALLOCATED = ("hami_container_vgpu_allocated", "hami_container_vmemory_allocated", "hami_container_vcore_allocated")
+
+MAX_POWER_WATTS = 5000.0
+"""Above any accelerator board's draw (the largest are about 1.5 kW): a reading beyond is not a power."""
+TEMPERATURE_RANGE = (-40.0, 150.0)
+"""Where a working chip's sensor can read; beyond (e.g. an unsigned -1, 4294967295) is not a temperature."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +163,48 @@ class ContainerUsage:
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceUsage:
-    """One physical device's use, as its vendor reports it."""
+class SaneReading:
+    """A `DeviceReading` with every figure that makes no sense for its device replaced by None (unknown)."""
 
-    device_uuid: str
-    memory_used_bytes: int = 0
-    utilization_ratio: float = 0.0
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_percent: float | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    driver_version: str = ""
 
 
 ContainerUsageReader = Callable[[], Iterable[ContainerUsage]]
-DeviceUsageReader = Callable[[], Iterable[DeviceUsage]]
+DeviceReadingReader = Callable[[], Iterable[DeviceReading]]
+
+
+def _within(value: float | None, low: float, high: float) -> float | None:
+    if value is None or value != value or not low <= value <= high:  # NaN compares false everywhere
+        return None
+    return value
+
+
+def sane_reading(reading: DeviceReading | None, device: Device) -> SaneReading:
+    """`reading` checked against `device`: a negative figure, memory in use above the device's memory (physical
+    when the reading gives it, else registered), a busy share outside 0-100 %, a power above `MAX_POWER_WATTS` or
+    a temperature outside `TEMPERATURE_RANGE` becomes None. No reading: everything unknown."""
+    if reading is None:
+        return SaneReading()
+    total = reading.memory_total_bytes if reading.memory_total_bytes and reading.memory_total_bytes > 0 else None
+    ceiling = total if total is not None else (device.devmem * MiB if device.devmem else None)
+    used = reading.memory_used_bytes
+    if used is not None and (used < 0 or (ceiling is not None and used > ceiling)):
+        used = None
+    return SaneReading(
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        utilization_percent=_within(reading.utilization_percent, 0.0, 100.0),
+        power_watts=_within(reading.power_watts, 0.0, MAX_POWER_WATTS),
+        temperature_celsius=_within(reading.temperature_celsius, *TEMPERATURE_RANGE),
+        memory_temperature_celsius=_within(reading.memory_temperature_celsius, *TEMPERATURE_RANGE),
+        driver_version=reading.driver_version,
+    )
 
 
 def _percent(share: float) -> float:
@@ -108,9 +217,13 @@ def _read(reader: Callable[[], Iterable[object]] | None, what: str) -> list[obje
         return []
     try:
         return list(reader())
-    except Exception:  # a scrape must still answer, with zeros
-        log.exception("reading %s failed; reporting zero usage", what)
+    except Exception:  # a scrape must still answer, with what it knows
+        log.exception("reading %s failed; reporting no usage this scrape", what)
         return []
+
+
+def _families(spec: Mapping[str, str], labels: Iterable[str]) -> dict[str, GaugeMetricFamily]:
+    return {name: GaugeMetricFamily(name, text, labels=list(labels)) for name, text in spec.items()}
 
 
 class NodeMonitor(Collector):
@@ -123,7 +236,7 @@ class NodeMonitor(Collector):
         containers: Callable[[], Iterable[ServedContainer]],
         *,
         container_usage: ContainerUsageReader | None = None,
-        device_usage: DeviceUsageReader | None = None,
+        device_usage: DeviceReadingReader | None = None,
     ) -> None:
         self.node = node
         self.devices = devices
@@ -134,36 +247,108 @@ class NodeMonitor(Collector):
         self.registry.register(self)
 
     def collect(self) -> Iterable[Metric]:
-        device = {name: GaugeMetricFamily(name, text, labels=DEVICE_LABELS) for name, text in DEVICE_FAMILIES.items()}
-        used = {u.device_uuid: u for u in _read(self.device_usage, "device usage") if isinstance(u, DeviceUsage)}
+        host = _families(DEVICE_FAMILIES, DEVICE_LABELS)
+        webui = _families(WEBUI_DEVICE_FAMILIES, WEBUI_DEVICE_LABELS)
+        readings = {
+            r.device_uuid: r for r in _read(self.device_usage, "device readings") if isinstance(r, DeviceReading)
+        }
+        known: dict[str, tuple[str, Device]] = {}
         for inventory in self.devices().values():
             for d in inventory.devices:
-                labels = [self.node, str(d.index), d.id, d.type or inventory.kind]
-                sample = used.get(d.id, DeviceUsage(d.id))
-                device["hami_host_gpu_memory_used_bytes"].add_metric(labels, max(sample.memory_used_bytes, 0))
-                device["hami_host_gpu_utilization_ratio"].add_metric(labels, _percent(sample.utilization_ratio))
-        container = {
-            name: GaugeMetricFamily(name, text, labels=CONTAINER_LABELS) for name, text in CONTAINER_FAMILIES.items()
-        }
+                known.setdefault(d.id, (inventory.kind, d))
+                self._device(host, webui, inventory.kind, d, readings.get(d.id), reported=bool(readings))
+        hami = _families(CONTAINER_FAMILIES, CONTAINER_LABELS)
+        allocated = _families({k: WEBUI_CONTAINER_FAMILIES[k] for k in _ALLOCATED}, WEBUI_ALLOCATED_LABELS)
+        used = _families(
+            {k: v for k, v in WEBUI_CONTAINER_FAMILIES.items() if k not in _ALLOCATED}, WEBUI_CONTAINER_LABELS
+        )
         usage = {
             (u.pod_uid, u.container, u.device_uuid): u
             for u in _read(self.container_usage, "container usage")
             if isinstance(u, ContainerUsage)
         }
         for c in self.containers():
+            grants: dict[str, list[int]] = {}
             for position, granted in enumerate(c.devices):
                 uuid = granted.uuid
                 labels = [c.namespace, c.pod, c.container, str(position), uuid]
                 u = usage.get((c.pod_uid, c.container, uuid), ContainerUsage(c.pod_uid, c.container, uuid))
                 limit = u.memory_limit_bytes if u.memory_limit_bytes is not None else granted.usedmem * MiB
-                container["hami_vgpu_memory_used_bytes"].add_metric(labels, max(u.memory_used_bytes, 0))
-                container["hami_vgpu_memory_limit_bytes"].add_metric(labels, max(limit, 0))
-                container["hami_container_device_utilization_ratio"].add_metric(labels, _percent(u.utilization_ratio))
-                container["hami_container_last_kernel_elapsed_seconds"].add_metric(
+                hami["hami_vgpu_memory_used_bytes"].add_metric(labels, max(u.memory_used_bytes, 0))
+                hami["hami_vgpu_memory_limit_bytes"].add_metric(labels, max(limit, 0))
+                hami["hami_container_device_utilization_ratio"].add_metric(labels, _percent(u.utilization_ratio))
+                hami["hami_container_last_kernel_elapsed_seconds"].add_metric(
                     labels, max(u.last_kernel_elapsed_seconds, 0.0)
                 )
-        yield from device.values()
-        yield from container.values()
+                total = grants.setdefault(uuid, [0, 0, 0])
+                total[0] += 1
+                total[1] += granted.usedmem
+                total[2] += granted.usedcores
+            for uuid, (count, memory, cores) in grants.items():
+                kind, device = known.get(uuid, (c.kind, None))
+                device_type = (device.type if device is not None else "") or kind
+                base = [self.node, kind, device_type, uuid, c.pod, c.container, c.namespace]
+                for name, value in zip(_ALLOCATED, (count, memory, cores), strict=True):
+                    allocated[name].add_metric([*base, f"{c.container}:{c.pod_uid}"], value)
+                measured = usage.get((c.pod_uid, c.container, uuid))
+                if measured is None:  # nothing accounted yet: unknown, not zero
+                    continue
+                memory_mib = max(measured.memory_used_bytes, 0) / MiB
+                share = _percent(measured.utilization_ratio)
+                used["hami_container_memory_used"].add_metric(base, memory_mib)
+                if memory > 0:
+                    used["hami_container_memory_util"].add_metric(base, round(100 * memory_mib / memory, 1))
+                used["hami_container_core_used"].add_metric(base, share)
+                used["hami_container_core_util"].add_metric(base, round(100 * share / (cores or 100), 1))
+        yield from host.values()
+        yield from hami.values()
+        yield from webui.values()
+        yield from allocated.values()
+        yield from used.values()
+
+    def _device(
+        self,
+        host: Mapping[str, GaugeMetricFamily],
+        webui: Mapping[str, GaugeMetricFamily],
+        kind: str,
+        d: Device,
+        reading: DeviceReading | None,
+        *,
+        reported: bool,
+    ) -> None:
+        sane = sane_reading(reading, d)
+        device_type = d.type or kind
+        labels = [self.node, str(d.index), d.id, device_type]
+        # HAMi's families: zero while no vendor reports (as HAMi's monitor); a nonsensical figure left out
+        if sane.memory_used_bytes is not None or not reported:
+            host["hami_host_gpu_memory_used_bytes"].add_metric(labels, sane.memory_used_bytes or 0)
+        if sane.utilization_percent is not None or not reported:
+            host["hami_host_gpu_utilization_ratio"].add_metric(labels, sane.utilization_percent or 0.0)
+        w = [self.node, kind, device_type, d.id, sane.driver_version, str(d.index)]
+        webui["hami_vgpu_count"].add_metric(w, d.count)
+        webui["hami_vmemory_size"].add_metric(w, d.devmem)
+        webui["hami_vcore_size"].add_metric(w, d.devcore)
+        webui["hami_vcore_scaling"].add_metric(w, d.devcore / 100)
+        webui["hami_memory_size"].add_metric(w, d.devmem)
+        webui["hami_core_size"].add_metric(w, 100)
+        webui["hami_device_hardware_health"].add_metric(w, 0 if d.health else 1)
+        if sane.memory_total_bytes:
+            webui["hami_vmemory_scaling"].add_metric(w, round(d.devmem * MiB / sane.memory_total_bytes, 1))
+        if sane.memory_used_bytes is not None:
+            mib = sane.memory_used_bytes / MiB
+            webui["hami_memory_used"].add_metric(w, mib)
+            if d.devmem:
+                webui["hami_memory_util"].add_metric(w, round(100 * mib / d.devmem, 1))
+        if sane.utilization_percent is not None:
+            webui["hami_core_used"].add_metric(w, sane.utilization_percent)
+            webui["hami_core_util"].add_metric(w, sane.utilization_percent)
+        for name, value in (
+            ("hami_device_power", sane.power_watts),
+            ("hami_device_temperature", sane.temperature_celsius),
+            ("hami_device_memory_temperature", sane.memory_temperature_celsius),
+        ):
+            if value is not None:
+                webui[name].add_metric(w, value)
 
     def render(self) -> bytes:
         """The Prometheus text format of every family."""

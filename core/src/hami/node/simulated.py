@@ -39,10 +39,19 @@ The format (YAML or JSON); device fields are those of HAMi's register annotation
             custominfo: {}              # vendor-specific extras (`custominfo`)
             driver: {}                  # what the vendor's driver would say beyond the register entry (a
                                         #   physical id, a PCI address): one mapping, or one per repeated device
+            reading:                    # what its management library would read now (the node monitor's device
+              memoryUsedMiB: 20480      #   figures, `hami_device_readings`): memory in use, busy percent, watts,
+              utilization: 35           #   degrees Celsius; a figure left out is unknown. One mapping, or one per
+              power: 310                #   repeated device. Nonsense (a negative, more memory than the device)
+              temperature: 58           #   is shown as unknown, as from a driver
 
 `driver` facts are not published: each round the node daemon hands every vendor its devices with their facts
 (`hami_simulated_devices`), and the vendor keeps them where its discovery keeps what the driver reported, so its
 Allocate and container edits run as on hardware. The keys are the vendor's (its README lists them).
+
+With `reading` on a device, the node monitor exports what that device would read (memory in use, busy share,
+power, temperature) where a vendor's `hami_device_readings` would answer on hardware: the demo's dashboard shows
+usage beside the grants. Containers on simulated devices run no process, so their own usage stays unknown.
 
 It owns reading and validating that file (errors name the file, the node, the device entry and the field)
 and turning one node's entries into `NodeInventory` per kind (the node's `annotations` travel with the first
@@ -60,17 +69,34 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hami.errors import ConfigError, HamiError
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceReading, NodeInventory
 from hami.plugins import VendorHost
 from hami.validation import describe_error, nearest
 
-__all__ = ["DeviceEntry", "InventoryFile", "SimulatedNode", "discover", "load_inventory"]
+__all__ = [
+    "DeviceEntry",
+    "InventoryFile",
+    "SimulatedNode",
+    "SimulatedReading",
+    "discover",
+    "load_inventory",
+    "readings",
+]
 
 log = logging.getLogger(__name__)
 
 
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SimulatedReading(_Entry):
+    """What a device's management library would read now; a figure left out is unknown."""
+
+    memory_used_mib: float | None = Field(default=None, alias="memoryUsedMiB")
+    utilization: float | None = Field(default=None, description="busy percent")
+    power: float | None = Field(default=None, description="watts")
+    temperature: float | None = Field(default=None, description="degrees Celsius")
 
 
 class DeviceEntry(_Entry):
@@ -93,6 +119,9 @@ class DeviceEntry(_Entry):
     driver: dict[str, Any] | list[dict[str, Any]] = Field(
         default_factory=dict, description="the vendor driver's facts: one mapping, or one per repeated device"
     )
+    reading: SimulatedReading | list[SimulatedReading] | None = Field(
+        default=None, description="what the management library would read now: one mapping, or one per device"
+    )
 
     @model_validator(mode="after")
     def _numa_per_device(self) -> DeviceEntry:
@@ -100,7 +129,30 @@ class DeviceEntry(_Entry):
             raise ValueError(f"numa lists {len(self.numa)} nodes for {self.repeat} devices: give one per device")
         if isinstance(self.driver, list) and len(self.driver) != self.repeat:
             raise ValueError(f"driver lists {len(self.driver)} entries for {self.repeat} devices: give one per device")
+        if isinstance(self.reading, list) and len(self.reading) != self.repeat:
+            raise ValueError(
+                f"reading lists {len(self.reading)} entries for {self.repeat} devices: give one per device"
+            )
         return self
+
+    def readings(self) -> list[DeviceReading]:
+        """The `reading` of each device that has one, as the vendors' `hami_device_readings` answer."""
+        if self.reading is None:
+            return []
+        ids = [d.id for d in self.devices()]
+        per = self.reading if isinstance(self.reading, list) else [self.reading] * len(ids)
+        mib = 1024 * 1024
+        return [
+            DeviceReading(
+                device_uuid=uuid,
+                memory_used_bytes=None if r.memory_used_mib is None else int(r.memory_used_mib * mib),
+                utilization_percent=r.utilization,
+                power_watts=r.power,
+                temperature_celsius=r.temperature,
+                driver_version="simulated",
+            )
+            for uuid, r in zip(ids, per, strict=True)
+        ]
 
     def driver_facts(self) -> dict[str, dict[str, Any]]:
         """Device id → the `driver` facts of that device."""
@@ -264,3 +316,13 @@ def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[No
         found[vendor].append(inventory.model_copy(update={"annotations": extra}) if extra else inventory)
         extra = {}
     return found
+
+
+def readings(path: str | Path, node: str) -> list[DeviceReading]:
+    """What the inventory says the node's devices read now (`reading`), for the node monitor; [] when the file
+    cannot be used this round (discovery logs why)."""
+    try:
+        entry = load_inventory(path).node(node, str(path))
+    except ConfigError:
+        return []
+    return [r for device in entry.devices for r in device.readings()]

@@ -37,8 +37,16 @@ core scaling shows a limit above 100, and `allocated / limit` is its share in us
 HAMi rescales the core values of devices whose type starts with `AMD` (compute units to percent); no vendor
 here registers such devices, and core holds no vendor names, so that rule is not carried.
 
-Absent until the features they describe exist: `hami_resource_quota_used` and `hami_resource_quota_limit`
-(namespace, quota_name, limit; need device quotas) and `hami_node_gpu_mig_instance_info` (node, device_uuid,
+Namespace quotas (`hami.quota`), as HAMi v2.10 writes them (without the zone label), one series per namespace
+and device resource a ResourceQuota limits (`quota_name` is the resource, e.g. `nvidia.com/gpumem`; memory in
+MiB, cores in percent, the limit the smallest of the namespace's quota objects):
+
+| family | labels | value |
+|---|---|---|
+| `hami_resource_quota_used` | namespace, quota_name, limit (the limit as a decimal string) | used by live pods |
+| `hami_resource_quota_limit` | namespace, quota_name | the limit |
+
+Absent until the feature it describes exists: `hami_node_gpu_mig_instance_info` (node, device_uuid,
 device_index, mig_name; needs MIG instance tracking).
 
 The extender's own, without the zone label:
@@ -72,6 +80,7 @@ from prometheus_client.utils import floatToGoString
 
 from hami.front import MetricsServer
 from hami.plugins import VendorHost
+from hami.quota import QuotaLedger
 from hami.scheduler.extender import FilterResult
 from hami.scheduler.state import ClusterState
 
@@ -94,8 +103,8 @@ LATENCY_BUCKETS: Final = (
 )  # fmt: skip
 """From 100 µs (a filter on a small cluster) to 10 s (a bind that waited out its node lock)."""
 FILTER_OUTCOMES: Final = ("placed", "unschedulable", "error", "passthrough")
-ABSENT_FAMILIES: Final = ("hami_resource_quota_used", "hami_resource_quota_limit", "hami_node_gpu_mig_instance_info")
-"""HAMi v2.10 families this scheduler does not export yet (no device quotas, no MIG instance tracking)."""
+ABSENT_FAMILIES: Final = ("hami_node_gpu_mig_instance_info",)
+"""HAMi v2.10 families this scheduler does not export yet (no MIG instance tracking)."""
 
 _DEVICE = ("zone", "node", "device_uuid", "device_index", "device_type")
 _DEVICE_CORES = ("zone", "node", "device_uuid", "device_index", "device_cores", "device_type")
@@ -323,6 +332,27 @@ def _escape(value: str) -> str:
     return value
 
 
+class _QuotaCollector(Collector):
+    """HAMi's quota families from a `QuotaLedger`, once one is attached (both families exist from the start)."""
+
+    def __init__(self) -> None:
+        self.ledger: QuotaLedger | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        used = GaugeMetricFamily(
+            "hami_resource_quota_used",
+            "resourcequota usage for a certain device",
+            labels=["namespace", "quota_name", "limit"],
+        )
+        limit = GaugeMetricFamily(
+            "hami_resource_quota_limit", "resourcequota limit for a certain device", labels=["namespace", "quota_name"]
+        )
+        for namespace, resource, amount, cap in self.ledger.totals() if self.ledger is not None else ():
+            used.add_metric([namespace, resource, str(cap)], amount)
+            limit.add_metric([namespace, resource], cap)
+        return [used, limit]
+
+
 class SchedulerMetrics:
     """The scheduler's metrics in one registry (a private one unless `registry` is given)."""
 
@@ -374,6 +404,13 @@ class SchedulerMetrics:
         self._standard.register(self.leader)
         self._standard.register(self.placement_mismatches)
         self._standard.register(self.requeues)
+        self._quotas = _QuotaCollector()
+        self.registry.register(self._quotas)
+        self._standard.register(self._quotas)
+
+    def watch_quotas(self, ledger: QuotaLedger) -> None:
+        """Export `ledger`'s namespace quotas (`hami_resource_quota_used`, `hami_resource_quota_limit`)."""
+        self._quotas.ledger = ledger
 
     # ---------------------------------------------------------------------------------- recording
 

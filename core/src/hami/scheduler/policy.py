@@ -25,8 +25,10 @@ __all__ = [
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 DEVICE_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 WEIGHTS_ANNOTATION = "hami.io/device-scoring-weights"
-NODE_POLICIES = ("binpack", "spread", "best-fit", "fragmentation-aware")
-DEVICE_POLICIES = ("binpack", "spread", "topology-aware", "numa", "mutex", "best-fit", "fragmentation-aware")
+NODE_POLICIES = ("binpack", "spread", "best-fit", "fragmentation-aware", "usage")
+DEVICE_POLICIES = (
+    "binpack", "spread", "topology-aware", "numa", "mutex", "best-fit", "fragmentation-aware", "usage"
+)  # fmt: skip
 WEIGHT_KEYS = ("slot", "core", "memory")
 
 
@@ -44,7 +46,7 @@ def policy_for(annotations: Mapping[str, str], default: SchedulingPolicy) -> Sch
         if value not in NODE_POLICIES:
             raise PolicyError(f"{NODE_POLICY_ANNOTATION}: {value!r} is not one of {', '.join(NODE_POLICIES)}")
         node = value  # type: ignore[assignment]
-        if value in ("best-fit", "fragmentation-aware") and DEVICE_POLICY_ANNOTATION not in annotations:
+        if value in ("best-fit", "fragmentation-aware", "usage") and DEVICE_POLICY_ANNOTATION not in annotations:
             device = (value,)
     if DEVICE_POLICY_ANNOTATION in annotations:
         chain = tuple(p.strip() for p in annotations[DEVICE_POLICY_ANNOTATION].split(",") if p.strip())

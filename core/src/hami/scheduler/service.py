@@ -87,6 +87,7 @@ class SchedulerService:
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
         self.ledger = QuotaLedger(self.cluster, self.host)
+        self.metrics.watch_quotas(self.ledger)
         """Namespace quotas, shared with a hosted webhook; counting once `start` synced it."""
         self.extender.synced = self._ready.is_set
         self._waiting: set[str] = set()

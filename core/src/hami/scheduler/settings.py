@@ -18,7 +18,7 @@ class ExtenderSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    node_policy: str = Field(default="binpack", pattern="^(binpack|spread|best-fit|fragmentation-aware)$")
+    node_policy: str = Field(default="binpack", pattern="^(binpack|spread|best-fit|fragmentation-aware|usage)$")
     device_policy: tuple[str, ...] | None = Field(
         default=None, description="None: spread under binpack/spread, the node policy's own device choice otherwise"
     )

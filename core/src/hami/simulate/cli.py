@@ -55,6 +55,12 @@ def add_simulate_parser(subparsers: argparse._SubParsersAction[argparse.Argument
         help="what fragmentation-aware plans for: the trace's mix (default), or, as the live extender, the mix of "
         "the requests filtered so far",
     )
+    parser.add_argument(
+        "--usage",
+        action="store_true",
+        help="replay a usage trace synthesised from the pods' QoS classes (hami.simulate.usage) and report how "
+        "latency-sensitive pods end up beside busy ones (always on for the usage policy)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--plot", metavar="PNG", help="write unallocated %% against arrived workload as a PNG")
     parser.add_argument("--list-policies", action="store_true", help="print the policy names, one per line")
@@ -95,6 +101,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             workload=workload,
             learn=args.workload == "learned",
             progress=Progress(policy),
+            usage=args.usage,
         )
         for policy in policies
     ]

@@ -24,17 +24,20 @@ from typing import Any
 from hami.cluster import MemoryCluster
 from hami.codec import encode_node_register
 from hami.fragmentation import FULL, WorkloadProfile
+from hami.measured import BUSY_ANNOTATION, encode_busy
 from hami.model import Device
 from hami.plugins import VendorHost
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.policies import ObservedWorkload
+from hami.scheduler.policy import NODE_POLICY_ANNOTATION
 from hami.scheduler.state import ClusterState
 from hami.simulate import vendor
 from hami.simulate.trace import TraceNode, TracePod
+from hami.simulate.usage import LATENCY_SENSITIVE, Contention, UsageTracker
 
 __all__ = ["POLICIES", "SimulationResult", "simulate", "workload_of"]
 
-POLICIES = ("binpack", "spread", "best-fit", "fragmentation-aware")
+POLICIES = ("binpack", "spread", "best-fit", "fragmentation-aware", "usage")
 """Node policies the simulator can run; each brings its own device choice (spread under binpack/spread)."""
 
 SLOTS_PER_GPU = 100
@@ -54,6 +57,8 @@ class SimulationResult:
     failed: Counter[str] = field(default_factory=Counter)
     fragmentation_pct: float = 0.0
     seconds: float = 0.0
+    contention: Contention | None = None
+    """With a usage trace (`hami.simulate.usage`): how latency-sensitive pods ended up beside busy ones."""
 
     @property
     def unallocated_pct(self) -> dict[int, float]:
@@ -79,13 +84,17 @@ def _node_object(node: TraceNode) -> dict[str, Any]:
     return {"metadata": {"name": node.name, "annotations": annotations}, "status": {"allocatable": allocatable}}
 
 
-def _pod_object(index: int, pod: TracePod) -> dict[str, Any]:
+def _pod_object(index: int, pod: TracePod, opt_in: str | None = None) -> dict[str, Any]:
+    """The pod as kube-scheduler would hand it to the extender; `opt_in`: a node policy latency-sensitive pods
+    ask for in their annotations (the `usage` run)."""
     names = vendor.KIND.resources
     limits = {names.count: str(pod.num_gpu)}
     if pod.num_gpu == 1 and pod.gpu_milli < FULL:
         limits[names.memory or ""] = str(pod.gpu_milli)
         limits[names.cores or ""] = str(pod.gpu_milli // 10)
     annotations = {vendor.KIND.annotations.use_type or "": ",".join(pod.gpu_spec)} if pod.gpu_spec else {}
+    if opt_in is not None and pod.qos == LATENCY_SENSITIVE:
+        annotations[NODE_POLICY_ANNOTATION] = opt_in
     return {
         "metadata": {"name": f"{pod.name}-{index}", "namespace": "sim", "annotations": annotations},
         "spec": {
@@ -111,11 +120,15 @@ def simulate(
     workload: WorkloadProfile | None = None,
     learn: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    usage: bool = False,
 ) -> SimulationResult:
     """Schedule `pods` in order onto `nodes` under `policy`; returns the allocation curve and failures.
 
     The fragmentation-aware policy plans for `workload` (default: the mix of `pods`), or with `learn`, as the
-    live extender does, for the mix of the requests it has filtered so far."""
+    live extender does, for the mix of the requests it has filtered so far. With `usage` (always under the `usage`
+    policy), each placed pod keeps its devices busy as the synthesised usage trace says (`hami.simulate.usage`),
+    each node's measured shares are published on it as its node daemon would, and the result says how the
+    latency-sensitive pods ended up beside busy ones."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
@@ -124,10 +137,28 @@ def simulate(
     objects = [cluster.create("nodes", _node_object(n)) for n in nodes]
     state = ClusterState(host)
     state.replay(objects, [])
-    extender = Extender(cluster, host, state, ExtenderSettings(node_policy=policy))
+    # the usage run: latency-sensitive pods opt in (their annotation), the rest get the cluster's default, binpack
+    opt_in = "usage" if policy == "usage" else None
+    extender = Extender(cluster, host, state, ExtenderSettings(node_policy="binpack" if opt_in else policy))
     extender.workload = ObservedWorkload() if learn else ObservedWorkload(fixed=workload or workload_of(pods))
 
     names = [n.name for n in nodes]
+    tracker: UsageTracker | None = None
+    if usage or policy == "usage":
+        by_name = {meta_name(o): o for o in objects}
+        gpus = {n.name: [f"{n.name}-gpu{i}" for i in range(n.gpus)] for n in nodes}
+
+        def publish(node: str, shares: dict[str, float]) -> None:
+            obj = by_name[node]
+            annotations = {**obj["metadata"].get("annotations", {}), BUSY_ANNOTATION: encode_busy(shares)}
+            obj = by_name[node] = {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+            state.set_node(obj)  # what the node's watch event does after its daemon's patch
+
+        tracker = UsageTracker(seed, gpus.__getitem__, publish if policy == "usage" else None)
+        if policy == "usage":  # every node daemon publishes from its start: idle devices read 0, not unknown
+            for name, devices in gpus.items():
+                if devices:
+                    publish(name, dict.fromkeys(devices, 0.0))
     free_cpu = {n.name: n.cpu_milli for n in nodes}
     free_mem = {n.name: n.memory_mib for n in nodes}
     capacity = sum(n.gpus for n in nodes)
@@ -153,10 +184,14 @@ def simulate(
                 chosen = max(fits, key=lambda n: (free_cpu[n], n))
             state.set_host_usage(f"sim/{pod.name}-{index}", chosen, pod.cpu_milli, pod.memory_mib)
         else:
-            result = extender.filter(cluster.create("pods", _pod_object(index, pod)), fits)
+            result = extender.filter(cluster.create("pods", _pod_object(index, pod, opt_in)), fits)
             chosen = result.node
             if chosen is None:
                 failed[_cause(result.failed) if not result.error else "error: " + result.error] += 1
+            elif tracker is not None:
+                record = state.pods[f"sim/{pod.name}-{index}"]
+                devices = sorted(record.grants.get(vendor.KIND.common_word, {}))
+                tracker.place(record.key, pod, index, chosen, devices)
         if chosen is not None:
             placed += 1
             free_cpu[chosen] -= pod.cpu_milli
@@ -187,7 +222,12 @@ def simulate(
         failed=failed,
         fragmentation_pct=round(100 * fragment / FULL / capacity, 2) if capacity else 0.0,
         seconds=round(time.perf_counter() - started, 2),
+        contention=tracker.contention() if tracker is not None else None,
     )
+
+
+def meta_name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
 
 
 def _cause(failed: dict[str, str]) -> str:

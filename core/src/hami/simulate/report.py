@@ -2,8 +2,9 @@
 
 Owns the output formats only. The JSON line is `{"policies": {"<name>": {"unallocated_pct": {"<arrived %>":
 value, ...}, "alloc_ratio": {...}, "failed": {...}, "fragmentation_pct": x, "placed": n, "pods": n,
-"seconds": s}}, "seconds": s}`. Plots need matplotlib (the `plot` extra of hami-core); `check_plot_path` refuses
-an unwritable `--plot` before the run starts, so a mistake never costs a run.
+"seconds": s[, "contention": {"latency_pods": n, "contended_pct": x, "neighbour_busy_mean": x}]}}, "seconds": s}`
+(contention with a usage trace, `hami.simulate.usage`). Plots need matplotlib (the `plot` extra of hami-core);
+`check_plot_path` refuses an unwritable `--plot` before the run starts, so a mistake never costs a run.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ def as_json(results: Sequence[SimulationResult], seconds: float) -> dict[str, An
                 "placed": r.placed,
                 "pods": r.pods,
                 "seconds": r.seconds,
+                **(
+                    {
+                        "contention": {
+                            "latency_pods": r.contention.latency_pods,
+                            "contended_pct": r.contention.contended_pct,
+                            "neighbour_busy_mean": r.contention.neighbour_busy_mean,
+                            "contended_on_arrival_pct": r.contention.contended_on_arrival_pct,
+                            "neighbour_busy_on_arrival": r.contention.neighbour_busy_on_arrival,
+                        }
+                    }
+                    if r.contention is not None
+                    else {}
+                ),
             }
             for r in results
         },
@@ -53,6 +67,15 @@ def table(results: Sequence[SimulationResult]) -> str:
     for r in results:
         cells = "  ".join(f"{r.unallocated_pct[m]:>7.2f}" if m in r.alloc_ratio else f"{'-':>7}" for m in marks)
         lines.append(f"{r.policy:<{width}}  {cells}  {r.fragmentation_pct:>7.2f}  {r.seconds:>8.1f}")
+    for r in results:
+        if r.contention is not None:
+            c = r.contention
+            lines.append(
+                f"{r.policy}: of {c.latency_pods} latency-sensitive shares, beside a saturating neighbour (others' "
+                f"work >= 50% of the device) on arrival {c.contended_on_arrival_pct:.2f}%, at the end "
+                f"{c.contended_pct:.2f}%; others' busy share on their device on arrival "
+                f"{c.neighbour_busy_on_arrival:.1f}%, at the end {c.neighbour_busy_mean:.1f}%"
+            )
     for r in results:
         if r.failed:
             top = ", ".join(f"{n} × {why}" for why, n in r.failed.most_common(3))

@@ -46,6 +46,8 @@ class TracePod:
     """Thousandths of one GPU for a sharing pod (num_gpu == 1); 1000 for whole GPUs."""
     gpu_spec: tuple[str, ...] = ()
     """GPU models the pod may run on (empty: any)."""
+    qos: str = ""
+    """The trace's QoS class (`LS`, `BE`, `Burstable`, `Guaranteed`), when it has the column."""
 
     @property
     def gpu_request(self) -> float:
@@ -119,6 +121,7 @@ def read_pods(path: str | Path) -> list[TracePod]:
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli if num_gpu == 1 else (1000 if num_gpu else 0),
                 gpu_spec=spec,
+                qos=(row.get("qos") or "").strip(),
             )
         )
     if not pods:

@@ -4,7 +4,8 @@ Owns the session's lifecycle (opened on first use, reopened after the driver com
 `NodeRuntime.close`), the "no NVML here" message (logged once, and once more when NVML appears), the health
 memory (a GPU that raised a critical XID or was lost stays unhealthy until the daemon restarts, as with
 NVIDIA's device plugin), and the record of MIG instances created for each pod, so release can destroy exactly
-what allocation made. Also the compute processes on each GPU, for the node-side backstop (`device_processes`).
+what allocation made. Also the compute processes on each GPU, for the node-side backstop (`device_processes`),
+and what each GPU reads now (memory in use, busy share, power, temperature) for the node monitor (`device_readings`).
 
 One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded, so it
 lives as long as that host and two hosts (two tests) never share one. Calls into NVML are serialized by the
@@ -15,15 +16,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from hami.model import DeviceProcess
+from hami.model import DeviceProcess, DeviceReading
 from hami_vendor_nvidia.nvml import GpuInfo, MigInstance, Nvml, NvmlError, NvmlUnavailable
 from hami_vendor_nvidia.settings import NvidiaSettings
 
-__all__ = ["NodeRuntime", "Realized", "device_processes", "runtime_for"]
+__all__ = ["NodeRuntime", "Realized", "device_processes", "device_readings", "runtime_for"]
 
 log = logging.getLogger("hami_vendor_nvidia")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,23 +121,55 @@ def runtime_for(settings: NvidiaSettings) -> NodeRuntime:
     return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))
 
 
-def device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:
-    """Each compute process on this node's GPUs and the memory NVML counts for it; None without NVML, or when
-    NVML fails this round (the backstop then checks nothing rather than something half-read)."""
+def _per_gpu(settings: NvidiaSettings, what: str, read: Callable[[Nvml, GpuInfo], Iterable[T]]) -> list[T] | None:
+    """`read` over each GPU NVML still sees (lost ones skipped), its answers joined; None without NVML, or when NVML
+    fails this round (the caller then says nothing rather than something half-read)."""
     runtime = runtime_for(settings)
     nvml = runtime.session()
     if nvml is None:
         return None
-    found = []
+    found: list[T] = []
     try:
         for gpu in runtime.known_gpus().values():
-            if gpu.lost or gpu.mig_enabled:  # MIG: NVML reports processes per GPU instance, not per GPU
-                continue
-            found += [
-                DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
-                for pid, used in nvml.compute_processes(gpu.index)
-            ]
+            if not gpu.lost:
+                found += read(nvml, gpu)
     except NvmlError as exc:
-        log.warning("cannot read the GPUs' compute processes this round: %s", exc)
+        log.warning("cannot read the GPUs' %s this round: %s", what, exc)
         return None
     return found
+
+
+def device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:
+    """Each compute process on this node's GPUs and the memory NVML counts for it (for the backstop)."""
+
+    def read(nvml: Nvml, gpu: GpuInfo) -> list[DeviceProcess]:
+        if gpu.mig_enabled:  # MIG: NVML reports processes per GPU instance, not per GPU
+            return []
+        return [
+            DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
+            for pid, used in nvml.compute_processes(gpu.index)
+        ]
+
+    return _per_gpu(settings, "compute processes", read)
+
+
+def device_readings(settings: NvidiaSettings) -> list[DeviceReading] | None:
+    """What NVML reads from each of this node's GPUs now, for the node monitor. A MIG-enabled GPU is read as a
+    whole (its instances have no figures of their own here)."""
+
+    def read(nvml: Nvml, gpu: GpuInfo) -> list[DeviceReading]:
+        r = nvml.readings(gpu.index)
+        driver = nvml.driver_version()
+        return [
+            DeviceReading(
+                device_uuid=gpu.uuid,
+                memory_used_bytes=r.memory_used,
+                memory_total_bytes=r.memory_total,
+                utilization_percent=r.utilization,
+                power_watts=r.power_watts,
+                temperature_celsius=r.temperature,
+                driver_version="" if driver == "unknown" else driver,
+            )
+        ]
+
+    return _per_gpu(settings, "figures", read)

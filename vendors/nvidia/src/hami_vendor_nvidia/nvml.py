@@ -2,7 +2,8 @@
 
 Owns an NVML session (`Nvml`) and turns what NVML answers into plain, typed values: `GpuInfo` (UUID, index,
 name, memory, PCI bus, MIG mode and MIG profiles with their legal placements), `NvLink` (the enabled links of a
-GPU and what is at their far end), XID events (`XidEvent`), and MIG instances (`MigInstance`) that it creates,
+GPU and what is at their far end), what a GPU reads now (`Readings`: memory in use, busy share, power,
+temperature), XID events (`XidEvent`), and MIG instances (`MigInstance`) that it creates,
 lists and destroys. Every other module of the vendor works on these values, so tests and the rest of the code
 never see a pynvml handle, and a fake ``libnvidia-ml.so.1`` can stand in for the driver.
 
@@ -38,6 +39,7 @@ __all__ = [
     "Nvml",
     "NvmlError",
     "NvmlUnavailable",
+    "Readings",
     "XidEvent",
     "P2P_LEVELS",
 ]
@@ -117,6 +119,17 @@ class GpuInfo:
     mig_profiles: tuple[MigProfileInfo, ...]
     lost: bool = False
     """NVML answered "GPU is lost" for this GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """What NVML reads from one GPU now (`Nvml.readings`); None where NVML does not say."""
+
+    memory_used: int | None
+    memory_total: int | None
+    utilization: int | None
+    power_watts: float | None
+    temperature: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +301,35 @@ class Nvml:
 
     def gpus(self) -> list[GpuInfo]:
         return [self.gpu(i) for i in range(self.count)]
+
+    def readings(self, index: int) -> Readings:
+        """What NVML reads from GPU `index` now; a figure NVML does not support on this GPU (or a lost GPU) is None.
+
+        ``nvmlDeviceGetMemoryInfo`` (used and total, bytes), ``nvmlDeviceGetUtilizationRates`` (the GPU's busy share
+        over the driver's last sample period, percent), ``nvmlDeviceGetPowerUsage`` (milliwatts, given in watts),
+        ``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`` (degrees Celsius). Values are passed on as NVML gives them.
+        """
+        h = self._handle(index)
+
+        def optional(name: str, fn: Callable[..., T], *args: Any) -> T | None:
+            try:
+                return self._call(name, fn, h, *args)
+            except NvmlError as exc:
+                if exc.code in (ERROR_NOT_SUPPORTED, ERROR_GPU_IS_LOST):
+                    return None
+                raise
+
+        memory = optional("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo)
+        rates = optional("nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates)
+        milliwatts = optional("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage)
+        celsius = optional("nvmlDeviceGetTemperature", pynvml.nvmlDeviceGetTemperature, pynvml.NVML_TEMPERATURE_GPU)
+        return Readings(
+            memory_used=None if memory is None else int(memory.used),
+            memory_total=None if memory is None else int(memory.total),
+            utilization=None if rates is None else int(rates.gpu),
+            power_watts=None if milliwatts is None else int(milliwatts) / 1000,
+            temperature=None if celsius is None else int(celsius),
+        )
 
     def compute_processes(self, index: int) -> list[tuple[int, int]]:
         """(pid, device memory in bytes) of each compute process on GPU `index`

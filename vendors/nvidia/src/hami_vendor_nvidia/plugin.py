@@ -33,6 +33,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -191,6 +192,11 @@ def hami_dra_device(device: Device) -> DraDevice | None:
 @hookimpl
 def hami_device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:
     return node.device_processes(settings)
+
+
+@hookimpl
+def hami_device_readings(settings: NvidiaSettings) -> list[DeviceReading] | None:
+    return node.device_readings(settings)
 
 
 @hookimpl

@@ -17,6 +17,8 @@
  *                          "memory_mib": 4864, "placements": [[0, 1], [1, 1]]}],
  *        "instances": [{"profile": 0, "start": 6}],     GPU instances that exist already (with one CI)
  *        "processes": [{"pid": 4242, "gpu_instance": 1}] processes holding an instance (destroy -> IN_USE)
+ *        "memory_used_mib": 0, "utilization": 37,       readings (utilization, power_mw, temperature absent or
+ *        "power_mw": 250000, "temperature": 61          -1: NVML_ERROR_NOT_SUPPORTED)
  *    }]}
  *
  * State (created instances) survives nvmlShutdown/nvmlInit, as it does in a real driver; it is reset when
@@ -260,6 +262,7 @@ typedef struct gpu {
     int xids_delivered;
     int nprocs;
     unsigned proc_gi[MAX_PROCS];
+    long long memory_used_mib, utilization, power_mw, temperature; /* -1: not supported */
     gi_t gis[MAX_INSTANCES];
     unsigned next_gi_id;
 } gpu_t;
@@ -411,6 +414,10 @@ static int load(const char *path) {
         g->memory_mib = (unsigned long long)jint(d, "memory_mib", 16384);
         g->mig_mode = (int)jint(d, "mig_mode", 0);
         g->lost = (int)jint(d, "lost", 0);
+        g->memory_used_mib = jint(d, "memory_used_mib", 0);
+        g->utilization = jint(d, "utilization", -1);
+        g->power_mw = jint(d, "power_mw", -1);
+        g->temperature = jint(d, "temperature", -1);
         jv *profiles = jget(d, "mig_profiles");
         for (int k = 0; profiles && profiles->type == J_ARR && k < profiles->len && k < MAX_PROFILES; k++) {
             jv *p = &profiles->items[k];
@@ -626,8 +633,44 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(void *device, nvmlMemory_t *memory) {
     if (!g) return NVML_ERROR_INVALID_ARGUMENT;
     if (g->lost) return NVML_ERROR_GPU_IS_LOST;
     memory->total = g->memory_mib * 1024ULL * 1024ULL;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = (unsigned long long)g->memory_used_mib * 1024ULL * 1024ULL; /* unsigned, as the driver's */
+    memory->free = memory->used > memory->total ? 0 : memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+typedef struct { unsigned gpu, memory; } nvmlUtilization_t;
+
+/* The readings: a figure configured as -1 (the default) is not supported; any other is handed out as the
+ * unsigned value the driver's ABI has, so a configured negative reads as the driver's garbage would. */
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *device, nvmlUtilization_t *rates) {
+    NEED_INIT();
+    gpu_t *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (g->utilization == -1) return NVML_ERROR_NOT_SUPPORTED;
+    rates->gpu = (unsigned)g->utilization;
+    rates->memory = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(void *device, unsigned int *milliwatts) {
+    NEED_INIT();
+    gpu_t *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (g->power_mw == -1) return NVML_ERROR_NOT_SUPPORTED;
+    *milliwatts = (unsigned)g->power_mw;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(void *device, int sensor, unsigned int *celsius) {
+    NEED_INIT();
+    gpu_t *g = as_gpu(device);
+    if (!g) return NVML_ERROR_INVALID_ARGUMENT;
+    if (g->lost) return NVML_ERROR_GPU_IS_LOST;
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT; /* NVML_TEMPERATURE_GPU is the only sensor */
+    if (g->temperature == -1) return NVML_ERROR_NOT_SUPPORTED;
+    *celsius = (unsigned)g->temperature;
     return NVML_SUCCESS;
 }
 

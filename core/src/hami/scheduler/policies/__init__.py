@@ -15,11 +15,12 @@ from hami.scheduler.policies.best_fit import BestFit
 from hami.scheduler.policies.binpack import Binpack
 from hami.scheduler.policies.fragmentation_aware import FragmentationAware
 from hami.scheduler.policies.spread import Spread
+from hami.scheduler.policies.usage import Usage
 from hami.scheduler.policies.workload import ObservedWorkload
 
 __all__ = ["NODE_POLICIES", "NodeKey", "NodePolicy", "ObservedWorkload", "PodShape", "Shares", "node_share"]
 
 NODE_POLICIES: Mapping[str, NodePolicy] = MappingProxyType(
-    {p.name: p for p in (Binpack(), Spread(), BestFit(), FragmentationAware())}
+    {p.name: p for p in (Binpack(), Spread(), BestFit(), FragmentationAware(), Usage())}
 )
 """Name (as the configuration and `hami.io/node-scheduler-policy` spell it) → the policy."""

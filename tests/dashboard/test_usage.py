@@ -1,0 +1,267 @@
+"""Usage beside the grants: the node daemons' figures read without Prometheus, their history, the overview, the top
+lists, the workloads page with idle grants, the pod page per container, memory stranded for waiting pods; nonsense
+and silence shown as unknown."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from typing import Any
+
+from dashboard_world import build, node_monitor, section, text
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hami.cluster import MemoryCluster
+from hami.cluster.port import KubeObject, meta
+from hami.dashboard.app import DashboardApp
+from hami.dashboard.source import DashboardSource
+from hami.dashboard.usage import Peaks, Trend, UsageCollector, read_metrics
+from hami.dashboard.usage_views import device_ranks, overview, stranded_memory, top_devices, workloads
+from hami.dashboard.views import take_snapshot
+from hami.plugins import VendorHost
+
+HOST = VendorHost.load()
+TEXT = node_monitor().render().decode()
+
+
+class Clock:
+    def __init__(self, at: float = 1_000_000.0) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def collector(cluster: MemoryCluster, clock: Clock, answers: dict[str, str] | None = None) -> UsageCollector:
+    """A collector over the cluster's nodes whose fetch answers gpu-node with `TEXT` (or `answers`), others refuse."""
+    answers = answers if answers is not None else {"gpu-node": TEXT}
+
+    def fetch(url: str, timeout: float) -> str:
+        node = url.split("/")[3]
+        if node not in answers:
+            raise OSError("connection refused")
+        return answers[node]
+
+    return UsageCollector("http://metrics/{node}/metrics", cluster, fetch=fetch, clock=clock, interval=30)
+
+
+def test_read_metrics_takes_the_figures_and_leaves_unknown_out() -> None:
+    usage = read_metrics("gpu-node", "u", TEXT, 5.0)
+    card = usage.devices["GPU-gpu-node-0"]
+    assert (card.memory_used, card.utilization, card.power, card.temperature) == (9000, 50, 251.5, 61)
+    assert "GPU-gpu-node-1" not in usage.devices  # nonsense from its driver: no figures at all
+    train = next(c for c in usage.containers if c.pod == "train")
+    assert (train.memory_used, train.utilization, train.memory_granted, train.cores_granted) == (7000, 25, 10000, 30)
+    big = next(c for c in usage.containers if c.pod == "big")
+    assert (big.memory_used, big.utilization, big.memory_granted) == (None, None, 40960)  # not started: unknown
+
+
+def test_a_daemon_with_only_hamis_families_is_read_through_them() -> None:
+    hami_only = "\n".join(line for line in TEXT.splitlines() if "hami_container_" not in line or "device_util" in line)
+    usage = read_metrics("n", "u", hami_only, 0.0)
+    train = next(c for c in usage.containers if c.pod == "train")
+    assert (train.memory_used, train.utilization) == (7000, 25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('hami_memory_used{}="device_uuid,x 0.5e3-NaN+Inf\n#\\')), max_size=400))
+def test_any_answer_from_a_node_reads_without_raising(answer: str) -> None:
+    usage = read_metrics("n", "u", answer, 0.0)
+    for d in usage.devices.values():
+        assert all(v is None or v == v for v in (d.memory_used, d.utilization))  # never NaN
+
+
+def test_trend_and_peaks_keep_a_bounded_history_with_gaps_as_unknown() -> None:
+    trend = Trend(3, 2)
+    for n in range(5):
+        trend.add(float(n), (n * 10.0, None if n == 3 else 1.0))
+    assert trend.samples() == [(2.0, (20.0, 1.0)), (3.0, (30.0, None)), (4.0, (40.0, 1.0))]
+    peaks = Peaks(4, at=0.0)
+    peaks.add(0, 100.0, 5.0)
+    peaks.add(0, 50.0, 9.0)
+    peaks.add(2, 10.0, None)
+    assert peaks.peak(0) == (100.0, 9.0)
+    assert peaks.peak(1) == (10.0, None)
+    peaks.add(9, 1.0, 1.0)  # far later: the old buckets are gone
+    assert peaks.peak(0) == (1.0, 1.0)
+
+
+def test_overview_and_top_lists_put_usage_beside_allocation() -> None:
+    cluster = build()
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    usage = {"gpu-node": read_metrics("gpu-node", "u", TEXT, 0.0)}
+    o = overview(snapshot, usage)
+    assert (o.memory_in_use, o.memory_reported_total, o.busy, o.power) == (9000, 40960, 50, 251.5)
+    assert (o.devices, o.devices_reporting, o.nodes, o.nodes_answering) == (6, 1, 2, 1)
+    ranks = device_ranks(snapshot, usage)
+    assert [r.device.uuid for r in top_devices(ranks, "busy")] == ["GPU-gpu-node-0"]
+    allocated = top_devices(ranks, "allocated", count=2)
+    assert [r.device.uuid for r in allocated] == ["GPU-gpu-node-1", "GPU-gpu-node-0"]
+    nothing = overview(snapshot, {})
+    assert (nothing.memory_in_use, nothing.busy, nothing.power) == (None, None, None)
+
+
+def test_workloads_show_granted_against_used_per_pod() -> None:
+    cluster = build()
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    total, listed = workloads(snapshot, {"gpu-node": read_metrics("gpu-node", "u", TEXT, 0.0)})
+    assert total == len(listed) == 4
+    found = {f"{w.namespace}/{w.name}": w for w in listed}
+    assert (found["default/train"].memory_granted, found["default/train"].memory_used) == (10000, 7000)
+    assert found["team-a/infer"].memory_used == 2000
+    assert found["default/big"].memory_used is None  # its container has not reported: unknown, not 0
+    assert found["default/binding"].memory_used is None  # t4-node's daemon is not read
+    total, page = workloads(snapshot, {}, start=1, count=2)  # by namespace and name, a page at a time
+    assert (total, [w.name for w in page]) == (4, ["binding", "train"])
+
+
+def test_stranded_memory_counts_free_memory_no_waiting_pod_could_use() -> None:
+    cluster = build()
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    stranded = stranded_memory(snapshot)
+    a100 = stranded[("NVIDIA", "NVIDIA-A100")]
+    assert (a100.free, a100.stranded, a100.waiting) == (106880, 106880, 1)  # too-big wants 100000 MiB on one card
+    pod = next(p for p in cluster.list("pods")[0] if meta(p)["name"] == "too-big")
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "20000"
+    cluster.replace("pods", pod)
+    snapshot = take_snapshot(cluster.list("nodes")[0], cluster.list("pods")[0], [], HOST)
+    a100 = stranded_memory(snapshot)[("NVIDIA", "NVIDIA-A100")]
+    assert a100.stranded == 0  # every A100 with free memory has 20000 MiB of it
+
+
+def test_idle_grants_are_found_after_the_window_with_what_they_could_give_back() -> None:
+    cluster = build()
+    clock = Clock()
+    usage = collector(cluster, clock)
+    usage.collect()
+    assert usage.idle_grants(600) == []  # watched for no time yet
+    for _ in range(21):
+        clock.at += 30
+        usage.collect()
+    idle = {(g.pod, g.container): g for g in usage.idle_grants(600)}
+    # infer's c0 holds 4000 MiB and 20 % and used 1000 MiB (25 %): not idle; train used 70 %: not idle; big never
+    # reported: not judged; infer's c1 holds 2000 MiB, used 1000 MiB: not idle either.
+    assert idle == {}
+    quiet = TEXT.replace(
+        'hami_container_memory_used{container_name="c0",device_type="NVIDIA-A100",device_uuid="GPU-gpu-node-0",namespace_name="team-a"',
+        "x",
+    )
+    assert quiet != TEXT
+    cold = "\n".join(
+        line.replace(" 1000.0", " 100.0")
+        if line.startswith("hami_container_memory_used") and 'pod_name="infer"' in line
+        else line
+        for line in TEXT.splitlines()
+    )
+    usage = collector(cluster, clock, {"gpu-node": cold})
+    usage.collect()
+    for _ in range(21):
+        clock.at += 30
+        usage.collect()
+    idle = {(g.pod, g.container): g for g in usage.idle_grants(600)}
+    assert set(idle) == {("infer", "c0"), ("infer", "c1")}
+    assert (idle[("infer", "c0")].memory_back, idle[("infer", "c0")].cores_back) == (3900, 20)
+    assert (idle[("infer", "c1")].memory_back, idle[("infer", "c1")].cores_back) == (1900, 0)  # no core limit
+
+
+def test_a_node_that_stops_answering_keeps_its_history_and_says_why() -> None:
+    cluster = build()
+    clock = Clock()
+    answers = {"gpu-node": TEXT}
+    usage = collector(cluster, clock, answers)
+    usage.collect()
+    clock.at += 30
+    answers.clear()
+    usage.collect()
+    node = usage.node("gpu-node")
+    assert node is not None
+    assert node.error.startswith("the node daemon's metrics did not answer")
+    assert len(usage.device_trend("GPU-gpu-node-0")) == 1
+    t4 = usage.node("t4-node")
+    assert t4 is not None
+    assert t4.error
+
+
+def app_with_usage(cluster: MemoryCluster, clock: Clock) -> DashboardApp:
+    usage = collector(cluster, clock)
+    for _ in range(3):
+        usage.collect()
+        clock.at += 30
+    return DashboardApp(DashboardSource(cluster, HOST, max_age=0), usage=usage)
+
+
+def get(app: DashboardApp, path: str) -> bytes:
+    status, _, body = app.handle("GET", path)
+    assert status == 200, body[:400]
+    return body
+
+
+def test_cluster_page_shows_allocation_and_usage_side_by_side_with_trends_and_tops() -> None:
+    app = app_with_usage(build(), Clock())
+    body = get(app, "/")
+    assert section(body, "used-memory") == "9000 / 40960 MiB 21%"
+    assert section(body, "used-busy") == "50%"
+    assert section(body, "used-power") == "252 W"
+    assert section(body, "used-reporting") == "1 of 6 devices, 1 of 2 nodes"
+    tops = text(body)
+    assert "Devices by busy time GPU-gpu-node-0 gpu-node 50%" in tops
+    assert "Nodes by allocation gpu-node" in tops
+    assert "Usage over the last 90 s: memory in use from 5% to 5%, busy from 50% to 50%" in body.decode()
+    assert section(body, "ranges") == "Last 1h · 6h · 1d"
+    assert get(app, "/?range=1h").count(b'aria-current="true">1h') == 1
+
+
+def test_without_node_metrics_the_page_says_usage_is_not_read() -> None:
+    app = DashboardApp(DashboardSource(build(), HOST, max_age=0))
+    body = get(app, "/")
+    assert "Usage is not read" in section(body, "no-usage")
+    body = get(app, "/workloads")
+    assert "train" in section(body, "workloads")
+    assert "unknown" in section(body, "workloads")
+
+
+def test_workloads_page_lists_pods_and_idle_grants() -> None:
+    cluster = build()
+    app = app_with_usage(cluster, Clock())
+    body = get(app, "/workloads")
+    rows = {
+        m.group(1): text(m.group(2).encode())
+        for m in re.finditer(r'<tr data-pod="([^"]+)">(.*?)</tr>', body.decode(), re.S)
+    }
+    assert rows["default/train"].startswith("train gpu-node GPU-gpu-node-0 10000 MiB 7000 MiB (70%) 30% 25%")
+    assert "unknown" in rows["default/big"]
+    assert "No container has been idle" in section(body, "idle")
+    assert section(body, "windows").count("10m") == 1
+
+
+def test_pod_page_details_each_container_and_device_page_its_trend() -> None:
+    app = app_with_usage(build(), Clock())
+    body = get(app, "/pods/team-a/infer")
+    assert section(body, "containers") == (
+        "Container Device Memory granted Memory used Cores granted Device share used Peak, last hour (memory, share) "
+        "c0 GPU-gpu-node-0 4000 MiB 1000 MiB 20% 0% 1000 MiB, 0% "
+        "c1 GPU-gpu-node-0 2000 MiB 1000 MiB no limit 0% 1000 MiB, 0%"
+    )
+    body = get(app, "/devices/GPU-gpu-node-0")
+    assert "Device usage over the last 90 s: busy from 50% to 50%, memory in use from 22% to 22%" in body.decode()
+    assert "Power and temperature over the last 90 s: power from 252 W to 252 W, temperature from 61 °C to 61 °C" in (
+        unescape(body.decode())
+    )
+    body = get(app, "/nodes/gpu-node")
+    assert "in use 9000 MiB · busy 50% · 252 W · 61 °C" in text(body)
+    assert "in use unknown · busy unknown · unknown · unknown" in text(body)  # card 1's nonsense
+
+
+def test_usage_pages_never_fail_on_a_node_answering_garbage() -> None:
+    cluster = build()
+    clock = Clock()
+    usage = collector(cluster, clock, {"gpu-node": 'hami_memory_used{device_uuid="GPU-gpu-node-0"} -Inf\n\x00{{{'})
+    usage.collect()
+    app = DashboardApp(DashboardSource(cluster, HOST, max_age=0), usage=usage)
+    for path in ("/", "/workloads", "/nodes/gpu-node", "/devices/GPU-gpu-node-0", "/pods/default/train"):
+        assert b"unknown" in get(app, path) or path == "/"
+
+
+def _unused(_: Any, __: KubeObject) -> None:
+    pass

@@ -38,7 +38,7 @@ from hami.model import Device
 
 GOLDEN = Path(__file__).parent / "golden"
 UNIX_KEYS = ("hami.io/vgpu-time", "hami.io/bind-time", "predicate-time")
-NANO_KEYS = ("mthreads.com/predicate-time",)
+NANO_KEYS = ("mthreads.com/predicate-time", "enflame.com/gcu-assigned-time")
 LOCK = "hami.io/mutex.lock"
 
 
@@ -159,6 +159,29 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),
         vendor_node("mx-a", "hami.io/node-metax-gpu-register", "metax-tech.com/gpu", "MXC500", count=3, split=1),
+    ),
+    "enflame-whole-cards": (
+        pod("p", [container("main", {"enflame.com/gcu": "2"})], init=[container("setup")]),
+        {"metadata": {"name": "gcu-a"}, "status": {"capacity": {"enflame.com/gcu": "3"}}},
+    ),
+    "enflame-drs-profiles": (
+        pod(
+            "p",
+            [
+                container("by-size", {"enflame.com/drs-gcu": "3"}),
+                container("by-spec", {"enflame.com/gcu-memory": "20480", "enflame.com/gcu-core": "40"}),
+            ],
+        ),
+        {
+            "metadata": {
+                "name": "drs-a",
+                "annotations": {
+                    "enflame.com/gcu-drs-capacity": '{"devices":[{"index":"0","minor":"0","capacity":6},'
+                    '{"index":"1","minor":"1","capacity":6}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}'
+                },
+            },
+            "status": {"capacity": {"enflame.com/drs-gcu": "12"}},
+        },
     ),
 }
 

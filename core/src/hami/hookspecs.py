@@ -111,7 +111,9 @@ def hami_discover_devices(settings: Any) -> list[NodeInventory]:
 
 
 @hookspec(firstresult=True)
-def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str], settings: Any) -> list[Device] | None:
+def hami_node_devices(
+    kind: DeviceKind, annotations: Mapping[str, str], node: str, settings: Any
+) -> list[Device] | None:
     """Read a node's devices of ``kind`` from the vendor's own node annotation (scheduler side).
 
     Routed; optional. For a kind whose devices a vendor component publishes in a form of its own rather than
@@ -120,6 +122,7 @@ def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str], settings
     leaves that key to the vendor's `NodeInventory.annotations`.
 
     :param annotations: the node's annotations.
+    :param node: the node's name (for devices HAMi names after their node, as Enflame's DRS cards).
     :returns: the devices (``[]`` when the node publishes none of this kind), or None to fall back to the
         register annotation and capacity. A malformed annotation is logged and answered with ``[]``; never raise.
     """

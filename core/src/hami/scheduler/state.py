@@ -291,7 +291,7 @@ class ClusterState:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
-        own = self.host.node_devices(kind.common_word, annotations)
+        own = self.host.node_devices(kind.common_word, annotations, str(name))
         if own is not None:
             return own
         if key and key in annotations:
@@ -826,6 +826,8 @@ def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
     if count <= 0:
         return []
     per_device = memory_units * kind.resources.memory_unit_mib // count
+    if not kind.resources.memory:
+        per_device = kind.capacity_memory
     return [
         Device(
             id=f"{name}-{by_cores or kind.capacity_name or kind.common_word}-{i}",

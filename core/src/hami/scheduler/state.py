@@ -291,7 +291,8 @@ class ClusterState:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
-        own = self.host.node_devices(kind.common_word, annotations, str(name))
+        capacity = {str(k): str(v) for k, v in ((node.get("status") or {}).get("capacity") or {}).items()}
+        own = self.host.node_devices(kind.common_word, annotations, str(name), capacity, meta(node).get("labels") or {})
         if own is not None:
             return own
         if key and key in annotations:

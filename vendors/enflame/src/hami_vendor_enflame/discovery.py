@@ -1,11 +1,11 @@
 """The node side's Enflame state: the GCUs of this node, read through EFML or ``efsmi``, and the inventory.
 
-Owns the EFML session's lifecycle (opened on first use, dropped and reopened after a failure), the fallback to
-``efsmi -q`` when EFML cannot be loaded, the message about a missing driver (said once, and again when it changes),
-and the GCUs of the last read, which container edits use to turn a placement's device names into GCU indices
-(`NodeRuntime.gcu_of`). A GCU the driver cannot name is left out with an error line naming it; the node keeps
-serving the others. On simulated devices (`NodeRuntime.simulate`, from `hami_simulated_devices`) the GCUs are the
-inventory's and no driver is asked. One runtime per settings object (`runtime_for`).
+Owns the GCUs of the last read, which container edits use to turn a placement's device names into GCU indices
+(`NodeRuntime.gcu_of`), read through core's `hami.vendordriver.DriverReader` in Enflame's words: EFML's session
+(opened on first use, dropped and reopened after a failure), else ``efsmi -q``, and what the node lacks said once.
+A GCU the driver cannot name is left out with an error line naming it; the node keeps serving the others. On
+simulated devices (`NodeRuntime.simulate`, from `hami_simulated_devices`) the GCUs are the inventory's and no
+driver is asked. One runtime per settings object (`runtime_for`).
 
 The inventory is HAMi's ``GCU`` kind only: whole cards, served to the kubelet as ``enflame.com/gcu`` (one device
 per card), which HAMi's scheduler counts from the node's capacity, naming card ``i`` ``<node>-GCU-<i>``; the cards
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from hami import pcidevice
 from hami.errors import HamiError
 from hami.model import Device, NodeInventory
-from hami_vendor_enflame.efml import Efml, EfmlError, EfmlUnavailable, Gcu, read_efsmi
+from hami.vendordriver import DriverReader, DriverWords
+from hami_vendor_enflame.efml import Efml, EfmlError, Gcu, read_efsmi
 from hami_vendor_enflame.settings import EnflameSettings
 
 __all__ = ["GCU_REGISTER", "GCU_WORD", "NodeRuntime", "discover", "runtime_for"]
@@ -35,21 +36,25 @@ log = logging.getLogger("hami_vendor_enflame")
 GCU_WORD = "GCU"
 GCU_REGISTER = "hami.io/node-enflame-gcu-register"
 _CAPACITY_ID = re.compile(r".+-GCU-([0-9]+)")
+WORDS = DriverWords(
+    "EFML",
+    "the Enflame GCUs",
+    from_tool="{problem}: Enflame GCUs are read from efsmi instead",
+    nothing="{problem}, and {error}: this node reports no Enflame GCU",
+    opened="EFML opened from {where}",
+)
 
 
 @dataclass
 class NodeRuntime:
     settings: EnflameSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    session: Efml | None = None
     gcus: list[Gcu] = field(default_factory=list)
     simulated: bool = False
-    _said: str = ""
+    reader: DriverReader[Efml] = field(init=False)
 
-    def _say(self, message: str) -> None:
-        if message != self._said:
-            log.warning("%s", message)
-            self._said = message
+    def __post_init__(self) -> None:
+        self.reader = DriverReader(log, WORDS, lambda: Efml.open(self.settings.efml_library), ("efml", "efsmi"))
 
     def simulate(self, gcus: list[Gcu]) -> None:
         with self.lock:
@@ -60,35 +65,21 @@ class NodeRuntime:
         with self.lock:
             if self.simulated:
                 return self.gcus
-            if self.session is None:
-                try:
-                    self.session = Efml.open(self.settings.efml_library)
-                    log.info("EFML opened from %s", self.session.where)
-                except EfmlUnavailable as exc:
-                    self.gcus = self._from_efsmi(str(exc))
-                    return self.gcus
-            try:
-                count = self.session.count()
-            except EfmlError as exc:
-                self._say(f"reading the Enflame GCUs failed ({exc}): this node reports none until EFML answers")
-                self.session, self.gcus = None, []
-                return self.gcus
-            gcus = []
-            for index in range(count):
-                try:
-                    gcus.append(self.session.gcu(index))
-                except EfmlError as exc:
-                    log.error("Enflame GCU %d is not reported: %s", index, exc)
-            self._said, self.gcus = "", gcus
-            return gcus
+            self.gcus = self.reader.read(self._from_efml, self._from_efsmi) or []
+            return self.gcus
 
-    def _from_efsmi(self, why: str) -> list[Gcu]:
-        try:
-            report = read_efsmi(self.settings.efsmi)
-        except EfmlError as exc:
-            self._say(f"{why}, and {exc}: this node reports no Enflame GCU")
-            return []
-        self._say(f"{why}: Enflame GCUs are read from {self.settings.efsmi} instead")
+    def _from_efml(self, session: Efml) -> list[Gcu]:
+        gcus = []
+        for index in range(session.count()):
+            try:
+                gcus.append(session.gcu(index))
+            except EfmlError as exc:
+                log.error("Enflame GCU %d is not reported: %s", index, exc)
+        self.reader.said.forget()
+        return gcus
+
+    def _from_efsmi(self) -> list[Gcu]:
+        report = read_efsmi(self.settings.efsmi)
         for problem in report.problems:
             log.error("%s", problem)
         root = self.settings.sysfs_root

@@ -6,12 +6,14 @@ reads what discovery and container edits need: name (``EfmlGetDevName``, ``S60``
 memory (``EfmlGetDevMem``: ``efmlDevMemInfo_t.mem_total_size``, in MiB as ``efsmi`` prints it), health
 (``EfmlGetDevIsHealth``), PCI address (``EfmlGetDevInfo``: domain, bus, device, function) and NUMA node
 (``EfmlGetNumaNode``, -1 unknown). Strings are ``MAX_CHAR_BUFF_LEN`` (128) buffers. A failure is an `EfmlError`
-naming the call and EFML's own message (``EfmlErrorString``).
+naming the call, its return code and EFML's own message (``EfmlErrorString``), on core's `hami.vendordriver`
+pair.
 
 Without EFML, `read_efsmi` reads ``efsmi -q``: one ``DEV ID <i>`` block per GCU with ``Key : value`` lines
 (``Dev Name``, ``Dev UUID``, ``Health``, ``Domain``/``Bus``/``Dev``/``Func`` in hex, and ``Mem Size`` from older
 drivers or ``Total Size`` from newer ones, ``<n> MiB``). A block that cannot be read (no UUID, a memory that is not
-``<n> MiB``) is left out with a problem naming ``efsmi`` and the line; the other GCUs are still reported.
+``<n> MiB``) is left out with a problem naming ``efsmi`` and the line; the other GCUs are still reported. A tool
+that cannot be run, or reports no GCU block, is a `hami.vendortool.ToolError`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
 from hami.vendortool import ToolError, run_tool
 
 __all__ = ["Efml", "EfmlError", "EfmlUnavailable", "EfsmiReport", "Gcu", "read_efsmi"]
@@ -30,11 +33,13 @@ SUCCESS = 0
 _BUFFER = 128  # MAX_CHAR_BUFF_LEN
 
 
-class EfmlError(Exception):
-    """An EFML call failed, or ``efsmi`` could not be read; the message names the call or the tool."""
+class EfmlError(DriverError):
+    """An EFML call failed."""
+
+    library = "EFML"
 
 
-class EfmlUnavailable(EfmlError):
+class EfmlUnavailable(EfmlError, DriverUnavailable):
     """EFML cannot be loaded or initialized here (no Enflame driver)."""
 
 
@@ -75,26 +80,26 @@ class Efml:
         try:
             lib = ctypes.CDLL(where)
         except OSError as exc:
-            raise EfmlUnavailable(f"EFML ({where}) cannot be loaded: {exc}") from None
+            raise EfmlUnavailable(f"EFML ({where}) cannot be loaded", None, str(exc)) from None
         if not hasattr(lib, "EfmlInit") or not hasattr(lib, "EfmlGetDevCount"):
             raise EfmlUnavailable(f"{where} is not Enflame's EFML (it has no EfmlInit)")
         lib.EfmlInit.argtypes = [ctypes.c_bool]
         efml = cls(lib, where)
         code = lib.EfmlInit(False)
         if code != SUCCESS:
-            raise EfmlUnavailable(f"EfmlInit failed: {efml._message(code)}")
+            raise EfmlUnavailable("EfmlInit", code, efml._message(code))
         return efml
 
     def _message(self, code: int) -> str:
         text = ctypes.create_string_buffer(_BUFFER)
         if self._lib.EfmlErrorString(code, text) == SUCCESS and text.value:
-            return f"{text.value.decode(errors='replace')} ({code})"
-        return f"EFML error {code}"
+            return text.value.decode(errors="replace")
+        return ""
 
     def _call(self, name: str, *args: object) -> None:
         code = getattr(self._lib, name)(*args)
         if code != SUCCESS:
-            raise EfmlError(f"{name} failed: {self._message(code)}")
+            raise EfmlError(name, code, self._message(code))
 
     def count(self) -> int:
         n = ctypes.c_uint32()
@@ -112,7 +117,7 @@ class Efml:
         i = ctypes.c_uint32(index)
         uuid = self._text("EfmlGetDevUuid", index)
         if not uuid:
-            raise EfmlError(f"EfmlGetDevUuid gave GCU {index} no UUID")
+            raise EfmlError("EfmlGetDevUuid", None, f"GCU {index} has no UUID")
         memory = _MemInfo()
         self._call("EfmlGetDevMem", i, ctypes.byref(memory))
         healthy = ctypes.c_bool(False)
@@ -148,12 +153,8 @@ _MIB = re.compile(r"^([0-9]+)\s*MiB$")
 
 
 def read_efsmi(tool: str = "efsmi") -> EfsmiReport:
-    """The GCUs ``efsmi -q`` reports. :raises EfmlError: the tool cannot be run or reports no GCU block."""
-    try:
-        text = run_tool(tool, ["-q"])
-    except ToolError as exc:
-        raise EfmlError(str(exc)) from None
-    return parse_efsmi(text, tool)
+    """The GCUs ``efsmi -q`` reports. :raises ToolError: the tool cannot be run or reports no GCU block."""
+    return parse_efsmi(run_tool(tool, ["-q"]), tool)
 
 
 def parse_efsmi(text: str, tool: str = "efsmi") -> EfsmiReport:
@@ -166,7 +167,7 @@ def parse_efsmi(text: str, tool: str = "efsmi") -> EfsmiReport:
         elif blocks and (m := _LINE.match(line)):
             blocks[-1][2].setdefault(m.group(1), (number, m.group(2)))
     if not blocks:
-        raise EfmlError(f"{tool} -q reports no GCU (no 'DEV ID' line)")
+        raise ToolError(f"{tool} -q reports no GCU (no 'DEV ID' line)")
     gcus, problems = [], []
     for start, index, fields in blocks:
         try:

@@ -9,27 +9,26 @@ request defaults: a whole GCU is asked by count, a DRS partition by profile size
 * ``sysfsRoot``: where a GCU's NUMA node is read by its PCI address when the tool reports it (``/sys``);
 * ``devRoot``: the host's device directory holding ``gcu<i>`` and ``gcuctl`` (``/dev``).
 
-A misspelled key is refused with its name. The node side's state (the EFML session and the GCUs last read) is kept
-with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
+Read in core's one dialect (`hami.vendorstate.VendorSettings`: each key in HAMi's camelCase or as the field's name,
+a misspelled key refused with its name); the node side's state (the EFML session and the GCUs last read) is kept with
+the settings object, never validated.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, ConfigDict, Field
+from pydantic import Field
 
-from hami.vendorstate import RuntimeSettings
+from hami.vendorstate import VendorSettings
 
 __all__ = ["EnflameSettings"]
 
 
-class EnflameSettings(RuntimeSettings):
+class EnflameSettings(VendorSettings):
     """The `enflame` section of the configuration."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    efml_library: Path | None = Field(default=None, validation_alias=AliasChoices("efmlLibrary", "efml_library"))
+    efml_library: Path | None = None
     efsmi: str = Field(default="efsmi", min_length=1)
-    sysfs_root: Path = Field(default=Path("/sys"), validation_alias=AliasChoices("sysfsRoot", "sysfs_root"))
-    dev_root: str = Field(default="/dev", min_length=1, validation_alias=AliasChoices("devRoot", "dev_root"))
+    sysfs_root: Path = Path("/sys")
+    dev_root: str = Field(default="/dev", min_length=1)

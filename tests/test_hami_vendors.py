@@ -39,6 +39,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "Enflame": ("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"),
     },
     "awsneuron": {"AWSNeuron": ("aws.amazon.com/neuron", None, "aws.amazon.com/neuroncore")},
+    "biren": {"Biren": ("birentech.com/gpu", None, None)},
 }
 
 

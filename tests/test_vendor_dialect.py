@@ -33,9 +33,10 @@ DRIVERS = {
     "mthreads": ("mtml:MtmlError", "mtml:MtmlUnavailable", "gmi:GmiError"),
     "metax": ("mxsml:MxsmlError", "mxsml:MxsmlUnavailable", "mxsmi:MxSmiError"),
     "enflame": ("efml:EfmlError", "efml:EfmlUnavailable", None),  # efsmi's failures are ToolError itself
+    "biren": ("brml:BrmlError", "brml:BrmlUnavailable", None),  # no tool: Biren's plugin reads BRML only
 }
 # vendors that ship no isolation library (nothing shared in the container, or no node side of theirs)
-LIBRARYLESS = ("enflame",)
+LIBRARYLESS = ("enflame", "biren")
 
 
 def _plugin(vendor: str) -> Any:

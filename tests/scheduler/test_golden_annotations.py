@@ -197,6 +197,10 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             "status": {"capacity": {"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4"}},
         },
     ),
+    "biren-two-cards": (
+        pod("p", [container("main", {"birentech.com/gpu": "2"})], init=[container("setup")]),
+        vendor_node("br-a", "hami.io/node-biren-register", "birentech.com/gpu", "Biren", count=3, split=1),
+    ),
 }
 
 

@@ -291,10 +291,12 @@ class ClusterState:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
-        capacity = {str(k): str(v) for k, v in ((node.get("status") or {}).get("capacity") or {}).items()}
-        own = self.host.node_devices(kind.common_word, annotations, str(name), capacity, meta(node).get("labels") or {})
-        if own is not None:
-            return own
+        if self.host.implements(kind.common_word, "hami_node_devices"):
+            capacity = {str(k): str(v) for k, v in ((node.get("status") or {}).get("capacity") or {}).items()}
+            labels = meta(node).get("labels") or {}
+            own = self.host.node_devices(kind.common_word, annotations, str(name), capacity, labels)
+            if own is not None:
+                return own
         if key and key in annotations:
             try:
                 if kind.register_format == RegisterFormat.LEGACY:

@@ -124,8 +124,10 @@ def hami_node_devices(
     Routed; optional. For a kind whose devices a vendor component publishes in a form of its own rather than
     HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON), or derives from the node's
     capacity in a way of its own (AWS Neuron's cores per device): the scheduler calls it whenever it reads a node,
-    instead of decoding ``kind.annotations.node_register`` itself, and the node daemon leaves that key to the
-    vendor's `NodeInventory.annotations`.
+    instead of decoding ``kind.annotations.node_register`` itself. Where the hook answers for a node without
+    annotations (if only ``[]``), the node daemon leaves that key to the vendor's `NodeInventory.annotations`;
+    where it answers None there (a vendor that only adjusts HAMi's register as it reads it, as Biren's 100 cores),
+    the daemon publishes the register as for any kind.
 
     :param annotations: the node's annotations.
     :param node: the node's name (for devices HAMi names after their node, as Enflame's DRS cards).

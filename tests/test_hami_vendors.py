@@ -34,6 +34,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "Metax-GPU": ("metax-tech.com/gpu", None, None),
         "Metax-SGPU": ("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"),
     },
+    "enflame": {
+        "GCU": ("enflame.com/gcu", None, None),
+        "Enflame": ("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"),
+    },
+    "awsneuron": {"AWSNeuron": ("aws.amazon.com/neuron", None, "aws.amazon.com/neuroncore")},
+    "biren": {"Biren": ("birentech.com/gpu", None, None)},
 }
 
 

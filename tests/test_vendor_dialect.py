@@ -32,7 +32,11 @@ DRIVERS = {
     "iluvatar": ("ixml:IxmlError", "ixml:IxmlUnavailable", None),
     "mthreads": ("mtml:MtmlError", "mtml:MtmlUnavailable", "gmi:GmiError"),
     "metax": ("mxsml:MxsmlError", "mxsml:MxsmlUnavailable", "mxsmi:MxSmiError"),
+    "enflame": ("efml:EfmlError", "efml:EfmlUnavailable", None),  # efsmi's failures are ToolError itself
+    "biren": ("brml:BrmlError", "brml:BrmlUnavailable", None),  # no tool: Biren's plugin reads BRML only
 }
+# vendors that ship no isolation library (nothing shared in the container, or no node side of theirs)
+LIBRARYLESS = ("enflame", "biren")
 
 
 def _plugin(vendor: str) -> Any:
@@ -60,7 +64,7 @@ def _spellings(name: str, field: Any) -> list[str]:
     return [alias or camel(name)]
 
 
-@pytest.mark.parametrize("vendor", [*VENDORS, "exampleaccel"])
+@pytest.mark.parametrize("vendor", [*VENDORS, *LIBRARYLESS, "exampleaccel"])
 def test_settings_read_every_key_as_hami_spells_it_and_by_its_field_name(vendor: str) -> None:
     model = _settings_model(_plugin(vendor))
     assert issubclass(model, VendorSettings)
@@ -71,7 +75,7 @@ def test_settings_read_every_key_as_hami_spells_it_and_by_its_field_name(vendor:
             assert getattr(model.model_validate({key: value}), name) == value, f"{vendor}: {key}"
 
 
-@pytest.mark.parametrize("vendor", VENDORS)
+@pytest.mark.parametrize("vendor", [*VENDORS, *LIBRARYLESS])
 def test_a_library_and_its_tool_fail_with_the_core_errors(vendor: str) -> None:
     error, unavailable, tool = DRIVERS[vendor]
     assert issubclass(_class(vendor, error), DriverError)

@@ -30,7 +30,18 @@ from hami.model import (
 )
 from hami.plugins import PluginSource, VendorHost, installed_sources
 
-ALL_VENDORS = {"nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax"}
+ALL_VENDORS = {
+    "nvidia",
+    "ascend",
+    "cambricon",
+    "hygon",
+    "iluvatar",
+    "mthreads",
+    "metax",
+    "enflame",
+    "awsneuron",
+    "biren",
+}
 
 
 def make_kind(word: str, domain: str) -> DeviceKind:

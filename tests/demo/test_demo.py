@@ -249,6 +249,23 @@ def cambricon_mlu_share(pod: dict[str, Any]) -> None:
     assert pod["env"]["infer"] == {"CAMBRICON_VISIBLE_DEVICES": str(index)}
 
 
+def enflame_gcu(pod: dict[str, Any]) -> None:
+    _running(pod, "enflame-node")
+    (device,) = _devices(pod, "GCU")
+    assert (device["memory"], device["cores"]) == (42976, 100)  # the whole card, as the node registers it
+    index = device["uuid"].rsplit("-", 1)[1]  # the inventory's TR1V5710050-<index>
+    assert pod["env"]["tops"]["ENFLAME_VISIBLE_DEVICES"] == index
+    assert pod["device_nodes"]["tops"] == [f"/dev/gcu{index}", "/dev/gcuctl"]
+
+
+def biren_card(pod: dict[str, Any]) -> None:
+    _running(pod, "biren-node")
+    (device,) = _devices(pod, "Biren")
+    assert (device["memory"], device["cores"]) == (0, 0)  # HAMi records neither for a Biren card
+    assert pod["env"]["supa"]["BR_PHY_CARDS"] == device["uuid"]
+    assert pod["device_nodes"]["supa"] == [f"/dev/biren/{device['uuid']}"]
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -281,6 +298,8 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
     "default/cambricon-mlu-share": cambricon_mlu_share,
+    "default/enflame-gcu": enflame_gcu,
+    "default/biren-card": biren_card,
 }
 
 
@@ -302,7 +321,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "20 pods: 17 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "22 pods: 19 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 

@@ -114,15 +114,28 @@ def hami_discover_devices(settings: Any) -> list[NodeInventory]:
 
 
 @hookspec(firstresult=True)
-def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str], settings: Any) -> list[Device] | None:
+def hami_node_devices(
+    kind: DeviceKind,
+    annotations: Mapping[str, str],
+    node: str,
+    capacity: Mapping[str, str],
+    labels: Mapping[str, str],
+    settings: Any,
+) -> list[Device] | None:
     """Read a node's devices of ``kind`` from the vendor's own node annotation (scheduler side).
 
     Routed; optional. For a kind whose devices a vendor component publishes in a form of its own rather than
-    HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON): the scheduler calls it
-    whenever it reads a node, instead of decoding ``kind.annotations.node_register`` itself, and the node daemon
-    leaves that key to the vendor's `NodeInventory.annotations`.
+    HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON), or derives from the node's
+    capacity in a way of its own (AWS Neuron's cores per device): the scheduler calls it whenever it reads a node,
+    instead of decoding ``kind.annotations.node_register`` itself. Where the hook answers for a node without
+    annotations (if only ``[]``), the node daemon leaves that key to the vendor's `NodeInventory.annotations`;
+    where it answers None there (a vendor that only adjusts HAMi's register as it reads it, as Biren's 100 cores),
+    the daemon publishes the register as for any kind.
 
     :param annotations: the node's annotations.
+    :param node: the node's name (for devices HAMi names after their node, as Enflame's DRS cards).
+    :param capacity: the node's ``status.capacity``, quantities as the API server writes them.
+    :param labels: the node's labels.
     :returns: the devices (``[]`` when the node publishes none of this kind), or None to fall back to the
         register annotation and capacity. A malformed annotation is logged and answered with ``[]``; never raise.
     """

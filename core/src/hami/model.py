@@ -114,7 +114,11 @@ class AnnotationKeys(_Model):
 
     node_register: str | None = Field(default=None, description="node annotation listing the devices")
     node_handshake: str | None = Field(default=None, description="node annotation of the scheduler/daemon handshake")
-    to_allocate: str = Field(description="pod annotation: placements the node side has still to serve")
+    to_allocate: str | None = Field(
+        description="pod annotation: placements the node side has still to serve; None for a kind HAMi writes no "
+        "such annotation for, whose node side is the vendor's own device plugin (Enflame's DRS, AWS Neuron), "
+        "which this node daemon does not serve"
+    )
     allocated: str = Field(description="pod annotation: placements, kept for usage accounting")
     use_uuid: str | None = None
     nouse_uuid: str | None = None
@@ -147,6 +151,12 @@ class DeviceKind(_Model):
         ge=1,
         description="with `capacity_by_cores`: the cores each device adds to the cores capacity, which are also "
         "its `devcore` (Cambricon 100, Moore Threads 16)",
+    )
+    capacity_memory: int = Field(
+        default=0,
+        ge=0,
+        description="the memory each capacity-derived device registers when the kind has no memory resource (HAMi "
+        "registers Enflame's whole GCUs with 100)",
     )
     capacity_name: str | None = Field(
         default=None,

@@ -314,9 +314,23 @@ class VendorHost:
                 found[vendor.name] = []
         return found
 
-    def node_devices(self, common_word: str, annotations: Mapping[str, str]) -> list[Device] | None:
+    def node_devices(
+        self,
+        common_word: str,
+        annotations: Mapping[str, str],
+        node: str = "",
+        capacity: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Device] | None:
         """The node's devices of `common_word` as its vendor reads its own node annotation (None: not such a kind)."""
-        return self._routed(common_word, "hami_node_devices", annotations=annotations)  # type: ignore[no-any-return]
+        return self._routed(  # type: ignore[no-any-return]
+            common_word,
+            "hami_node_devices",
+            annotations=annotations,
+            node=node,
+            capacity=capacity or {},
+            labels=labels or {},
+        )
 
     def container_request(self, common_word: str, container: Container, pod: Pod) -> ContainerRequest | None:
         """What `container` asks of device kind `common_word` (None when it does not mention the kind)."""

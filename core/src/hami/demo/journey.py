@@ -303,7 +303,7 @@ def _record_devices(world: DemoWorld, pod: Mapping[str, Any], outcome: PodOutcom
     registered = _registered_devices(world, outcome.node)
     placement_keys: set[str] = set(STANDARD_ANNOTATIONS)
     for kind in world.host.kinds:
-        placement_keys.update((kind.annotations.allocated, kind.annotations.to_allocate))
+        placement_keys.update(k for k in (kind.annotations.allocated, kind.annotations.to_allocate) if k)
         value = annotations.get(kind.annotations.allocated)
         if not value:
             continue

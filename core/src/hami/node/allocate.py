@@ -85,12 +85,12 @@ class _Target:
     pod: Pod
 
 
-def _entries(annotations: Mapping[str, str], key: str) -> list[ContainerPlacement]:
-    value = annotations.get(key) or ""
-    return list(decode_pod_devices(value, key)) if value else []
+def _entries(annotations: Mapping[str, str], key: str | None) -> list[ContainerPlacement]:
+    value = annotations.get(key) or "" if key else ""
+    return list(decode_pod_devices(value, key)) if value and key else []
 
 
-def _has_work(annotations: Mapping[str, str], key: str) -> bool:
+def _has_work(annotations: Mapping[str, str], key: str | None) -> bool:
     try:
         return any(_entries(annotations, key))
     except AnnotationError:
@@ -159,6 +159,11 @@ class Allocator:
 
     def _find_pod(self, kind: str, requests: Sequence[Sequence[str]] = ()) -> _Target:
         key = self.host.kind(kind).annotations.to_allocate
+        if key is None:
+            raise AllocationError(
+                f"{kind} devices are served on the node by the vendor's own device plugin, as in HAMi, not by this "
+                "daemon: install it on the node"
+            )
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
         owner: str | None = None
@@ -310,6 +315,7 @@ class Allocator:
         pod = target.pod
         keys = self.host.kind(kind).annotations
         key = keys.to_allocate
+        assert key is not None  # `_find_pod` refuses a kind this daemon does not serve
         entries = _entries(pod.annotations, key)
         signed: list[ContainerPlacement] | None = None
         placement_signed: SignedPlacement | None = None

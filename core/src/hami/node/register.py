@@ -51,13 +51,20 @@ class NodeRegistrar:
         for word, inventory in sorted(inventories.items()):
             kind = self.host.kind(word)
             key = kind.annotations.node_register
-            if key and not self.host.implements(word, "hami_node_devices"):  # the vendor publishes its own form
+            if key and not self._own_form(word):
                 if kind.register_format == RegisterFormat.LEGACY:
                     out[key] = encode_legacy_register(inventory.devices)
                 else:
                     out[key] = encode_node_register(inventory.devices)
             out.update(inventory.annotations)
         return out
+
+    def _own_form(self, word: str) -> bool:
+        """The vendor publishes kind `word`'s devices in a form of its own (its `hami_node_devices` reads them:
+        it answers, if only ``[]``, for a node without them), so the register key is the vendor's to write."""
+        if not self.host.implements(word, "hami_node_devices"):
+            return False
+        return self.host.node_devices(word, {}, self.node) is not None
 
     def sync(self, inventories: Mapping[str, NodeInventory]) -> dict[str, str]:
         """Patch the node where it differs from `inventories`, answer handshakes; returns what was written.

@@ -108,12 +108,21 @@ class Binder:
     def _lock_and_bind(
         self, namespace: str, name: str, uid: str, node: str, pending: PendingDecision | None
     ) -> BindResult:
-        """Lock the node, write the decision (if not yet written) with `bind-phase: allocating`, bind."""
+        """Lock the node, write the decision (if not yet written) with `bind-phase: allocating`, bind.
+
+        A pod whose every kind is served on the node by the vendor's own device plugin (no to-allocate key: Enflame's
+        DRS, AWS Neuron) takes no node lock, as HAMi takes none for them: no node daemon would release it."""
         started = time.monotonic()
-        vendor_locks = self._vendor_locks(namespace, name)
+        kinds = self._pod_kinds(namespace, name)
+        vendor_locks = vendor_locks_of(self.host.kind(k) for k in kinds)
+        locking = not kinds or any(self.host.kind(k).annotations.to_allocate is not None for k in kinds)
         try:
-            waited = self.locks.acquire(
-                node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds, vendor_locks=vendor_locks
+            waited = (
+                self.locks.acquire(
+                    node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds, vendor_locks=vendor_locks
+                )
+                if locking
+                else 0.0
             )
         except (NodeBusy, VendorLockBusy) as exc:
             self.on_lock_wait(time.monotonic() - started)
@@ -125,7 +134,8 @@ class Binder:
         written = pending is None
         try:
             with Transaction() as undo:
-                undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
+                if locking:
+                    undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
                 if pending is not None:
                     self.writer.write(pending.decision, also=phase)
                 else:
@@ -178,8 +188,8 @@ class Binder:
     def _every_vendor_lock(self) -> list[VendorLock]:
         return vendor_locks_of(self.host.kinds)
 
-    def _vendor_locks(self, namespace: str, name: str) -> list[VendorLock]:
-        """The vendors' own node locks (`DeviceKind.node_lock`) of the kinds the pod was placed with."""
+    def _pod_kinds(self, namespace: str, name: str) -> list[str]:
+        """The device kinds the pod was placed with."""
         with self.state.lock:
             record = self.state.pods.get(pod_key(namespace, name))
             kinds = sorted(record.allocation) if record is not None else None
@@ -188,7 +198,7 @@ class Binder:
                 kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
             except (ClusterError, HamiError, ValueError):
                 kinds = []
-        return vendor_locks_of(self.host.kind(k) for k in kinds)
+        return kinds
 
     # ---------------------------------------------------------------------------------- locks
 

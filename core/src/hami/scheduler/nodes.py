@@ -177,9 +177,12 @@ class NodeReader:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
-        own = self.host.node_devices(kind.common_word, annotations)
-        if own is not None:
-            return own
+        if self.host.implements(kind.common_word, "hami_node_devices"):
+            capacity = {str(k): str(v) for k, v in ((node.get("status") or {}).get("capacity") or {}).items()}
+            labels = meta(node).get("labels") or {}
+            own = self.host.node_devices(kind.common_word, annotations, str(name), capacity, labels)
+            if own is not None:
+                return own
         if key and key in annotations:
             try:
                 if kind.register_format == RegisterFormat.LEGACY:
@@ -323,6 +326,8 @@ def _devices_from_capacity(node: KubeObject, kind: DeviceKind) -> list[Device]:
     if count <= 0:
         return []
     per_device = memory_units * kind.resources.memory_unit_mib // count
+    if not kind.resources.memory:
+        per_device = kind.capacity_memory
     return [
         Device(
             id=f"{name}-{by_cores or kind.capacity_name or kind.common_word}-{i}",

@@ -67,7 +67,8 @@ class PlacementWriter:
         for kind, placements in decision.allocation.items():
             keys = self.host.kind(kind).annotations
             value = encode_pod_devices(placements)
-            annotations[keys.to_allocate] = value
+            if keys.to_allocate is not None:
+                annotations[keys.to_allocate] = value
             annotations[keys.allocated] = value
             signed[keys.allocated] = value
         signer = self.state.usage.signer
@@ -82,7 +83,8 @@ class PlacementWriter:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""
         annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: None, VGPU_TIME: None, SIGNATURE_ANNOTATION: None}
         for kind in self.host.kinds:
-            annotations[kind.annotations.to_allocate] = None
+            if kind.annotations.to_allocate is not None:
+                annotations[kind.annotations.to_allocate] = None
             annotations[kind.annotations.allocated] = None
         try:
             self.cluster.patch_metadata(

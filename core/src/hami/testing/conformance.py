@@ -153,7 +153,7 @@ def check_metadata_complete(fixture: VendorFixture, host: VendorHost) -> None:
         for key in (keys.to_allocate, keys.allocated, keys.node_register, keys.node_handshake, *keys.selectors()):
             if key is not None and not _RESOURCE.match(key):
                 raise _fail(f"{kind.common_word}: annotation key {key!r} is not a qualified <prefix>/<name>")
-        if keys.to_allocate == keys.allocated:
+        if keys.to_allocate is not None and keys.to_allocate == keys.allocated:
             raise _fail(f"{kind.common_word}: the to-allocate and allocated annotations must differ")
         if kind.register_format != "capacity" and not keys.node_register:
             raise _fail(f"{kind.common_word}: register format {kind.register_format} needs a node register key")

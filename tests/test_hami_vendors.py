@@ -34,6 +34,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "Metax-GPU": ("metax-tech.com/gpu", None, None),
         "Metax-SGPU": ("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"),
     },
+    "amd": {"AMD": ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")},
 }
 
 

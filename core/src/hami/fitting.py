@@ -352,10 +352,11 @@ class ShareFitter:
         exclusive = whole or "mutex" in context.policy.device
         selected = selectors.refuses if selectors.active else None
         extra = self.extra_filter
+        units = self.kind.core_units
         for free in frees:  # this loop runs for every device of every node fitted: the checks are inline
             d = free.usage.device
             memory = request.memory_on(d)
-            cores = d.devcore if whole else request.cores
+            cores = d.devcore if whole else (self.kind.cores_on(request.cores, d) if units else request.cores)
             if not d.health:
                 reason: str | None = "unhealthy"
             elif d.id in cordoned:

@@ -240,6 +240,23 @@ def metax_sgpu(pod: dict[str, Any]) -> None:
     assert {"/opt/mxdriver", "/opt/maca"} <= set(pod["mounts"]["maca"])
 
 
+def amd_share(pod: dict[str, Any]) -> None:
+    _running(pod, "amd-node")
+    (device,) = _devices(pod, "AMD")
+    # 25 % of an MI300X's 304 compute units is 76 (HAMi's floor), the first 76 of the GPU: no other container has any
+    assert (device["memory"], device["cores"], device["cores_total"]) == (16384, 76, 304)
+    facts = _driver(device["uuid"])
+    env = pod["env"]["rocm"]
+    assert (env["ROCR_VISIBLE_DEVICES"], env["HSA_CU_MASK"]) == (facts["rocrUuid"], "0:0-75")
+    assert env["HIP_DEVICE_MEMORY_LIMIT"] == "16384m"
+    assert pod["device_nodes"]["rocm"] == [
+        "/dev/kfd",
+        f"/dev/dri/card{facts['card']}",
+        f"/dev/dri/renderD{facts['render']}",
+    ]
+    assert json.loads(pod["annotations"]["hami.io/amd-cu-allocated"]) == {device["uuid"]: "0-75"}
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -271,6 +288,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/iluvatar-share": iluvatar_share,
     "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
+    "default/amd-share": amd_share,
 }
 
 
@@ -292,7 +310,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "19 pods: 16 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "20 pods: 17 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 

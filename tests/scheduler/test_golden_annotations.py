@@ -8,7 +8,9 @@ entry per container, init containers first, an empty entry for a container witho
 `uuid,type,mem,cores:`); `hami.io/vgpu-node` and `hami.io/vgpu-time` (unix seconds) at filter;
 `hami.io/bind-phase: allocating` and `hami.io/bind-time` at bind; the node lock `<RFC3339>,<ns>,<name>`
 (`nodelock.GenerateNodeLockKeyByPod`); Ascend's `huawei.com/<chip>` runtime list (`RuntimeInfo`: UUID, temp,
-memory, core, zero values left out) and `predicate-time`.
+memory, core, zero values left out) and `predicate-time`. AMD's device strings carry the GPU's model as the type and
+its compute units as the cores (``floor(percent × CUs / 100)``; a container without cores or memory, the whole GPU),
+as HAMi's ``AMDDevices.Fit`` writes them.
 
 Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
 """
@@ -95,6 +97,18 @@ def vendor_node(
     }
 
 
+def amd_node(name: str) -> dict[str, Any]:
+    """Two MI300X as HAMi's AMD device plugin registers them: JSON, devcore = the compute units, type = the model."""
+    devices = [
+        Device(id=f"{name}-{i}", index=i, count=10, devmem=196608, devcore=304, type="AMD Instinct MI300X", numa=0)
+        for i in range(2)
+    ]
+    return {
+        "metadata": {"name": name, "annotations": {"hami.io/node-amd-register": encode_node_register(devices)}},
+        "status": {"capacity": {"amd.com/gpu": "20"}},
+    }
+
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "nvidia-one-container": (pod("p", [container("cuda", GPU)]), gpu_node("node-a", gpus=2)),
@@ -155,6 +169,16 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             ],
         ),
         vendor_node("mlu-a", "hami.io/node-cambricon-mlu-register", "cambricon.com/vmlu", "MLU370-X8"),
+    ),
+    "amd-share-and-whole-card": (
+        pod(
+            "p",
+            [
+                container("share", {"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}),
+                container("whole", {"amd.com/gpu": "1"}),
+            ],
+        ),
+        amd_node("amd-a"),
     ),
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),

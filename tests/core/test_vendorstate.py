@@ -1,4 +1,4 @@
-"""`hami.vendorstate.RuntimeSettings`: one runtime per settings object, made once, of the asked type."""
+"""`hami.vendorstate.VendorSettings`: one runtime per settings object, made once, of the asked type."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import threading
 
 from pydantic import ConfigDict
 
-from hami.vendorstate import RuntimeSettings
+from hami.vendorstate import VendorSettings
 
 
-class Settings(RuntimeSettings):
+class Settings(VendorSettings):
     model_config = ConfigDict(frozen=True)
     path: str = ""
 

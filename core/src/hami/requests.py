@@ -20,26 +20,29 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hami.errors import RequestError
 from hami.model import Container, ContainerRequest, DeviceKind
 from hami.quantity import parse_quantity
+from hami.vendorstate import VendorSettings
 
 __all__ = ["ShareDefaults", "read_count", "read_share_request", "share_normalisations"]
 
 
-class ShareDefaults(BaseModel):
-    """HAMi's request defaults (`defaultMem`, `defaultCores`), for a vendor's settings model to subclass.
+class ShareDefaults(VendorSettings):
+    """HAMi's request defaults (`defaultMem`, `defaultCores`) on the vendor settings base, for a vendor's settings
+    model to subclass (`read_share_request` takes them as `defaults`).
 
     A vendor adds its own keys, or overrides a default (Cambricon's cores default to a whole device)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    default_memory: int = Field(default=0, ge=0, alias="defaultMem", description="MiB when a count comes alone")
-    default_cores: int = Field(
-        default=0, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
+    default_memory: int = Field(
+        default=0,
+        ge=0,
+        validation_alias="defaultMem",
+        description="MiB when a count comes alone",
     )
+    default_cores: int = Field(default=0, ge=0, le=100, description="percent when memory is given without cores")
 
 
 _PLAIN_INT = re.compile(r"^\+?[0-9]+$")

@@ -1,22 +1,38 @@
 """Building a vendor's isolation library: hami-core's C core and the vendor's hooks compiled into one shared object.
 
-The one place that knows how an isolation library is built and packaged, called by every vendor package's hatch
-build hook (``vendors/<name>/hatch_build.py``). A vendor describes its library once (`LibrarySpec`: distribution,
-package, library file, hook sources, export map) and the hook calls `hatch_initialize` from its ``initialize``:
+The one place that knows how an isolation library is built and packaged. A vendor package describes its library
+in its ``pyproject.toml``, in the table of hatchling's custom build hook, and nowhere else::
 
-- wheel: compiles the C core (``hami/isolation/*.c``), the hook layers it names (``hami/isolation/<layer>/*.c``,
+    [tool.hatch.build.hooks.custom]
+    path = "hatch_build.py"   # the same few lines in every vendor package (see below)
+    library = "libvgpu.so"    # file name and SONAME; the export list is isolation/libvgpu.map
+    what = "CUDA isolation library"   # for messages
+    layers = ["cuda"]         # hook layers of the core it is built on (optional)
+
+(`spec_from_config` lists every key and its default: ``hooks`` ``"isolation"``, ``version-script``
+``<library stem>.map``, ``package`` the distribution's name with ``_`` for ``-``, ``libraries`` ``["dl"]``.)
+Hatchling then runs the hook for every build:
+
+- wheel: compiles the C core (``hami/isolation/*.c``), the hook layers named (``hami/isolation/<layer>/*.c``,
   e.g. ``cuda``, the CUDA-compatible layer) and the vendor's hooks (``<vendor>/isolation/*.c``) with the
   system C compiler (C11, warnings as errors, hidden visibility, the vendor's version script as the export list)
   and ships the result as ``<package>/lib/<library>``; the wheel is then platform-specific
   (``py3-none-<platform>``: the library does not depend on Python's ABI);
 - editable install: compiles into the source tree (``src/<package>/lib/<library>``), where the editable package
-  is imported from (`rebuild_in_place` does the same from the command line);
+  is imported from (`rebuild_in_place` does the same from the command line: ``python hatch_build.py``);
 - sdist: adds the C core, this file included, under ``isolation/_core/`` so that the sdist builds without the
   rest of the repository.
 
-No compiler, or a failed compile, raises `IsolationLibraryError` with what to do. Standard library only: this file
-runs inside build environments where hami-core is not installed, loaded by file path from wherever the vendor's
-hook found the C core (the vendor hook owns that search, since it must find this file first). Nothing here is
+A vendor's ``hatch_build.py`` only finds this file (``$HAMI_ISOLATION_CORE_DIR``, else an sdist's
+``isolation/_core``, else the checkout's ``core/src/hami/isolation``, else an installed hami-core), loads it, and
+binds what `vendor_hook` returns; every vendor's is the same file, byte for byte (``vendors/nvidia/hatch_build.py``
+is the one to copy; a test holds the others equal to it). That bootstrap cannot live in hami-core: vendor packages
+are built where hami-core is not installed (the image's build stage, an sdist built by pip), so the file that
+finds the core must ship with the vendor.
+
+No compiler, or a failed compile, raises `IsolationLibraryError` with what to do; so does a misspelled or
+ill-typed key of the hook's table. Standard library only (hatchling's hook base is imported when present): this
+file runs inside build environments where hami-core is not installed, loaded by file path. Nothing here is
 imported at run time.
 """
 
@@ -26,8 +42,10 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
+import tomllib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +64,12 @@ __all__ = [
     "hatch_finalize",
     "hatch_hook",
     "hatch_initialize",
+    "main",
     "platform_tag",
     "rebuild_in_place",
+    "spec_from_config",
+    "spec_from_pyproject",
+    "vendor_hook",
 ]
 
 SDIST_CORE = "isolation/_core"
@@ -218,9 +240,8 @@ def hatch_finalize(scratch: Path | None) -> None:
 
 
 def hatch_hook(spec: LibrarySpec, core: Path, base: type) -> type:
-    """A hatch build hook class (`base`: hatchling's ``BuildHookInterface``) that builds `spec`'s library: what a
-    vendor's ``hatch_build.py`` binds at module level (``IsolationBuildHook = build.hatch_hook(SPEC, CORE,
-    BuildHookInterface)``), where hatchling finds it."""
+    """A hatch build hook class (`base`: hatchling's ``BuildHookInterface``) that builds `spec`'s library from the
+    C core in `core`; `vendor_hook` makes the one a vendor's ``hatch_build.py`` binds, where hatchling finds it."""
 
     def initialize(self: Any, version: str, build_data: dict[str, Any]) -> None:
         self._scratch = hatch_initialize(spec, core, Path(self.root), self.target_name, version, build_data)
@@ -236,3 +257,99 @@ def hatch_hook(spec: LibrarySpec, core: Path, base: type) -> type:
 def rebuild_in_place(spec: LibrarySpec, core: Path, root: Path) -> Path:
     """Rebuild the library of an editable install (``src/<package>/lib/<library>``); returns its path."""
     return compile_library(spec, root / "src" / spec.wheel_path, core)
+
+
+HOOK_KEYS = {
+    "library": "the library's file name and SONAME, e.g. libvgpu.so (required)",
+    "what": "what the library is, for messages, e.g. CUDA isolation library (default: isolation library)",
+    "hooks": "the folder of the vendor's C sources, relative to the package root (default: isolation)",
+    "version-script": "the export list, a linker version script inside hooks (default: <library stem>.map)",
+    "layers": 'hook layers of the C core the library is built on, e.g. ["cuda"] (default: none)',
+    "libraries": 'libraries to link, e.g. ["dl"] (default: ["dl"])',
+    "package": "the import package the library ships in (default: the distribution's name, - as _)",
+}
+"""The keys of ``[tool.hatch.build.hooks.custom]`` that describe a library, and what each means."""
+_HATCH_KEYS = {"path", "dependencies", "require-runtime-dependencies", "require-runtime-features", "enable-by-default"}
+"""Hatchling's own options of a build hook, allowed beside `HOOK_KEYS`."""
+
+
+def spec_from_config(config: Mapping[str, Any], root: Path, distribution: str) -> LibrarySpec:
+    """The library that a vendor package's hook table (`config`: ``[tool.hatch.build.hooks.custom]``) describes.
+
+    :param root: the vendor package's root (where ``pyproject.toml`` is).
+    :param distribution: the package's distribution name (``[project] name``).
+    :raises IsolationLibraryError: a key is unknown, missing or of the wrong type (the message names it).
+    """
+    where = f"[tool.hatch.build.hooks.custom] of {distribution}"
+    unknown = sorted(set(config) - set(HOOK_KEYS) - _HATCH_KEYS)
+    if unknown:
+        legal = ", ".join(HOOK_KEYS)
+        raise IsolationLibraryError(f"{where}: unknown key {', '.join(map(repr, unknown))}; the keys are {legal}")
+
+    def text(key: str, default: str | None) -> str:
+        value = config.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise IsolationLibraryError(f"{where}: {key} must be a non-empty string: {HOOK_KEYS[key]}")
+        return value
+
+    def names(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = config.get(key, list(default))
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise IsolationLibraryError(f"{where}: {key} must be a list of names: {HOOK_KEYS[key]}")
+        return tuple(value)
+
+    library = text("library", None)
+    return LibrarySpec(
+        distribution=distribution,
+        package=text("package", distribution.replace("-", "_")),
+        library=library,
+        what=text("what", "isolation library"),
+        hooks=root / text("hooks", "isolation"),
+        version_script=text("version-script", f"{Path(library).stem}.map"),
+        libraries=names("libraries", ("dl",)),
+        layers=names("layers", ()),
+    )
+
+
+def spec_from_pyproject(root: Path) -> LibrarySpec:
+    """The library that the vendor package rooted at `root` describes in its ``pyproject.toml``."""
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise IsolationLibraryError(f"cannot read {root / 'pyproject.toml'}: {exc}") from None
+    hooks = data.get("tool", {}).get("hatch", {}).get("build", {}).get("hooks", {})
+    name = data.get("project", {}).get("name")
+    if not isinstance(name, str) or not isinstance(hooks.get("custom"), dict):
+        raise IsolationLibraryError(
+            f"{root / 'pyproject.toml'} has no [project] name or no [tool.hatch.build.hooks.custom] table "
+            'describing its isolation library (library = "lib<name>.so", ...)'
+        )
+    return spec_from_config(hooks["custom"], root, name)
+
+
+def _hook_base() -> type:
+    """hatchling's build hook base class; `object` where hatchling is not installed (tests import the hook)."""
+    try:
+        from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+    except ImportError:
+        return object
+    base: type = BuildHookInterface
+    return base
+
+
+def vendor_hook(root: Path, core: Path) -> tuple[LibrarySpec, type]:
+    """What a vendor's ``hatch_build.py`` binds: the library its ``pyproject.toml`` describes, and the hatch build
+    hook class that builds it from the C core in `core` (``SPEC, IsolationBuildHook = build.vendor_hook(HERE,
+    CORE)``)."""
+    spec = spec_from_pyproject(root)
+    return spec, hatch_hook(spec, core, _hook_base())
+
+
+def main(spec: LibrarySpec, core: Path, root: Path) -> int:
+    """``python hatch_build.py``: rebuild the editable install's library in place; prints its path, or why not."""
+    try:
+        print(rebuild_in_place(spec, core, root))
+    except IsolationLibraryError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0

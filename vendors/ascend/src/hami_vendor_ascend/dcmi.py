@@ -28,6 +28,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["DRIVER_LIBRARY", "Dcmi", "DcmiError", "DcmiUnavailable", "NpuChip"]
 
 LIBRARY_NAME = "libdcmi.so"
@@ -40,16 +42,16 @@ MAX_PROCESSES = 32
 """DCMI reports at most 32 processes per chip (``dcmi_get_device_resource_info``)."""
 
 
-class DcmiError(Exception):
+class DcmiError(DriverError):
     """A DCMI call failed. `code` is DCMI's return code, `call` the function that failed."""
 
-    def __init__(self, call: str, code: int, message: str = "") -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"DCMI {call} failed with code {code}{': ' + message if message else ''}")
+    library = "DCMI"
+
+    def code_text(self, code: int) -> str:
+        return f"code {code}"
 
 
-class DcmiUnavailable(DcmiError):
+class DcmiUnavailable(DcmiError, DriverUnavailable):
     """There is no usable DCMI on this host: the library is missing or does not initialize."""
 
 

@@ -31,6 +31,7 @@ import shlex
 import shutil
 import subprocess
 
+from hami.vendortool import ToolError
 from hami_vendor_ascend.dcmi import NpuChip
 
 __all__ = ["NpuSmiError", "parse_info", "read_chips"]
@@ -39,8 +40,9 @@ _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
 _BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
-class NpuSmiError(Exception):
-    """npu-smi could not be run or its output not read."""
+class NpuSmiError(ToolError):
+    """npu-smi could not be run or its output not read (core's `hami.vendortool.ToolError`, so that
+    `hami.vendordriver.DriverReader` reports the node's chips as none)."""
 
 
 def _cells(line: str) -> list[str]:

@@ -12,9 +12,10 @@ Owns the names, defaults and validation of every Ascend option:
   host paths of the soft split (``hookPath``, ``libraryDir``, ``driverMounts``) and the isolation library's
   options (``libvnpuLogLevel``, ``disableCoreLimit``).
 
-A misspelled key is refused with its name. The model also carries the node side's state once discovery ran
-(`runtime`: the DCMI session and the chips found), so that it lives exactly as long as the host that loaded these
-settings; that is not configuration and is never validated.
+Read as every vendor's section is (core's `hami.vendorstate.VendorSettings`): HAMi's camelCase or the field's name,
+a misspelled key refused with its name. (HAMi's request defaults, ``defaultMem``/``defaultCores``, are not Ascend
+options: a chip's request is a template.) The node side's state (the DCMI session and the chips found) is kept with
+the settings object (`hami_vendor_ascend.node.runtime_for`), never validated.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import Field, field_validator
 
+from hami.vendorstate import VendorSettings
 from hami_vendor_ascend.chips import COMMON_WORDS, DEFAULT_CHIPS, AscendChip
 
 __all__ = ["SOFT_SPLIT", "TEMPLATE", "AscendSettings", "VnpuMode"]
@@ -42,19 +44,13 @@ HAMI_DRIVER_MOUNTS = (
 """What HAMi's device plugin mounts read-only into soft-split containers."""
 
 
-def _alias(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
-
-
-class AscendSettings(BaseModel):
+class AscendSettings(VendorSettings):
     """The `ascend` section of the configuration (HAMi's `vnpus:` device config and device-plugin options)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     # ---------------------------------------------------------------------------------- cluster
     default_vnpu_mode: VnpuMode = Field(
         default=TEMPLATE,
-        validation_alias=_alias("hamiVnpuMode", "default_vnpu_mode"),
+        validation_alias="hamiVnpuMode",
         description="the mode of pods without the `huawei.com/vnpu-mode` annotation",
     )
     chips: Mapping[str, AscendChip] = Field(
@@ -63,62 +59,49 @@ class AscendSettings(BaseModel):
     )
     runtime_class_name: str = Field(
         default="",
-        validation_alias=_alias("runtimeClassName", "runtime_class_name"),
         description="runtimeClassName set at admission on pods asking for Ascend devices (and naming none)",
     )
 
     # ---------------------------------------------------------------------------------- node side
     hami_vnpu_core: bool = Field(
         default=False,
-        validation_alias=_alias("hamiVnpuCore", "hami_vnpu_core"),
         description="this node serves soft-split pods (registers cores as percent, publishes hami-vnpu-core: true)",
     )
     device_core_scaling: float = Field(
         default=1.0,
         ge=1.0,
         le=100.0,
-        validation_alias=_alias("deviceCoreScaling", "device_core_scaling"),
         description="soft split: each chip registers round(100 × this) cores (compute oversold above 1)",
     )
     device_split_count: int | None = Field(
         default=None,
         ge=1,
-        validation_alias=_alias("deviceSplitCount", "device_split_count"),
         description="containers that may share a chip; default HAMi's: whole-card memory / smallest template",
     )
     dcmi_library: Path | None = Field(
         default=None,
-        validation_alias=_alias("dcmiLibrary", "dcmi_library"),
         description="libdcmi.so to load; default: found by the dynamic loader, then in the driver's directory",
     )
     npu_smi: str = Field(
         default="npu-smi",
         min_length=1,
-        validation_alias=_alias("npuSmi", "npu_smi"),
         description="npu-smi command (name on PATH, or a path): discovery's fallback when DCMI is absent",
     )
     hook_path: Path = Field(
         default=Path("/usr/local/hami-vnpu-core"),
-        validation_alias=_alias("hookPath", "hook_path"),
         description="HAMi's HOOK_PATH for Ascend: per-container accounting directories live in <hookPath>/containers",
     )
     library_dir: Path | None = Field(
         default=None,
-        validation_alias=_alias("libraryDir", "library_dir"),
         description="host directory of an operator-managed libvnpu.so and ld.so.preload, mounted instead of the "
         "library the node daemon installed (default: the installed one; without one, <hookPath>)",
     )
     driver_mounts: tuple[str, ...] = Field(
         default=HAMI_DRIVER_MOUNTS,
-        validation_alias=_alias("driverMounts", "driver_mounts"),
         description="host paths mounted read-only at the same path into soft-split containers (HAMi's list)",
     )
-    libvnpu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
-        default="", validation_alias=_alias("libvnpuLogLevel", "libvnpu_log_level")
-    )
-    disable_core_limit: bool = Field(default=False, validation_alias=_alias("disableCoreLimit", "disable_core_limit"))
-
-    _runtime: Any = PrivateAttr(default=None)
+    libvnpu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(default="")
+    disable_core_limit: bool = False
 
     @field_validator("chips", mode="before")
     @classmethod
@@ -162,12 +145,3 @@ class AscendSettings(BaseModel):
     def containers_dir(self) -> Path:
         """``<hookPath>/containers``: one accounting directory per soft-split container."""
         return self.hook_path / "containers"
-
-    @property
-    def runtime(self) -> Any:
-        """The node side's state (`hami_vendor_ascend.node.NodeRuntime`), or None before first use."""
-        return self._runtime
-
-    def attach_runtime(self, runtime: Any) -> None:
-        """Keep the node side's state with these settings (see `hami_vendor_ascend.node`)."""
-        self._runtime = runtime

@@ -112,17 +112,9 @@ class NodeRuntime:
                 self.nvml = None
 
 
-_attaching = threading.Lock()
-
-
 def runtime_for(settings: NvidiaSettings) -> NodeRuntime:
-    """The node runtime attached to `settings`, created on first use."""
-    with _attaching:
-        runtime = settings.runtime
-        if not isinstance(runtime, NodeRuntime):
-            runtime = NodeRuntime(settings)
-            settings.attach_runtime(runtime)
-        return runtime
+    """The node runtime attached to `settings` (core's `hami.vendorstate.VendorSettings`), created on first use."""
+    return settings.runtime_of(NodeRuntime, lambda: NodeRuntime(settings))
 
 
 def device_processes(settings: NvidiaSettings) -> list[DeviceProcess] | None:

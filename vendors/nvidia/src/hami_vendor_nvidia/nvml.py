@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import pynvml  # type: ignore[import-untyped]
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = [
     "GpuInfo",
     "MigInstance",
@@ -72,16 +74,14 @@ _CI_PROFILE_IDS = range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
 _XID_EVENTS = pynvml.nvmlEventTypeXidCriticalError
 
 
-class NvmlError(Exception):
+class NvmlError(DriverError):
     """An NVML call failed. `code` is NVML's return code, `call` the function that failed."""
 
-    def __init__(self, call: str, code: int, message: str) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"NVML {call}: {message} (NVML error {code})")
+    def describe(self, call: str, code: int | None, message: str) -> str:
+        return f"NVML {call}: {message} (NVML error {code})"
 
 
-class NvmlUnavailable(NvmlError):
+class NvmlUnavailable(NvmlError, DriverUnavailable):
     """There is no usable NVML on this host: the library or the kernel driver is missing."""
 
 

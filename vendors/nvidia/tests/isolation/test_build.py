@@ -23,19 +23,19 @@ def load_hook():
 
 def test_no_compiler_is_a_clear_build_error(tmp_path):
     hook = load_hook()
-    with pytest.raises(hook.IsolationLibraryError, match=r"no C compiler found.*apt-get install gcc"):
-        hook.find_compiler({"PATH": str(tmp_path)})
+    with pytest.raises(hook.build.IsolationLibraryError, match=r"no C compiler found.*apt-get install gcc"):
+        hook.build.find_compiler(hook.SPEC, {"PATH": str(tmp_path)})
 
 
 def test_a_cc_that_does_not_exist_is_named(tmp_path):
     hook = load_hook()
-    with pytest.raises(hook.IsolationLibraryError, match="CC='no-such-cc' is not an executable C compiler"):
-        hook.find_compiler({"PATH": str(tmp_path), "CC": "no-such-cc"})
+    with pytest.raises(hook.build.IsolationLibraryError, match="CC='no-such-cc' is not an executable C compiler"):
+        hook.build.find_compiler(hook.SPEC, {"PATH": str(tmp_path), "CC": "no-such-cc"})
 
 
 def test_the_library_builds_from_the_installed_core_sources(tmp_path):
     hook = load_hook()
     from hami.isolation import source_dir
 
-    library = hook.compile_library(tmp_path / "libvgpu.so", source_dir())
+    library = hook.build.compile_library(hook.SPEC, tmp_path / "libvgpu.so", source_dir())
     assert library.stat().st_size > 10_000

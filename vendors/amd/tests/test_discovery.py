@@ -66,7 +66,7 @@ def test_a_gpu_whose_amd_smi_calls_fail_is_left_out_with_the_call_named(amd, mac
     with caplog.at_level(logging.ERROR, logger="hami_vendor_amd"):
         (inventory,) = amd.host(node.config()).discover()["amd"]
     assert [d.id for d in inventory.devices] == [amd.gpu(0).uuid]
-    assert "AMD GPU 1 is not reported: amdsmi_get_gpu_device_uuid failed with status 2" in caplog.text
+    assert "AMD GPU 1 is not reported: AMD SMI amdsmi_get_gpu_device_uuid failed with status 2" in caplog.text
 
 
 def test_numa_is_zero_when_amd_smi_cannot_say(amd, machine, monkeypatch):

@@ -12,7 +12,8 @@ struct grew at its end is read the same.
 
 The library is loaded by absolute path (``amdSmiLibrary``, else ROCm's ``/opt/rocm/lib``) or by name. A missing
 library, or one that does not initialize, is `AmdSmiUnavailable`; a failing call, `AmdSmiError` naming the call and
-its status. Calls are serialized by a lock. Nothing is decided here: no health policy, no device files.
+its status (core's `hami.vendordriver` pair). Calls are serialized by a lock. Nothing is decided here: no health
+policy, no device files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import ctypes
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from hami.vendordriver import DriverError, DriverUnavailable
 
 __all__ = ["DEFAULT_LIBRARIES", "AmdSmi", "AmdSmiError", "AmdSmiUnavailable", "Gpu", "bdf_text"]
 
@@ -32,16 +35,13 @@ NOT_SUPPORTED_CU = 0xFFFFFFFF
 _MAX_HANDLES = 256
 
 
-class AmdSmiError(Exception):
+class AmdSmiError(DriverError):
     """An AMD SMI call failed: `call` is the function, `code` its ``amdsmi_status_t``."""
 
-    def __init__(self, call: str, code: int, message: str = "") -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} failed with status {code}{': ' + message if message else ''}")
+    library = "AMD SMI"
 
 
-class AmdSmiUnavailable(AmdSmiError):
+class AmdSmiUnavailable(AmdSmiError, DriverUnavailable):
     """AMD SMI cannot be loaded or initialized here (no ROCm, or no amdgpu driver)."""
 
 
@@ -108,12 +108,12 @@ class AmdSmi:
             except AmdSmiError as exc:
                 raise AmdSmiUnavailable(exc.call, exc.code, f"AMD SMI from {candidate} does not initialize") from None
             return session
-        raise AmdSmiUnavailable("loading libamd_smi.so", -1, "; ".join(problems[:2]))
+        raise AmdSmiUnavailable("loading libamd_smi.so", None, "; ".join(problems[:2]))
 
     def _call(self, name: str, *args: object) -> None:
         fn = getattr(self._lib, name, None)
         if fn is None:
-            raise AmdSmiError(name, -1, f"{self.where} has no such function")
+            raise AmdSmiError(name, None, f"{self.where} has no such function")
         code = fn(*args)
         if code != 0:
             raise AmdSmiError(name, code)

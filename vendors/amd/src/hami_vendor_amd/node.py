@@ -7,6 +7,8 @@ UUID ROCr knows it by (``GPU-<16 lower-case hex digits>`` of the ``unique_id`` o
 ``drm_render_minor`` is the GPU's render node, ``<sysfsRoot>/class/kfd/kfd/topology/nodes/*/properties``), which
 ``ROCR_VISIBLE_DEVICES`` needs. As in HAMi's plugin, a GPU without either, or without compute units or memory, is not
 registered (a log line says why); a GPU whose AMD SMI calls fail is not either, and the others keep being served.
+The session and what is said when AMD SMI is missing or fails are core's `hami.vendordriver.DriverReader`'s (there is
+no tool to fall back on).
 
 The inventory is HAMi's JSON register under ``hami.io/node-amd-register``: id = the AMD SMI UUID, index = the DRM
 card number, count ``splitCount``, ``devmem`` MiB, ``devcore`` = the GPU's compute units, type = AMD SMI's market
@@ -29,8 +31,9 @@ from typing import Any
 from hami import pcidevice
 from hami.errors import HamiError
 from hami.model import Device, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords
 from hami.vendorstate import driver_fact
-from hami_vendor_amd.amdsmi import AmdSmi, AmdSmiError, AmdSmiUnavailable
+from hami_vendor_amd.amdsmi import AmdSmi, AmdSmiError
 from hami_vendor_amd.settings import AmdSettings
 
 __all__ = ["DEFAULT_TYPE", "AmdGpu", "NodeRuntime", "inventory", "rocr_uuids", "runtime_for", "simulated_gpus"]
@@ -99,40 +102,29 @@ class NodeRuntime:
     def __init__(self, settings: AmdSettings) -> None:
         self.settings = settings
         self.lock = threading.RLock()
-        self.session: AmdSmi | None = None
+        self.reader: DriverReader[AmdSmi] = DriverReader(
+            log,
+            DriverWords(
+                "AMD SMI",
+                "the AMD GPUs",
+                no_tool="{problem}: this node reports no AMD GPU",
+                opened="AMD SMI opened from {where}",
+            ),
+            open=lambda: AmdSmi.open(settings.amd_smi_library),
+        )
         self.gpus: list[AmdGpu] = []
         self.simulated = False
-        self._said = ""
 
     def simulate(self, gpus: list[AmdGpu]) -> None:
         with self.lock:
             self.simulated, self.gpus = True, gpus
 
-    def _say(self, message: str) -> None:
-        if message != self._said:
-            log.warning("%s", message)
-            self._said = message
-
     def read(self) -> list[AmdGpu]:
-        """This node's GPUs now; none (said once) without AMD SMI."""
+        """This node's GPUs now; none (said once) without AMD SMI or when it fails (then asked again next time)."""
         with self.lock:
-            if self.simulated:
-                return self.gpus
-            try:
-                if self.session is None:
-                    self.session = AmdSmi.open(self.settings.amd_smi_library)
-                    log.info("AMD SMI opened from %s", self.session.where)
-                listed = self.session.gpus()
-            except AmdSmiUnavailable as exc:
-                self._say(f"{exc}: this node reports no AMD GPU")
-                self.gpus = []
-                return self.gpus
-            except AmdSmiError as exc:
-                self._say(f"listing the AMD GPUs failed ({exc}): this node reports none until AMD SMI answers")
-                self.session, self.gpus = None, []
-                return self.gpus
-            self._said = ""
-            self.gpus = self._complete(listed)
+            if not self.simulated:
+                listed = self.reader.read(AmdSmi.gpus)
+                self.gpus = [] if listed is None else self._complete(listed)
             return self.gpus
 
     def _complete(self, listed: Sequence[Any]) -> list[AmdGpu]:

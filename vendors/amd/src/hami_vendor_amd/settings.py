@@ -14,7 +14,7 @@ Owns the names, defaults and validation of every AMD option:
   ``libraryDir``, ``libhipLogLevel``.
 
 A misspelled key is refused with its name. The node side's state (the AMD SMI session and the GPUs last read) is
-kept with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
+kept with the settings object (core's `hami.vendorstate.VendorSettings`), never validated.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import AliasChoices, ConfigDict, Field
+from pydantic import Field
 
-from hami.vendorstate import RuntimeSettings
+from hami.vendorstate import VendorSettings
 
 __all__ = ["CU_MASK", "TIME_SLICE", "AmdSettings", "CoreSplit"]
 
@@ -33,21 +33,13 @@ CU_MASK: Final = "cu-mask"
 TIME_SLICE: Final = "time-slice"
 
 
-def _alias(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
+class AmdSettings(VendorSettings):
+    """The `amd` section of the configuration (keys in camelCase, or the fields' names: core's `VendorSettings`)."""
 
-
-class AmdSettings(RuntimeSettings):
-    """The `amd` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    split_count: int = Field(default=10, ge=1, le=64, validation_alias=_alias("splitCount", "split_count"))
-    core_split: CoreSplit = Field(default=CU_MASK, validation_alias=_alias("coreSplit", "core_split"))
-    amd_smi_library: Path | None = Field(default=None, validation_alias=_alias("amdSmiLibrary", "amd_smi_library"))
-    sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
-    hook_path: Path = Field(default=Path("/usr/local/vgpu/amd"), validation_alias=_alias("hookPath", "hook_path"))
-    library_dir: str | None = Field(default=None, validation_alias=_alias("libraryDir", "library_dir"))
-    libhip_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
-        default="", validation_alias=_alias("libhipLogLevel", "libhip_log_level")
-    )
+    split_count: int = Field(default=10, ge=1, le=64)
+    core_split: CoreSplit = CU_MASK
+    amd_smi_library: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    hook_path: Path = Path("/usr/local/vgpu/amd")
+    library_dir: str | None = None
+    libhip_log_level: Literal["", "0", "1", "2", "3", "4"] = ""

@@ -257,6 +257,15 @@ def amd_share(pod: dict[str, Any]) -> None:
     assert json.loads(pod["annotations"]["hami.io/amd-cu-allocated"]) == {device["uuid"]: "0-75"}
 
 
+def kunlun_vxpu(pod: dict[str, Any]) -> None:
+    # admission rounds the memory up to a P800 quarter, as HAMi's; the vXPU is Kunlunxin's plugin's to make
+    assert "kunlunxin.com/vxpu-memory=24576" in pod["admission"], pod["admission"]
+    _running(pod, "xpu-node")
+    (device,) = _devices(pod, "XPU")
+    assert (device["memory"], device["cores"]) == (24576, 25)
+    assert pod["env"] == {}  # no edits of this project's: the node side is Kunlunxin's
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -289,6 +298,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
     "default/amd-share": amd_share,
+    "default/kunlun-vxpu": kunlun_vxpu,
 }
 
 
@@ -310,7 +320,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "20 pods: 17 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "21 pods: 18 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 

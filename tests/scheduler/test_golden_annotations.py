@@ -10,7 +10,8 @@ entry per container, init containers first, an empty entry for a container witho
 (`nodelock.GenerateNodeLockKeyByPod`); Ascend's `huawei.com/<chip>` runtime list (`RuntimeInfo`: UUID, temp,
 memory, core, zero values left out) and `predicate-time`. AMD's device strings carry the GPU's model as the type and
 its compute units as the cores (``floor(percent × CUs / 100)``; a container without cores or memory, the whole GPU),
-as HAMi's ``AMDDevices.Fit`` writes them.
+as HAMi's ``AMDDevices.Fit`` writes them. Kunlunxin's vXPU memory is rounded up to a P800 partition (20000 MiB is a
+quarter, 24576, and 25 cores), and its XPUs are chosen by position in HAMi's sorted list (``graghSelect``).
 
 Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
 """
@@ -179,6 +180,16 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             ],
         ),
         amd_node("amd-a"),
+    ),
+    "kunlun-vxpu-quarter-and-two-whole": (
+        pod(
+            "p",
+            [
+                container("quarter", {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}),
+                container("pair", {"kunlunxin.com/vxpu": "2"}),
+            ],
+        ),
+        vendor_node("p800-a", "hami.io/node-register-xpu", "kunlunxin.com/vxpu", "XPU", count=8, memory=98304),
     ),
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),

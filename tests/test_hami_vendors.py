@@ -35,7 +35,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "Metax-SGPU": ("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"),
     },
     "amd": {"AMD": ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")},
-    "kunlun": {"XPU": ("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", None)},
+    "kunlun": {
+        "XPU": ("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", None),
+        "kunlun": ("kunlunxin.com/xpu", None, None),
+    },
 }
 
 

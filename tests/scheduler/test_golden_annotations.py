@@ -11,7 +11,9 @@ entry per container, init containers first, an empty entry for a container witho
 memory, core, zero values left out) and `predicate-time`. AMD's device strings carry the GPU's model as the type and
 its compute units as the cores (``floor(percent × CUs / 100)``; a container without cores or memory, the whole GPU),
 as HAMi's ``AMDDevices.Fit`` writes them. Kunlunxin's vXPU memory is rounded up to a P800 partition (20000 MiB is a
-quarter, 24576, and 25 cores), and its XPUs are chosen by position in HAMi's sorted list (``graghSelect``).
+quarter, 24576, and 25 cores), and its XPUs are chosen by position in HAMi's sorted list (``graghSelect``); whole
+Kunlunxin XPUs come from the node's capacity and add ``BAIDU_COM_DEVICE_IDX`` (and, beyond HAMi's
+``hami.io/kunlun-allocated``, this scheduler's own ``hami.io/kunlun-devices-to-allocate``).
 
 Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
 """
@@ -190,6 +192,10 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             ],
         ),
         vendor_node("p800-a", "hami.io/node-register-xpu", "kunlunxin.com/vxpu", "XPU", count=8, memory=98304),
+    ),
+    "kunlun-two-whole-xpus": (
+        pod("p", [container("main", {"kunlunxin.com/xpu": "2"})]),
+        {"metadata": {"name": "p800-b", "annotations": {}}, "status": {"capacity": {"kunlunxin.com/xpu": "8"}}},
     ),
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),

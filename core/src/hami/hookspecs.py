@@ -111,15 +111,20 @@ def hami_discover_devices(settings: Any) -> list[NodeInventory]:
 
 
 @hookspec(firstresult=True)
-def hami_node_devices(kind: DeviceKind, annotations: Mapping[str, str], settings: Any) -> list[Device] | None:
-    """Read a node's devices of ``kind`` from the vendor's own node annotation (scheduler side).
+def hami_node_devices(
+    kind: DeviceKind, annotations: Mapping[str, str], settings: Any, node_name: str, capacity: Mapping[str, Any]
+) -> list[Device] | None:
+    """Read a node's devices of ``kind`` from the vendor's own node annotation, or its capacity (scheduler side).
 
     Routed; optional. For a kind whose devices a vendor component publishes in a form of its own rather than
-    HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON): the scheduler calls it
-    whenever it reads a node, instead of decoding ``kind.annotations.node_register`` itself, and the node daemon
-    leaves that key to the vendor's `NodeInventory.annotations`.
+    HAMi's register encodings (MetaX's ``metax-tech.com/node-gpu-devices`` JSON), or only as a capacity whose
+    devices HAMi describes its own way (Kunlunxin's whole XPUs): the scheduler calls it whenever it reads a node,
+    instead of decoding ``kind.annotations.node_register`` itself, and the node daemon leaves that key to the
+    vendor's `NodeInventory.annotations`.
 
     :param annotations: the node's annotations.
+    :param node_name: the node's name (HAMi names capacity devices after it).
+    :param capacity: the node's ``status.capacity``.
     :returns: the devices (``[]`` when the node publishes none of this kind), or None to fall back to the
         register annotation and capacity. A malformed annotation is logged and answered with ``[]``; never raise.
     """

@@ -312,9 +312,19 @@ class VendorHost:
                 found[vendor.name] = []
         return found
 
-    def node_devices(self, common_word: str, annotations: Mapping[str, str]) -> list[Device] | None:
-        """The node's devices of `common_word` as its vendor reads its own node annotation (None: not such a kind)."""
-        return self._routed(common_word, "hami_node_devices", annotations=annotations)  # type: ignore[no-any-return]
+    def node_devices(
+        self,
+        common_word: str,
+        annotations: Mapping[str, str],
+        node_name: str = "",
+        capacity: Mapping[str, Any] | None = None,
+    ) -> list[Device] | None:
+        """The node's devices of `common_word` as its vendor reads its own node annotation or capacity (None: not
+        such a kind)."""
+        found = self._routed(
+            common_word, "hami_node_devices", annotations=annotations, node_name=node_name, capacity=capacity or {}
+        )
+        return found  # type: ignore[no-any-return]
 
     def container_request(self, common_word: str, container: Container, pod: Pod) -> ContainerRequest | None:
         """What `container` asks of device kind `common_word` (None when it does not mention the kind)."""

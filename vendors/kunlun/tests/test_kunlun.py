@@ -23,9 +23,9 @@ from hami.model import (
 from hami.plugins import VendorHost
 from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
 from hami_vendor_kunlun import plugin
-from hami_vendor_kunlun.topology import CROSS_PAIRS, CROSS_QUADS, select
+from hami_vendor_kunlun.topology import CROSS_PAIRS, CROSS_QUADS, bonus, select
 
-COUNT, MEMORY = "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"
+COUNT, MEMORY, WHOLE = "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", "kunlunxin.com/xpu"
 
 
 def req(count: int = 1, memory: int = 98304) -> ContainerRequest:
@@ -43,6 +43,9 @@ REQUESTS = [
     RequestCase("XPU", {MEMORY: "24576"}, None),  # HAMi asks for XPUs only with kunlunxin.com/vxpu
     RequestCase("XPU", {COUNT: "1", MEMORY: "24Gi"}, "write 24576"),
     RequestCase("XPU", {COUNT: "one"}, "plain non-negative integer"),
+    RequestCase("kunlun", {WHOLE: "2"}, ContainerRequest(kind="kunlun", count=2, memory_percentage=100, cores=100)),
+    RequestCase("kunlun", {WHOLE: "0"}, None),
+    RequestCase("kunlun", {COUNT: "1"}, None),
 ]
 
 
@@ -61,13 +64,28 @@ def p800_nodes() -> list[NodeView]:
     return [NodeView(name="idle", devices=[xpu("idle", i) for i in range(8)]), NodeView(name="busy", devices=busy)]
 
 
+def whole_nodes() -> list[NodeView]:
+    """Whole XPUs as HAMi derives them from capacity: an idle node of 8, and one with XPUs 0 and 5 busy."""
+    devices = plugin.capacity_devices("b", {WHOLE: "8"})
+    busy = [DeviceUsage(device=d, used=1 if d.index in (0, 5) else 0) for d in devices]
+    idle = [DeviceUsage(device=d) for d in plugin.capacity_devices("i", {WHOLE: "8"})]
+    return [NodeView(name="i", devices=idle), NodeView(name="b", devices=busy)]
+
+
+def whole(count: int) -> ContainerRequest:
+    return ContainerRequest(kind="kunlun", count=count, memory_percentage=100, cores=100)
+
+
 def make_fixture() -> VendorFixture:
     return VendorFixture(
         name="kunlun",
         plugin=plugin,
         requests=REQUESTS,
-        nodes={"XPU": p800_nodes},
-        fit_requests={"XPU": [req(memory=24576), req(memory=49152), req(), req(count=2, memory=24576), req(count=4)]},
+        nodes={"XPU": p800_nodes, "kunlun": whole_nodes},
+        fit_requests={
+            "XPU": [req(memory=24576), req(memory=49152), req(), req(count=2, memory=24576), req(count=4)],
+            "kunlun": [whole(1), whole(2), whole(4), whole(8)],
+        },
     )
 
 
@@ -178,3 +196,46 @@ def test_a_choice_is_always_fitting_devices_of_the_asked_number_or_none(fits, co
         assert tuple(sorted(chosen)) in CROSS_PAIRS
     if count == 4 and chosen and not (all(i < 4 for i in chosen) or all(i >= 4 for i in chosen)):
         assert tuple(sorted(chosen)) in CROSS_QUADS
+
+
+def test_whole_xpus_are_the_nodes_capacity_as_hami_names_them():
+    devices = plugin.capacity_devices("n", {WHOLE: "8"})
+    assert [(d.id, d.index, d.count, d.devmem, d.devcore, d.numa) for d in devices[3:5]] == [
+        ("n-kunlun-3", 3, 100, 98304, 100, 0), ("n-kunlun-4", 4, 100, 98304, 100, 1)]  # fmt: skip
+    assert plugin.capacity_devices("n", {WHOLE: "x"}) == []
+    assert plugin.capacity_devices("n", {}) == []
+
+
+def test_whole_xpus_are_idle_ones_and_the_pod_says_which_indices_for_kunlunxins_plugin():
+    pod = Pod(name="p", containers=(Container(name="a"), Container(name="b"), Container(name="sidecar")))
+    requests = [whole(1), whole(2), None]
+    nodes = whole_nodes()
+    fits = {f.node: f for f in host().fit_nodes("kunlun", pod, requests, nodes, SchedulingPolicy(device=("binpack",)))}
+    busy = fits["b"]
+    assert busy.placement is not None
+    taken = [d.uuid for container in busy.placement for d in container]
+    assert not {"b-kunlun-0", "b-kunlun-5"} & set(taken)
+    assert len(set(taken)) == 3
+    last = [int(u.rsplit("-", 1)[1]) for u in (d.uuid for d in busy.placement[1])]
+    assert busy.pod_annotations == {"BAIDU_COM_DEVICE_IDX": ",".join(map(str, last))}
+
+
+@pytest.mark.parametrize(
+    ("busy", "taken", "score"),
+    # HAMi's TestCalcscore, then: nothing busy, one XPU taken (1 -> 3 bubbles); a whole idle wing taken (1 -> 1)
+    [([0], [0, 1], 3000.0), ([0], [4], 2000.0), ([0, 1], [0], 1000.0), ([0, 1, 2, 3], [0], 0.0), ([], [0], 0.0),
+     ([], [4, 5, 6, 7], 2000.0)],
+)  # fmt: skip
+def test_hamis_topology_bonus(busy, taken, score):
+    assert bonus(busy, taken) == score
+
+
+def test_the_node_score_adds_the_bonus_of_the_pods_xpus():
+    pod = Pod(name="p", containers=(Container(name="a"),))
+    nodes = whole_nodes()
+    fits = host().fit_nodes("kunlun", pod, [whole(1)], nodes, SchedulingPolicy())
+    scores = host().score_nodes("kunlun", pod, fits, {n.name: n for n in nodes}, SchedulingPolicy())
+    assert scores is not None
+    for fit in fits:
+        assert fit.placement is not None
+        assert scores[fit.node] - fit.score in (0.0, 1000.0, 2000.0, 3000.0)

@@ -291,7 +291,9 @@ class ClusterState:
         name = meta(node).get("name", "?")
         if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
             return []
-        own = self.host.node_devices(kind.common_word, annotations)
+        own = self.host.node_devices(
+            kind.common_word, annotations, name, (node.get("status") or {}).get("capacity") or {}
+        )
         if own is not None:
             return own
         if key and key in annotations:

@@ -1,10 +1,17 @@
-"""The Kunlunxin vendor plugin: HAMi v2.10's vXPU scheduling (`kunlunxin.com/vxpu*`, `hami.io/xpu-*`).
+"""The Kunlunxin vendor plugin: HAMi v2.10's scheduling of Kunlunxin XPUs, shared (`XPU`) and whole (`kunlun`).
 
-HAMi serves Kunlunxin P800 XPUs from its scheduler alone: the node side is Kunlunxin's own vxpu-device-plugin (a
-published image, no public source), which registers the XPUs under ``hami.io/node-register-xpu`` (HAMi's JSON form),
-answers the handshake ``hami.io/node-handshake-xpu``, reads the placement HAMi's scheduler writes into
-``hami.io/xpu-devices-to-allocate``/``-allocated`` and makes the driver-level vXPU. This plugin is that scheduler
-side, on the core's building blocks; like HAMi it has no discovery, allocation or container edits of its own.
+HAMi serves Kunlunxin P800 XPUs from its scheduler alone: the node side is Kunlunxin's own device plugins (published
+images, no public source). The vxpu-device-plugin registers the XPUs under ``hami.io/node-register-xpu`` (HAMi's
+JSON form), answers the handshake ``hami.io/node-handshake-xpu``, reads the placement HAMi's scheduler writes into
+``hami.io/xpu-devices-to-allocate``/``-allocated`` and makes the driver-level vXPU; the xpu-device-plugin offers whole
+XPUs as the node's ``kunlunxin.com/xpu`` capacity and reads the pod's ``BAIDU_COM_DEVICE_IDX``. This plugin is that
+scheduler side, on the core's building blocks; like HAMi it has no discovery, allocation or container edits.
+
+Whole XPUs (kind ``kunlun``, HAMi's ``KunlunDevices``): a node's devices are its capacity, each named
+``<node>-kunlun-<i>`` with HAMi's figures (100 slots, 98304 MiB, 100 cores; the second half on NUMA node 1); a
+container's ``kunlunxin.com/xpu`` XPUs are idle ones chosen as for vXPUs; the pod's ``hami.io/kunlun-allocated``
+records them, and ``BAIDU_COM_DEVICE_IDX`` the indices of the last container given XPUs; the node's score adds
+HAMi's topology bonus (`hami_vendor_kunlun.topology.bonus`).
 
 * requests as HAMi's ``GenerateResourceRequests``: only a container with ``kunlunxin.com/vxpu`` asks; the memory
   ``kunlunxin.com/vxpu-memory`` (MiB) is rounded up to the P800's partition sizes, a quarter (24576), a half (49152)
@@ -18,7 +25,8 @@ side, on the core's building blocks; like HAMi it has no discovery, allocation o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hami import hookimpl
 from hami.fitting import Candidate, ChoiceContext, DeviceState, ShareFitter
@@ -27,6 +35,7 @@ from hami.model import (
     AnnotationKeys,
     Container,
     ContainerRequest,
+    Device,
     DeviceKind,
     NodeFit,
     NodeView,
@@ -36,10 +45,11 @@ from hami.model import (
     SchedulingPolicy,
     VendorInfo,
 )
+from hami.quantity import parse_quantity
 from hami.requests import read_count
-from hami_vendor_kunlun.topology import select
+from hami_vendor_kunlun.topology import bonus, select
 
-__all__ = ["INFO", "PARTITIONS", "XPU", "partition_of"]
+__all__ = ["INDEX_ANNOTATION", "INFO", "PARTITIONS", "WHOLE", "XPU", "capacity_devices", "partition_of"]
 
 XPU = DeviceKind(
     common_word="XPU",
@@ -56,11 +66,26 @@ XPU = DeviceKind(
     reusable_fits=True,  # the fit reads the pod's spec and annotations, the policy and the node's view alone
 )
 
-INFO = VendorInfo(name="kunlun", display_name="Kunlunxin", kinds=(XPU,))
+WHOLE = DeviceKind(
+    common_word="kunlun",
+    resources=ResourceNames(count="kunlunxin.com/xpu"),
+    annotations=AnnotationKeys(
+        to_allocate="hami.io/kunlun-devices-to-allocate",  # not HAMi's: it writes only the allocated annotation
+        allocated="hami.io/kunlun-allocated",
+        use_uuid="hami.io/use-xpu-uuid",
+        nouse_uuid="hami.io/no-use-xpu-uuid",
+    ),
+    register_format=RegisterFormat.CAPACITY,
+    reusable_fits=True,
+)
+
+INFO = VendorInfo(name="kunlun", display_name="Kunlunxin", kinds=(XPU, WHOLE))
 
 PARTITIONS = (24576, 49152, 98304)
 """A P800's vXPU memory sizes in MiB (a quarter, a half, the whole XPU), as HAMi's ``trimMemory`` rounds to."""
 BAIDU_USE_UUID, BAIDU_NOUSE_UUID = "baidu.com/use-gpuuuid", "baidu.com/nouse-gpuuuid"
+INDEX_ANNOTATION = "BAIDU_COM_DEVICE_IDX"
+"""The pod annotation Kunlunxin's xpu-device-plugin reads: the indices of the whole XPUs given."""
 
 
 def partition_of(memory: int) -> int:
@@ -73,12 +98,32 @@ def hami_vendor_info() -> VendorInfo:
     return INFO
 
 
+def capacity_devices(node_name: str, capacity: Mapping[str, Any]) -> list[Device]:
+    """A node's whole XPUs as HAMi's ``KunlunDevices.GetNodeDevices`` derives them from ``kunlunxin.com/xpu``."""
+    try:
+        cards = int(parse_quantity(str(capacity.get(WHOLE.resources.count, "0"))))
+    except ValueError:
+        return []
+    return [
+        Device(id=f"{node_name}-kunlun-{i}", index=i, count=100, devmem=PARTITIONS[-1], devcore=100,
+               type=WHOLE.common_word, numa=1 if i >= cards // 2 else 0, vendor=WHOLE.common_word)
+        for i in range(max(cards, 0))
+    ]  # fmt: skip
+
+
+@hookimpl
+def hami_node_devices(kind: DeviceKind, node_name: str, capacity: Mapping[str, Any]) -> list[Device] | None:
+    return capacity_devices(node_name, capacity) if kind.common_word == WHOLE.common_word else None
+
+
 @hookimpl
 def hami_container_request(kind: DeviceKind, container: Container) -> ContainerRequest | None:
     names = kind.resources
     count = read_count(container, names.count, unit="devices", limit=1024)
     if not count:
         return None
+    if kind.common_word == WHOLE.common_word:  # HAMi: all of each XPU's memory, and its cores
+        return ContainerRequest(kind=kind.common_word, count=count, memory_percentage=100, cores=100)
     asked = read_count(container, names.memory or "", unit="MiB")
     memory = PARTITIONS[-1] if asked is None else partition_of(asked)
     return ContainerRequest(kind=kind.common_word, count=count, memory=memory, cores=memory * 100 // PARTITIONS[-1])
@@ -127,6 +172,19 @@ class XpuFitter(ShareFitter):
         return picked if len(picked) == count else []
 
 
+def _with_indices(fits: list[NodeFit], nodes: Sequence[NodeView]) -> list[NodeFit]:
+    """HAMi's ``BAIDU_COM_DEVICE_IDX``: the indices of the last container given whole XPUs."""
+    index = {n.name: {u.device.id: u.device.index for u in n.devices} for n in nodes}
+    out = []
+    for fit in fits:
+        given = [c for c in fit.placement or () if c]
+        if given:
+            text = ",".join(str(index[fit.node][d.uuid]) for d in given[-1])
+            fit = fit.model_copy(update={"pod_annotations": {**fit.pod_annotations, INDEX_ANNOTATION: text}})
+        out.append(fit)
+    return out
+
+
 @hookimpl
 def hami_fit_nodes(
     kind: DeviceKind,
@@ -135,4 +193,20 @@ def hami_fit_nodes(
     nodes: Sequence[NodeView],
     policy: SchedulingPolicy,
 ) -> list[NodeFit]:
-    return XpuFitter(kind, pod).fit_nodes(pod, requests, nodes, policy)
+    fits = XpuFitter(kind, pod).fit_nodes(pod, requests, nodes, policy)
+    return _with_indices(fits, nodes) if kind.common_word == WHOLE.common_word else fits
+
+
+@hookimpl
+def hami_score_nodes(kind: DeviceKind, fits: Sequence[NodeFit], nodes: Mapping[str, NodeView]) -> dict[str, float]:
+    """HAMi's node score, plus for whole XPUs HAMi's ``ScoreNode`` bonus for keeping the node's wings whole."""
+    if kind.common_word != WHOLE.common_word:
+        return {fit.node: fit.score for fit in fits}
+    out = {}
+    for fit in fits:
+        devices = nodes[fit.node].devices
+        busy = [u.device.index for u in devices if u.used > 0]
+        index = {u.device.id: u.device.index for u in devices}
+        taken = [index[d.uuid] for container in fit.placement or () for d in container]
+        out[fit.node] = fit.score + bonus(busy, taken)
+    return out

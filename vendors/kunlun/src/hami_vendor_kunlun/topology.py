@@ -14,6 +14,10 @@ positions are the left wing, the next four the right wing:
   the last group that fits);
 * any other count: none.
 
+And the node score's bonus HAMi's whole-XPU backend gives (``ScoreNode``, `bonus`): a set of XPUs "bubbles" by wing (a
+wing of 4 counts 0, of 1 counts 2, of 0, 2 or 3 counts 1; no XPU at all counts 1); the bonus is 3000, 2000, 1000 or 0
+as the pod's XPUs bubble one less, as much, one more or two more than the node's busy ones (1000 otherwise).
+
 Nothing here reads a device's memory or health: the fitter says which devices fit. Positions beyond a list's end (a
 node of fewer than eight XPUs) fit nothing, where HAMi's loop would read past its list.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["CROSS_PAIRS", "CROSS_QUADS", "IN_WING_PAIRS", "select"]
+__all__ = ["CROSS_PAIRS", "CROSS_QUADS", "IN_WING_PAIRS", "bonus", "select"]
 
 CROSS_PAIRS = ((0, 4), (1, 5), (2, 6), (3, 7))
 IN_WING_PAIRS = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5), (4, 6), (4, 7), (5, 6), (5, 7), (6, 7))
@@ -79,3 +83,17 @@ def _across(indices: Sequence[int], fits: Sequence[bool], count: int) -> list[in
                     return chosen
         return chosen
     return []
+
+
+def _bubbles(indices: Sequence[int]) -> int:
+    left = sum(1 for i in indices if i < 4)
+    right = len(indices) - left
+    if not left and not right:
+        return 1
+    return sum(0 if n == 4 else 2 if n == 1 else 1 for n in (left, right))
+
+
+def bonus(busy: Sequence[int], taken: Sequence[int]) -> float:
+    """HAMi's ``calcscore``: `busy` the indices of the node's XPUs in use before the pod, `taken` the pod's."""
+    change = _bubbles(sorted(set(taken))) - _bubbles(sorted(set(busy)))
+    return {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}.get(change, 1000.0)

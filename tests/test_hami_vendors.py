@@ -39,6 +39,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "XPU": ("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", None),
         "kunlun": ("kunlunxin.com/xpu", None, None),
     },
+    "vastai": {"Vastai": ("vastaitech.com/va", None, None)},
 }
 
 

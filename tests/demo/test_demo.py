@@ -266,6 +266,15 @@ def kunlun_vxpu(pod: dict[str, Any]) -> None:
     assert pod["env"] == {}  # no edits of this project's: the node side is Kunlunxin's
 
 
+def vastai_dies(pod: dict[str, Any]) -> None:
+    _running(pod, "va-node")
+    devices = _devices(pod, "Vastai")
+    # two dies of one card (HAMi's best combination), asking no memory or cores; the dies are Vastai's plugin's
+    assert len({d["uuid"].rsplit("-die-", 1)[0] for d in devices}) == 1, devices
+    assert [(d["memory"], d["cores"]) for d in devices] == [(0, 0), (0, 0)]
+    assert pod["env"] == {}
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -299,6 +308,7 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/mthreads-sgpu": mthreads_sgpu,
     "default/amd-share": amd_share,
     "default/kunlun-vxpu": kunlun_vxpu,
+    "default/vastai-dies": vastai_dies,
 }
 
 
@@ -320,7 +330,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "21 pods: 18 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "22 pods: 19 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 

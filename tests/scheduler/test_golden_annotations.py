@@ -13,7 +13,8 @@ its compute units as the cores (``floor(percent × CUs / 100)``; a container wit
 as HAMi's ``AMDDevices.Fit`` writes them. Kunlunxin's vXPU memory is rounded up to a P800 partition (20000 MiB is a
 quarter, 24576, and 25 cores), and its XPUs are chosen by position in HAMi's sorted list (``graghSelect``); whole
 Kunlunxin XPUs come from the node's capacity and add ``BAIDU_COM_DEVICE_IDX`` (and, beyond HAMi's
-``hami.io/kunlun-allocated``, this scheduler's own ``hami.io/kunlun-devices-to-allocate``).
+``hami.io/kunlun-allocated``, this scheduler's own ``hami.io/kunlun-devices-to-allocate``). Vastai's placements ask
+no memory or cores (``,0,0``), and several dies come from the card with most of them free.
 
 Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
 """
@@ -112,6 +113,19 @@ def amd_node(name: str) -> dict[str, Any]:
     }
 
 
+def vastai_node(name: str) -> dict[str, Any]:
+    """Four dies as Vastai's plugin registers them (JSON, custominfo): three on card 0, one on card 1, no cores."""
+    devices = [
+        Device(id=f"{name}-{i}", index=i, count=4, devmem=16384, devcore=0, type="Vastai", numa=0,
+               custom={"DeviceStrategy": "die", "AIC": "0" if i < 3 else "1"})
+        for i in range(4)
+    ]  # fmt: skip
+    return {
+        "metadata": {"name": name, "annotations": {"hami.io/node-va-register": encode_node_register(devices)}},
+        "status": {"capacity": {"vastaitech.com/va": "16"}},
+    }
+
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "nvidia-one-container": (pod("p", [container("cuda", GPU)]), gpu_node("node-a", gpus=2)),
@@ -196,6 +210,10 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "kunlun-two-whole-xpus": (
         pod("p", [container("main", {"kunlunxin.com/xpu": "2"})]),
         {"metadata": {"name": "p800-b", "annotations": {}}, "status": {"capacity": {"kunlunxin.com/xpu": "8"}}},
+    ),
+    "vastai-two-dies-of-one-card": (
+        pod("p", [container("main", {"vastaitech.com/va": "2"})]),
+        vastai_node("va-a"),
     ),
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),

@@ -1,81 +1,39 @@
-"""Build hook of hami-vendor-hygon: compiles the Hygon isolation library ``libvdcu.so`` into the package.
+"""Build hook of this vendor package: hami-core's isolation-library build, for the library described by
+``[tool.hatch.build.hooks.custom]`` in ``pyproject.toml``.
 
-hatchling runs it for every build (``[tool.hatch.build.hooks.custom]``). How an isolation library is compiled and
-packaged (wheel: into ``hami_vendor_hygon/lib/libvdcu.so``, a platform wheel; editable install: into the source
-tree; sdist: with the C core under ``isolation/_core/``) is hami-core's, shared by every vendor
-(``hami/isolation/build.py``); this file only finds the C core and says which library is Hygon's: the core's
-CUDA-runtime-shaped hook layer (``rt``) with HIP's names (``isolation/hami_rt_vendor.h``), exporting what
-``isolation/libvdcu.map`` lists.
-
-The C core is looked for in ``$HAMI_ISOLATION_CORE_DIR``, then ``isolation/_core`` (an sdist), then
-``../../core/src/hami/isolation`` (a checkout), then an installed hami-core. No compiler, or a failed compile,
-stops the build with a message saying what to do. Rebuild an editable install's library after changing C sources
-with ``python vendors/hygon/hatch_build.py``. Nothing here is imported at run time.
+Every vendor package has this same file, byte for byte (copy it as it is; a test holds them equal). It only finds
+hami-core's C core, which carries the build code (``hami/isolation/build.py``: what is built, where, and the
+table's keys): ``$HAMI_ISOLATION_CORE_DIR``, else an sdist's ``isolation/_core``, else this checkout's
+``core/src/hami/isolation``, else an installed hami-core. ``python hatch_build.py`` rebuilds an editable
+install's library after a C source changed. Nothing here is imported at run time.
 """
-
-from __future__ import annotations
 
 import importlib.util
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
-
-try:
-    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
-except ImportError:  # imported for its helpers (tests) where hatchling is not installed
-    BuildHookInterface = object  # type: ignore[misc,assignment]
 
 HERE = Path(__file__).resolve().parent
-LIBRARY = "libvdcu.so"
-
-
-def find_core(root: Path) -> Path:
-    """The directory of hami-core's C isolation core, with its build helper (``build.py``)."""
-    candidates = [Path(os.environ["HAMI_ISOLATION_CORE_DIR"])] if os.environ.get("HAMI_ISOLATION_CORE_DIR") else []
-    candidates += [root / "isolation" / "_core", root.parent.parent / "core" / "src" / "hami" / "isolation"]
-    spec = importlib.util.find_spec("hami")
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [Path(p) / "isolation" for p in spec.submodule_search_locations]
-    for candidate in candidates:
-        if (candidate / "include" / "hami_isolation.h").is_file() and (candidate / "build.py").is_file():
-            return candidate.resolve()
+_hami = importlib.util.find_spec("hami")
+_places = [Path(os.environ["HAMI_ISOLATION_CORE_DIR"])] if os.environ.get("HAMI_ISOLATION_CORE_DIR") else []
+_places += [HERE / "isolation" / "_core", HERE.parent.parent / "core" / "src" / "hami" / "isolation"]
+_places += [Path(p) / "isolation" for p in (_hami.submodule_search_locations or [])] if _hami else []
+_found = [p for p in _places if (p / "build.py").is_file() and (p / "include" / "hami_isolation.h").is_file()]
+if not _found:
     raise RuntimeError(
         "cannot find hami-core's C isolation core (hami/isolation/include/hami_isolation.h and build.py); looked in "
-        + ", ".join(str(c) for c in candidates)
+        + ", ".join(map(str, _places))
         + ". Build from a checkout of the repository, from the sdist, with hami-core installed in the build "
         "environment, or point HAMI_ISOLATION_CORE_DIR at core/src/hami/isolation"
     )
-
-
-def _load_helper(core: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_hami_isolation_build", core / "build.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-CORE = find_core(HERE)
-build = _load_helper(CORE)
-SPEC = build.LibrarySpec(
-    distribution="hami-vendor-hygon",
-    package="hami_vendor_hygon",
-    library=LIBRARY,
-    what="Hygon isolation library",
-    hooks=HERE / "isolation",
-    version_script="libvdcu.map",
-    layers=("rt",),
-)
-
-
-IsolationBuildHook = build.hatch_hook(SPEC, CORE, BuildHookInterface)
-
+CORE = _found[0].resolve()
+_spec = importlib.util.spec_from_file_location("_hami_isolation_build", CORE / "build.py")
+assert _spec is not None
+assert _spec.loader is not None
+build = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault(_spec.name, build)
+_spec.loader.exec_module(build)
+SPEC, IsolationBuildHook = build.vendor_hook(HERE, CORE)
 
 if __name__ == "__main__":
-    try:
-        print(build.rebuild_in_place(SPEC, CORE, HERE))
-    except build.IsolationLibraryError as exc:
-        sys.exit(str(exc))
+    sys.exit(build.main(SPEC, CORE, HERE))

@@ -54,6 +54,18 @@ def _spelling(name: str, field: Any) -> str:
     return name
 
 
+def _field_for(model: type[BaseModel], key: str) -> Any:
+    """The field that a key of a file names: by the field's name, its alias or any of its validation aliases (a
+    vendor's ``migProfileAllowlist``); None when none does."""
+    if key in model.model_fields:
+        return model.model_fields[key]
+    for field in model.model_fields.values():
+        alias = field.validation_alias
+        if key == field.alias or key == alias or key in getattr(alias, "choices", ()):
+            return field
+    return None
+
+
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
     """The models an annotation can hold, through Optional, unions, lists, tuples and dict values."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -77,9 +89,7 @@ def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseMode
             return None
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part) or next(
-            (f for f in current.model_fields.values() if f.alias == part), None
-        )
+        field = _field_for(current, part)
         if field is None:
             # a dict key (vendor name, node label): the model stays the dict's value type
             continue
@@ -106,7 +116,7 @@ def _path(
             continue
         spelt = part
         if current is not None:
-            field = current.model_fields.get(part)
+            field = _field_for(current, part)
             if field is not None:
                 spelt = field.alias or part
                 models = _models_in(field.annotation)

@@ -7,9 +7,9 @@ is read:
 - each key is accepted in HAMi's camelCase (``deviceSplitCount``) and as the field's own name
   (``device_split_count``), and nothing else: a misspelled key is refused with its name and the nearest legal one
   (`hami.validation`), and an error names a key as the file spells it. The camelCase is made from the field's
-  name (`camel`); a field whose HAMi name is not that says it, and only it:
-  ``Field(validation_alias="defaultGPUNum")`` (or ``AliasChoices("defaultMemory", "defaultMem")`` for a key HAMi
-  spelt two ways, the first being the one messages show);
+  name (`camel`); a field whose HAMi name is not that declares HAMi's spelling alone (its own name is still read):
+  ``Field(validation_alias="defaultGPUNum")``, or ``AliasChoices("defaultMemory", "defaultMem")`` for a key HAMi
+  spelt two ways, the first being the one messages show;
 - settings are frozen once read;
 - it holds one runtime object (an open driver session, the devices last read) for as long as the host that loaded
   those settings lives, so two hosts (two tests, the simulator beside a daemon) never share one, and creates it on
@@ -69,10 +69,6 @@ class VendorSettings(BaseModel):
                 self._runtime = make()
             runtime: R = self._runtime
             return runtime
-
-
-RuntimeSettings = VendorSettings
-"""The former name of `VendorSettings`, while vendors move to it (removed once none uses it)."""
 
 
 def driver_fact(driver: Mapping[str, Mapping[str, Any]], device: str, key: str, expected: type[F]) -> F:

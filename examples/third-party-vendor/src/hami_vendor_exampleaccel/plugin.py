@@ -5,8 +5,9 @@ This module is what the entry point ``exampleaccel = "hami_vendor_exampleaccel.p
 and parameters must match `hami.hookspecs` (a misspelled hook fails at load time). Each hook may take fewer
 parameters than its specification lists, never others.
 
-Everything HAMi's vendors share is a core building block called from here: `hami.requests.read_share_request`
-reads resources, `hami.fitting.ShareFitter` does slot/memory/core accounting, selectors and device policies.
+Everything HAMi's vendors share is a core building block called from here: `hami.vendorstate.VendorSettings`
+reads the configuration section, `hami.requests.read_share_request` reads resources, `hami.fitting.ShareFitter`
+does slot/memory/core accounting, selectors and device policies.
 What is left is what makes this device different: its names, where its devices come from, and what a
 container needs to see them.
 """
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hami import hookimpl
 from hami.errors import HamiError
@@ -41,6 +42,7 @@ from hami.model import (
     VendorInfo,
 )
 from hami.requests import read_share_request
+from hami.vendorstate import VendorSettings
 from hami_vendor_exampleaccel.inventory import read_inventory, uuid_index
 
 __all__ = [
@@ -91,10 +93,11 @@ ENV_CORE_LIMIT = "EXAMPLEACCEL_CORE_LIMIT"
 CDI_KIND = "example.com/accel"
 
 
-class ExampleAccelSettings(BaseModel):
-    """The ``exampleaccel`` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ExampleAccelSettings(VendorSettings):
+    """The ``exampleaccel`` section of the configuration: each key in camelCase (``splitCount``, HAMi's style) or as
+    the field's name (``split_count``), a misspelled one refused with its name (core's
+    `hami.vendorstate.VendorSettings`: every vendor reads its section this way). A vendor with HAMi's
+    ``defaultMem``/``defaultCores`` subclasses `hami.requests.ShareDefaults` instead."""
 
     split_count: int = Field(default=10, ge=1, le=1024, description="how many containers may share one device")
     default_memory: int = Field(

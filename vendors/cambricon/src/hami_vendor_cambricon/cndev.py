@@ -37,6 +37,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["DRIVER_LIBRARY", "Cndev", "CndevError", "CndevUnavailable", "MluCard", "SmluInstance", "SmluProfile"]
 
 LIBRARY_NAME = "libcndev.so"
@@ -66,17 +68,17 @@ NAME_SIZE = 100
 """CNDEV_MLUINSTANCE_PROFILE_NAME_BUFFER_SIZE and CNDEV_MLUINSTANCE_DEVICE_NODE_NAME_BUFFER_SIZE."""
 
 
-class CndevError(Exception):
+class CndevError(DriverError):
     """A CNDev call failed. `code` is CNDev's return code, `call` the function that failed."""
 
-    def __init__(self, call: str, code: int) -> None:
-        self.call = call
-        self.code = code
+    library = "CNDev"
+
+    def code_text(self, code: int) -> str:
         what = _ERRORS.get(code, "")
-        super().__init__(f"CNDev {call} failed with code {code}{' (' + what + ')' if what else ''}")
+        return f"code {code}{' (' + what + ')' if what else ''}"
 
 
-class CndevUnavailable(CndevError):
+class CndevUnavailable(CndevError, DriverUnavailable):
     """There is no usable CNDev on this host: the library is missing or does not initialize."""
 
 

@@ -1,7 +1,8 @@
 """Discovery: this node's MLUs through CNDev, as the node publishes them.
 
-Owns the node runtime (`NodeRuntime`: the CNDev session, opened on first use and reopened after a failure, and the
-cards of the last read, which allocation and container edits use to turn a placement into card indices) and the
+Owns the node runtime (`NodeRuntime`: the CNDev session, opened on first use and reopened after a failure by core's
+`hami.vendordriver.DriverReader`, which also says, once, what a missing or failing CNDev means, and the cards of
+the last read, which allocation and container edits use to turn a placement into card indices) and the
 `NodeInventory` of kind ``MLU``: per card the UUID (``MLU-<uuid>``, as Cambricon's device plugin names it), its
 CNDev index, 100 slots (HAMi's ``Count`` for an MLU), the memory in MiB, 100 % compute, the card name as type
 (``MLU370-X8``, which ``cambricon.com/use-mlutype`` matches), its NUMA node and health.
@@ -34,8 +35,9 @@ from dataclasses import dataclass, field, replace
 from hami.codec import encode_link_scores
 from hami.errors import HamiError
 from hami.model import Device, DeviceProcess, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords
 from hami_vendor_cambricon import cnmon, smlu
-from hami_vendor_cambricon.cndev import Cndev, CndevError, CndevUnavailable, MluCard
+from hami_vendor_cambricon.cndev import Cndev, CndevError, MluCard
 from hami_vendor_cambricon.fit import LINK_ANNOTATION
 from hami_vendor_cambricon.settings import CambriconSettings
 
@@ -67,16 +69,43 @@ class NodeRuntime:
 
     settings: CambriconSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    cndev: Cndev | None = None
     cards: list[MluCard] = field(default_factory=list)
-    source: str = ""
-    """Where the cards were last read from: ``cndev``, ``cnmon`` or ``""`` (nowhere)."""
     problems: list[str] = field(default_factory=list)
     """What the last read could not use (cnmon rows, links)."""
     live_pods: set[str] | None = None
     """UIDs of the pods on this node when the daemon started (`hami_reconcile`); None until told."""
     reconciled: bool = False
-    _said: str = ""
+    reader: DriverReader[Cndev] = field(init=False)
+
+    def __post_init__(self) -> None:
+        words = DriverWords(
+            "CNDev",
+            "the MLU cards",
+            read_failed="reading the MLU cards failed ({error})",
+            no_tool="{problem}: this node reports none",
+            from_tool=f"{{problem}}: MLU cards read from {self.cnmon} ({{count}} found; no sMLU)",
+            nothing="{problem}, and {error}: this node reports no Cambricon devices",
+            from_library="MLU cards read through CNDev ({count} found)",
+        )
+        self.reader = DriverReader(log, words, lambda: Cndev.open(self.settings.cndev_library), ("cndev", "cnmon"))
+
+    @property
+    def cnmon(self) -> str:
+        return self.settings.cnmon_path or "cnmon"
+
+    @property
+    def cndev(self) -> Cndev | None:
+        """The open CNDev session, or None."""
+        return self.reader.session
+
+    @cndev.setter
+    def cndev(self, session: Cndev | None) -> None:
+        self.reader.session = session
+
+    @property
+    def source(self) -> str:
+        """Where the cards were last read from: ``cndev``, ``cnmon`` or ``""`` (nowhere)."""
+        return self.reader.source
 
     def reconcile_once(self) -> None:
         """Once the daemon said which pods are here: destroy the sMLU instances of any other pod (a crash)."""
@@ -90,30 +119,18 @@ class NodeRuntime:
             self.reconciled = True
             smlu.reconcile(self.cndev, self.cards, self.live_pods)
 
-    def _say(self, level: int, message: str) -> None:
-        if message != self._said:
-            log.log(level, message)
-            self._said = message
-
     def read_cards(self) -> list[MluCard]:
-        """This node's cards now; none (said once in the log) when CNDev is missing or fails."""
+        """This node's cards now, from CNDev, else (no CNDev at all) from cnmon; none (said once in the log) when
+        neither answers, or when CNDev fails."""
         with self.lock:
             self.problems = []
-            try:
-                if self.cndev is None:
-                    self.cndev = Cndev.open(self.settings.cndev_library)
-                self.cards = [replace(c, links=self._links(self.cndev, c)) for c in self.cndev.cards()]
-                self.source = "cndev"
-                self._say(logging.INFO, f"MLU cards read through CNDev ({len(self.cards)} found)")
-            except CndevUnavailable as exc:
-                self._from_cnmon(f"no CNDev ({exc})")
-            except CndevError as exc:
-                self.cndev = None  # reopened next time
-                self.cards, self.source = [], ""
-                self._say(logging.WARNING, f"reading the MLU cards failed ({exc}): this node reports none")
+            self.cards = self.reader.read(self._from_cndev, self._from_cnmon, tool_after_failure=False) or []
             for problem in self.problems:
                 log.error("%s", problem)
             return self.cards
+
+    def _from_cndev(self, cndev: Cndev) -> list[MluCard]:
+        return [replace(c, links=self._links(cndev, c)) for c in cndev.cards()]
 
     def _links(self, cndev: Cndev, card: MluCard) -> tuple[str, ...]:
         try:
@@ -122,17 +139,10 @@ class NodeRuntime:
             self.problems.append(f"MLU {card.index}: its MLU-Link peers cannot be read ({exc}); it has no links")
             return ()
 
-    def _from_cnmon(self, why: str) -> None:
-        command = self.settings.cnmon_path or "cnmon"
-        try:
-            report = cnmon.read_cards(command)
-        except cnmon.CnmonError as exc:
-            self.cards, self.source = [], ""
-            self._say(logging.WARNING, f"{why}, and {exc}: this node reports no Cambricon devices")
-            return
-        self.cards, self.source = report.cards, "cnmon"
+    def _from_cnmon(self) -> list[MluCard]:
+        report = cnmon.read_cards(self.cnmon)
         self.problems.extend(report.problems)
-        self._say(logging.WARNING, f"{why}: MLU cards read from {command} ({len(self.cards)} found; no sMLU)")
+        return report.cards
 
     def card_of(self, uuid: str) -> MluCard:
         """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-cambricon-mlu-<index>``.
@@ -151,7 +161,7 @@ class NodeRuntime:
                         return card
             index = _TRAILING_INDEX.fullmatch(uuid)
             if self.cndev is None and not self.source and index:
-                self._say(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
+                self.reader.said(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
                 return MluCard(int(index.group(1)), uuid, "", 0, 0, True)
             known = ", ".join(c.uuid for c in self.cards) or "no MLU"
             raise HamiError(

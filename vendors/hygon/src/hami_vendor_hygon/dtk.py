@@ -30,6 +30,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["ComputeProcesses", "Dcu", "Dmi", "DtkError", "DtkUnavailable", "Rsmi", "VirtualDcu", "bdf_of"]
 
 RSMI_LIBRARY = "librocm_smi64.so"
@@ -49,16 +51,11 @@ DMI_OUT_OF_RESOURCES = 11
 _SERIAL_LEN = 64
 
 
-class DtkError(Exception):
+class DtkError(DriverError):
     """A DTK management call failed: `call` is the function, `code` its status."""
 
-    def __init__(self, call: str, code: int, message: str = "") -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} failed with status {code}{': ' + message if message else ''}")
 
-
-class DtkUnavailable(DtkError):
+class DtkUnavailable(DtkError, DriverUnavailable):
     """The library is missing or does not initialize on this host."""
 
 

@@ -1,9 +1,10 @@
 """The node side's Hygon state: where DCUs are read from, and the DCUs last read.
 
 Owns the choice of source (ROCm SMI through `hami_vendor_hygon.dtk` when ``librocm_smi64.so`` loads, else
-``hy-smi`` through `hami_vendor_hygon.hysmi`), DMI's session (opened when ``libhydmi.so`` loads; it gives the
-compute units and makes virtual devices), the sessions' lifecycle (opened on first use, dropped and reopened after
-a failure), messages about a missing driver (each said once), and the devices of the last read, which allocation
+``hy-smi`` through `hami_vendor_hygon.hysmi`: core's `hami.vendordriver.DriverReader`, in Hygon's words), DMI's
+session (opened when ``libhydmi.so`` loads; it gives the compute units and makes virtual devices), the sessions'
+lifecycle (opened on first use, dropped and reopened after a failure), messages about a missing driver (each said
+once, core's `hami.vendordriver.Said`), and the devices of the last read, which allocation
 and container edits use to turn a placement's UUIDs into devices. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the devices are the inventory's and no driver is read. For the node-side backstop,
 `NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi).
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field, replace
 
 from hami.errors import HamiError
 from hami.model import DeviceProcess
+from hami.vendordriver import DriverReader, DriverWords, Said
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
-from hami_vendor_hygon.hysmi import HySmiError, read_devices
+from hami_vendor_hygon.hysmi import read_devices
 from hami_vendor_hygon.models import compute_units_of, model_of
 from hami_vendor_hygon.settings import VDCU, HygonSettings
 from hami_vendor_hygon.vdcu import VdcuState
@@ -31,29 +33,51 @@ __all__ = ["NodeRuntime", "runtime_for"]
 log = logging.getLogger("hami_vendor_hygon")
 
 
+WORDS = DriverWords(
+    "ROCm SMI",
+    "the DCUs",
+    from_tool="{problem}: Hygon DCUs are read from hy-smi instead",
+    nothing="{problem}, and {error}: this node reports no Hygon DCU",
+)
+
+
 @dataclass
 class NodeRuntime:
     settings: HygonSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    rsmi: Rsmi | None = None
     dmi_session: Dmi | None = None
     devices: list[Dcu] = field(default_factory=list)
-    source: str = ""
     problems: list[str] = field(default_factory=list)
     """What the last read could not use (malformed tool lines, devices left out)."""
-    _said: str = ""
     _dmi_tried: bool = False
-    _dmi_said: str = ""
     _reconciled: bool = False
     simulated: bool = False
     """The devices are a simulated inventory's (`simulate`): no driver is read."""
+    reader: DriverReader[Rsmi] = field(init=False)
+    _dmi_said: Said = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reader = DriverReader(
+            log, WORDS, lambda: Rsmi.open(self.settings.rocm_smi_library), ("rocm-smi", "hy-smi")
+        )
+        self._dmi_said = Said(log)
+
+    @property
+    def rsmi(self) -> Rsmi | None:
+        """The open ROCm SMI session, or None."""
+        return self.reader.session
+
+    @property
+    def source(self) -> str:
+        """Where the DCUs were last read from: ``rocm-smi``, ``hy-smi``, ``simulated``, or empty (nowhere)."""
+        return self.reader.source
 
     def simulate(self, devices: list[Dcu]) -> None:
         """From now on, this node's DCUs are `devices` and no driver is read."""
         with self.lock:
             self.simulated = True
             self.devices = devices
-            self.source = "simulated"
+            self.reader.source = "simulated"
 
     def reconcile_once(self) -> None:
         """Once per daemon: destroy the driver's virtual devices that no vdev directory names (a crash)."""
@@ -73,11 +97,6 @@ class NodeRuntime:
             dmi = None if self.simulated else self.dmi()
             VdcuState(self.settings.vdev_dir, self.settings.exporter_dir).reconcile(dmi, live_pods)
 
-    def _say(self, level: int, message: str) -> None:
-        if message != self._said:
-            log.log(level, message)
-            self._said = message
-
     def dmi(self) -> Dmi | None:
         """DMI's session, None where libhydmi.so is absent (tried again at every read of the devices)."""
         with self.lock:
@@ -88,9 +107,7 @@ class NodeRuntime:
                     log.info("Hygon DMI opened from %s", self.dmi_session.where)
                 except DtkUnavailable as exc:
                     message = f"no Hygon DMI ({exc}): compute units come from the model table, no vDCU is created"
-                    if message != self._dmi_said:  # said once, and again when it changes
-                        log.info("%s", message)
-                        self._dmi_said = message
+                    self._dmi_said(logging.INFO, message)
             return self.dmi_session
 
     def read_devices(self) -> list[Dcu]:
@@ -99,38 +116,20 @@ class NodeRuntime:
             if self.simulated:
                 return self.devices
             self._dmi_tried = False
-            problem = ""
-            devices: list[Dcu] | None = None
             self.problems = []
-            if self.rsmi is None:
-                try:
-                    self.rsmi = Rsmi.open(self.settings.rocm_smi_library)
-                except DtkUnavailable as exc:
-                    problem = f"no ROCm SMI ({exc})"
-            if self.rsmi is not None:
-                try:
-                    devices = self.rsmi.devices()
-                    self.source = "rocm-smi"
-                except DtkError as exc:
-                    problem = f"reading the DCUs through ROCm SMI failed ({exc})"
-                    self.rsmi = None
-            if devices is None:
-                try:
-                    report = read_devices(self.settings.hy_smi)
-                    devices, self.problems = report.devices, report.problems
-                    self.source = "hy-smi"
-                    self._say(logging.WARNING, f"{problem}: Hygon DCUs are read from hy-smi instead")
-                    for p in report.problems:
-                        log.error("%s", p)
-                except HySmiError as exc:
-                    self.source = ""
-                    devices = []
-                    self._say(logging.WARNING, f"{problem}, and {exc}: this node reports no Hygon DCU")
+            devices = self.reader.read(Rsmi.devices, self._from_hy_smi) or []
+            for p in self.problems:
+                log.error("%s", p)
             dmi = self.dmi() if devices else None
             self.devices = [self._with_compute_units(d, dmi) for d in devices]
             if dmi is not None and self.settings.dcu_mode == VDCU:
                 self.reconcile_once()
             return self.devices
+
+    def _from_hy_smi(self) -> list[Dcu]:
+        report = read_devices(self.settings.hy_smi)
+        self.problems = report.problems
+        return report.devices
 
     def processes(self) -> list[DeviceProcess] | None:
         """Each compute process on this node's DCUs and the VRAM ROCm SMI counts for it there; None on simulated

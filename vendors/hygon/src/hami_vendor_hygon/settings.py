@@ -12,8 +12,9 @@ Owns the names, defaults and validation of every Hygon option:
   read-write mounts of them, off by default), the sysfs root where a DCU's
   DRM nodes are found by its PCI address, and the soft mode's (``hookPath``, ``libraryDir``, ``libvdcuLogLevel``).
 
-A misspelled key is refused with its name. The node side's state (the sessions and the devices last read) is kept
-with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
+Read as every vendor's section is (core's `hami.requests.ShareDefaults` on `hami.vendorstate.VendorSettings`):
+HAMi's camelCase or the field's name, a misspelled key refused with its name. The node side's state (the sessions
+and the devices last read) is kept with the settings object, never validated.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 
 from hami.requests import ShareDefaults
-from hami.vendorstate import RuntimeSettings
 
 __all__ = ["SOFT", "VDCU", "DcuMode", "HygonSettings"]
 
@@ -34,36 +34,27 @@ VDCU: Final = "vdcu"
 SOFT: Final = "hami-core"
 
 
-def _alias(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
-
-
-class HygonSettings(ShareDefaults, RuntimeSettings):
+class HygonSettings(ShareDefaults):
     """The `hygon` section of the configuration."""
 
-    dcu_mode: DcuMode = Field(default=VDCU, validation_alias=_alias("dcuMode", "dcu_mode"))
-    split_count: int = Field(default=4, ge=1, le=64, validation_alias=_alias("splitCount", "split_count"))
-    rocm_smi_library: Path | None = Field(default=None, validation_alias=_alias("rocmSmiLibrary", "rocm_smi_library"))
-    dmi_library: Path | None = Field(default=None, validation_alias=_alias("dmiLibrary", "dmi_library"))
-    hy_smi: str = Field(default="hy-smi", min_length=1, validation_alias=_alias("hySmi", "hy_smi"))
-    vdev_dir: Path = Field(default=Path("/usr/local/vgpu/dcu"), validation_alias=_alias("vdevDir", "vdev_dir"))
-    exporter_dir: Path = Field(default=Path("/etc/vdev"), validation_alias=_alias("exporterDir", "exporter_dir"))
+    dcu_mode: DcuMode = VDCU
+    split_count: int = Field(default=4, ge=1, le=64)
+    rocm_smi_library: Path | None = None
+    dmi_library: Path | None = None
+    hy_smi: str = Field(default="hy-smi", min_length=1)
+    vdev_dir: Path = Path("/usr/local/vgpu/dcu")
+    exporter_dir: Path = Path("/etc/vdev")
     hygon_driver_path: str = Field(
         default_factory=lambda: os.environ.get("HYGONPATH", "/opt/hygondriver"),
-        validation_alias=_alias("hygonDriverPath", "hygon_driver_path"),
     )
-    hyhal_path: str = Field(default="/opt/hyhal", validation_alias=_alias("hyhalPath", "hyhal_path"))
-    writable_mounts: bool = Field(default=False, validation_alias=_alias("writableMounts", "writable_mounts"))
+    hyhal_path: str = "/opt/hyhal"
+    writable_mounts: bool = False
     """Mount the vdev directory, $HYGONPATH and /opt/hyhal read-write, as HAMi's plugin does (default: read-only:
     a tenant could otherwise rewrite its vDCU's file or the host's driver files)."""
-    sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
-    hook_path: Path = Field(
-        default=Path("/usr/local/vgpu/dcu-hami-core"), validation_alias=_alias("hookPath", "hook_path")
-    )
-    library_dir: Path | None = Field(default=None, validation_alias=_alias("libraryDir", "library_dir"))
-    libvdcu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
-        default="", validation_alias=_alias("libvdcuLogLevel", "libvdcu_log_level")
-    )
+    sysfs_root: Path = Path("/sys")
+    hook_path: Path = Field(default=Path("/usr/local/vgpu/dcu-hami-core"))
+    library_dir: Path | None = None
+    libvdcu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(default="")
 
     @property
     def containers_dir(self) -> Path:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "sysfs_bus_id"]
 
 DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
@@ -29,11 +31,11 @@ NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE: the memory of a 
 _BUFFER = 96
 
 
-class IxmlError(Exception):
-    """An ixML call failed; the message names the call and ixML's reason."""
+class IxmlError(DriverError):
+    """An ixML call failed; the message (given whole, as `call`) names the call and ixML's reason."""
 
 
-class IxmlUnavailable(IxmlError):
+class IxmlUnavailable(IxmlError, DriverUnavailable):
     """ixML cannot be loaded or initialized here (no CoreX driver, or not ixML)."""
 
 

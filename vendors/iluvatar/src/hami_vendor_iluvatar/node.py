@@ -1,9 +1,10 @@
 """The node side's Iluvatar state: the ixML session and the GPUs last read.
 
-Owns the session's lifecycle (opened on first use, dropped and reopened after a failure), the message about a
-missing driver (said once, and again when it changes), and the GPUs of the last read (with which share a board),
-which container edits use to
-turn a placement's UUIDs into GPUs (device nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
+Owns the session's lifecycle (opened on first use, dropped and reopened after a failure) and the message about a
+missing driver (said once, and again when it changes), both through core's `hami.vendordriver.DriverReader` in
+Iluvatar's words (HAMi's Iluvatar support reads no tool: without ixML the node reports no GPU), and the GPUs of the
+last read (with which share a board), which container edits use to turn a placement's UUIDs into GPUs (device
+nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
 error line naming it; the node keeps serving the others. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. Also the compute processes on
 given GPUs, for the node-side backstop (`NodeRuntime.processes`). One runtime per settings object
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 
 from hami.errors import HamiError
 from hami.model import DeviceProcess
-from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError, IxmlUnavailable
+from hami.vendordriver import DriverReader, DriverWords
+from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
 __all__ = ["NodeRuntime", "runtime_for"]
@@ -27,18 +29,35 @@ __all__ = ["NodeRuntime", "runtime_for"]
 log = logging.getLogger("hami_vendor_iluvatar")
 
 
+WORDS = DriverWords(
+    "ixML",
+    "the Iluvatar GPUs",
+    no_library="{error}: this node reports no Iluvatar GPU",
+    read_failed="reading the Iluvatar GPUs failed ({error}): this node reports none until ixML answers",
+    no_tool="{problem}",
+    opened="ixML opened from {where}",
+)
+
+
 @dataclass
 class NodeRuntime:
     settings: IluvatarSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    session: Ixml | None = None
     gpus: list[Gpu] = field(default_factory=list)
     boards: dict[str, dict[str, bool]] = field(default_factory=dict)
     """UUID -> peer UUID -> on the same board, for the GPUs last read (empty where ixML cannot tell)."""
     problems: list[str] = field(default_factory=list)
-    _said: str = ""
     simulated: dict[str, list[Gpu]] | None = None
     """The GPUs a simulated inventory stands in for ixML with, by kind (`simulate`); None on hardware."""
+    reader: DriverReader[Ixml] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reader = DriverReader(log, WORDS, lambda: Ixml.open(self.settings.ixml_library))
+
+    @property
+    def session(self) -> Ixml | None:
+        """The open ixML session, or None."""
+        return self.reader.session
 
     def simulate(self, common_word: str, gpus: list[Gpu]) -> None:
         """From now on, this node's GPUs of kind `common_word` are `gpus` and ixML is not read."""
@@ -46,44 +65,32 @@ class NodeRuntime:
             self.simulated = {**(self.simulated or {}), common_word: gpus}
             self.gpus = [gpu for group in self.simulated.values() for gpu in group]
 
-    def _say(self, message: str) -> None:
-        if message != self._said:
-            log.warning("%s", message)
-            self._said = message
-
     def read_gpus(self) -> list[Gpu]:
         """This node's GPUs now; none (said once) without ixML."""
         with self.lock:
             if self.simulated is not None:
                 return self.gpus
             self.problems = []
-            if self.session is None:
-                try:
-                    self.session = Ixml.open(self.settings.ixml_library)
-                    log.info("ixML opened from %s", self.session.where)
-                except IxmlUnavailable as exc:
-                    self._say(f"{exc}: this node reports no Iluvatar GPU")
-                    self.gpus = []
-                    return self.gpus
-            try:
-                count = self.session.count()
-            except IxmlError as exc:
-                self._say(f"reading the Iluvatar GPUs failed ({exc}): this node reports none until ixML answers")
-                self.session = None
+            gpus = self.reader.read(self._from_ixml)
+            if gpus is None:
                 self.gpus = []
                 return self.gpus
-            gpus = []
-            for index in range(count):
-                try:
-                    gpus.append(self.session.gpu(index))
-                except IxmlError as exc:
-                    problem = f"Iluvatar GPU {index} is not reported: {exc}"
-                    log.error("%s", problem)
-                    self.problems.append(problem)
-            self._said = ""
             self.gpus = gpus
             self.boards = self._boards(gpus)
             return gpus
+
+    def _from_ixml(self, session: Ixml) -> list[Gpu]:
+        count = session.count()
+        gpus = []
+        for index in range(count):
+            try:
+                gpus.append(session.gpu(index))
+            except IxmlError as exc:
+                problem = f"Iluvatar GPU {index} is not reported: {exc}"
+                log.error("%s", problem)
+                self.problems.append(problem)
+        self.reader.said.forget()
+        return gpus
 
     def _boards(self, gpus: list[Gpu]) -> dict[str, dict[str, bool]]:
         assert self.session is not None

@@ -13,8 +13,9 @@ Owns the names, defaults and validation of every Iluvatar option:
   (a GPU's NUMA node is read there by its PCI address); and the soft mode's ``hookPath``, ``libraryDir``,
   ``libvcorexLogLevel``.
 
-A misspelled key is refused with its name. The node side's state (the ixML session and the devices last read) is
-kept with the settings object (core's `hami.vendorstate.RuntimeSettings`), never validated.
+Read as every vendor's section is (core's `hami.requests.ShareDefaults` on `hami.vendorstate.VendorSettings`):
+HAMi's camelCase or the field's name, a misspelled key refused with its name. The node side's state (the ixML
+session and the devices last read) is kept with the settings object, never validated.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 
 from hami.requests import ShareDefaults
-from hami.vendorstate import RuntimeSettings
 
 __all__ = ["GPU_MANAGER", "SOFT", "IluvatarMode", "IluvatarSettings"]
 
@@ -34,23 +34,15 @@ GPU_MANAGER: Final = "gpu-manager"
 SOFT: Final = "hami-core"
 
 
-def _alias(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
-
-
-class IluvatarSettings(ShareDefaults, RuntimeSettings):
+class IluvatarSettings(ShareDefaults):
     """The `iluvatar` section of the configuration."""
 
-    iluvatar_mode: IluvatarMode = Field(default=GPU_MANAGER, validation_alias=_alias("iluvatarMode", "iluvatar_mode"))
-    split_count: int = Field(default=10, ge=1, le=64, validation_alias=_alias("splitCount", "split_count"))
-    ixml_library: Path | None = Field(default=None, validation_alias=_alias("ixmlLibrary", "ixml_library"))
-    corex_path: str = Field(
-        default="/usr/local/corex", min_length=1, validation_alias=_alias("corexPath", "corex_path")
-    )
-    mount_corex: bool = Field(default=True, validation_alias=_alias("mountCorex", "mount_corex"))
-    sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
-    hook_path: Path = Field(default=Path("/usr/local/vgpu/iluvatar"), validation_alias=_alias("hookPath", "hook_path"))
-    library_dir: str | None = Field(default=None, validation_alias=_alias("libraryDir", "library_dir"))
-    libvcorex_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
-        default="", validation_alias=_alias("libvcorexLogLevel", "libvcorex_log_level")
-    )
+    iluvatar_mode: IluvatarMode = GPU_MANAGER
+    split_count: int = Field(default=10, ge=1, le=64)
+    ixml_library: Path | None = None
+    corex_path: str = Field(default="/usr/local/corex", min_length=1)
+    mount_corex: bool = True
+    sysfs_root: Path = Path("/sys")
+    hook_path: Path = Path("/usr/local/vgpu/iluvatar")
+    library_dir: str | None = None
+    libvcorex_log_level: Literal["", "0", "1", "2", "3", "4"] = ""

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from hami.vendortool import ToolError
 from hami_vendor_metax.mxsml import MetaxGpu
 
 __all__ = ["MxSmiError", "MxSmiReport", "parse", "read_devices"]
@@ -32,7 +33,7 @@ _MEMORY = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*MiB\s*$")
 MIB = 1024 * 1024
 
 
-class MxSmiError(Exception):
+class MxSmiError(ToolError):
     """mx-smi could not be run or printed nothing usable."""
 
 

@@ -25,6 +25,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["MetaxGpu", "Mxsml", "MxsmlError", "MxsmlUnavailable"]
 
 LIBRARY = "libmxsml.so"
@@ -36,16 +38,11 @@ _BDF_SIZE, _UUID_SIZE, _NAME_SIZE = 32, 96, 32
 _PROCESS_NAME_SIZE, _GPUS_PER_PROCESS = 64, 64
 
 
-class MxsmlError(Exception):
+class MxsmlError(DriverError):
     """An MXSML call failed: `call` is the function, `code` its ``mxSmlReturn_t``."""
 
-    def __init__(self, call: str, code: int, message: str = "") -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} failed with status {code}{': ' + message if message else ''}")
 
-
-class MxsmlUnavailable(MxsmlError):
+class MxsmlUnavailable(MxsmlError, DriverUnavailable):
     """The library is missing or finds no device on this host."""
 
 

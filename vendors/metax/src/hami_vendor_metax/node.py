@@ -1,15 +1,16 @@
 """The node side's MetaX state: where GPUs are read from, and the GPUs last read.
 
 Owns the choice of source (MXSML through `hami_vendor_metax.mxsml` when ``libmxsml.so`` loads, else ``mx-smi``
-through `hami_vendor_metax.mxsmi`), the session's lifecycle (opened on first use, dropped and reopened after a
-failure), messages about a missing driver (each said once), the NUMA node of each card (sysfs, by PCI address),
-and the devices of the last read, which allocation and container edits use to turn a placement into cards: a
-real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i`` (what HAMi's scheduler writes for
-whole cards). Without any driver (simulated devices), a placement's names give the card indices.
+through `hami_vendor_metax.mxsmi`: core's `hami.vendordriver.DriverReader`, which keeps the session, opened on first
+use, dropped and reopened after a failure, and says what a missing driver means once, in MetaX's words), the NUMA
+node of each card (sysfs, by PCI address), and the devices of the last read, which allocation and container edits use
+to turn a placement into cards: a real UUID, or HAMi's capacity-derived name ``<node>-metax-<i>`` for card ``i``
+(what HAMi's scheduler writes for whole cards). Without any driver (simulated devices), a placement's names give the
+card indices.
 
-For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for
-each (none where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts
-(two tests) never share one.
+For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for each (none
+where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts (two tests)
+never share one.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataclasses import dataclass, field
 from hami.errors import HamiError
 from hami.model import DeviceProcess
 from hami.pcidevice import numa_node
-from hami_vendor_metax.mxsmi import MxSmiError, read_devices
-from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError, MxsmlUnavailable
+from hami.vendordriver import DriverReader, DriverWords
+from hami_vendor_metax.mxsmi import read_devices
+from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError
 from hami_vendor_metax.settings import MetaxSettings
 
 __all__ = ["CAPACITY_NAME", "Card", "NodeRuntime", "runtime_for"]
@@ -53,54 +55,50 @@ class Card:
         return self.gpu.index
 
 
+WORDS = DriverWords(
+    "MXSML",
+    "the GPUs",
+    from_tool="{problem}: MetaX GPUs are read from mx-smi instead",
+    nothing="{problem}, and {error}: this node reports no MetaX GPU",
+)
+
+
 @dataclass
 class NodeRuntime:
     settings: MetaxSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    session: Mxsml | None = None
     cards: list[Card] = field(default_factory=list)
-    source: str = ""
     problems: list[str] = field(default_factory=list)
     """What the last read could not use (malformed tool lines, devices left out)."""
-    _said: str = ""
+    reader: DriverReader[Mxsml] = field(init=False)
 
-    def _say(self, level: int, message: str) -> None:
-        if message != self._said:
-            log.log(level, message)
-            self._said = message
+    def __post_init__(self) -> None:
+        self.reader = DriverReader(log, WORDS, lambda: Mxsml.open(self.settings.mxsml_library), ("mxsml", "mx-smi"))
+
+    @property
+    def session(self) -> Mxsml | None:
+        """The open MXSML session, or None."""
+        return self.reader.session
+
+    @property
+    def source(self) -> str:
+        """Where the cards were last read from: ``mxsml``, ``mx-smi``, or empty (nowhere)."""
+        return self.reader.source
 
     def read_cards(self) -> list[Card]:
         """This node's cards now, from MXSML, else mx-smi; none (said once) when neither works."""
         with self.lock:
-            problem = ""
-            gpus: list[MetaxGpu] | None = None
             self.problems = []
-            if self.session is None:
-                try:
-                    self.session = Mxsml.open(self.settings.mxsml_library)
-                except MxsmlUnavailable as exc:
-                    problem = f"no MXSML ({exc})"
-            if self.session is not None:
-                try:
-                    gpus = self.session.devices()
-                    self.source = "mxsml"
-                except MxsmlError as exc:
-                    problem = f"reading the GPUs through MXSML failed ({exc})"
-                    self.session = None
-            if gpus is None:
-                try:
-                    report = read_devices(self.settings.mx_smi)
-                    gpus, self.problems = report.devices, report.problems
-                    self.source = "mx-smi"
-                    self._say(logging.WARNING, f"{problem}: MetaX GPUs are read from mx-smi instead")
-                    for p in report.problems:
-                        log.error("%s", p)
-                except MxSmiError as exc:
-                    self.source = ""
-                    gpus = []
-                    self._say(logging.WARNING, f"{problem}, and {exc}: this node reports no MetaX GPU")
+            gpus = self.reader.read(Mxsml.devices, self._from_mx_smi) or []
+            for p in self.problems:
+                log.error("%s", p)
             self.cards = [Card(g, numa_node(self.settings.sysfs_root, g.bdf) or 0) for g in gpus]
             return self.cards
+
+    def _from_mx_smi(self) -> list[MetaxGpu]:
+        report = read_devices(self.settings.mx_smi)
+        self.problems = report.problems
+        return report.devices
 
     def card_of(self, uuid: str) -> Card:
         """The card a placement names: a real UUID, or HAMi's capacity name ``<node>-metax-<index>``.
@@ -119,7 +117,9 @@ class NodeRuntime:
                         return card
             index = _TRAILING_INDEX.fullmatch(uuid)
             if self.source == "" and index:
-                self._say(logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names")
+                self.reader.said(
+                    logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names"
+                )
                 return Card(MetaxGpu(int(index.group(1)), uuid, "", "", 0, 0))
             known = ", ".join(c.uuid for c in self.cards) or "no MetaX GPU"
             raise HamiError(

@@ -16,8 +16,9 @@ Owns the names, defaults and validation of every MetaX option:
   NUMA node are found by its PCI address; ``hookPath`` (the node's allocation records, and the soft mode's accounting
   directories and grants), ``libraryDir`` and ``logLevel`` (the isolation library's).
 
-A misspelled key is refused with its name. The node side's state (the MXSML session and the devices last read)
-is kept with the settings object (`hami.vendorstate.RuntimeSettings`), never validated.
+Read as every vendor's section is (core's `hami.requests.ShareDefaults` on `hami.vendorstate.VendorSettings`):
+HAMi's camelCase or the field's name, a misspelled key refused with its name. The node side's state (the MXSML
+session and the devices last read) is kept with the settings object, never validated.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import Field
 
 from hami.requests import ShareDefaults
-from hami.vendorstate import RuntimeSettings
 
 __all__ = ["METAX", "SOFT", "MetaxSettings", "SgpuMode"]
 
@@ -37,35 +37,24 @@ METAX: Final = "metax"
 SOFT: Final = "hami-core"
 
 
-def _alias(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
-
-
-class MetaxSettings(ShareDefaults, RuntimeSettings):
+class MetaxSettings(ShareDefaults):
     """The `metax` section of the configuration; the request defaults apply to shared cards (`Metax-SGPU`)."""
 
-    default_cores: int = Field(
-        default=100, ge=0, le=100, alias="defaultCores", description="percent when memory is given without cores"
-    )
-    sgpu_topology_aware: bool = Field(
-        default=False, validation_alias=_alias("sgpuTopologyAware", "sgpu_topology_aware")
-    )
-    node_kind: Literal["sgpu", "gpu"] = Field(default="sgpu", validation_alias=_alias("nodeKind", "node_kind"))
+    default_cores: int = Field(default=100, ge=0, le=100, description="percent when memory is given without cores")
+    sgpu_topology_aware: bool = False
+    node_kind: Literal["sgpu", "gpu"] = "sgpu"
     """Which of HAMi's MetaX kinds this node serves: shares of its cards (``sgpu``, MetaX's sGPU plugin) or whole
     cards (``gpu``, MetaX's gpu-device plugin); a node runs one of MetaX's two plugins, never both on one card."""
-    sgpu_mode: SgpuMode = Field(default=METAX, validation_alias=_alias("sgpuMode", "sgpu_mode"))
-    sgpu_count: int = Field(default=16, ge=1, le=64, validation_alias=_alias("sgpuCount", "sgpu_count"))
-    mxsml_library: Path | None = Field(default=None, validation_alias=_alias("mxsmlLibrary", "mxsml_library"))
-    mx_smi: str = Field(default="mx-smi", min_length=1, validation_alias=_alias("mxSmi", "mx_smi"))
-    driver_path: str = Field(default="/opt/mxdriver", validation_alias=_alias("driverPath", "driver_path"))
-    maca_path: str = Field(default="/opt/maca", validation_alias=_alias("macaPath", "maca_path"))
-    sysfs_root: Path = Field(default=Path("/sys"), validation_alias=_alias("sysfsRoot", "sysfs_root"))
-    hook_path: Path = Field(default=Path("/usr/local/vgpu/metax"), validation_alias=_alias("hookPath", "hook_path"))
-
-    library_dir: Path | None = Field(default=None, validation_alias=_alias("libraryDir", "library_dir"))
-    log_level: Literal["", "0", "1", "2", "3", "4"] = Field(
-        default="", validation_alias=_alias("logLevel", "log_level")
-    )
+    sgpu_mode: SgpuMode = METAX
+    sgpu_count: int = Field(default=16, ge=1, le=64)
+    mxsml_library: Path | None = None
+    mx_smi: str = Field(default="mx-smi", min_length=1)
+    driver_path: str = "/opt/mxdriver"
+    maca_path: str = "/opt/maca"
+    sysfs_root: Path = Path("/sys")
+    hook_path: Path = Path("/usr/local/vgpu/metax")
+    library_dir: Path | None = None
+    log_level: Literal["", "0", "1", "2", "3", "4"] = ""
 
     @property
     def records_dir(self) -> Path:

@@ -1,7 +1,8 @@
 """Discovery: this node's Moore Threads GPUs, as the node publishes them, and the GPUs of the last read.
 
 Owns the node runtime (`NodeRuntime`: the MTML session, opened on first use and reopened after a failure, the
-``mthreads-gmi`` fallback when ``libmtml.so`` cannot be loaded, messages about a missing driver said once, and the
+``mthreads-gmi`` fallback when ``libmtml.so`` cannot be loaded, messages about a missing driver said once: core's
+`hami.vendordriver.DriverReader`, in Moore Threads' words; and the
 GPUs of the last read, which container edits use to turn a placement into GPUs) and the `NodeInventory` of kind
 ``Mthreads``: per GPU its MTML UUID, index, 100 slots (HAMi's ``Count``), memory in MiB, 16 cores (HAMi's
 ``Devcore``: sGPU cores are sixteenths of a GPU), the type ``Mthreads-<product name>`` (``Mthreads-MTT-S4000``:
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field, replace
 from hami.codec import encode_link_scores
 from hami.errors import HamiError
 from hami.model import Device, NodeInventory
-from hami_vendor_mthreads.gmi import GmiError, read_gpus
-from hami_vendor_mthreads.mtml import MtGpu, Mtml, MtmlError, MtmlUnavailable
+from hami.vendordriver import DriverReader, DriverWords
+from hami_vendor_mthreads.gmi import read_gpus
+from hami_vendor_mthreads.mtml import MtGpu, Mtml
 from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
 
 __all__ = [
@@ -80,55 +82,45 @@ def sysfs_bdf(text: str) -> str:
         return text.strip().lower()
 
 
+WORDS = DriverWords(
+    "MTML",
+    "the GPUs",
+    from_tool="{problem}: Moore Threads GPUs are read from mthreads-gmi instead",
+    nothing="{problem}, and {error}: this node reports no Moore Threads GPU",
+    opened="Moore Threads MTML opened from {where}",
+)
+
+
 @dataclass
 class NodeRuntime:
     """The MTML session and the GPUs of this node."""
 
     settings: MthreadsSettings
     lock: threading.RLock = field(default_factory=threading.RLock)
-    mtml: Mtml | None = None
     gpus: list[MtGpu] = field(default_factory=list)
     topology: dict[tuple[str, str], int] = field(default_factory=dict)
-    source: str = ""
     problems: list[str] = field(default_factory=list)
     """What the last read could not use (devices left out, malformed tool lines)."""
-    _said: str = ""
+    reader: DriverReader[Mtml] = field(init=False)
 
-    def _say(self, level: int, message: str) -> None:
-        if message != self._said:
-            log.log(level, message)
-            self._said = message
+    def __post_init__(self) -> None:
+        self.reader = DriverReader(log, WORDS, lambda: Mtml.open(self.settings.mtml_library), ("mtml", "mthreads-gmi"))
+
+    @property
+    def mtml(self) -> Mtml | None:
+        """The open MTML session, or None."""
+        return self.reader.session
+
+    @property
+    def source(self) -> str:
+        """Where the GPUs were last read from: ``mtml``, ``mthreads-gmi``, or empty (nowhere)."""
+        return self.reader.source
 
     def read_gpus(self) -> list[MtGpu]:
         """This node's GPUs now, from MTML, else mthreads-gmi; none (said once) when neither works."""
         with self.lock:
-            problem = ""
             self.problems, self.topology = [], {}
-            gpus: list[MtGpu] | None = None
-            if self.mtml is None:
-                try:
-                    self.mtml = Mtml.open(self.settings.mtml_library)
-                    log.info("Moore Threads MTML opened from %s", self.mtml.where)
-                except MtmlUnavailable as exc:
-                    problem = f"no MTML ({exc})"
-            if self.mtml is not None:
-                try:
-                    report = self.mtml.read()
-                    gpus, self.problems, self.topology = report.gpus, report.problems, report.topology
-                    self.source = "mtml"
-                except MtmlError as exc:
-                    problem = f"reading the GPUs through MTML failed ({exc})"
-                    self.mtml = None
-            if gpus is None:
-                try:
-                    gmi = read_gpus(self.settings.mthreads_gmi)
-                    gpus, self.problems = gmi.gpus, gmi.problems
-                    self.source = "mthreads-gmi"
-                    self._say(logging.WARNING, f"{problem}: Moore Threads GPUs are read from mthreads-gmi instead")
-                except GmiError as exc:
-                    self.source = ""
-                    gpus = []
-                    self._say(logging.WARNING, f"{problem}, and {exc}: this node reports no Moore Threads GPU")
+            gpus = self.reader.read(self._from_mtml, self._from_gmi) or []
             for p in self.problems:
                 log.error("%s", p)
             for g in gpus:
@@ -136,6 +128,16 @@ class NodeRuntime:
                     log.warning("Moore Threads GPU %d (%s) is reported unhealthy: %s", g.index, g.uuid, g.problem)
             self.gpus = [replace(g, bdf=sysfs_bdf(g.bdf)) if g.bdf else g for g in gpus]
             return self.gpus
+
+    def _from_mtml(self, mtml: Mtml) -> list[MtGpu]:
+        report = mtml.read()
+        self.problems, self.topology = report.problems, report.topology
+        return report.gpus
+
+    def _from_gmi(self) -> list[MtGpu]:
+        gmi = read_gpus(self.settings.mthreads_gmi)
+        self.problems = gmi.problems
+        return gmi.gpus
 
     def gpu_of(self, name: str) -> MtGpu:
         """The GPU a placement names: its UUID, or HAMi's capacity name ``<node>-mthreads-<index>``.
@@ -154,7 +156,9 @@ class NodeRuntime:
                         return gpu
             index = _TRAILING_INDEX.fullmatch(name)
             if not self.source and index:
-                self._say(logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names")
+                self.reader.said(
+                    logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names"
+                )
                 return MtGpu(index=int(index.group(1)), uuid=name, name="")
             known = ", ".join(g.uuid for g in self.gpus) or "no Moore Threads GPU"
             raise HamiError(f"Moore Threads GPU {name} is not on this node (it has {known}): the pod was placed "

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from hami.vendortool import ToolError
 from hami_vendor_mthreads.mtml import MtGpu
 
 __all__ = ["ARGS", "GmiError", "GmiReport", "parse", "read_gpus"]
@@ -32,7 +33,7 @@ _BDF = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$
 _BYTES = {"b": 1, "kib": 1024, "kb": 1024, "mib": 1024**2, "mb": 1024**2, "gib": 1024**3, "gb": 1024**3}
 
 
-class GmiError(Exception):
+class GmiError(ToolError):
     """mthreads-gmi could not be run or printed nothing usable."""
 
 

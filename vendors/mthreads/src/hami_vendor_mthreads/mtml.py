@@ -26,6 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hami.vendordriver import DriverError, DriverUnavailable
+
 __all__ = ["MtGpu", "Mtml", "MtmlError", "MtmlReport", "MtmlUnavailable", "TopologyLevel"]
 
 LIBRARY = "libmtml.so"
@@ -60,17 +62,14 @@ class TopologyLevel:
     INTERNAL, SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM = range(6)
 
 
-class MtmlError(Exception):
-    """An MTML call failed: `call` is the function, `code` its ``MtmlReturn``."""
+class MtmlError(DriverError):
+    """An MTML call failed: `call` is the function, `code` its ``MtmlReturn`` (written by its name)."""
 
-    def __init__(self, call: str, code: int, message: str = "") -> None:
-        self.call = call
-        self.code = code
-        name = ERRORS.get(code, str(code))
-        super().__init__(f"{call} failed with {name}{': ' + message if message else ''}")
+    def code_text(self, code: int) -> str:
+        return ERRORS.get(code, str(code))
 
 
-class MtmlUnavailable(MtmlError):
+class MtmlUnavailable(MtmlError, DriverUnavailable):
     """libmtml.so is missing or does not initialize on this host."""
 
 

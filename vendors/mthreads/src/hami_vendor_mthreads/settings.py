@@ -9,8 +9,9 @@ Owns the names, defaults and validation of every Moore Threads option:
   is told to mount, ``MTHREADS_DRIVER_CAPABILITIES``, ``compute,utility``), ``sysfsRoot`` (where a GPU's DRM
   nodes are found by its PCI address when MTML cannot name them).
 
-A misspelled key is refused with its name. The node side's state (the MTML session and the GPUs last read) is kept
-with the settings object (`hami.vendorstate.RuntimeSettings`), never validated.
+Read as every vendor's section is (core's `hami.vendorstate.VendorSettings`): HAMi's camelCase or the field's name,
+a misspelled key refused with its name. (HAMi gives Moore Threads no ``defaultMem``: memory is always asked.) The
+node side's state (the MTML session and the GPUs last read) is kept with the settings object, never validated.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from hami.vendorstate import RuntimeSettings
+from hami.vendorstate import VendorSettings
 
 __all__ = ["CORES_PER_GPU", "CORE_UNIT", "SGPU", "SOFT", "MthreadsSettings", "SharingMode"]
 
@@ -31,28 +32,24 @@ SGPU: Final = "sgpu"
 SOFT: Final = "hami-core"
 
 
-class MthreadsSettings(RuntimeSettings):
+class MthreadsSettings(VendorSettings):
     """The `mthreads` section of the configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     default_cores: int = Field(
         default=0,
         ge=0,
         le=CORES_PER_GPU,
-        alias="defaultCores",
         description=f"cores ({CORE_UNIT}) when memory is given without cores",
     )
-    mtml_library: Path | None = Field(default=None, alias="mtmlLibrary", description="path of libmtml.so")
-    mthreads_gmi: str = Field(default="mthreads-gmi", min_length=1, alias="mthreadsGmi")
+    mtml_library: Path | None = Field(default=None, description="path of libmtml.so")
+    mthreads_gmi: str = Field(default="mthreads-gmi", min_length=1)
     driver_capabilities: str = Field(
         default="compute,utility",
         pattern=r"^(all|[a-z]+(,[a-z]+)*)$",
-        alias="driverCapabilities",
         description="MTHREADS_DRIVER_CAPABILITIES given to the container",
     )
-    sysfs_root: Path = Field(default=Path("/sys"), alias="sysfsRoot")
-    sharing_mode: SharingMode = Field(default=SGPU, alias="sharingMode")
-    hook_path: Path = Field(default=Path("/usr/local/vgpu/mthreads"), alias="hookPath")
-    library_dir: Path | None = Field(default=None, alias="libraryDir")
-    libvmusa_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(default="", alias="libvmusaLogLevel")
+    sysfs_root: Path = Path("/sys")
+    sharing_mode: SharingMode = SGPU
+    hook_path: Path = Path("/usr/local/vgpu/mthreads")
+    library_dir: Path | None = None
+    libvmusa_log_level: Literal["", "0", "1", "2", "3", "4"] = ""

@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV ?= $(shell command -v uv 2>/dev/null || echo "$(VENV)/bin/uv")
-VENDORS := nvidia ascend cambricon hygon iluvatar mthreads metax enflame awsneuron biren
+VENDORS := nvidia ascend cambricon hygon iluvatar mthreads metax amd kunlun vastai enflame awsneuron biren
 EDITABLES := -e ./core $(foreach v,$(VENDORS),-e ./vendors/$(v))
 
 .PHONY: install demo test e2e lint independence ci clean image image-ci

@@ -34,6 +34,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str | None]]] = {
         "Metax-GPU": ("metax-tech.com/gpu", None, None),
         "Metax-SGPU": ("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"),
     },
+    "amd": {"AMD": ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")},
+    "kunlun": {
+        "XPU": ("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", None),
+        "kunlun": ("kunlunxin.com/xpu", None, None),
+    },
+    "vastai": {"Vastai": ("vastaitech.com/va", None, None)},
     "enflame": {
         "GCU": ("enflame.com/gcu", None, None),
         "Enflame": ("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"),

@@ -20,7 +20,9 @@ from hami.vendortool import ToolError
 from hami_vendor_nvidia.settings import NvidiaSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-VENDORS = ("nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax")
+VENDORS = ("nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax", "amd")
+"""The vendors with settings, a management library and an isolation library (Kunlunxin's and Vastai's plugins are
+HAMi's scheduler side alone: none of the three)."""
 BOOTSTRAP = ROOT / "vendors" / "nvidia" / "hatch_build.py"
 
 # vendor -> (library error, library unavailable, tool error or None): module:name
@@ -32,6 +34,7 @@ DRIVERS = {
     "iluvatar": ("ixml:IxmlError", "ixml:IxmlUnavailable", None),
     "mthreads": ("mtml:MtmlError", "mtml:MtmlUnavailable", "gmi:GmiError"),
     "metax": ("mxsml:MxsmlError", "mxsml:MxsmlUnavailable", "mxsmi:MxSmiError"),
+    "amd": ("amdsmi:AmdSmiError", "amdsmi:AmdSmiUnavailable", None),
     "enflame": ("efml:EfmlError", "efml:EfmlUnavailable", None),  # efsmi's failures are ToolError itself
     "biren": ("brml:BrmlError", "brml:BrmlUnavailable", None),  # no tool: Biren's plugin reads BRML only
 }

@@ -266,6 +266,41 @@ def biren_card(pod: dict[str, Any]) -> None:
     assert pod["device_nodes"]["supa"] == [f"/dev/biren/{device['uuid']}"]
 
 
+def amd_share(pod: dict[str, Any]) -> None:
+    _running(pod, "amd-node")
+    (device,) = _devices(pod, "AMD")
+    # 25 % of an MI300X's 304 compute units is 76 (HAMi's floor), the first 76 of the GPU: no other container has any
+    assert (device["memory"], device["cores"], device["cores_total"]) == (16384, 76, 304)
+    facts = _driver(device["uuid"])
+    env = pod["env"]["rocm"]
+    assert (env["ROCR_VISIBLE_DEVICES"], env["HSA_CU_MASK"]) == (facts["rocrUuid"], "0:0-75")
+    assert env["HIP_DEVICE_MEMORY_LIMIT"] == "16384m"
+    assert pod["device_nodes"]["rocm"] == [
+        "/dev/kfd",
+        f"/dev/dri/card{facts['card']}",
+        f"/dev/dri/renderD{facts['render']}",
+    ]
+    assert json.loads(pod["annotations"]["hami.io/amd-cu-allocated"]) == {device["uuid"]: "0-75"}
+
+
+def kunlun_vxpu(pod: dict[str, Any]) -> None:
+    # admission rounds the memory up to a P800 quarter, as HAMi's; the vXPU is Kunlunxin's plugin's to make
+    assert "kunlunxin.com/vxpu-memory=24576" in pod["admission"], pod["admission"]
+    _running(pod, "xpu-node")
+    (device,) = _devices(pod, "XPU")
+    assert (device["memory"], device["cores"]) == (24576, 25)
+    assert pod["env"] == {}  # no edits of this project's: the node side is Kunlunxin's
+
+
+def vastai_dies(pod: dict[str, Any]) -> None:
+    _running(pod, "va-node")
+    devices = _devices(pod, "Vastai")
+    # two dies of one card (HAMi's best combination), asking no memory or cores; the dies are Vastai's plugin's
+    assert len({d["uuid"].rsplit("-die-", 1)[0] for d in devices}) == 1, devices
+    assert [(d["memory"], d["cores"]) for d in devices] == [(0, 0), (0, 0)]
+    assert pod["env"] == {}
+
+
 def too_big(pod: dict[str, Any]) -> None:
     assert (pod["outcome"], pod["step"]) == ("unschedulable", "filter"), pod
     assert "100000 MiB" in pod["failed_nodes"]["gpu-node"]
@@ -297,6 +332,9 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], None]] = {
     "default/iluvatar-share": iluvatar_share,
     "default/metax-sgpu": metax_sgpu,
     "default/mthreads-sgpu": mthreads_sgpu,
+    "default/amd-share": amd_share,
+    "default/kunlun-vxpu": kunlun_vxpu,
+    "default/vastai-dies": vastai_dies,
     "default/cambricon-mlu-share": cambricon_mlu_share,
     "default/enflame-gcu": enflame_gcu,
     "default/biren-card": biren_card,
@@ -321,7 +359,7 @@ def test_the_demo_succeeds_with_one_json_line_and_reports_every_pod_in_file_orde
     assert demo.status == 0, demo.logs()
     assert len(demo.stdout.strip().splitlines()) == 1
     assert [f"{p['namespace']}/{p['name']}" for p in demo.report["pods"]] == list(EXPECTED)
-    assert demo.report["summary"] == "22 pods: 19 running, 2 refused, 1 unschedulable"
+    assert demo.report["summary"] == "25 pods: 22 running, 2 refused, 1 unschedulable"
     assert demo.report["notes"] == []  # no pod failed at Allocate: the inventory gives the vendors their facts
 
 

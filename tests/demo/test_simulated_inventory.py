@@ -76,6 +76,9 @@ def test_the_demo_inventory_is_valid_and_publishes_hamis_link_scores_as_json(tmp
         "mlu-node",
         "enflame-node",
         "biren-node",
+        "amd-node",
+        "xpu-node",
+        "va-node",
     ]
     gpu = loaded.node("gpu-node")
     scores = json.loads(gpu.published_annotations()["hami.io/node-nvidia-score"])

@@ -23,6 +23,7 @@ LIBRARIES = {
     "iluvatar": "libvcorex.so",
     "mthreads": "libvmusa.so",
     "metax": "libvmaca.so",
+    "amd": "libamvgpu.so",
 }
 
 

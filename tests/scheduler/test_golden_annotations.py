@@ -9,7 +9,13 @@ entry per container, init containers first, an empty entry for a container witho
 `uuid,type,mem,cores:`); `hami.io/vgpu-node` and `hami.io/vgpu-time` (unix seconds) at filter;
 `hami.io/bind-phase: allocating` and `hami.io/bind-time` at bind; the node lock `<RFC3339>,<ns>,<name>`
 (`nodelock.GenerateNodeLockKeyByPod`); Ascend's `huawei.com/<chip>` runtime list (`RuntimeInfo`: UUID, temp,
-memory, core, zero values left out) and `predicate-time`.
+memory, core, zero values left out) and `predicate-time`. AMD's device strings carry the GPU's model as the type and
+its compute units as the cores (``floor(percent × CUs / 100)``; a container without cores or memory, the whole GPU),
+as HAMi's ``AMDDevices.Fit`` writes them. Kunlunxin's vXPU memory is rounded up to a P800 partition (20000 MiB is a
+quarter, 24576, and 25 cores), and its XPUs are chosen by position in HAMi's sorted list (``graghSelect``); whole
+Kunlunxin XPUs come from the node's capacity and add ``BAIDU_COM_DEVICE_IDX`` (and, beyond HAMi's
+``hami.io/kunlun-allocated``, this scheduler's own ``hami.io/kunlun-devices-to-allocate``). Vastai's placements ask
+no memory or cores (``,0,0``), and several dies come from the card with most of them free.
 
 Set HAMI_UPDATE_GOLDEN=1 to rewrite the files from what the code writes (then review the diff).
 """
@@ -96,6 +102,31 @@ def vendor_node(
     }
 
 
+def amd_node(name: str) -> dict[str, Any]:
+    """Two MI300X as HAMi's AMD device plugin registers them: JSON, devcore = the compute units, type = the model."""
+    devices = [
+        Device(id=f"{name}-{i}", index=i, count=10, devmem=196608, devcore=304, type="AMD Instinct MI300X", numa=0)
+        for i in range(2)
+    ]
+    return {
+        "metadata": {"name": name, "annotations": {"hami.io/node-amd-register": encode_node_register(devices)}},
+        "status": {"capacity": {"amd.com/gpu": "20"}},
+    }
+
+
+def vastai_node(name: str) -> dict[str, Any]:
+    """Four dies as Vastai's plugin registers them (JSON, custominfo): three on card 0, one on card 1, no cores."""
+    devices = [
+        Device(id=f"{name}-{i}", index=i, count=4, devmem=16384, devcore=0, type="Vastai", numa=0,
+               custom={"DeviceStrategy": "die", "AIC": "0" if i < 3 else "1"})
+        for i in range(4)
+    ]  # fmt: skip
+    return {
+        "metadata": {"name": name, "annotations": {"hami.io/node-va-register": encode_node_register(devices)}},
+        "status": {"capacity": {"vastaitech.com/va": "16"}},
+    }
+
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}
 CASES: dict[str, tuple[dict[str, Any], Any]] = {
     "nvidia-one-container": (pod("p", [container("cuda", GPU)]), gpu_node("node-a", gpus=2)),
@@ -156,6 +187,34 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
             ],
         ),
         vendor_node("mlu-a", "hami.io/node-cambricon-mlu-register", "cambricon.com/vmlu", "MLU370-X8"),
+    ),
+    "amd-share-and-whole-card": (
+        pod(
+            "p",
+            [
+                container("share", {"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}),
+                container("whole", {"amd.com/gpu": "1"}),
+            ],
+        ),
+        amd_node("amd-a"),
+    ),
+    "kunlun-vxpu-quarter-and-two-whole": (
+        pod(
+            "p",
+            [
+                container("quarter", {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}),
+                container("pair", {"kunlunxin.com/vxpu": "2"}),
+            ],
+        ),
+        vendor_node("p800-a", "hami.io/node-register-xpu", "kunlunxin.com/vxpu", "XPU", count=8, memory=98304),
+    ),
+    "kunlun-two-whole-xpus": (
+        pod("p", [container("main", {"kunlunxin.com/xpu": "2"})]),
+        {"metadata": {"name": "p800-b", "annotations": {}}, "status": {"capacity": {"kunlunxin.com/xpu": "8"}}},
+    ),
+    "vastai-two-dies-of-one-card": (
+        pod("p", [container("main", {"vastaitech.com/va": "2"})]),
+        vastai_node("va-a"),
     ),
     "metax-whole-cards": (
         pod("p", [container("main", {"metax-tech.com/gpu": "2"})], init=[container("setup")]),

@@ -354,10 +354,11 @@ class ShareFitter:
         exclusive = whole or "mutex" in context.policy.device
         selected = selectors.refuses if selectors.active else None
         extra = self.extra_filter
+        units = self.kind.core_units
         for free in frees:  # this loop runs for every device of every node fitted: the checks are inline
             d = free.usage.device
             memory = request.memory_on(d)
-            cores = d.devcore if whole else request.cores
+            cores = d.devcore if whole else (self.kind.cores_on(request.cores, d) if units else request.cores)
             if not d.health:
                 reason: str | None = "unhealthy"
             elif d.id in cordoned:
@@ -383,10 +384,13 @@ class ShareFitter:
         if len(usable) < request.count:
             refusals = Counter(refused)
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
-            need = f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
+            need = self._needs(request)
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
         self._sort_devices(request, context)
         chosen = self.choose_devices(usable, request.count, context)
+        if not chosen:  # the vendor's rules allow no set of the usable devices (a topology's)
+            usable_of = f"{len(usable)}/{len(frees)} usable"
+            return None, f"{self._needs(request)}, {usable_of}, but the devices' topology allows no set of them"
         if len(chosen) != request.count or len({id(c.state) for c in chosen}) != request.count:
             raise ValueError(
                 f"{type(self).__name__}.choose_devices returned {len(chosen)} device(s) for a request of "
@@ -401,6 +405,9 @@ class ShareFitter:
             for c in chosen
         ), ""
 
+    def _needs(self, request: ContainerRequest) -> str:
+        return f"needs {request.count} {self.kind.common_word} device{'s' if request.count > 1 else ''}"
+
     def choose_devices(
         self, candidates: Sequence[Candidate], count: int, context: ChoiceContext
     ) -> Sequence[Candidate]:
@@ -409,7 +416,8 @@ class ShareFitter:
         The extension point for a vendor's own device choice: override it in a subclass (calling this one for
         the policy's order when useful) and the feasibility checks, accounting, selectors and refusal reasons
         stay the fitter's. Called once per container with at least `count` candidates; must return exactly
-        `count` distinct ones and must not modify them. This implementation applies the device policy in
+        `count` distinct ones, or none when the vendor's rules allow no set of them (the node then does not fit,
+        saying so), and must not modify them. This implementation applies the device policy in
         ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
         ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
         use grows the node's expected fragmentation least), ``usage`` (the devices the node daemon measured least

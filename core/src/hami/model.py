@@ -179,6 +179,18 @@ class DeviceKind(_Model):
         "(most of a filter's cost when a policy compares a batch of nodes). Leave it False when a fit writes a "
         "time or anything else of the moment in `pod_annotations`",
     )
+    core_units: bool = Field(
+        default=False,
+        description="a device's `devcore` counts compute units and a request's `cores` (a percent) takes "
+        "floor(percent × devcore / 100) of them, at least 1 (HAMi's AMD: `devcore` is the GPU's compute units, a "
+        "placement's `usedcores` the units granted); when False, `cores` are granted as written",
+    )
+
+    def cores_on(self, cores: int, device: Device) -> int:
+        """What a request of `cores` percent takes of `device`'s `devcore` (see `core_units`)."""
+        if not self.core_units or cores <= 0:
+            return cores
+        return max(1, min(device.devcore, device.devcore * cores // 100))
 
 
 class VendorInfo(_Model):

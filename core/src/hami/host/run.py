@@ -268,8 +268,10 @@ def plan(
             raise HamiError(
                 f"hami run: --memory: {request.memory} MiB is more than device {index} has ({device.devmem} MiB)"
             )
+    cores_of = host.kind(kind).cores_on  # a kind counting compute units grants that share of them
     placement = tuple(
-        ContainerDevice(uuid=d.id, type=kind, usedmem=request.memory, usedcores=request.cores) for _, d in chosen
+        ContainerDevice(uuid=d.id, type=kind, usedmem=request.memory, usedcores=cores_of(request.cores, d))
+        for _, d in chosen
     )
     name = request.share or f"run-{os.getpid()}-{secrets.token_hex(3)}"
     libraries = IsolationLibraries(state_dir / "lib")

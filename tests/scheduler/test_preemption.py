@@ -9,35 +9,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scheduler_harness import gpu_node, gpu_pod
+from scheduler_harness import gpu_node, gpu_pod, running_pod
 
-from hami.codec import encode_pod_devices
-from hami.model import ContainerDevice, Pod, SchedulingPolicy
+from hami.model import Pod, SchedulingPolicy
 from hami.plugins import VendorHost
 from hami.scheduler.preemption import Budget, VictimSelector, without
 from hami.scheduler.state import ClusterState
 
 HOST = VendorHost.load(disabled=())
 POLICY = SchedulingPolicy()
-
-
-def running(
-    name: str, node: str, devices: dict[int, int], priority: int, *, created: str = "2026-12-01T00:00:00Z",
-    labels: dict[str, str] | None = None, cores: int = 0,
-) -> dict[str, Any]:  # fmt: skip
-    """A running pod holding `devices` (GPU index → MiB) of `node`, at `priority`."""
-    placement = tuple(
-        ContainerDevice(uuid=f"GPU-{node}-{i}", type="NVIDIA", usedmem=mem, usedcores=cores)
-        for i, mem in devices.items()
-    )
-    obj = gpu_pod(name, gpu=len(devices), mem=max(devices.values()))
-    obj["metadata"].update(
-        uid=f"uid-{name}", creationTimestamp=created, labels=labels or {},
-        annotations={"hami.io/vgpu-devices-allocated": encode_pod_devices([placement]), "hami.io/vgpu-node": node},
-    )  # fmt: skip
-    obj["spec"].update(nodeName=node, priority=priority)
-    obj["status"] = {"phase": "Running"}
-    return obj
 
 
 def preemptor(mem: int, priority: int = 1000, gpu: int = 1, **spec: Any) -> Pod:
@@ -72,9 +52,9 @@ def fits_without(state: ClusterState, pod: Pod, node: str, keys: list[str]) -> b
 
 def test_the_fewest_pods_on_one_card_are_evicted_for_memory_the_node_has_in_free_slots() -> None:
     # every card holds two 8 GiB pods but card 2, which holds three smaller ones and one of 8 GiB
-    pods = [running(f"p{i}-{j}", "n1", {i: 8192}, priority=10) for i in range(4) if i != 2 for j in range(2)]
-    pods += [running(f"small{j}", "n1", {2: 2048}, priority=10) for j in range(3)]
-    pods += [running("big2", "n1", {2: 8192}, priority=10)]
+    pods = [running_pod(f"p{i}-{j}", "n1", {i: 8192}, priority=10) for i in range(4) if i != 2 for j in range(2)]
+    pods += [running_pod(f"small{j}", "n1", {2: 2048}, priority=10) for j in range(3)]
+    pods += [running_pod("big2", "n1", {2: 8192}, priority=10)]
     state = cluster({"n1": 4}, pods)
     # 12 GiB on one card: two pods go from cards 0, 1 or 3, and from card 2 big2 and one small pod
     node, victims = select(state, preemptor(12000))  # type: ignore[misc]
@@ -84,56 +64,56 @@ def test_the_fewest_pods_on_one_card_are_evicted_for_memory_the_node_has_in_free
 
 def test_lower_priority_pods_are_chosen_before_higher_ones() -> None:
     pods = [
-        running("important", "n1", {0: 16384}, priority=500),
-        running("batch", "n1", {1: 16384}, priority=5),
+        running_pod("important", "n1", {0: 16384}, priority=500),
+        running_pod("batch", "n1", {1: 16384}, priority=5),
     ]
     assert select(cluster({"n1": 2}, pods), preemptor(10000)) == ("n1", ["batch"])
 
 
 def test_a_pod_of_equal_or_higher_priority_is_never_a_victim() -> None:
-    pods = [running("peer", "n1", {0: 16384}, priority=1000), running("boss", "n1", {1: 16384}, priority=2000)]
+    pods = [running_pod("peer", "n1", {0: 16384}, priority=1000), running_pod("boss", "n1", {1: 16384}, priority=2000)]
     assert select(cluster({"n1": 2}, pods), preemptor(10000, priority=1000)) is None
 
 
 def test_preemption_policy_never_preempts_nobody() -> None:
-    pods = [running("batch", "n1", {0: 16384}, priority=0)]
+    pods = [running_pod("batch", "n1", {0: 16384}, priority=0)]
     assert select(cluster({"n1": 1}, pods), preemptor(10000, preemptionPolicy="Never")) is None
 
 
 def test_the_youngest_pods_are_evicted_when_priorities_tie() -> None:
     pods = [
-        running("old", "n1", {0: 16384}, priority=1, created="2026-01-01T00:00:00Z"),
-        running("young", "n1", {1: 16384}, priority=1, created="2026-12-01T00:00:00Z"),
+        running_pod("old", "n1", {0: 16384}, priority=1, created="2026-01-01T00:00:00Z"),
+        running_pod("young", "n1", {1: 16384}, priority=1, created="2026-12-01T00:00:00Z"),
     ]
     assert select(cluster({"n1": 2}, pods), preemptor(10000)) == ("n1", ["young"])
 
 
 def test_a_budget_with_no_disruption_left_protects_its_pods() -> None:
     pods = [
-        running("guarded", "n1", {0: 16384}, priority=1, labels={"app": "db"}, created="2026-12-01T00:00:00Z"),
-        running("free", "n1", {1: 16384}, priority=1, created="2026-01-01T00:00:00Z"),
+        running_pod("guarded", "n1", {0: 16384}, priority=1, labels={"app": "db"}, created="2026-12-01T00:00:00Z"),
+        running_pod("free", "n1", {1: 16384}, priority=1, created="2026-01-01T00:00:00Z"),
     ]
-    budget = Budget("default", "db", {"app": "db"}, (), allowed=0)
+    budget = Budget("default", "db", {"matchLabels": {"app": "db"}}, allowed=0)
     assert select(cluster({"n1": 2}, pods), preemptor(10000), [budget]) == ("n1", ["free"])
     assert select(cluster({"n1": 1}, pods[:1]), preemptor(10000), [budget]) is None
 
 
 def test_a_pod_under_a_budget_that_allows_a_disruption_goes_last_among_equals() -> None:
     pods = [
-        running("guarded", "n1", {0: 16384}, priority=1, labels={"app": "db"}),
-        running("free", "n1", {1: 16384}, priority=1),
+        running_pod("guarded", "n1", {0: 16384}, priority=1, labels={"app": "db"}),
+        running_pod("free", "n1", {1: 16384}, priority=1),
     ]
-    budget = Budget("default", "db", {"app": "db"}, (), allowed=1)
+    budget = Budget("default", "db", {"matchLabels": {"app": "db"}}, allowed=1)
     assert select(cluster({"n1": 2}, pods), preemptor(10000), [budget]) == ("n1", ["free"])
 
 
 def test_a_two_card_pod_frees_two_cards() -> None:
-    pods = [running(f"p{i}", "n1", {i: 12000}, priority=i) for i in range(4)]
+    pods = [running_pod(f"p{i}", "n1", {i: 12000}, priority=i) for i in range(4)]
     assert select(cluster({"n1": 4}, pods), preemptor(8000, gpu=2)) == ("n1", ["p0", "p1"])
 
 
 def test_a_pod_that_fits_nowhere_even_alone_gets_no_victims() -> None:
-    pods = [running("batch", "n1", {0: 8000}, priority=0)]
+    pods = [running_pod("batch", "n1", {0: 8000}, priority=0)]
     assert select(cluster({"n1": 1}, pods), preemptor(20000)) is None
 
 
@@ -154,7 +134,7 @@ def test_the_choice_makes_the_pod_fit_with_no_cheaper_smaller_set_and_no_peer_ev
         if used[card] + gib > 16:
             continue
         used[card] += gib
-        pods.append(running(f"p{n}", "n1", {card: gib * 1024}, priority=priority))
+        pods.append(running_pod(f"p{n}", "n1", {card: gib * 1024}, priority=priority))
     state = cluster({"n1": 3}, pods)
     pod = preemptor(asked * 1024, priority=urgency)
     chosen = select(state, pod)
@@ -179,7 +159,7 @@ def test_the_choice_makes_the_pod_fit_with_no_cheaper_smaller_set_and_no_peer_ev
 
 @pytest.mark.parametrize("mem", [4096, 16384])
 def test_without_leaves_the_state_as_it_was(mem: int) -> None:
-    state = cluster({"n1": 1}, [running("batch", "n1", {0: mem}, priority=0)])
+    state = cluster({"n1": 1}, [running_pod("batch", "n1", {0: mem}, priority=0)])
     before = state.usage_snapshot()
     view = without(state.nodes["n1"], "NVIDIA", [state.pods["default/batch"]])
     assert view.devices[0].usedmem == 0

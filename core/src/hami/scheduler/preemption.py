@@ -28,8 +28,9 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from hami.cluster.port import KubeObject, meta
+from hami.cluster.port import KubeObject, meta, selects
 from hami.model import (
     ContainerPlacement,
     ContainerRequest,
@@ -68,46 +69,23 @@ class Budget:
 
     namespace: str
     name: str
-    match_labels: Mapping[str, str]
-    match_expressions: tuple[tuple[str, str, frozenset[str]], ...]
+    selector: Mapping[str, Any]
     allowed: int
 
     @classmethod
     def from_api(cls, obj: KubeObject) -> Budget:
         m, spec = meta(obj), obj.get("spec") or {}
-        selector = spec.get("selector") or {}
-        expressions = tuple(
-            (str(e.get("key") or ""), str(e.get("operator") or ""), frozenset(str(v) for v in e.get("values") or ()))
-            for e in selector.get("matchExpressions") or ()
-        )
         allowed = (obj.get("status") or {}).get("disruptionsAllowed")
         return cls(
             namespace=str(m.get("namespace") or "default"),
             name=str(m.get("name") or ""),
-            match_labels={str(k): str(v) for k, v in (selector.get("matchLabels") or {}).items()},
-            match_expressions=expressions,
+            selector=spec.get("selector") or {},
             allowed=allowed if isinstance(allowed, int) else 0,
         )
 
-    def selects(self, record: PodRecord) -> bool:
-        """Whether the budget covers the pod (an empty selector covers every pod of its namespace, as in policy/v1)."""
-        namespace = record.key.partition("/")[0]
-        if namespace != self.namespace:
-            return False
-        labels = record.labels
-        if any(labels.get(k) != v for k, v in self.match_labels.items()):
-            return False
-        for key, operator, values in self.match_expressions:
-            present = key in labels
-            if operator == "In" and not (present and labels[key] in values):
-                return False
-            if operator == "NotIn" and present and labels[key] in values:
-                return False
-            if operator == "Exists" and not present:
-                return False
-            if operator == "DoesNotExist" and present:
-                return False
-        return True
+    def covers(self, record: PodRecord) -> bool:
+        """Whether the budget selects the pod."""
+        return record.key.partition("/")[0] == self.namespace and selects(self.selector, record.labels)
 
 
 # ---------------------------------------------------------------------------------- the choice
@@ -140,7 +118,7 @@ class _Victims:
         found = self._covered.get(key)
         if found is None:
             record = self.records[key]
-            found = self._covered[key] = tuple(i for i, b in enumerate(self.budgets) if b.selects(record))
+            found = self._covered[key] = tuple(i for i, b in enumerate(self.budgets) if b.covers(record))
         return found
 
     def key(self, keys: Iterable[str]) -> tuple[float, ...]:

@@ -81,6 +81,9 @@ class ShapeEvaluation:
     """What one filter reads of the nodes for its pod's shape: the free-share check and order key of a node, and
     for a single-kind pod its evaluation as the shape's ranking keeps it and its class under the policy."""
 
+    __slots__ = ("alike", "class_key", "classify", "ids", "kind", "largest", "memo_key", "nodes", "order", "shares",
+                 "signature")  # fmt: skip
+
     def __init__(
         self,
         state: ClusterState,

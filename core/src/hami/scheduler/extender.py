@@ -192,11 +192,13 @@ class Extender:
                 if self.preempting is not None:
                     self._preempt(pod, requests, policy, node_names, held, result)
                 return result
-            if held is not None and self.preempting is not None:
-                self.preempting.holds.drop(pod.namespace, pod.name)  # placed: the room it held is its own now
             refusal = self._commit(undo, decision)
             if refusal is not None:
+                if held is not None and self.preempting is not None:
+                    self.preempting.holds.restore(held)
                 return FilterResult(failed=dict.fromkeys(node_names, refusal))
+            if held is not None and self.preempting is not None:
+                self.preempting.holds.drop(pod.namespace, pod.name)  # placed: the room it held is its own now
         if self.settings.record_at_bind:
             self.pending.put(PendingDecision(decision, undo))
         else:
@@ -231,48 +233,6 @@ class Extender:
             verb = "would evict (dry run)" if preemption.dry_run else "evicting"
             if node in result.failed:
                 result.failed[node] += f"; preempting: {verb} {victims} lower-priority pod(s) here for this pod"
-
-    def _commit(self, undo: Transaction, decision: Decision) -> str | None:
-        """Count the decision (the quota reservation, then the state's `commit`), each step's undo in `undo`; or the
-        quota's reason to refuse it (None when counted). The caller holds the state's lock."""
-        pod, quota = decision.pod, self.quota
-        with undo.part():
-            if quota is not None:
-                verdict = quota.reserve(pod, decision.allocation, len(pod.init_containers))
-                if not verdict.fits:
-                    return verdict.reason
-                undo.add(lambda: quota.release(pod.namespace, pod.name), "the quota reservation")
-            undo.add(self.state.commit(decision), "the assumption and the host usage")
-        return None
-
-    def _observe(
-        self,
-        pod: Pod,
-        requests: Mapping[str, list[ContainerRequest | None]],
-        selectors: Mapping[str, Selectors] | None = None,
-    ) -> None:
-        if selectors is None:
-            selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
-        models = {k: tuple(s.use_type) for k, s in selectors.items()}
-        self.workload.observe(requests, pod.host_cpu, pod.host_memory, models)
-
-    def learn_from(self, pods: Iterable[KubeObject]) -> int:
-        """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a
-        restarted scheduler plans for the cluster's mix at once rather than for its first requests). Returns how
-        many pods were counted."""
-        live = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
-        live.sort(key=lambda p: str(meta(p).get("creationTimestamp") or ""))
-        counted = 0
-        for obj in live[-self.workload.window :]:
-            try:
-                pod = Pod.from_api(obj)
-                requests = self.host.pod_requests(pod)
-            except (HamiError, ValueError):
-                continue  # the filter reports such pods when they are scheduled; here they only teach nothing
-            if requests:
-                self._observe(pod, requests)
-                counted += 1
-        return counted
 
     def _fit_in_batches(
         self,
@@ -375,6 +335,50 @@ class Extender:
         ok = [f for f in fits if f.placement is not None]
         return self.host.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
 
+    def _commit(self, undo: Transaction, decision: Decision) -> str | None:
+        """Count the decision (the quota reservation, then the state's `commit`), each step's undo in `undo`; or the
+        quota's reason to refuse it (None when counted). The caller holds the state's lock."""
+        pod, quota = decision.pod, self.quota
+        with undo.part():
+            if quota is not None:
+                verdict = quota.reserve(pod, decision.allocation, len(pod.init_containers))
+                if not verdict.fits:
+                    return verdict.reason
+                undo.add(lambda: quota.release(pod.namespace, pod.name), "the quota reservation")
+            undo.add(self.state.commit(decision), "the assumption and the host usage")
+        return None
+
+    # ---------------------------------------------------------------------------------- workload and prioritize
+
+    def _observe(
+        self,
+        pod: Pod,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        selectors: Mapping[str, Selectors] | None = None,
+    ) -> None:
+        if selectors is None:
+            selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
+        models = {k: tuple(s.use_type) for k, s in selectors.items()}
+        self.workload.observe(requests, pod.host_cpu, pod.host_memory, models)
+
+    def learn_from(self, pods: Iterable[KubeObject]) -> int:
+        """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a
+        restarted scheduler plans for the cluster's mix at once rather than for its first requests). Returns how
+        many pods were counted."""
+        live = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
+        live.sort(key=lambda p: str(meta(p).get("creationTimestamp") or ""))
+        counted = 0
+        for obj in live[-self.workload.window :]:
+            try:
+                pod = Pod.from_api(obj)
+                requests = self.host.pod_requests(pod)
+            except (HamiError, ValueError):
+                continue  # the filter reports such pods when they are scheduled; here they only teach nothing
+            if requests:
+                self._observe(pod, requests)
+                counted += 1
+        return counted
+
     def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
         """Scores 0-10 for clusters that configure prioritize: HAMi's node score under binpack and spread.
 
@@ -414,8 +418,6 @@ class Extender:
         shape = PodShape((), {}, Shares({}), host_requests(pod_obj.get("spec") or {}), workload)
         with self.state.lock:
             return NODE_POLICIES[policy.node].host_only(self.state, shape, node_names)
-
-    # ---------------------------------------------------------------------------------- bind
 
     # ---------------------------------------------------------------------------------- bind
 

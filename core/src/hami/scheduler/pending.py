@@ -15,7 +15,7 @@ Thread-safety: a lock for the decisions and a condition for the pods seen; a fil
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hami.cluster.port import pod_key, revision
 from hami.model import Pod
@@ -28,8 +28,7 @@ WATCH_LAG_SECONDS = 2.0
 """How long a filter waits for the watch to deliver a pod it has not seen yet (`record_at_bind`)."""
 
 
-@dataclass(frozen=True)
-class PendingDecision:
+class PendingDecision(NamedTuple):
     """A filter's decision not yet written: what its bind writes, and how to take it back."""
 
     decision: Decision

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.fitting import Grant, effective_grants
@@ -55,8 +55,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """A filter's choice for a pod: the node, the devices of each kind, and the pod annotations the chosen node's
     fits carry (`NodeFit.pod_annotations`), which the placement is written with."""
 

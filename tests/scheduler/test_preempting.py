@@ -15,6 +15,7 @@ from scheduler_harness import Harness, gpu_node, gpu_pod, running_pod
 from hami.cluster import MemoryCluster, NotFoundError, meta
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.holds import HOLD_ANNOTATION
+from hami.status import render_status, status_of
 
 GIB = 1024
 
@@ -213,5 +214,24 @@ def test_with_preemption_off_the_preempt_verb_returns_kube_schedulers_candidates
     try:
         victims = {"n1": {"Pods": [{"UID": "uid-a"}], "NumPDBViolations": 0}}
         assert h.post("preempt", {"NodeNameToMetaVictims": victims}) == (200, {"NodeNameToMetaVictims": victims})
+    finally:
+        h.stop()
+
+
+def test_hami_status_shows_the_hold_and_counts_its_room() -> None:
+    cluster = MemoryCluster()
+    full_node(cluster)
+    h = Harness(settings(), cluster).start()
+    try:
+        cluster.evict = lambda namespace, name, uid="": None  # type: ignore[method-assign]  # victims slow to go
+        h.add_pod(urgent())
+        h.filter("urgent")
+        status = status_of(cluster.list("nodes")[0], cluster.list("pods")[0], h.host)
+        (hold,) = status.holds
+        assert (hold.node, hold.victims, hold.leaving, hold.memory) == ("n1", ("default/a",), ("default/a",), 8 * GIB)
+        card = status.device("GPU-n1-0")
+        assert card is not None
+        assert card.memory_used == 24 * GIB  # a, b, c and the held 8 GiB until a has gone
+        assert "held on n1 for default/urgent: 8192 MiB" in render_status(status)
     finally:
         h.stop()

@@ -47,6 +47,15 @@ def h() -> Iterator[Harness]:
     harness.stop()
 
 
+def preempt(h: Harness, name: str) -> dict[str, Any]:
+    """A filter, and the preemption it started carried out."""
+    answer = h.filter(name)
+    assert h.service is not None
+    assert h.service.extender.preempting is not None
+    h.service.extender.preempting.settle()
+    return answer
+
+
 def names(cluster: MemoryCluster) -> set[str]:
     return {meta(p)["name"] for p in cluster.list("pods")[0]}
 
@@ -57,7 +66,7 @@ def events(cluster: MemoryCluster, reason: str) -> dict[str, str]:
 
 def test_a_high_priority_pod_evicts_the_fewest_pods_on_one_card_and_runs_there(h: Harness) -> None:
     h.add_pod(urgent())
-    first = h.filter("urgent")
+    first = preempt(h, "urgent")
     assert first["NodeNames"] == []
     assert "preempting: evicting 1 lower-priority pod(s)" in first["FailedNodes"]["n1"]
     assert names(h.cluster) == {"b", "c", "d", "e", "f", "g", "urgent"}  # a (8 GiB) leaves card 0; card 1 needs two
@@ -77,7 +86,7 @@ def test_a_high_priority_pod_evicts_the_fewest_pods_on_one_card_and_runs_there(h
 
 def test_a_smaller_pod_arriving_meanwhile_does_not_take_the_held_room(h: Harness) -> None:
     h.add_pod(urgent())
-    h.filter("urgent")
+    preempt(h, "urgent")
     h.flush()
     h.add_pod(gpu_pod("sneaky", mem=4 * GIB))  # would fit where `a` was, but for the hold
     assert h.filter("sneaky")["NodeNames"] == []
@@ -86,7 +95,7 @@ def test_a_smaller_pod_arriving_meanwhile_does_not_take_the_held_room(h: Harness
 
 def test_a_restarted_scheduler_keeps_the_hold_and_evicts_nobody_twice(h: Harness) -> None:
     h.add_pod(urgent())
-    h.filter("urgent")
+    preempt(h, "urgent")
     h.flush()
     h.restart()
     h.add_pod(gpu_pod("sneaky", mem=4 * GIB))
@@ -105,8 +114,8 @@ def test_the_preemptor_waits_for_its_victims_without_preempting_again() -> None:
         real = cluster.evict
         cluster.evict = lambda namespace, name, uid="": evicted.append(name)  # type: ignore[method-assign]
         h.add_pod(urgent())
-        h.filter("urgent")
-        again = h.filter("urgent")  # the victim has not left yet
+        preempt(h, "urgent")
+        again = preempt(h, "urgent")  # the victim has not left yet
         assert again["NodeNames"] == []
         assert "1 of 1 evicted pods still hold" in again["FailedNodes"]["n1"]
         assert evicted == ["a"]
@@ -123,7 +132,7 @@ def test_an_expired_hold_frees_the_room() -> None:
     h = Harness(settings(preemption_hold_seconds=0.01), cluster).start()
     try:
         h.add_pod(urgent())
-        h.filter("urgent")
+        preempt(h, "urgent")
         h.flush()
         time.sleep(0.05)
         h.add_pod(gpu_pod("later", mem=4 * GIB))
@@ -134,14 +143,14 @@ def test_an_expired_hold_frees_the_room() -> None:
 
 def test_preemption_policy_never_evicts_nobody(h: Harness) -> None:
     h.add_pod(urgent(preemptionPolicy="Never"))
-    assert h.filter("urgent")["NodeNames"] == []
+    assert preempt(h, "urgent")["NodeNames"] == []
     assert len(names(h.cluster)) == 8
     assert not events(h.cluster, "Preempted")
 
 
 def test_a_pod_of_equal_priority_is_not_preempted(h: Harness) -> None:
     h.add_pod(urgent(priority=10))
-    assert h.filter("urgent")["NodeNames"] == []
+    assert preempt(h, "urgent")["NodeNames"] == []
     assert len(names(h.cluster)) == 8
 
 
@@ -161,7 +170,7 @@ def test_a_budget_that_forbids_the_eviction_is_honoured() -> None:
     h = Harness(settings(), cluster).start()
     try:
         h.add_pod(urgent())
-        assert h.filter("urgent")["NodeNames"] == []
+        assert preempt(h, "urgent")["NodeNames"] == []
         assert len(names(cluster)) == 8
         assert HOLD_ANNOTATION not in meta(cluster.get("pods", "urgent"))["annotations"]
     finally:
@@ -188,8 +197,8 @@ def test_dry_run_only_records_what_it_would_evict() -> None:
     h = Harness(settings(preemption_dry_run=True), cluster).start()
     try:
         h.add_pod(urgent())
-        h.filter("urgent")
-        h.filter("urgent")
+        preempt(h, "urgent")
+        preempt(h, "urgent")
         assert len(names(cluster)) == 8
         assert list(events(cluster, "PreemptionDryRun")) == ["urgent"]
         assert "would evict default/a" in events(cluster, "PreemptionDryRun")["urgent"]
@@ -225,7 +234,7 @@ def test_hami_status_shows_the_hold_and_counts_its_room() -> None:
     try:
         cluster.evict = lambda namespace, name, uid="": None  # type: ignore[method-assign]  # victims slow to go
         h.add_pod(urgent())
-        h.filter("urgent")
+        preempt(h, "urgent")
         status = status_of(cluster.list("nodes")[0], cluster.list("pods")[0], h.host)
         (hold,) = status.holds
         assert (hold.node, hold.victims, hold.leaving, hold.memory) == ("n1", ("default/a",), ("default/a",), 8 * GIB)

@@ -146,7 +146,7 @@ class Extender:
         with self.precedence:  # the watch handlers wait meanwhile (`hami.scheduler.precedence`)
             result = self._decide(pod, node_names)
         if result.preemption is not None and self.preempting is not None:
-            self.preempting.carry_out(result.preemption)  # API calls: after the state's lock and the precedence
+            self.preempting.submit(result.preemption)  # API calls: on a thread of their own, after the state's lock
         return result
 
     def _decide(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:

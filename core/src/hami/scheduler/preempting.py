@@ -10,9 +10,10 @@ own filter, and answers the preempt verb with no candidate (`ExtenderApp`), so t
 pods HAMi did not choose for a pod HAMi preempts for.
 
 Sequence for one preemption, each step's failure stopping the next: (1) under the state's lock, choose the victims
-and count the hold at once (so the next filter, of any pod, already sees the room taken); (2) outside the lock,
-write the hold on the preemptor (`hami.io/preemption-hold`): a restart from here on adopts it instead of choosing
-again, so no victim is evicted twice; (3) evict each victim through the Eviction API, with an Event on the
+and count the hold at once (so the next filter, of any pod, already sees the room taken); (2) on a thread of its
+own (`submit`: the filter answers meanwhile, and never waits on the API server on the HTTP front's loop), write
+the hold on the preemptor (`hami.io/preemption-hold`): a restart from here on adopts it instead of choosing again,
+so no victim is evicted twice; (3) evict each victim through the Eviction API, with an Event on the
 preemptor and one on each victim naming the other. A budget that refuses an eviction (429) ends the preemption:
 the hold is dropped and what was already evicted stays evicted (the victims are chosen so that no budget should
 refuse). kube-scheduler retries the preemptor as pods go; its filter then sets its hold aside, fits it (into the
@@ -28,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from hami.cluster.port import Cluster, ClusterError, NotFoundError
@@ -78,6 +80,26 @@ class Preempting:
         self._dry_runs: dict[str, tuple[str, ...]] = {}
         """Preemptor key → the victims its last dry run named (each named once, not at every retry)."""
         self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="preempting")
+        self._pending: list[Future[str]] = []
+
+    def submit(self, preemption: Preemption) -> Future[str]:
+        """Carry out `preemption` on a thread of its own (`carry_out`): the filter answers meanwhile (it may run on
+        the HTTP front's event loop), its room already held."""
+        future = self._worker.submit(self.carry_out, preemption)
+        with self._lock:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(future)
+        return future
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Wait until every submitted preemption has been carried out (tests, shutdown)."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending, timeout)
+
+    def stop(self) -> None:
+        self._worker.shutdown(wait=True, cancel_futures=False)
 
     def budgets(self) -> list[Budget]:
         """The cluster's PodDisruptionBudgets (listed when a preemption is considered: rare, and never stale)."""

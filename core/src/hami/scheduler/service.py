@@ -226,6 +226,8 @@ class SchedulerService:
             sub.stop()
         self._subs = []
         self.requeue.stop()
+        if self.extender.preempting is not None:
+            self.extender.preempting.settle()  # evictions under way finish: their holds are written already
 
     def _on_node(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()

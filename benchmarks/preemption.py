@@ -6,15 +6,17 @@ Builds the scheduler's `ClusterState` of NODES nodes with DEVICES 16 GiB GPUs ea
 low-priority pods of mixed sizes (2, 4, 6 and 8 GiB, priorities 0-9, ages spread over a month), and times
 selections for a high-priority pod asking one card's 12 GiB (the pod fits nowhere without evictions, so every node
 is a candidate). Between two selections CHURN nodes each lose a pod and get another (so their memos are rebuilt,
-as in a live cluster); `cold_select_ms` is a selection after every node's memo was cleared (a scheduler's
-first preemption). Baseline in the same run: one plain fit of the same pod over every node, the vendor call a
-filter makes anyway. Prints percentiles, last one JSON object: nodes, devices, pods, select_p50_ms,
-select_p99_ms, cold_select_ms, churn_nodes, fit_all_nodes_p50_ms, victims.
+as in a live cluster). The heap is frozen and young collections made rarer once the state is built, as the
+scheduler's process does once synced (`SchedulerService`). `cold_select_ms` is a selection after every node's
+memo was cleared (a scheduler's first preemption). Baseline in the same run: one plain fit of the same pod over
+every node, the vendor call a filter makes anyway. Prints percentiles, last one JSON object: nodes, devices,
+pods, select_p50_ms, select_p99_ms, cold_select_ms, churn_nodes, fit_all_nodes_p50_ms, victims.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -25,6 +27,7 @@ from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device, Pod, SchedulingPolicy
 from hami.plugins import VendorHost
 from hami.scheduler.preemption import VictimSelector
+from hami.scheduler.service import GC_YOUNG_THRESHOLD
 from hami.scheduler.state import ClusterState
 
 SIZES = (2048, 4096, 6144, 8192)
@@ -81,6 +84,10 @@ def main() -> None:
                 free -= mem
                 state.set_pod(pod(f"p{pods}", name, card, mem, rng.randrange(10), rng.randrange(1, 29)))
                 pods += 1
+    # as the scheduler's process does once synced (`SchedulerService`): the heap frozen, young collections rarer
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
     urgent = Pod.from_api(
         {
             "metadata": {"name": "urgent", "namespace": "prod", "uid": "uid-urgent"},

@@ -523,3 +523,27 @@ def test_a_kubeconfig_proxy_carries_every_request(api: FakeApiServer, tmp_path: 
         proxy.shutdown()
     server = config["clusters"][0]["cluster"]["server"].rstrip("/")
     assert seen == [f"POST {server}/api/v1/nodes", f"PATCH {server}/api/v1/nodes/n1", f"GET {server}/api/v1/nodes/n1"]
+
+
+def test_evict_goes_through_the_eviction_subresource_and_a_budget_can_refuse_it(
+    kube: KubeCluster, api: FakeApiServer
+) -> None:
+    pod = kube.create("pods", {"metadata": {"name": "batch", "namespace": "ns1"}, "spec": {}})
+    guarded = kube.create("pods", {"metadata": {"name": "db", "namespace": "ns1", "labels": {"app": "db"}}, "spec": {}})
+    api.cluster.create(
+        "poddisruptionbudgets",
+        {"metadata": {"name": "db", "namespace": "ns1"}, "spec": {"selector": {"matchLabels": {"app": "db"}}}},
+    )
+    kube.evict("ns1", "batch", meta(pod)["uid"])
+    eviction = api.calls("POST", "/eviction")[-1]
+    assert eviction.path == "/api/v1/namespaces/ns1/pods/batch/eviction"
+    assert eviction.body["kind"] == "Eviction"
+    assert eviction.body["deleteOptions"] == {"preconditions": {"uid": meta(pod)["uid"]}}
+    with pytest.raises(NotFoundError):
+        api.cluster.get("pods", "batch", "ns1")
+    with pytest.raises(ClusterError, match="disruption budget") as refused:
+        kube.evict("ns1", "db", meta(guarded)["uid"])
+    assert refused.value.status == 429
+    assert api.cluster.get("pods", "db", "ns1")
+    with pytest.raises(NotFoundError):
+        kube.evict("ns1", "db", "another-uid")

@@ -263,7 +263,9 @@ def test_a_partial_fixture_fails_the_checks_it_gives_no_material() -> None:
     f.nodes = {}  # the plugin fits nodes, but the fixture forgot to give any
     _, skipped = applicable(f)
     reasons = {c.name: why for c, why in skipped}
-    assert set(reasons) == {"fit_within_capacity", "fit_order_independent", "refusal_reasons_readable"}
+    assert set(reasons) == {
+        "fit_within_capacity", "fit_order_independent", "refusal_reasons_readable", "preemption_makes_room"
+    }  # fmt: skip
     assert all("`nodes` and `fit_requests`" in why for why in reasons.values())
 
     suite = pytest_suite(lambda: f)

@@ -39,6 +39,8 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Job": ("/apis/batch/v1", "jobs", True),
     "Lease": ("/apis/coordination.k8s.io/v1", "leases", True),
+    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
     "ResourceSlice": ("/apis/resource.k8s.io/v1", "resourceslices", False),
     "ResourceClaim": ("/apis/resource.k8s.io/v1", "resourceclaims", True),
     "ResourceClaimTemplate": ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),

@@ -10,8 +10,8 @@ from typing import Any
 
 from hami.cluster import MemoryCluster, WatchEvent, meta
 from hami.cluster.locks import NodeLocks
-from hami.codec import encode_node_register
-from hami.model import Device
+from hami.codec import encode_node_register, encode_pod_devices
+from hami.model import ContainerDevice, Device
 from hami.plugins import VendorHost
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
@@ -76,6 +76,25 @@ def gpu_pod(
         "spec": spec,
         "status": {"phase": "Pending"},
     }
+
+
+def running_pod(
+    name: str, node: str, devices: dict[int, int], priority: int, *, created: str = "2026-12-01T00:00:00Z",
+    labels: dict[str, str] | None = None, cores: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """A running pod holding `devices` (GPU index → MiB) of `node`, at `priority`."""
+    placement = tuple(
+        ContainerDevice(uuid=f"GPU-{node}-{i}", type="NVIDIA", usedmem=mem, usedcores=cores)
+        for i, mem in devices.items()
+    )
+    obj = gpu_pod(name, gpu=len(devices), mem=max(devices.values()))
+    obj["metadata"].update(
+        uid=f"uid-{name}", creationTimestamp=created, labels=labels or {},
+        annotations={"hami.io/vgpu-devices-allocated": encode_pod_devices([placement]), "hami.io/vgpu-node": node},
+    )  # fmt: skip
+    obj["spec"].update(nodeName=node, priority=priority)
+    obj["status"] = {"phase": "Running"}
+    return obj
 
 
 class Harness:

@@ -85,6 +85,16 @@ class LeaderElectionConfig(_Section):
     lease_duration_seconds: float = Field(default=15, gt=0, alias="leaseDurationSeconds")
 
 
+class PreemptionConfig(_Section):
+    """Preemption by device share (docs/preemption.md)."""
+
+    enabled: bool = False
+    dry_run: bool = Field(default=False, alias="dryRun")
+    """Only record what would be evicted (an Event on the preemptor, a log line, the metric's `dry_run`)."""
+    hold_seconds: float = Field(default=120, gt=0, alias="holdSeconds")
+    """How long the room freed is held for the preemptor."""
+
+
 class SchedulerConfig(_Section):
     listen: str = "127.0.0.1:8888"
     """The extender answers kube-scheduler beside it; elsewhere, with `tls` (and its `clientCAFile`)."""
@@ -111,6 +121,7 @@ class SchedulerConfig(_Section):
         description="count the devices kube-scheduler allocated to ResourceClaims of this DRA driver (hami.dra)",
     )
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig, alias="leaderElection")
+    preemption: PreemptionConfig = Field(default_factory=PreemptionConfig)
 
     @field_validator("listen", "metrics_listen", "dashboard_listen")
     @classmethod

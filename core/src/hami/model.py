@@ -323,6 +323,8 @@ class Pod(_Model):
     scheduler_name: str = ""
     host_cpu: int = Field(default=0, ge=0, description="CPU millicores the pod requests, as kube-scheduler counts")
     host_memory: int = Field(default=0, ge=0, description="memory MiB the pod requests, as kube-scheduler counts")
+    priority: int = Field(default=0, description="spec.priority, resolved from its PriorityClass at admission")
+    preemption_policy: str = Field(default="", description="spec.preemptionPolicy (`Never` forbids preempting)")
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -344,8 +346,22 @@ class Pod(_Model):
             containers=tuple(_container_from_api(c) for c in spec.get("containers") or ()),
             node_name=str(spec.get("nodeName") or ""),
             scheduler_name=str(spec.get("schedulerName") or ""),
+            priority=_priority(spec.get("priority")),
+            preemption_policy=str(spec.get("preemptionPolicy") or ""),
             **dict(zip(("host_cpu", "host_memory"), host_requests(spec), strict=True)),
         )
+
+
+def _priority(value: object) -> int:
+    """spec.priority as an int (the API server sets it from the PriorityClass; absent or unreadable is 0)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:

@@ -4,7 +4,8 @@ Owns reading a cluster's Node and Pod objects once (through the `Cluster` port, 
 `KubeCluster` and the demo's in-memory one are read alike), turning them into `ClusterStatus`, and printing
 it as a table or JSON. Usage is computed by the scheduler's own accounting (`hami.scheduler.state.ClusterState`:
 the `…-devices-allocated` annotations of live pods, init containers at their peak), so what this shows is what
-the next filter decision starts from. Node locks (`hami.io/mutex.lock`) are shown with their holder and age,
+the next filter decision starts from, room held for a preemptor included (`hami.scheduler.holds`: listed with
+the pods evicted for it). Node locks (`hami.io/mutex.lock`) are shown with their holder and age,
 and pods that were bound but not yet allocated (`hami.io/bind-phase: allocating`) or whose allocation failed
 are listed, since those are what a stuck pod looks like.
 
@@ -108,9 +109,22 @@ class WaitingPod(_Model):
     seconds: float | None = Field(default=None, description="since the bind, when the pod says (hami.io/bind-time)")
 
 
+class HeldRoom(_Model):
+    """Room a preemption freed, held for its preemptor (`hami.scheduler.holds`) and counted as used meanwhile."""
+
+    namespace: str
+    name: str
+    node: str
+    seconds: float = Field(description="until the hold expires")
+    victims: tuple[str, ...] = Field(default=(), description="the pods evicted for it")
+    leaving: tuple[str, ...] = Field(default=(), description="those of them still counted on the node")
+    memory: int = Field(default=0, description="MiB held, over every device")
+
+
 class ClusterStatus(_Model):
     nodes: tuple[NodeStatus, ...] = ()
     waiting: tuple[WaitingPod, ...] = ()
+    holds: tuple[HeldRoom, ...] = ()
     pods: int = Field(default=0, description="live pods using devices")
 
     def device(self, uuid: str) -> DeviceStatus | None:
@@ -137,16 +151,33 @@ def status_of(
     nodes: Iterable[KubeObject], pods: Iterable[KubeObject], host: VendorHost, *, now: datetime | None = None
 ) -> ClusterStatus:
     """`ClusterStatus` from listed Node and Pod objects."""
+    from hami.scheduler.holds import HoldBook
     from hami.scheduler.state import ClusterState
 
     now = now or datetime.now(UTC)
     nodes, pods = list(nodes), list(pods)
     state = ClusterState(host)
     state.replay(nodes, pods)
+    counted = len(state.pods)
+    book = HoldBook(state, hold_seconds=float("inf"))  # as written: the scheduler may cap a hold it adopts
+    book.adopt(pods, now=now.timestamp())
+    holds = tuple(
+        HeldRoom(
+            namespace=h.namespace,
+            name=h.name,
+            node=h.node,
+            seconds=max(0.0, h.until - now.timestamp()),
+            victims=tuple(k for k, _ in h.victims),
+            leaving=tuple(k for k, _ in h.victims if k in state.pods),
+            memory=sum(d.usedmem for placement in h.allocation.values() for c in placement for d in c),
+        )
+        for h in sorted(book.holds.values(), key=lambda h: h.key)
+    )
     return ClusterStatus(
         nodes=tuple(_node_status(node, state, now) for node in sorted(nodes, key=lambda n: str(meta(n).get("name")))),
         waiting=tuple(_waiting(pods, now)),
-        pods=len(state.pods),
+        holds=holds,
+        pods=counted,
     )
 
 
@@ -316,6 +347,14 @@ def render_status(status: ClusterStatus, *, node: str | None = None) -> str:
                 f"node lock on {n.name}: held by {lock.namespace}/{lock.name} for {_age(lock.seconds)} "
                 f"(since {lock.since}); freed when its Allocate ends or the pod goes"
             )
+    for h in status.holds:
+        if node is not None and h.node != node:
+            continue
+        leaving = f"{len(h.leaving)} of {len(h.victims)} evicted pods still leaving"
+        lines.append(
+            f"held on {h.node} for {h.namespace}/{h.name}: {h.memory} MiB for {_age(h.seconds)} more "
+            f"(preempted {', '.join(h.victims) or 'nobody'}; {leaving})"
+        )
     for w in status.waiting:
         if node is not None and w.node != node:
             continue

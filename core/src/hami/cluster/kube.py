@@ -83,6 +83,7 @@ _KINDS: dict[str, _Kind] = {
     "leases": _Kind("/apis/coordination.k8s.io/v1", "coordination.k8s.io/v1", "Lease"),
     "resourceslices": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceSlice"),
     "resourceclaims": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceClaim"),
+    "poddisruptionbudgets": _Kind("/apis/policy/v1", "policy/v1", "PodDisruptionBudget"),
 }
 
 
@@ -367,6 +368,19 @@ class KubeCluster:
             body=body,
             idempotent=False,
         )
+
+    def evict(self, namespace: str, name: str, uid: str = "") -> None:
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}  # a recreated pod of the same name stays
+        self._call(
+            f"evict pods {namespace}/{name}", "POST", _path("pods", namespace, name, "eviction"), body=body,
+            idempotent=False,
+        )  # fmt: skip
 
     def record_event(self, obj: KubeObject, reason: str, message: str, *, warning: bool = False) -> None:
         m = meta(obj)

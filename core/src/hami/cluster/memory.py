@@ -21,6 +21,7 @@ from typing import Any
 
 from hami.cluster.port import (
     NAMESPACED,
+    ClusterError,
     ConflictError,
     KubeObject,
     NotFoundError,
@@ -28,6 +29,7 @@ from hami.cluster.port import (
     WatchEvent,
     WatchHandler,
     meta,
+    selects,
 )
 
 __all__ = ["MemoryCluster"]
@@ -176,6 +178,34 @@ class MemoryCluster:
         with self._lock:
             obj = self._find(resource, name, namespace)
             self._bump(resource, obj, "DELETED")
+
+    def evict(self, namespace: str, name: str, uid: str = "") -> None:
+        """The Eviction API as the API server answers it: a budget selecting the pod with no disruption allowed
+        refuses (429, TooManyRequests); otherwise each selecting budget's `status.disruptionsAllowed` is spent and
+        the pod is deleted."""
+        with self._lock:
+            pod = self._find("pods", name, namespace)
+            m = meta(pod)
+            if uid and m.get("uid") != uid:
+                raise NotFoundError(f'pods "{namespace}/{name}" with UID {uid} not found (the pod was replaced)')
+            labels = m.get("labels") or {}
+            budgets = [
+                b
+                for (ns, _), b in self._store.get("poddisruptionbudgets", {}).items()
+                if ns == (namespace or "default") and selects((b.get("spec") or {}).get("selector") or {}, labels)
+            ]
+            for budget in budgets:
+                if int((budget.get("status") or {}).get("disruptionsAllowed") or 0) <= 0:
+                    raise ClusterError(
+                        f"Cannot evict pod as it would violate the pod's disruption budget {meta(budget).get('name')}.",
+                        status=429,
+                        reason="TooManyRequests",
+                    )
+            for budget in budgets:
+                status = budget.setdefault("status", {})
+                status["disruptionsAllowed"] = int(status.get("disruptionsAllowed") or 0) - 1
+                self._bump("poddisruptionbudgets", budget, "MODIFIED")
+            self._bump("pods", pod, "DELETED")
 
     def patch_metadata(
         self,

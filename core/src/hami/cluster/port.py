@@ -30,13 +30,24 @@ __all__ = [
     "meta",
     "pod_key",
     "revision",
+    "selects",
 ]
 
 KubeObject = dict[str, Any]
 Resource = Literal[
-    "nodes", "pods", "leases", "resourcequotas", "namespaces", "events", "resourceslices", "resourceclaims"
+    "nodes",
+    "pods",
+    "leases",
+    "resourcequotas",
+    "namespaces",
+    "events",
+    "resourceslices",
+    "resourceclaims",
+    "poddisruptionbudgets",
 ]
-NAMESPACED: frozenset[str] = frozenset({"pods", "leases", "resourcequotas", "events", "resourceclaims"})
+NAMESPACED: frozenset[str] = frozenset(
+    {"pods", "leases", "resourcequotas", "events", "resourceclaims", "poddisruptionbudgets"}
+)
 
 
 class ClusterError(HamiError):
@@ -114,6 +125,32 @@ class Cluster(Protocol):
     def record_event(self, obj: KubeObject, reason: str, message: str, *, warning: bool = False) -> None:
         """Best effort: an Event about `obj`; never raises."""
         ...
+
+    def evict(self, namespace: str, name: str, uid: str = "") -> None:
+        """Evict the pod through the Eviction API (`pods/eviction`, policy/v1), so that its PodDisruptionBudgets
+        are honoured: `ClusterError` with status 429 when a budget forbids it now, `NotFoundError` when the pod
+        (with this UID, if given) is gone."""
+        ...
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a label selector (`matchLabels`, `matchExpressions` with In, NotIn, Exists, DoesNotExist) selects
+    an object with `labels`; the empty selector selects everything, as policy/v1 reads it."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator = str(expression.get("key") or ""), expression.get("operator")
+        values = [str(v) for v in expression.get("values") or ()]
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
 
 
 def meta(obj: Mapping[str, Any]) -> dict[str, Any]:

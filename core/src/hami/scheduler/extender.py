@@ -37,11 +37,13 @@ from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
+from hami.scheduler.holds import Hold
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import VGPU_TIME, PlacementWriter
 from hami.scheduler.policies import NODE_POLICIES, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
 from hami.scheduler.policy import policy_for
 from hami.scheduler.precedence import Precedence
+from hami.scheduler.preempting import Preempting, Preemption
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.settings import ExtenderSettings
 from hami.scheduler.state import TERMINAL_PHASES, ClusterState, Decision, NodeRecord
@@ -59,6 +61,8 @@ class FilterResult:
     error: str = ""
     passthrough: bool = False
     """The pod asks for no device a vendor here serves: every candidate passes unchanged."""
+    preemption: Preemption | None = field(default=None, repr=False)
+    """Victims chosen and room held for the pod, to evict once the decision's locks are released."""
 
 
 SYNCING = "this scheduler is still reading the cluster; kube-scheduler will retry the pod"
@@ -99,6 +103,8 @@ class Extender:
         (`hami.scheduler.requeue`; the service sets it)."""
         self.precedence = Precedence()
         """The decisions in progress, which the service's watch handlers wait for (`hami.scheduler.precedence`)."""
+        self.preempting: Preempting | None = None
+        """Preemption for pods no node fits (`hami.scheduler.preempting`); None: off."""
 
     def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
         """Whether a filter of this pod waits on nothing but short locks, so that the server may decide on its
@@ -138,7 +144,10 @@ class Extender:
                 "scheduler's watch; kube-scheduler will retry the pod"
             )
         with self.precedence:  # the watch handlers wait meanwhile (`hami.scheduler.precedence`)
-            return self._decide(pod, node_names)
+            result = self._decide(pod, node_names)
+        if result.preemption is not None and self.preempting is not None:
+            self.preempting.submit(result.preemption)  # API calls: on a thread of their own, after the state's lock
+        return result
 
     def _decide(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:
         """Rank the named nodes, fit the pod onto them batch by batch, commit the decision on the chosen one."""
@@ -171,15 +180,25 @@ class Extender:
                 self.state.remove_pod(pod.namespace, pod.name)
                 if self.quota is not None:
                     self.quota.release(pod.namespace, pod.name)
+            held = None
+            if self.preempting is not None:
+                self.preempting.holds.expire()  # an expired hold's room is free for this pod already
+                held = self.preempting.holds.set_aside(pod.namespace, pod.name)
             batches = self.candidates.batches(pod, requests, policy, selectors, node_names, result.failed)
             decision = self._fit_in_batches(pod, requests, kinds, batches, policy, NODE_POLICIES[policy.node], result)
             if decision is None:
                 if withdrawn and not unwritten:
                     self.writer.withdraw(pod)
+                if self.preempting is not None:
+                    self._preempt(pod, requests, policy, node_names, held, result)
                 return result
             refusal = self._commit(undo, decision)
             if refusal is not None:
+                if held is not None and self.preempting is not None:
+                    self.preempting.holds.restore(held)
                 return FilterResult(failed=dict.fromkeys(node_names, refusal))
+            if held is not None and self.preempting is not None:
+                self.preempting.holds.drop(pod.namespace, pod.name)  # placed: the room it held is its own now
         if self.settings.record_at_bind:
             self.pending.put(PendingDecision(decision, undo))
         else:
@@ -188,6 +207,32 @@ class Extender:
                 return FilterResult(error=error)
         result.node = decision.node
         return result
+
+    def _preempt(
+        self,
+        pod: Pod,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        policy: SchedulingPolicy,
+        node_names: Sequence[str],
+        held: Hold | None,
+        result: FilterResult,
+    ) -> None:
+        """No node fits: count the pod's hold again while its victims leave, or preempt for it
+        (`hami.scheduler.preempting`); the refusal of the held node says so. The caller holds the state's lock."""
+        assert self.preempting is not None
+        if held is not None:
+            self.preempting.holds.restore(held)
+            waiting = self.preempting.waiting(pod)
+            if waiting and held.node in result.failed:
+                result.failed[held.node] = waiting
+            return
+        preemption = self.preempting.decide(pod, requests, policy, node_names)
+        if preemption is not None:
+            result.preemption = preemption
+            node, victims = preemption.hold.node, len(preemption.hold.victims)
+            verb = "would evict (dry run)" if preemption.dry_run else "evicting"
+            if node in result.failed:
+                result.failed[node] += f"; preempting: {verb} {victims} lower-priority pod(s) here for this pod"
 
     def _fit_in_batches(
         self,

@@ -60,7 +60,9 @@ The extender's own, without the zone label:
 - `hami_scheduler_placement_mismatches_total`: pod annotations found to differ from the placement the
   scheduler signed, or a signature that no longer verifies (`hami.signing`; each change counted once);
 - `hami_scheduler_requeues_total`: pods asked to retry because they were refused from a view that missed a
-  capacity free kube-scheduler had already seen (`hami.scheduler.requeue`).
+  capacity free kube-scheduler had already seen (`hami.scheduler.requeue`);
+- `hami_scheduler_preemptions_total{result}`: preemptions by `evicted`, `dry_run`, `refused`, `failed`
+  (`hami.scheduler.preempting`), and `hami_scheduler_preemption_victims_total`: the pods they evicted.
 
 `render()` gives the Prometheus text format; `serve_metrics(address)` serves `GET /metrics` on a thread.
 """
@@ -82,6 +84,7 @@ from hami.front import MetricsServer
 from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.extender import FilterResult
+from hami.scheduler.preempting import PREEMPTION_RESULTS
 from hami.scheduler.state import ClusterState
 
 __all__ = [
@@ -392,6 +395,19 @@ class SchedulerMetrics:
             "Pod annotations that differ from the placement the scheduler signed (each change once)",
             registry=r,
         )
+        self.preemptions = Counter(
+            "hami_scheduler_preemptions",
+            "Preemptions by outcome: evicted (room held for the preemptor), dry_run, refused (a budget refused an "
+            "eviction), failed (the hold could not be written)",
+            ["result"],
+            registry=r,
+        )
+        for outcome in PREEMPTION_RESULTS:
+            self.preemptions.labels(result=outcome)
+        self.preemption_victims = Counter(
+            "hami_scheduler_preemption_victims", "Pods evicted through the Eviction API to make room for a preemptor",
+            registry=r,
+        )  # fmt: skip
         self.requeues = Counter(
             "hami_scheduler_requeues",
             "Pods asked to retry: refused from a view that missed a capacity free kube-scheduler had seen",
@@ -403,6 +419,8 @@ class SchedulerMetrics:
             self._standard.register(metric)
         self._standard.register(self.leader)
         self._standard.register(self.placement_mismatches)
+        self._standard.register(self.preemptions)
+        self._standard.register(self.preemption_victims)
         self._standard.register(self.requeues)
         self._quotas = _QuotaCollector()
         self.registry.register(self._quotas)
@@ -429,6 +447,12 @@ class SchedulerMetrics:
         if outcome not in FILTER_OUTCOMES:
             raise ValueError(f"filter outcome {outcome!r} is not one of {', '.join(FILTER_OUTCOMES)}")
         self.filter_outcomes.labels(result=outcome).inc()
+
+    def record_preemption(self, result: str, victims: int) -> None:
+        """Count one preemption's outcome (`PREEMPTION_RESULTS`) and the pods it evicted."""
+        self.preemptions.labels(result=result).inc()
+        if victims:
+            self.preemption_victims.inc(victims)
 
     def record_filter(self, result: FilterResult) -> None:
         """Count one filter answer by what `Extender.filter` returned."""

@@ -107,6 +107,9 @@ def run_scheduler(
             # not undo an assumed decision: `ClusterState.set_pod` ignores views older than what it counted.
             record_at_bind=True,
             pass_over_nodes_in_flight=settings.pass_over_nodes_in_flight,
+            preemption_enabled=settings.preemption.enabled,
+            preemption_dry_run=settings.preemption.dry_run,
+            preemption_hold_seconds=settings.preemption.hold_seconds,
         ),
         settings.leader_election,
     )

@@ -1,4 +1,5 @@
-"""The scheduler extender's HTTP face: kube-scheduler's filter, prioritize and bind verbs, health and readiness.
+"""The scheduler extender's HTTP face: kube-scheduler's filter, prioritize, bind and preempt verbs, health and
+readiness.
 
 Owns the wire format of protocol.md section 4 and its validation at the edge. Each verb's body is parsed once,
 straight from its bytes, into a typed model of exactly the fields the extender uses (`ExtenderArgs`,
@@ -17,10 +18,11 @@ so nothing a client sends reaches the extender's state or the API server's URLs.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -87,6 +89,8 @@ class _PodSpec(_Edge):
     schedulerName: str | None = None  # noqa: N815
     containers: list[_Container] | None = None
     initContainers: list[_Container] | None = None  # noqa: N815
+    priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # an int32, as the API has it
+    preemptionPolicy: Literal["Never", "PreemptLowerPriority"] | None = None  # noqa: N815
 
 
 class _PodMeta(_Edge):
@@ -209,14 +213,18 @@ class ExtenderApp:
         if method == "GET" and route == "/readyz":
             return (200, {"status": "ready"}) if self.ready() else (503, {"status": "syncing"})
         verb = self._verb(route)
-        if verb not in ("filter", "prioritize", "bind"):
-            return 404, {"Error": f"no such endpoint {route}; POST {self.prefix}/filter, /prioritize or /bind"}
+        if verb not in ("filter", "prioritize", "bind", "preempt"):
+            return 404, {
+                "Error": f"no such endpoint {route}; POST {self.prefix}/filter, /prioritize, /bind or /preempt"
+            }
         if method != "POST":
             return 405, {"Error": f"{route} takes POST"}
         start = time.perf_counter()
         try:
             if verb == "bind":
                 return 200, self._bind(_parse(BindingArgs, body))
+            if verb == "preempt":
+                return self._preempt(body)
             args = _parse(ExtenderArgs, body)
             return 200, (self._filter(args) if verb == "filter" else self._prioritize(args))
         except ValidationError as exc:
@@ -241,6 +249,23 @@ class ExtenderApp:
         names, _ = args.candidates()
         scores = self.extender.prioritize(args.pod.as_object(), names)
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
+
+    def _preempt(self, body: bytes) -> Response:
+        """kube-scheduler's preempt verb (ExtenderPreemptionArgs → ExtenderPreemptionResult). With HAMi's own
+        preemption on (`hami.scheduler.preempting`) no node is a candidate: kube-scheduler, counting only device
+        slots, must not evict pods HAMi did not choose. Off: kube-scheduler's candidates come back unchanged."""
+        try:
+            args = json.loads(body or b"null")
+        except ValueError as exc:
+            return 400, {"Error": f"preempt: the body is not JSON: {exc}"}
+        if not isinstance(args, dict):
+            return 400, {"Error": "preempt: the body must be a JSON object (ExtenderPreemptionArgs)"}
+        if self.extender.preempting is not None:
+            return 200, {"NodeNameToMetaVictims": {}}
+        meta_victims = args.get("NodeNameToMetaVictims")  # what a nodeCacheCapable kube-scheduler sends
+        if not isinstance(meta_victims, dict):
+            meta_victims = {}
+        return 200, {"NodeNameToMetaVictims": meta_victims}
 
     def _bind(self, args: BindingArgs) -> dict[str, Any]:
         result = self.extender.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)

@@ -32,6 +32,7 @@ from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.metrics import SchedulerMetrics
+from hami.scheduler.preempting import Preempting
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
@@ -96,6 +97,15 @@ class SchedulerService:
 
         self.claims = ClaimTracker(self.state, self.settings.dra_driver) if self.settings.dra_driver else None
         """The DRA claims counted as usage (`draDriver` set)."""
+        if self.settings.preemption_enabled:
+            self.extender.preempting = Preempting(
+                self.cluster,
+                self.host,
+                self.state,
+                hold_seconds=self.settings.preemption_hold_seconds,
+                dry_run=self.settings.preemption_dry_run,
+            )
+            self.extender.preempting.on_result = self.metrics.record_preemption
 
     def _placement_mismatch(self, pod: KubeObject, message: str) -> None:
         """A pod's annotations no longer match its signed placement: log line, metric, event on the pod."""
@@ -147,6 +157,8 @@ class SchedulerService:
             nodes, node_rv = listing.result()
         listed = time.perf_counter()
         self.state.replay(nodes, pods)
+        if self.extender.preempting is not None:  # holds written before a restart keep their room
+            self.extender.preempting.holds.adopt(pods)
         learned = self.extender.learn_from(pods)
         self._waiting.clear()
         for pod in pods:
@@ -215,6 +227,8 @@ class SchedulerService:
             sub.stop()
         self._subs = []
         self.requeue.stop()
+        if self.extender.preempting is not None:
+            self.extender.preempting.settle()  # evictions under way finish: their holds are written already
 
     def _on_node(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()
@@ -244,6 +258,8 @@ class SchedulerService:
         self.extender.precedence.yield_to_decisions()
         m = meta(event.object)
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
+        if self.extender.preempting is not None:
+            self.extender.preempting.holds.pod_changed(event.object, deleted=event.type == "DELETED")
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
             self.extender.pending.forget(namespace, name, m.get("resourceVersion"))

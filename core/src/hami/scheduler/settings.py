@@ -45,6 +45,17 @@ class ExtenderSettings(BaseModel):
         "filter answers",
     )
 
+    preemption_enabled: bool = Field(
+        default=False,
+        description="preempt lower-priority pods, by device, for a pod no node fits (hami.scheduler.preempting)",
+    )
+    preemption_dry_run: bool = Field(
+        default=False, description="with preemption on: only record (an Event, a log line) what would be evicted"
+    )
+    preemption_hold_seconds: float = Field(
+        default=120, gt=0, description="how long the room a preemption frees is held for its preemptor"
+    )
+
     def default_policy(self) -> SchedulingPolicy:
         device = self.device_policy
         if device is None:

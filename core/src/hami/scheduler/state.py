@@ -28,6 +28,7 @@ commits, the watch handlers while they apply an event.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
@@ -233,6 +234,7 @@ class ClusterState:
     def assume(
         self, namespace: str, name: str, uid: str, node: str, init_containers: int,
         allocation: Mapping[str, tuple[ContainerPlacement, ...]], annotations: Mapping[str, str] | None = None,
+        priority: int = 0, labels: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         """Count the filter's decision at once, before the pod's annotations come back through the watch.
 
@@ -248,6 +250,9 @@ class ClusterState:
             annotations=dict(annotations or {}),
             assumed=True,
             decided=True,
+            priority=priority,
+            started=time.time(),
+            labels=dict(labels or {}),
         )
         with self.lock:
             self._forget(record.key)
@@ -270,7 +275,7 @@ class ClusterState:
             with self.lock:
                 self.assume(
                     pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
-                    decision.annotations,
+                    decision.annotations, pod.priority, pod.labels,
                 )  # fmt: skip
                 self.set_host_usage(key, node, pod.host_cpu, pod.host_memory)
         except BaseException:

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.codec import AnnotationError, decode_pod_devices
@@ -56,6 +57,12 @@ class PodRecord:
     knows here wins over what a request body claims."""
     decided: bool = False
     """The usage is the scheduler's own decision: assumed by its filter, or read from a verified signature."""
+    priority: int = 0
+    """spec.priority: only a pod of higher priority may preempt it (`hami.scheduler.preemption`)."""
+    started: float = 0.0
+    """When the pod was created (seconds since the epoch; 0 when unknown): the work a preemption would lose."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The pod's labels, which PodDisruptionBudgets select by."""
     _placed: PlacedPod | None = field(default=None, repr=False, compare=False)
 
     def placed(self) -> PlacedPod:
@@ -136,6 +143,9 @@ class PodUsage:
             bound=bool(spec.get("nodeName")),
             decided=decided,
             version=revision(m.get("resourceVersion")),
+            priority=_int(spec.get("priority")),
+            started=_epoch(m.get("creationTimestamp")),
+            labels=dict(m.get("labels") or {}),
         )
 
     def _authentic(
@@ -182,6 +192,20 @@ class PodUsage:
             self.on_mismatch(pod, message)
         except Exception:  # reporting must never stop the state from being kept
             log.exception("reporting the placement mismatch of pod %s failed", key)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _epoch(stamp: object) -> float:
+    """An RFC 3339 timestamp as seconds since the epoch (0 when absent or unreadable)."""
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def awaits_allocation(record: PodRecord) -> bool:

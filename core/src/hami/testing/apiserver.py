@@ -51,7 +51,7 @@ from typing import Any, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from hami.cluster.memory import MemoryCluster
-from hami.cluster.port import ConflictError, NotFoundError, Resource, Subscription, WatchEvent, meta
+from hami.cluster.port import ClusterError, ConflictError, NotFoundError, Resource, Subscription, WatchEvent, meta
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +305,12 @@ def _resources(group: Mapping[str, str]) -> list[dict[str, Any]]:
         found.append(
             {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding", "verbs": ["create"]}
         )
+        found.append(
+            {
+                "name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy", "version": "v1",
+                "kind": "Eviction", "verbs": ["create"],
+            }
+        )  # fmt: skip
     return found
 
 
@@ -350,7 +356,7 @@ def _route(path: str) -> _Route:
     route = _Route(rest[0], namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
     if route.resource in NAMESPACED and route.name is not None and namespace is None:
         raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
-    if route.sub is not None and (route.resource, route.sub) != ("pods", "binding"):
+    if route.sub is not None and (route.resource, route.sub) not in (("pods", "binding"), ("pods", "eviction")):
         raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
     return route
 
@@ -456,6 +462,10 @@ def _handler(api: ClusterApiServer) -> type[BaseHTTPRequestHandler]:
                 if method != "POST":
                     raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on pods/binding")
                 return self._bind(ns or "default", name or "", body)
+            if route.sub == "eviction":
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", f"{method} is not allowed on pods/eviction")
+                return self._evict(ns or "default", name or "", body)
             if name is None:
                 if method == "GET":
                     items, version = cluster.list(r, ns)
@@ -541,6 +551,22 @@ def _handler(api: ClusterApiServer) -> type[BaseHTTPRequestHandler]:
                 raise ApiError(400, "BadRequest", "the Binding's name does not match the pod's")
             target = body.get("target") or {}
             cluster.bind(ns, name, m.get("uid") or "", target.get("name") or "")
+            return 201, status_body(201, "", "")
+
+        @staticmethod
+        def _evict(ns: str, name: str, body: Any) -> tuple[int, Any]:
+            """The Eviction API over the memory backend's `evict` (which honours its PodDisruptionBudgets)."""
+            if not isinstance(body, dict) or body.get("kind") != "Eviction":
+                raise ApiError(400, "BadRequest", "expected a policy/v1 Eviction")
+            if (body.get("metadata") or {}).get("name") != name:
+                raise ApiError(400, "BadRequest", "the Eviction's name does not match the pod's")
+            uid = str(((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid") or "")
+            try:
+                cluster.evict(ns, name, uid)
+            except NotFoundError:
+                raise
+            except ClusterError as exc:
+                raise ApiError(exc.status or 500, exc.reason or "InternalError", str(exc)) from None
             return 201, status_body(201, "", "")
 
         # ------------------------------------------------------------------------------ watches

@@ -285,6 +285,63 @@ def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
 
 
 @_check(
+    "preemption by device share frees what the vendor's own fit needs, whenever evicting can make room",
+    hooks=("hami_fit_nodes",),
+    material=_fit_material,
+    needs=_FIT_NEEDS,
+)
+def check_preemption_makes_room(fixture: VendorFixture, host: VendorHost) -> None:
+    """The fixture's usage as low-priority pods, and one more filling each device's memory: for each request
+    no node fits then, the victims `hami.scheduler.preemption` chooses must let the vendor's fit place it, and
+    when it chooses none, evicting every pod must not help either."""
+    from hami.fitting import Grant
+    from hami.scheduler.nodes import NodeRecord, NodeTotals
+    from hami.scheduler.preemption import VictimSelector, without
+    from hami.scheduler.state import ClusterState, PodRecord
+
+    for kind, requests in fixture.fit_requests.items():
+        for request in requests:
+            state = ClusterState(host)
+            for view in fixture.nodes[kind]():
+                record = NodeRecord(view.name, view.annotations, view.labels, {kind: view}, totals={kind: NodeTotals()})
+                state.nodes[view.name] = record
+                for usage in view.devices:
+                    grants = [(usage.used, usage.usedmem, usage.usedcores)]  # the fixture's own usage
+                    free = usage.device.devmem - usage.usedmem
+                    if usage.used < usage.device.count and free > 0:  # and a pod filling the device's memory
+                        grants.append((1, free, 0))
+                        usage.used, usage.usedmem = usage.used + 1, usage.device.devmem
+                    for i, (slots, memory, cores) in enumerate(grants):
+                        if not (slots or memory or cores):
+                            continue
+                        key = f"victims/{view.name}-{usage.device.id}-{i}"
+                        grant = Grant(max(slots, 1), memory, cores)
+                        state.pods[key] = PodRecord(
+                            key, f"uid-{key}", view.name, 0, {}, grants={kind: {usage.device.id: grant}}
+                        )
+                        record.pods.add(key)
+            pod = Pod(name="urgent", uid="uid-urgent", containers=(Container(name="main"),), priority=1)
+            names = sorted(state.nodes)
+            views = [state.nodes[n].views[kind] for n in names]
+            if any(f.placement is not None for f in host.fit_nodes(kind, pod, [request], views, SchedulingPolicy())):
+                continue  # fits as is: the filter places it, nobody is preempted
+            choice = VictimSelector(host, state).select(pod, {kind: [request]}, SchedulingPolicy(), names)
+            if choice is not None:
+                freed = without(state.nodes[choice.node], kind, list(choice.victims))
+                (fit,) = host.fit_nodes(kind, pod, [request], [freed], SchedulingPolicy())
+                if fit.placement is None:
+                    raise _fail(f"{request}: evicting {[v.key for v in choice.victims]} on {choice.node} "
+                                f"leaves it refused: {fit.reason}")  # fmt: skip
+                continue
+            for name in names:
+                everyone = [state.pods[k] for k in state.nodes[name].pods]
+                (fit,) = host.fit_nodes(kind, pod, [request], [without(state.nodes[name], kind, everyone)],
+                                        SchedulingPolicy())  # fmt: skip
+                if fit.placement is not None:
+                    raise _fail(f"{request}: no preemption chosen, yet evicting every pod of {name} makes room")
+
+
+@_check(
     "which nodes fit does not depend on the order devices are listed in",
     hooks=("hami_fit_nodes",),
     material=_fit_material,

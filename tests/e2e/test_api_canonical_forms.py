@@ -12,7 +12,7 @@ import pytest
 from hami.errors import RequestError
 from hami.model import Container
 from hami.requests import read_count
-from hami.scheduler.state import _devices_from_capacity
+from hami.scheduler.nodes import _devices_from_capacity
 
 
 @pytest.mark.parametrize(

@@ -618,7 +618,7 @@ def test_at_bind_a_decision_not_carried_out_costs_no_write_and_frees_its_devices
         h.cluster.delete("pods", "p3", "default")
         h.flush()
         assert "default/p3" not in state.pods
-        assert extender._decisions == {}
+        assert extender.pending._decisions == {}
         assert cluster.pod_patches == []
     finally:
         h.stop()

@@ -13,7 +13,7 @@ from scheduler_harness import Harness, gpu_node, gpu_pod
 from hami.cluster import meta
 from hami.codec import HANDSHAKE_TIME_FORMAT
 from hami.scheduler.handshake import HandshakeKeeper
-from hami.scheduler.state import handshake_verdict
+from hami.scheduler.nodes import handshake_verdict
 
 KEY = "hami.io/node-handshake"
 GPU = "nvidia.com/gpu"

@@ -68,7 +68,7 @@ def test_a_kept_ranking_decides_as_one_built_afresh(ops: list[tuple[Any, ...]], 
             h.start()
         assert kept.service is not None
         assert fresh.service is not None
-        fresh.service.extender.rankings = Rankings(fresh.service.state, kept=0)  # rebuilt at every filter
+        fresh.service.extender.candidates.rankings = Rankings(fresh.service.state, kept=0)  # rebuilt at every filter
         for i, op in enumerate(ops):
             assert _apply(kept, op, i) == _apply(fresh, op, i), (i, op)
     finally:
@@ -84,7 +84,7 @@ def test_a_filter_of_a_known_shape_evaluates_only_the_nodes_changed_since() -> N
         h.start()
         assert h.service is not None
         evaluated: list[str] = []
-        rankings = h.service.extender.rankings
+        rankings = h.service.extender.candidates.rankings
         current = rankings.current
 
         def counting(shape: int, evaluate: Any, classes: Any = None) -> Any:

@@ -24,7 +24,7 @@ from hami.model import (
 )
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.plugins import VendorHost
-from hami.scheduler.state import _devices_from_capacity
+from hami.scheduler.nodes import _devices_from_capacity
 from hami_vendor_cambricon import plugin
 from hami_vendor_cambricon.cndev import Cndev, MluCard
 from hami_vendor_cambricon.discovery import NodeRuntime, inventory

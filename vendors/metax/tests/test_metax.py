@@ -227,9 +227,9 @@ def test_capacity_nodes_are_named_as_hami_names_them() -> None:
 
     state = ClusterState(VendorHost.from_plugins({"metax": plugin}))
     node = {"metadata": {"name": "w1", "annotations": {}}, "status": {"capacity": {WHOLE: "2"}}}
-    devices = state.devices_of(node, plugin.GPU)
+    devices = state.reader.devices_of(node, plugin.GPU)
     assert [d.id for d in devices] == ["w1-metax-0", "w1-metax-1"]
     entry = '[{"uuid":"GPU-a","totalDevCount":4,"totalCompute":100,"totalVRam":32768,"healthy":true,"linkZone":2}]'
     sgpu = {"metadata": {"name": "w2", "annotations": {"metax-tech.com/node-gpu-devices": entry}}}
-    (device,) = state.devices_of(sgpu, plugin.SGPU)
+    (device,) = state.reader.devices_of(sgpu, plugin.SGPU)
     assert (device.id, device.count, device.devmem, device.custom["LinkZone"]) == ("GPU-a", 4, 32768, 2)

@@ -188,7 +188,7 @@ def test_capacity_is_what_hamis_scheduler_reads(fakes: F, mthreads_node: MakeNod
 
 
 def test_served_capacity_is_read_back_as_hami_reads_it(fakes: F, mthreads_node: MakeNode) -> None:
-    from hami.scheduler.state import _devices_from_capacity
+    from hami.scheduler.nodes import _devices_from_capacity
 
     devices = found(mthreads_node(fakes.s4000_server(3)))
     capacity = {r.name: str(len(advertised_devices(plugin.KIND, r.role, devices))) for r in resources_of(plugin.KIND)}

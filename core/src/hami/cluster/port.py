@@ -28,6 +28,8 @@ __all__ = [
     "WatchEvent",
     "WatchHandler",
     "meta",
+    "pod_key",
+    "revision",
 ]
 
 KubeObject = dict[str, Any]
@@ -118,3 +120,16 @@ def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object's metadata (an empty dict when absent)."""
     m = obj.get("metadata")
     return m if isinstance(m, dict) else {}
+
+
+def pod_key(namespace: str, name: str) -> str:
+    """How a pod is named across the services' maps: `namespace/name`."""
+    return f"{namespace}/{name}"
+
+
+def revision(value: object) -> int | None:
+    """A resourceVersion as a number (etcd's revision), None when it is not one."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return None

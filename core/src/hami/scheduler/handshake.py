@@ -1,7 +1,7 @@
 """The scheduler's half of HAMi's node handshake, by HAMi v2.10's rule (`pkg/device/devices.go`, `CheckHealth`).
 
 Owns the periodic round (only on the leader). For every node and device kind that registers devices or carries
-the kind's handshake annotation, `hami.scheduler.state.handshake_verdict` decides: a question
+the kind's handshake annotation, `hami.scheduler.nodes.handshake_verdict` decides: a question
 (`Requesting_<time>`) that is fresh, unreadable, or whose node still offers the kind's count resource in
 `status.allocatable` is left alone and the devices stay; an expired question on a node that offers none becomes
 `Deleted_<time>` and `ClusterState` counts none of that kind's devices there; anything else (this project's
@@ -30,7 +30,8 @@ from datetime import datetime, timedelta
 from hami.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
 from hami.codec import Handshake, encode_handshake
 from hami.plugins import VendorHost
-from hami.scheduler.state import HANDSHAKE_TIMEOUT, ClusterState, handshake_verdict
+from hami.scheduler.nodes import HANDSHAKE_TIMEOUT, handshake_verdict
+from hami.scheduler.state import ClusterState
 
 __all__ = ["HandshakeKeeper"]
 

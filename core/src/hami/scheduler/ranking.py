@@ -153,9 +153,9 @@ class Rankings:
         `classes`, when given, is a partition of the nodes that `evaluate` answers alike within each part: (a name
         for it, the class of a node). It is kept current from the change log as rankings are, for every shape
         that names it, so that building a ranking evaluates one node per class."""
-        position = self.state.change_position
+        position = self.state.changes.position
         ranking = self._rankings.get(shape)
-        changed = self.state.changed_since(ranking.position) if ranking is not None else None
+        changed = self.state.changes.since(ranking.position) if ranking is not None else None
         if ranking is None or changed is None:
             if classes is None:
                 ranking = Ranking.build(position, self.state.nodes, evaluate)
@@ -176,7 +176,7 @@ class Rankings:
     def _partition(self, position: int, key: Hashable, node_class: Callable[[str], Hashable]) -> dict[str, Hashable]:
         """Node → class for every node of the state, brought up to date with the nodes changed since."""
         kept = self._classes.get(key)
-        changed = self.state.changed_since(kept[0]) if kept is not None else None
+        changed = self.state.changes.since(kept[0]) if kept is not None else None
         if kept is None or changed is None:
             of = {name: node_class(name) for name in self.state.nodes}
         else:

@@ -29,8 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hami.cluster.port import Cluster, ClusterError, NotFoundError
-from hami.scheduler.state import pod_key
+from hami.cluster.port import Cluster, ClusterError, NotFoundError, pod_key
 
 __all__ = ["REQUEUE_ANNOTATION", "Requeuer"]
 

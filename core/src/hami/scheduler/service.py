@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta
+from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta, pod_key
 from hami.config import LeaderElectionConfig
 from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
@@ -33,7 +33,7 @@ from hami.scheduler.handshake import HandshakeKeeper
 from hami.scheduler.leader import LeaderElector, process_identity
 from hami.scheduler.metrics import SchedulerMetrics
 from hami.scheduler.requeue import Requeuer
-from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, pod_key
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = ["SchedulerService"]
@@ -57,12 +57,12 @@ class SchedulerService:
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.host)
-        self.state.signer = self.placement_keys
-        self.state.on_mismatch = self._placement_mismatch
+        self.state.usage.signer = self.placement_keys
+        self.state.usage.on_mismatch = self._placement_mismatch
         self.extender = Extender(self.cluster, self.host, self.state, self.settings)
         self.metrics = SchedulerMetrics(self.state, self.host)
         self.extender.on_filter_result = self.metrics.record_filter
-        self.extender.on_lock_wait = self.metrics.observe_lock_wait
+        self.extender.binder.on_lock_wait = self.metrics.observe_lock_wait
         self.elector: LeaderElector | None = None
         if self.leader_election is not None and self.leader_election.enabled:
             duration = self.leader_election.lease_duration_seconds
@@ -152,8 +152,8 @@ class SchedulerService:
             m = meta(pod)
             namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
             self._track_waiting(pod_key(namespace, name), pod)
-            self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
-        self.extender.pods_watched_to(pod_rv)
+            self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
+        self.extender.pending.pods_watched_to(pod_rv)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
         self.ledger.start(pods=pods)
         self.extender.quota = self.ledger
@@ -198,7 +198,7 @@ class SchedulerService:
         self._ready.set()
         if self.elector is not None:
             self.elector.start()
-        self.extender.release_finished_locks()
+        self.extender.binder.release_finished_locks()
         return self
 
     def stop(self) -> None:
@@ -227,7 +227,7 @@ class SchedulerService:
             if self.claims is not None:
                 self.claims.node_changed(meta(event.object)["name"])
         self.requeue.capacity_freed(self.state.frees)
-        self.extender.notify_node_changed()
+        self.extender.binder.notify_node_changed()
 
     def _on_claim(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()
@@ -245,11 +245,11 @@ class SchedulerService:
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
-            self.extender.forget(namespace, name, m.get("resourceVersion"))
+            self.extender.pending.forget(namespace, name, m.get("resourceVersion"))
             self.requeue.placed(namespace, name)
         else:
             self.state.set_pod(event.object)
-            self.extender.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
+            self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.requeue.capacity_freed(self.state.frees)
         self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
@@ -262,13 +262,13 @@ class SchedulerService:
     def _release_if_done(self, node: str) -> None:
         with self.state.lock:
             record = self.state.nodes.get(node)
-            lock = self.extender.locks.holder(dict(record.annotations)) if record else None
+            lock = self.extender.binder.locks.holder(dict(record.annotations)) if record else None
         if lock is None:
             return
         try:
-            if self.extender.lock_holder_done(lock, node, allocated=False) and self.extender.locks.release(
-                node, lock.namespace, lock.name
-            ):
+            if self.extender.binder.lock_holder_done(
+                lock, node, allocated=False
+            ) and self.extender.binder.locks.release(node, lock.namespace, lock.name):
                 log.info("released node %s: lock owner %s/%s no longer needs it", node, lock.namespace, lock.name)
         except ClusterError as exc:
             log.warning("could not release the lock of node %s: %s", node, exc)

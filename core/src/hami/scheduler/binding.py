@@ -1,0 +1,256 @@
+"""Bind: the node lock, the pod's bind phase (and, with `record_at_bind`, its placement), then the Binding; and
+the release of node locks whose owner no longer needs them.
+
+A bind takes the node lock for the pod (and the vendors' own node locks of the kinds it was placed with,
+`DeviceKind.node_lock`), waiting up to `bind_lock_wait_seconds` for a holder to finish; marks
+`hami.io/bind-phase: allocating` (with `record_at_bind`, in the same patch as the decision's placement, so the
+node side never sees a bound pod without its placement); and creates the Binding. Any failure releases the lock
+and is reported in the answer; a decision not yet written when a bind fails is taken back, so that
+kube-scheduler's next filter of the pod decides afresh. What the scheduler's own state knows wins over the
+request: a pod it knows bound is not bound again, and a bind for another UID than the one placed is refused
+before anything is locked or written.
+
+A lock is released by its holder's node daemon once Allocate ends; one whose owner is gone, replaced, placed
+elsewhere or finished is released here (`release_finished_locks`, driven by the service's watches), and a bind
+finding such a lock takes it over (`lock_holder_done`).
+
+Owns no decision: it takes the one the filter left (`hami.scheduler.pending`) and writes it through
+`hami.scheduler.placement`. Thread-safety: binds run concurrently, one per request; the node locks serialise
+them per node through the API server, and a waiting bind is woken by node events (`notify_node_changed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from hami.cluster.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
+from hami.cluster.port import Cluster, ClusterError, NotFoundError, meta, pod_key
+from hami.codec import NodeLock
+from hami.errors import HamiError
+from hami.lifecycle import BIND_PHASE, BIND_TIME
+from hami.model import Pod
+from hami.plugins import VendorHost
+from hami.scheduler.pending import PendingDecision, PendingDecisions
+from hami.scheduler.placement import PlacementWriter
+from hami.scheduler.settings import ExtenderSettings
+from hami.scheduler.state import ClusterState
+from hami.transaction import Transaction
+
+__all__ = ["BindResult", "Binder"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BindResult:
+    error: str = ""
+    lock_wait: float = 0.0
+    written: bool = False
+    """The pod's placement was written (so a failure after it leaves the decision standing)."""
+
+
+class Binder:
+    """Binds pods to the nodes their filter chose, under the node locks."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        host: VendorHost,
+        state: ClusterState,
+        settings: ExtenderSettings,
+        pending: PendingDecisions,
+        writer: PlacementWriter,
+    ) -> None:
+        self.cluster = cluster
+        self.host = host
+        self.state = state
+        self.settings = settings
+        self.pending = pending
+        self.writer = writer
+        self.on_lock_wait: Callable[[float], None] = lambda seconds: None
+        self.node_changed = threading.Condition()
+        self.locks = NodeLocks(
+            cluster,
+            expiry=timedelta(seconds=settings.lock_expiry_seconds),
+            holder_done=self.lock_holder_done,
+            wait_for_node=self._wait_for_node,
+            known=self._known_node,
+        )
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
+        """Bind the pod to `node` (the caller has checked that this replica leads and is synced)."""
+        known = self._known_binding(namespace, name, uid, node)
+        if known is not None:
+            return known
+        pending: PendingDecision | None = None
+        if self.settings.record_at_bind:
+            pending = self.pending.take(namespace, name)
+            if pending is None or pending.decision.node != node:
+                # nothing decided here for this pod on that node (another process answered its filter, or none
+                # did): binding it would leave the node side without a placement
+                if pending is not None:
+                    pending.undo.abandon("bound elsewhere than decided")
+                return BindResult(
+                    error=f"no placement of {namespace}/{name} on {node} is known to this scheduler; "
+                    "kube-scheduler will retry the pod"
+                )
+        result = self._lock_and_bind(namespace, name, uid, node, pending)
+        if result.error and pending is not None and not result.written:
+            pending.undo.abandon("its bind failed")  # kube-scheduler filters the pod again
+        return result
+
+    def _lock_and_bind(
+        self, namespace: str, name: str, uid: str, node: str, pending: PendingDecision | None
+    ) -> BindResult:
+        """Lock the node, write the decision (if not yet written) with `bind-phase: allocating`, bind."""
+        started = time.monotonic()
+        vendor_locks = self._vendor_locks(namespace, name)
+        try:
+            waited = self.locks.acquire(
+                node, namespace, name, uid, wait=self.settings.bind_lock_wait_seconds, vendor_locks=vendor_locks
+            )
+        except (NodeBusy, VendorLockBusy) as exc:
+            self.on_lock_wait(time.monotonic() - started)
+            return BindResult(error=f"{exc}; kube-scheduler will retry the pod")
+        except ClusterError as exc:
+            return BindResult(error=f"cannot lock node {node}: {exc}")
+        self.on_lock_wait(waited)
+        phase = {BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
+        written = pending is None
+        try:
+            with Transaction() as undo:
+                undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
+                if pending is not None:
+                    self.writer.write(pending.decision, also=phase)
+                else:
+                    self.cluster.patch_metadata("pods", name, namespace, annotations=phase)
+                written = True
+                undo.add(lambda: self._mark_bind_failed(namespace, name), "the bind phase")
+                self.cluster.bind(namespace, name, uid, node)
+        except ClusterError as exc:
+            if not written:
+                return BindResult(
+                    error=f"could not record the placement of {namespace}/{name} on {node}: {exc}; "
+                    "kube-scheduler will retry the pod",
+                    lock_wait=waited,
+                )
+            error = f"binding {namespace}/{name} to {node} failed: {exc}"
+            return BindResult(error=error, lock_wait=waited, written=True)
+        except BaseException:
+            if pending is not None and not written:
+                pending.undo.abandon("its bind failed")
+            raise
+        self.state.mark_bound(namespace, name, node)
+        return BindResult(lock_wait=waited, written=True)
+
+    def _known_binding(self, namespace: str, name: str, uid: str, node: str) -> BindResult | None:
+        """The answer the scheduler's own state gives a bind before anything is locked or written, or None to go on.
+
+        A pod it knows bound is not bound again (to the same node with the same UID the bind is done: a retry is
+        answered as such; elsewhere, or for another UID, an error), and a bind whose UID is not the one the pod
+        was placed with is refused: a failed bind would otherwise still lock the node and mark the pod's bind
+        phase, which the node side reads."""
+        key = pod_key(namespace, name)
+        with self.state.lock:
+            record = self.state.pods.get(key)
+            known = (record.uid, record.bound, record.node) if record is not None else None
+        if known is None:
+            return None
+        known_uid, bound, placed = known
+        if known_uid and uid != known_uid:
+            return BindResult(error=f"pod {namespace}/{name} was placed with UID {known_uid}, not {uid}")
+        if bound:
+            if placed == node:
+                return BindResult(written=True)
+            return BindResult(error=f"pod {namespace}/{name} is already bound to {placed}")
+        return None
+
+    def _mark_bind_failed(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(NotFoundError):  # a pod that is gone has no bind phase to mark
+            self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
+
+    def _every_vendor_lock(self) -> list[VendorLock]:
+        return vendor_locks_of(self.host.kinds)
+
+    def _vendor_locks(self, namespace: str, name: str) -> list[VendorLock]:
+        """The vendors' own node locks (`DeviceKind.node_lock`) of the kinds the pod was placed with."""
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(namespace, name))
+            kinds = sorted(record.allocation) if record is not None else None
+        if kinds is None:  # not seen by this replica's filter (e.g. a restart in between): ask the pod
+            try:
+                kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
+            except (ClusterError, HamiError, ValueError):
+                kinds = []
+        return vendor_locks_of(self.host.kind(k) for k in kinds)
+
+    # ---------------------------------------------------------------------------------- locks
+
+    def _known_node(self, node: str) -> tuple[Mapping[str, str], str] | None:
+        with self.state.lock:
+            record = self.state.nodes.get(node)
+            return (record.annotations, record.resource_version) if record is not None else None
+
+    def _wait_for_node(self, node: str, seconds: float) -> None:
+        with self.node_changed:
+            self.node_changed.wait(seconds)
+
+    def notify_node_changed(self) -> None:
+        """Wake binds waiting for a node lock (called by the service on node watch events)."""
+        with self.node_changed:
+            self.node_changed.notify_all()
+
+    def lock_holder_done(self, lock: NodeLock, node: str = "", *, allocated: bool = True) -> bool:
+        """True when the lock (on `node`) no longer serves its owner: the owner is gone or replaced, placed or bound
+        on another node, finished, or (with `allocated`) its allocation ended (bind phase success or failed).
+
+        The watch-driven release passes `allocated=False`: the node side that wrote the phase releases the lock
+        itself right after, and racing it costs both a read and a conflicting write per pod; a lock it leaves
+        behind (a daemon that died in between) is still free to the next bind, which takes it over."""
+        with self.state.lock:
+            record = self.state.pods.get(pod_key(lock.namespace, lock.name))
+        if record is None:
+            try:
+                pod = self.cluster.get("pods", lock.name, lock.namespace)
+            except ClusterError:
+                return True
+            m = meta(pod)
+            phase = (pod.get("status") or {}).get("phase")
+            annotations = m.get("annotations") or {}
+            bound = (pod.get("spec") or {}).get("nodeName")
+            return bool(
+                (lock.uid and m.get("uid") != lock.uid)
+                or phase in ("Succeeded", "Failed")
+                or (allocated and annotations.get(BIND_PHASE) in ("success", "failed"))
+                or (node and bound and bound != node)
+            )
+        if lock.uid and record.uid and record.uid != lock.uid:
+            return True
+        if node and record.node and record.node != node:
+            return True  # placed again elsewhere (e.g. after a scheduler restart mid-bind)
+        return allocated and record.annotations.get(BIND_PHASE) in ("success", "failed")
+
+    def release_finished_locks(self) -> list[str]:
+        """Release every lock whose owner no longer needs it; returns the nodes released (watch-driven)."""
+        released = []
+        with self.state.lock:
+            held = [(name, self.locks.holder(dict(r.annotations))) for name, r in self.state.nodes.items()]
+        for node, lock in held:
+            if (
+                lock is not None
+                and self.lock_holder_done(lock, node)
+                and self.locks.release(node, lock.namespace, lock.name, self._every_vendor_lock())
+            ):
+                log.info(
+                    "released lock of %s on node %s: its owner no longer needs it",
+                    pod_key(lock.namespace, lock.name),
+                    node,
+                )
+                released.append(node)
+        return released

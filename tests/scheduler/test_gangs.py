@@ -113,6 +113,9 @@ def test_a_gang_not_complete_within_its_timeout_holds_nothing_afterwards() -> No
         for i in range(4):
             assert VGPU_NODE_ANNOTATION not in (meta(h.cluster.get("pods", f"w{i}")).get("annotations") or {})
         assert len(events(h, "GangReleased")) == 4
+        refused = next(iter(h.filter("w1")["FailedNodes"].values()))  # it holds nothing for a while
+        assert "did not complete within its timeout 1 time(s) in a row" in refused
+        assert counted(h) == set()
         assert h.filter("other")["NodeNames"]  # the devices are free again
     finally:
         h.stop()

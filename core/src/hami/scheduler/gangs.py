@@ -12,7 +12,8 @@ kube-scheduler offered that member: either every member gets a node and the grou
 and the member is refused with the reason. A held member's filter finds its node waiting (`claim`); no member
 binds until every held member has reached its filter (`may_bind`), so a gang never runs half. Holds not completed
 within the timeout (`DEFAULT_TIMEOUT_SECONDS`, or the pod's `hami.io/gang-timeout`) are all released, so two
-gangs can never wait on each other: each holds all it needs, or nothing, and not forever.
+gangs can never wait on each other: each holds all it needs, or nothing, and not forever. A gang released so holds
+nothing for a while (the timeout, doubled with each release in a row, at most `MAX_COOLING_SECONDS`).
 
 A hold is written onto its member pod as an ordinary placement (the `hami.io/vgpu-node` annotations, signed
 when placement keys are set) before the filter answers: a restarted scheduler counts it from the pod like any
@@ -76,6 +77,9 @@ GANG_TOPOLOGY_ANNOTATION = "hami.io/gang-topology"
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """How long a gang's holds wait for every held member to reach its filter before all are released."""
+MAX_COOLING_SECONDS = 600.0
+"""The longest a gang whose holds timed out waits before it holds again (the wait doubles with each timeout in a
+row, from the gang's timeout), so a gang that cannot complete does not keep devices from others."""
 MAX_GANG_SIZE = 4096
 MAX_TIMEOUT_SECONDS = 3600.0
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -214,6 +218,8 @@ class Gangs:
         self._told: set[tuple[str, str]] = set()
         """(pod key, message) of the Events recorded, so that a retried filter does not repeat them."""
         self._timers: list[threading.Timer] = []
+        self._cooling: dict[str, tuple[float, int]] = {}
+        """gang key → (when it may hold again, how many times in a row its holds timed out)."""
 
     # ---------------------------------------------------------------------------------- the pod watch
 
@@ -293,6 +299,14 @@ class Gangs:
                 if key in hold.members:
                     return self._claim(hold, key, obj, node_names)
                 return None  # a member beyond those held: placed like any pod
+        cooling = self._cooling.get(ref.key)
+        if cooling is not None and cooling[0] > self.clock():
+            reason = (
+                f"gang {ref.name} did not complete within its timeout {cooling[1]} time(s) in a row (a member never "
+                f"reached its node): it holds nothing until {_clock_time(cooling[0])} UTC, then is placed again"
+            )
+            self._tell(obj, "GangWaiting", reason)
+            return None, reason
         need, reason = self._need(ref)
         if need is None:
             self._tell(obj, "GangWaiting", reason)
@@ -342,6 +356,10 @@ class Gangs:
         with self._lock:
             late = [h for h in self._holds.values() if not h.complete and h.deadline <= now]
             released = [self._drop(h) for h in late]
+            for hold in released:
+                strikes = self._cooling.get(hold.group.key, (0.0, 0))[1] + 1
+                backoff = min(MAX_COOLING_SECONDS, hold.group.timeout * 2 ** (strikes - 1))
+                self._cooling[hold.group.key] = (now + backoff, strikes)
         for hold in released:
             log.info("gang %s did not complete within %.0f s: released", hold.group.key, hold.group.timeout)
             self._withdraw([hold], f"did not complete within {hold.group.timeout:.0f} s")
@@ -497,6 +515,8 @@ class Gangs:
         if self.record_at_bind:
             self.host.pending.put(pending)
         hold.claimed.add(key)
+        if hold.complete:
+            self._cooling.pop(hold.group.key, None)
         return node, ""
 
     def _drop(self, hold: Hold) -> Hold:
@@ -547,6 +567,10 @@ class Gangs:
 
 
 _NOT_CARRIED = frozenset({BIND_PHASE, BIND_TIME, SIGNATURE_ANNOTATION, VGPU_NODE_ANNOTATION, VGPU_TIME})
+
+
+def _clock_time(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(when))
 
 
 def _first(failed: Mapping[str, str]) -> str:

@@ -152,8 +152,8 @@ class SchedulerService:
             m = meta(pod)
             namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
             self._track_waiting(pod_key(namespace, name), pod)
-            self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
             self.extender.gangs.observe(pod)
+            self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.extender.pending.pods_watched_to(pod_rv)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
         self.ledger.start(pods=pods)
@@ -251,8 +251,8 @@ class SchedulerService:
             self.requeue.placed(namespace, name)
         else:
             self.state.set_pod(event.object)
+            self.extender.gangs.observe(event.object)  # before the filter may take the pod as seen (quick path)
             self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
-            self.extender.gangs.observe(event.object)
         self.requeue.capacity_freed(self.state.frees)
         self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)

@@ -16,6 +16,8 @@ from hami.scheduler.gangs import (
     GANG_SIZE_ANNOTATION,
     GANG_TIMEOUT_ANNOTATION,
     GANG_TOPOLOGY_ANNOTATION,
+    KUEUE_COUNT_ANNOTATION,
+    KUEUE_GROUP_LABEL,
     POD_GROUP_LABEL,
     VOLCANO_GROUP_ANNOTATION,
     GangError,
@@ -263,6 +265,13 @@ def test_group_of_reads_each_convention() -> None:
     ref = group_of({"metadata": {"name": "p", "annotations": {VOLCANO_GROUP_ANNOTATION: "vg"}}})
     assert ref is not None
     assert ref.source == "volcano"
+    ref = group_of(
+        {"metadata": {"name": "p", "labels": {KUEUE_GROUP_LABEL: "kg"}, "annotations": {KUEUE_COUNT_ANNOTATION: "3"}}}
+    )
+    assert ref is not None
+    assert (ref.source, ref.size) == ("kueue", 3)
+    with pytest.raises(GangError, match=KUEUE_COUNT_ANNOTATION):
+        group_of({"metadata": {"name": "p", "labels": {KUEUE_GROUP_LABEL: "kg"}}})
     assert group_of({"metadata": {"name": "p"}}) is None
 
 

@@ -4,7 +4,8 @@ A pod is a member of a gang when it names one the way the ecosystem does: the co
 `scheduling.x-k8s.io/pod-group` label (its PodGroup's `spec.minMember` says how many must run), Volcano's
 `scheduling.k8s.io/group-name` annotation (its PodGroup's `spec.minMember`), or this project's `hami.io/gang`
 annotation with `hami.io/gang-size` (for clusters with neither CRD; the size also stands in when the named PodGroup
-cannot be read). `hami.io/gang-topology: node` keeps every member on one node.
+cannot be read), or Kueue's plain-pod group (`kueue.x-k8s.io/pod-group-name` label with its
+`kueue.x-k8s.io/pod-group-total-count` annotation: Kueue admits the group's quota at once, this places it at once). `hami.io/gang-topology: node` keeps every member on one node.
 
 At the first member's filter the devices of the whole gang (`minMember` less the members already bound) are
 decided, one member after the other through the filter's own decision (`GangHost.place`), over the nodes
@@ -57,6 +58,8 @@ __all__ = [
     "GANG_SIZE_ANNOTATION",
     "GANG_TIMEOUT_ANNOTATION",
     "GANG_TOPOLOGY_ANNOTATION",
+    "KUEUE_COUNT_ANNOTATION",
+    "KUEUE_GROUP_LABEL",
     "POD_GROUP_LABEL",
     "VOLCANO_GROUP_ANNOTATION",
     "GangError",
@@ -70,6 +73,8 @@ log = logging.getLogger(__name__)
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GANG_ANNOTATION = "hami.io/gang"
 GANG_SIZE_ANNOTATION = "hami.io/gang-size"
 GANG_TIMEOUT_ANNOTATION = "hami.io/gang-timeout"
@@ -100,7 +105,7 @@ class GroupRef:
     namespace: str
     name: str
     source: str
-    """"coscheduling", "volcano" or "hami": where the member count is read."""
+    """"coscheduling", "volcano", "kueue" or "hami": where the member count is read."""
     size: int | None = None
     """`hami.io/gang-size`, when given."""
     one_node: bool = False
@@ -121,6 +126,7 @@ def group_of(obj: KubeObject) -> GroupRef | None:
             ("coscheduling", labels.get(POD_GROUP_LABEL)),
             ("volcano", annotations.get(VOLCANO_GROUP_ANNOTATION)),
             ("hami", annotations.get(GANG_ANNOTATION)),
+            ("kueue", labels.get(KUEUE_GROUP_LABEL)),
         )
         if value
     ]
@@ -132,6 +138,10 @@ def group_of(obj: KubeObject) -> GroupRef | None:
     if not _NAME.match(name):
         raise GangError(f"gang name {name[:80]!r} is not a valid object name (lower-case letters, digits, '-', '.')")
     size = _number(annotations, GANG_SIZE_ANNOTATION, 1, MAX_GANG_SIZE)
+    if source == "kueue":
+        size = _number(annotations, KUEUE_COUNT_ANNOTATION, 1, MAX_GANG_SIZE) or size
+        if size is None:
+            raise GangError(f"{KUEUE_GROUP_LABEL} needs {KUEUE_COUNT_ANNOTATION}: the number of pods in the group")
     if source == "hami" and size is None:
         raise GangError(f"{GANG_ANNOTATION} needs {GANG_SIZE_ANNOTATION}: the number of members that must run together")
     timeout = _number(annotations, GANG_TIMEOUT_ANNOTATION, 1, int(MAX_TIMEOUT_SECONDS))
@@ -368,7 +378,7 @@ class Gangs:
 
     def _need(self, ref: GroupRef) -> tuple[int | None, str]:
         """How many members must run together (None and why, when it cannot be told)."""
-        if ref.source == "hami":
+        if ref.source in ("hami", "kueue"):
             return ref.size, ""
         resource, api = _SOURCES[ref.source]
         try:

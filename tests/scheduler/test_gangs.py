@@ -296,3 +296,22 @@ def test_group_of_answers_a_group_none_or_a_gang_error(annotations: dict[str, st
     else:
         message = ""
     assert message or ref is None or (ref.name and ref.timeout >= 1)
+
+
+def test_a_member_joining_a_waiting_gang_counts_as_a_free_so_its_refused_members_are_retried() -> None:
+    h = start(AT_BIND)
+    try:
+        h.add_pod(member("w0", "late", 2, mem=4000))
+        h.start()
+        assert h.service is not None
+        assert h.filter("w0")["NodeNames"] == []
+        frees = h.service.state.frees
+        h.add_pod(member("w1", "late", 2, mem=4000))
+        h.flush()
+        assert h.service.state.frees == frees + 1  # the requeuer nudges w0, refused from the view before
+        h.cluster.patch_metadata("pods", "w1", "default", annotations={"unrelated": "x"})
+        h.flush()
+        assert h.service.state.frees == frees + 1  # an update of a known member frees nothing
+        assert h.filter("w0")["NodeNames"]
+    finally:
+        h.stop()

@@ -5,7 +5,8 @@ A pod is a member of a gang when it names one the way the ecosystem does: the co
 `scheduling.k8s.io/group-name` annotation (its PodGroup's `spec.minMember`), or this project's `hami.io/gang`
 annotation with `hami.io/gang-size` (for clusters with neither CRD; the size also stands in when the named PodGroup
 cannot be read), or Kueue's plain-pod group (`kueue.x-k8s.io/pod-group-name` label with its
-`kueue.x-k8s.io/pod-group-total-count` annotation: Kueue admits the group's quota at once, this places it at once). `hami.io/gang-topology: node` keeps every member on one node.
+`kueue.x-k8s.io/pod-group-total-count` annotation: Kueue admits the group's quota at once, this places it at once).
+`hami.io/gang-topology: node` keeps every member on one node.
 
 At the first member's filter the devices of the whole gang (`minMember` less the members already bound) are
 decided, one member after the other through the filter's own decision (`GangHost.place`), over the nodes
@@ -234,7 +235,15 @@ class Gangs:
     # ---------------------------------------------------------------------------------- the pod watch
 
     def observe(self, obj: KubeObject) -> None:
-        """The watch delivered a pod (called by the service for every pod event but deletions)."""
+        """The watch delivered a pod (called by the service for every pod event but deletions). A member joining a
+        gang may let its waiting members be placed: it counts as a capacity free (`ClusterState.frees`), so that a
+        member refused from a view without it is retried (`hami.scheduler.requeue`)."""
+        if self._observe(obj):
+            with self.host.state.lock:
+                self.host.state.frees += 1
+
+    def _observe(self, obj: KubeObject) -> bool:
+        """Keep the pod's view; whether it joined a gang."""
         m = meta(obj)
         key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
         phase = str((obj.get("status") or {}).get("phase") or "")
@@ -243,6 +252,7 @@ class Gangs:
         except GangError:
             ref = None  # its filter says why
         released: list[Hold] = []
+        joined = False
         with self._lock:
             before = self._group_of.get(key)
             if before is not None and (ref is None or ref.key != before):
@@ -250,11 +260,13 @@ class Gangs:
                 del self._group_of[key]
                 released += self._lost_member(key, before, "left the gang" if ref is None else f"moved to {ref.name}")
             if ref is not None:
+                joined = self._group_of.get(key) != ref.key
                 self._members.setdefault(ref.key, {})[key] = obj
                 self._group_of[key] = ref.key
                 if (obj.get("spec") or {}).get("nodeName"):
                     self._bound(key)
         self._withdraw(released)
+        return joined
 
     def forget(self, namespace: str, name: str) -> None:
         """The pod was deleted: a gang held for it can no longer complete, and is released."""
@@ -302,7 +314,7 @@ class Gangs:
         if ref is None:
             return None
         key = pod_key(pod.namespace, pod.name)
-        self.observe(obj)
+        self._observe(obj)
         with self._lock:
             hold = self._holds.get(ref.key) or self._recover(ref)
             if hold is not None:

@@ -215,6 +215,7 @@ class SchedulerService:
             sub.stop()
         self._subs = []
         self.requeue.stop()
+        self.extender.gangs.stop()
 
     def _on_node(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()

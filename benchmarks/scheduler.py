@@ -108,6 +108,19 @@ class NodeSideStandIn:
             self.locks.release(target, m["namespace"], m["name"])
 
 
+def running_cluster(nodes: int, devices: int, pods: int) -> tuple[MemoryCluster, list[str]]:
+    """A cluster of `nodes` uniform nodes holding `pods` running pods spread over them, and the nodes' names."""
+    cluster = MemoryCluster()
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    for name in names:
+        cluster.create("nodes", node(name, devices))
+    for i in range(pods):
+        n = i % nodes
+        device = f"GPU-{names[n]}-{(i // nodes) % devices}"
+        cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device))
+    return cluster, names
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -54,6 +54,16 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
         "mutatingwebhookconfigurations",
         False,
     ),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingwebhookconfigurations",
+        False,
+    ),
+    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "ResourceFlavor": ("/apis/kueue.x-k8s.io/v1beta2", "resourceflavors", False),
+    "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
+    "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
+    "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads", True),
     "ValidatingAdmissionPolicy": (
         "/apis/admissionregistration.k8s.io/v1",
         "validatingadmissionpolicies",

@@ -72,6 +72,8 @@ class _Kind:
     prefix: str
     api_version: str
     kind: str
+    plural: str = ""
+    """The path's resource segment, when not the port's name of the resource."""
 
 
 _KINDS: dict[str, _Kind] = {
@@ -84,6 +86,10 @@ _KINDS: dict[str, _Kind] = {
     "resourceslices": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceSlice"),
     "resourceclaims": _Kind("/apis/resource.k8s.io/v1", "resource.k8s.io/v1", "ResourceClaim"),
     "poddisruptionbudgets": _Kind("/apis/policy/v1", "policy/v1", "PodDisruptionBudget"),
+    "podgroups": _Kind("/apis/scheduling.x-k8s.io/v1alpha1", "scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+    "volcanopodgroups": _Kind(
+        "/apis/scheduling.volcano.sh/v1beta1", "scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups"
+    ),
 }
 
 
@@ -100,7 +106,7 @@ def _path(resource: str, namespace: str | None = None, name: str | None = None, 
     path = k.prefix
     if resource in NAMESPACED and namespace is not None:
         path += f"/namespaces/{quote(namespace, safe='')}"
-    path += f"/{resource}"
+    path += f"/{k.plural or resource}"
     if name is not None:
         path += f"/{quote(name, safe='')}"
     if sub is not None:

@@ -35,18 +35,22 @@ __all__ = [
 
 KubeObject = dict[str, Any]
 Resource = Literal[
-    "nodes",
-    "pods",
-    "leases",
-    "resourcequotas",
-    "namespaces",
-    "events",
-    "resourceslices",
-    "resourceclaims",
-    "poddisruptionbudgets",
-]
+    "nodes", "pods", "leases", "resourcequotas", "namespaces", "events", "resourceslices", "resourceclaims",
+    "poddisruptionbudgets", "podgroups", "volcanopodgroups",
+]  # fmt: skip
+"""`podgroups`: the coscheduling plugin's PodGroup (scheduling.x-k8s.io); `volcanopodgroups`: Volcano's
+(scheduling.volcano.sh). Either CRD may be absent: reading it then raises `NotFoundError`."""
 NAMESPACED: frozenset[str] = frozenset(
-    {"pods", "leases", "resourcequotas", "events", "resourceclaims", "poddisruptionbudgets"}
+    {
+        "pods",
+        "leases",
+        "resourcequotas",
+        "events",
+        "resourceclaims",
+        "poddisruptionbudgets",
+        "podgroups",
+        "volcanopodgroups",
+    }
 )
 
 

@@ -37,6 +37,7 @@ from hami.plugins import VendorHost
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
+from hami.scheduler.gangs import Gangs
 from hami.scheduler.holds import Hold
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import VGPU_TIME, PlacementWriter
@@ -105,6 +106,8 @@ class Extender:
         """The decisions in progress, which the service's watch handlers wait for (`hami.scheduler.precedence`)."""
         self.preempting: Preempting | None = None
         """Preemption for pods no node fits (`hami.scheduler.preempting`); None: off."""
+        self.gangs = Gangs(self)
+        """Pods placed all or nothing with their group (`hami.scheduler.gangs`); the service reports pods to it."""
 
     def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
         """Whether a filter of this pod waits on nothing but short locks, so that the server may decide on its
@@ -112,6 +115,8 @@ class Extender:
         makes no API call), the watch has delivered the pod with this UID (the filter need not wait for it), and
         the state holds no earlier placement of it (which a filter finding no node withdraws through the API)."""
         if not self.settings.record_at_bind or not uid or pod_key(namespace, name) in self.state.pods:
+            return False
+        if self.gangs.member(namespace, name):
             return False
         return self.pending.seen(namespace, name, uid)
 
@@ -144,10 +149,19 @@ class Extender:
                 "scheduler's watch; kube-scheduler will retry the pod"
             )
         with self.precedence:  # the watch handlers wait meanwhile (`hami.scheduler.precedence`)
+            gang = self.gangs.filter(pod_obj, pod, node_names)
+            if gang is not None:
+                node, reason = gang
+                return FilterResult(node=node) if node else FilterResult(failed=dict.fromkeys(node_names, reason))
             result = self._decide(pod, node_names)
         if result.preemption is not None and self.preempting is not None:
             self.preempting.submit(result.preemption)  # API calls: on a thread of their own, after the state's lock
         return result
+
+    def place(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:
+        """Decide one pod as its filter would, without the checks on the request (a gang's members,
+        `hami.scheduler.gangs`)."""
+        return self._decide(pod, node_names)
 
     def _decide(self, pod: Pod, node_names: Sequence[str]) -> FilterResult:
         """Rank the named nodes, fit the pod onto them batch by batch, commit the decision on the chosen one."""
@@ -427,4 +441,7 @@ class Extender:
             return BindResult(error="this scheduler replica is not the leader; another replica binds")
         if not self.synced():
             return BindResult(error=SYNCING)
+        waiting = self.gangs.may_bind(namespace, name)
+        if waiting:
+            return BindResult(error=waiting)
         return self.binder.bind(namespace, name, uid, node)

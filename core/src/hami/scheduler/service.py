@@ -165,6 +165,7 @@ class SchedulerService:
             m = meta(pod)
             namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
             self._track_waiting(pod_key(namespace, name), pod)
+            self.extender.gangs.observe(pod)
             self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.extender.pending.pods_watched_to(pod_rv)
         # the ledger counts from this service's pods and pod events: one list and one watch of pods, not two
@@ -229,6 +230,7 @@ class SchedulerService:
         self.requeue.stop()
         if self.extender.preempting is not None:
             self.extender.preempting.settle()  # evictions under way finish: their holds are written already
+        self.extender.gangs.stop()
 
     def _on_node(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()
@@ -263,9 +265,11 @@ class SchedulerService:
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
             self.extender.pending.forget(namespace, name, m.get("resourceVersion"))
+            self.extender.gangs.forget(namespace, name)
             self.requeue.placed(namespace, name)
         else:
             self.state.set_pod(event.object)
+            self.extender.gangs.observe(event.object)  # before the filter may take the pod as seen (quick path)
             self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.requeue.capacity_freed(self.state.frees)
         self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)

@@ -3,7 +3,9 @@
 HAMi's plugin registers the node's GPUs (`hami.io/node-nvidia-register`) and has the kubelet offer
 `nvidia.com/gpu`, but never answers the handshake: the question HAMi's scheduler left on the node
 (`Requesting_<time>`) stays unanswered. HAMi keeps such a node while its allocatable GPU count is above 0, and
-so must this scheduler when it replaces HAMi's: the node is placed on, and never marked `Deleted_`.
+so must this scheduler when it replaces HAMi's: the node is placed on, and never marked `Deleted_`; a `Deleted_`
+found on such a node (left by HAMi's scheduler before the kubelet offered the GPUs again) is asked again, as
+HAMi's `CheckHealth` asks after anything but `Requesting`, and the node serves meanwhile.
 
 The other half: this project's node daemon under HAMi's scheduler. HAMi v2.10's scheduler is not built here (its
 module is not served by the Go proxy these machines reach), so
@@ -100,6 +102,29 @@ def test_a_node_running_hamis_device_plugin_keeps_its_gpus(
     assert devices[0].uuid.startswith("GPU-hami-plugin-")
     assert devices[0].usedmem == 3000
     assert not stack.admin.get("Node", NODE)["metadata"]["annotations"][HANDSHAKE].startswith("Deleted_")
+
+
+def test_a_deleted_handshake_on_a_node_offering_gpus_is_asked_again_and_the_node_serves(
+    stack: HamiStack, ns: str, hami_plugin_node: NodeKubelet
+) -> None:
+    """HAMi v2.10's `CheckHealth` looks only for `Requesting`: a `Deleted_` left on a node whose kubelet offers
+    GPUs (HAMi's plugin came back after HAMi's scheduler dropped it) is asked again and the node keeps serving."""
+    deleted = (datetime.now() - timedelta(minutes=5)).strftime(HANDSHAKE_TIME_FORMAT)
+    stack.admin.merge_patch("Node", NODE, {"metadata": {"annotations": {HANDSHAKE: f"Deleted_{deleted}"}}})
+    stack.admin.create(gpu_pod("after-deleted", ns))
+
+    def bound() -> dict[str, Any] | None:
+        got = stack.admin.get("Pod", "after-deleted", ns)
+        return got if got["spec"].get("nodeName") else None
+
+    assert wait_until(bound, 60, "the pod bound to the node", stack.diagnose)["spec"]["nodeName"] == NODE
+    interval = float(stack.hami_config()["scheduler"].get("handshakeIntervalSeconds", 30))
+
+    def asked() -> str | None:
+        value = str(stack.admin.get("Node", NODE)["metadata"]["annotations"][HANDSHAKE])
+        return value if value.startswith("Requesting_") else None
+
+    wait_until(asked, interval + 15, "a new question on the node", stack.diagnose)
 
 
 HAMI_PLACED_NODE = "hami-placed-node"

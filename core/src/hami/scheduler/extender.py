@@ -122,7 +122,7 @@ class Extender:
         elif not self.synced():
             result = FilterResult(error=SYNCING)
         elif nodes is not None and any(name not in self.state.nodes for name in node_names):
-            result = self.simulate(pod_obj, nodes)
+            result = self.simulate(pod_obj, nodes)  # the requeuer is not told: nothing was decided for the pod
         else:
             started, frees = time.monotonic(), self.state.frees  # read before the decision: never newer than it
             result = self._filter(pod_obj, node_names)

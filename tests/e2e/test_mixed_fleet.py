@@ -3,7 +3,10 @@
 HAMi's plugin registers the node's GPUs (`hami.io/node-nvidia-register`) and has the kubelet offer
 `nvidia.com/gpu`, but never answers the handshake: the question HAMi's scheduler left on the node
 (`Requesting_<time>`) stays unanswered. HAMi keeps such a node while its allocatable GPU count is above 0, and
-so must this scheduler when it replaces HAMi's: the node is placed on, and never marked `Deleted_`.
+so must this scheduler when it replaces HAMi's: the node is placed on, and never marked `Deleted_`; a `Deleted_`
+found on such a node (left by HAMi's scheduler before the kubelet offered the GPUs again) is asked again, as
+HAMi's `CheckHealth` asks after anything but `Requesting`, and the node serves meanwhile. A cluster autoscaler's
+template of the node (a full-Nodes filter naming a node the cluster does not have) is simulated, nothing written.
 
 The other half: this project's node daemon under HAMi's scheduler. HAMi v2.10's scheduler is not built here (its
 module is not served by the Go proxy these machines reach), so
@@ -16,7 +19,9 @@ the Binding. The daemon must serve that pod, say `success` and free the lock, ex
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -100,6 +105,56 @@ def test_a_node_running_hamis_device_plugin_keeps_its_gpus(
     assert devices[0].uuid.startswith("GPU-hami-plugin-")
     assert devices[0].usedmem == 3000
     assert not stack.admin.get("Node", NODE)["metadata"]["annotations"][HANDSHAKE].startswith("Deleted_")
+
+
+def test_a_deleted_handshake_on_a_node_offering_gpus_is_asked_again_and_the_node_serves(
+    stack: HamiStack, ns: str, hami_plugin_node: NodeKubelet
+) -> None:
+    """HAMi v2.10's `CheckHealth` looks only for `Requesting`: a `Deleted_` left on a node whose kubelet offers
+    GPUs (HAMi's plugin came back after HAMi's scheduler dropped it) is asked again and the node keeps serving."""
+    deleted = (datetime.now() - timedelta(minutes=5)).strftime(HANDSHAKE_TIME_FORMAT)
+    stack.admin.merge_patch("Node", NODE, {"metadata": {"annotations": {HANDSHAKE: f"Deleted_{deleted}"}}})
+    stack.admin.create(gpu_pod("after-deleted", ns))
+
+    def bound() -> dict[str, Any] | None:
+        got = stack.admin.get("Pod", "after-deleted", ns)
+        return got if got["spec"].get("nodeName") else None
+
+    assert wait_until(bound, 60, "the pod bound to the node", stack.diagnose)["spec"]["nodeName"] == NODE
+    interval = float(stack.hami_config()["scheduler"].get("handshakeIntervalSeconds", 30))
+
+    def asked() -> str | None:
+        value = str(stack.admin.get("Node", NODE)["metadata"]["annotations"][HANDSHAKE])
+        return value if value.startswith("Requesting_") else None
+
+    wait_until(asked, interval + 15, "a new question on the node", stack.diagnose)
+
+
+def test_an_autoscalers_template_node_is_simulated_and_nothing_is_written(
+    stack: HamiStack, ns: str, hami_plugin_node: NodeKubelet
+) -> None:
+    """A filter in the full-Nodes form naming a node the cluster does not have (a cluster autoscaler's template of
+    this node group) is answered as HAMi v2.10's `filterSimulation`: fitted from the Node object given, nothing
+    written, no Node created."""
+    pod = stack.admin.create({**gpu_pod("pending-scale-up", ns), "spec": {**gpu_pod("x", ns)["spec"],
+                              "nodeSelector": {"hami-plugin": "template"}}})  # fmt: skip
+    template = stack.admin.get("Node", NODE)
+    template["metadata"] = {
+        "name": "template-hami-plugin-node-0",
+        "labels": {**template["metadata"].get("labels", {}), "hami-plugin": "template"},
+        "annotations": template["metadata"]["annotations"],
+    }
+    body = json.dumps({"Pod": pod, "Nodes": {"items": [template]}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{stack.extender_port}/filter", body, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert answer["Error"] == ""
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["template-hami-plugin-node-0"]
+    with pytest.raises(ApiError) as missing:
+        stack.admin.get("Node", "template-hami-plugin-node-0")
+    assert missing.value.status == 404
+    annotations = stack.admin.get("Pod", "pending-scale-up", ns)["metadata"].get("annotations") or {}
+    assert "hami.io/vgpu-devices-allocated" not in annotations
 
 
 HAMI_PLACED_NODE = "hami-placed-node"

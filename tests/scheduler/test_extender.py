@@ -535,9 +535,9 @@ def _threads_deciding(h: Harness) -> list[str]:
     names: list[str] = []
     decide = extender.filter
 
-    def recorded(pod_obj: Any, node_names: Any) -> Any:
+    def recorded(pod_obj: Any, node_names: Any, nodes: Any = None) -> Any:
         names.append(threading.current_thread().name)
-        return decide(pod_obj, node_names)
+        return decide(pod_obj, node_names, nodes)
 
     extender.filter = recorded  # type: ignore[method-assign]
     return names

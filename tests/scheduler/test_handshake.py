@@ -17,6 +17,10 @@ from hami.scheduler.nodes import handshake_verdict
 
 KEY = "hami.io/node-handshake"
 GPU = "nvidia.com/gpu"
+DROPPED = (
+    "NVIDIA devices dropped: the node daemon stopped answering the handshake and the node's kubelet offers none of"
+    " them (allocatable 0)"
+)
 
 
 def stamp(when: datetime) -> str:
@@ -55,8 +59,12 @@ def test_the_rule_is_hamis() -> None:
     assert handshake_verdict(f"Requesting_{stamp(now - timedelta(seconds=59))}", 0, now) == "wait"
     assert handshake_verdict("Requesting_yesterday", 0, now) == "wait"  # unreadable: left alone, as HAMi
     assert handshake_verdict("Requesting", 0, now) == "wait"
-    for value in (f"Reported_{stamp(now)}", f"Deleted_{stamp(now)}", "anything", None):
+    for value in (f"Reported_{stamp(now)}", "anything", None):
         assert handshake_verdict(value, 0, now) == "ask"
+    # HAMi asks again after a Deleted_ (it looks only for Requesting) and serves the node's devices meanwhile;
+    # on a node whose kubelet offers none the devices stay dropped and nothing is written
+    assert handshake_verdict(f"Deleted_{stamp(now - timedelta(hours=1))}", 8, now) == "ask"
+    assert handshake_verdict(f"Deleted_{stamp(now - timedelta(hours=1))}", 0, now) == "dropped"
 
 
 def test_a_node_running_hamis_device_plugin_keeps_its_devices_though_it_never_answers(harness: Harness) -> None:
@@ -92,9 +100,35 @@ def test_a_node_whose_daemon_is_gone_is_dropped_and_taken_back_when_the_kubelet_
     harness.flush()
     answer = harness.filter("p1")
     assert answer["NodeNames"] == []
-    assert answer["FailedNodes"] == {"n1": "NVIDIA devices dropped: the node daemon stopped answering the handshake"}
-    set_allocatable(harness, "n1", 10)  # the plugin is back
+    assert answer["FailedNodes"] == {"n1": DROPPED}
+    now[0] += timedelta(minutes=10)
+    assert keeper.round() == {}  # stays dropped while the kubelet offers none: nothing written
+    harness.flush()
+    assert harness.filter("p1")["FailedNodes"] == {"n1": DROPPED}
+    set_allocatable(harness, "n1", 10)  # the plugin is back: the Deleted_ drops nothing any more
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
     assert keeper.round() == {"n1": "Requesting"}  # HAMi asks again after a Deleted_ and counts the node
+    harness.flush()
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
+
+
+def test_a_deleted_handshake_on_a_node_the_kubelet_offers_devices_on_is_asked_again_and_served(
+    harness: Harness,
+) -> None:
+    """HAMi v2.10's `CheckHealth` looks only for `Requesting`: a `Deleted_` (left by HAMi's scheduler, or by this
+    one before the kubelet offered the devices again) gets a new question, and the node keeps serving."""
+    now = [datetime.now().replace(microsecond=0)]
+    harness.add_node(node("n1", f"Deleted_{stamp(now[0] - timedelta(hours=3))}", allocatable=10))
+    harness.add_pod(gpu_pod("p1", mem=1000))
+    harness.start()
+    assert harness.filter("p1")["NodeNames"] == ["n1"]  # served before any round
+    keeper = keeper_at(harness, now)
+    assert keeper.round() == {"n1": "Requesting"}
+    assert handshake_of(harness, "n1") == f"Requesting_{stamp(now[0])}"
+    harness.flush()
+    assert harness.filter("p1")["NodeNames"] == ["n1"]
+    now[0] += timedelta(minutes=5)  # unanswered (HAMi's own plugin), the kubelet still offers: kept
+    assert keeper.round() == {}
     harness.flush()
     assert harness.filter("p1")["NodeNames"] == ["n1"]
 
@@ -122,7 +156,7 @@ def test_a_restarted_scheduler_does_not_place_on_a_node_whose_daemon_is_long_gon
     harness.start()
     answer = harness.filter("p1")
     assert answer["NodeNames"] == ["offered"]
-    assert answer["FailedNodes"] == {"gone": "NVIDIA devices dropped: the node daemon stopped answering the handshake"}
+    assert answer["FailedNodes"] == {"gone": DROPPED}
 
 
 def test_an_answered_node_the_kubelet_offers_devices_on_is_not_asked_again_until_the_offer_ends(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hami_rules import counted_by_hami
 
 from hami.codec import decode_node_register, encode_node_register
 from hami.model import NodeInventory
@@ -62,6 +63,7 @@ def test_an_eight_npu_910b3_server_registers_as_hami_writes_it(ascend_node: Node
     assert found.annotations == {"hami-vnpu-core": "false"}
     # HAMi's scheduler reads it back unchanged (the register round-trips through the codec)
     assert decode_node_register(encode_node_register(found.devices)) == list(found.devices)
+    assert counted_by_hami((d.type for d in decode_node_register(encode_node_register(found.devices))), found.kind)
     assert npus[0].uuid == "3B0A0000-00000011-00000022-00000033-00000044"  # die id words, %08X, joined by -
 
 

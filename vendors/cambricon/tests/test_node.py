@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 import pytest
+from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,9 @@ def test_cards_are_read_through_cndev(mlu_node: MachineHost) -> None:
         ("MLU-u-0", 0, 100, 24576, 100, "MLU370-X8", True),
         ("MLU-u-1", 1, 100, 65536, 100, "MLU590-H8", False),
     ]
+    # HAMi v2.10 reads MLUs from the node's capacity, typed `MLU`; this project's scheduler reads the register,
+    # and its types pass HAMi's getNodeResources rule too
+    assert counted_by_hami((d.type for d in inventory.devices), "MLU")
 
 
 def test_each_card_has_its_numa_node_and_older_drivers_say_0(mlu_node: MachineHost) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ def test_rsmi_discovery_is_hamis_register(fakes: F, hygon_node: MakeNode) -> Non
     dcus = [*fakes.z100l_server(2), fakes.Dcu(bus=48, serial="PK1000", device_id=25271, cus=120, card=3)]
     devices = inventory(hygon_node(dcus))
     assert [d.id for d in devices] == ["DCU-PD23010000", "DCU-PD23010001", "DCU-PK1000"]
-    assert [d.type for d in devices] == ["Z100L", "Z100L", "K100"]
+    assert [d.type for d in devices] == ["DCU-Z100L", "DCU-Z100L", "DCU-K100"]  # HAMi's DCU plugin's form
     assert [(d.index, d.count, d.devmem, d.devcore, d.numa, d.health) for d in devices] == [
         (0, 4, 65536, 100, 0, True),
         (1, 4, 65536, 100, 0, True),
@@ -37,7 +38,7 @@ def test_rsmi_discovery_is_hamis_register(fakes: F, hygon_node: MakeNode) -> Non
     ]
     # HAMi's scheduler decodes what this daemon registers, in the legacy string form
     text = encode_legacy_register(devices)
-    assert text.startswith("DCU-PD23010000,4,65536,100,Z100L,0,true,0,:")
+    assert text.startswith("DCU-PD23010000,4,65536,100,DCU-Z100L,0,true,0,:")
     assert [d.id for d in decode_legacy_register(text)] == [d.id for d in devices]
 
 
@@ -123,6 +124,16 @@ def test_device_without_vram_is_not_registered(fakes: F, hygon_node: MakeNode) -
 def test_unknown_device_id_gets_a_selectable_name(fakes: F, hygon_node: MakeNode) -> None:
     (device,) = inventory(hygon_node([fakes.Dcu(bus=0x10, serial="X", device_id=0x7777, card=1)]))
     assert device.type == "DCU_7777"
+    assert counted_by_hami([device.type], "DCU")
+
+
+def test_the_registration_passes_hamis_get_node_resources_rule(fakes: F, hygon_node: MakeNode) -> None:
+    """HAMi v2.10's scheduler counts a DCU only when its registered type contains `DCU`: the bare model (`Z100L`)
+    this daemon registered before left every DCU pod `NodeInsufficientDevice` under HAMi's scheduler."""
+    dcus = [*fakes.z100l_server(2), fakes.Dcu(bus=48, serial="PK1000", device_id=25271, cus=120, card=3)]
+    text = encode_legacy_register(inventory(hygon_node(dcus)))
+    assert counted_by_hami((d.type for d in decode_legacy_register(text)), "DCU")
+    assert not counted_by_hami(["Z100L"], "DCU")  # the old form fails the rule
 
 
 def test_no_driver_no_devices(fakes: F, hygon_node: MakeNode) -> None:

@@ -53,11 +53,12 @@ def dcu(node: str, i: int, used: int = 0, usedmem: int = 0, usedcores: int = 0, 
 
 
 def dcu_nodes() -> list[NodeView]:
-    """An idle four-DCU node, a busy one, and a K100 node."""
+    """An idle four-DCU node, a busy one (both in the bare form this daemon registered before), and a K100 node
+    registered as HAMi's DCU plugin and this daemon now write it (`DCU-K100`): the scheduler reads both."""
     return [
         NodeView(name="idle", devices=[dcu("idle", i) for i in range(4)]),
         NodeView(name="busy", devices=[dcu("busy", 0, 3, 49152, 90), dcu("busy", 1, 1, 65536, 100)]),
-        NodeView(name="k100", devices=[dcu("k", i, model="K100") for i in range(2)]),
+        NodeView(name="k100", devices=[dcu("k", i, model="DCU-K100") for i in range(2)]),
     ]
 
 
@@ -168,6 +169,7 @@ def test_type_selectors_are_hamis_substring_rule() -> None:
     for selectors, fitting in (
         ({"hygon.com/use-dcutype": "k100"}, ["k100"]),
         ({"hygon.com/nouse-dcutype": "Z100"}, ["k100"]),
+        ({"hygon.com/nouse-dcutype": "K100"}, ["idle", "busy"]),
         ({"hygon.com/use-gpuuuid": "DCU-idle2"}, ["idle"]),
         ({"hygon.com/nouse-gpuuuid": "DCU-k0,DCU-k1"}, ["idle", "busy"]),
     ):

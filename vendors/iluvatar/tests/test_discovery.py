@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ def test_a_bi_v150_board_registers_its_two_chips_as_hami_does(ix, machine):
     text = encode_legacy_register(inventory.devices)
     assert text == f"{A},10,32768,100,BI-V150,0,true,0,:{B},10,32768,100,BI-V150,1,true,1,:"
     assert [d.id for d in decode_legacy_register(text)] == [A, B]
+    assert counted_by_hami((d.type for d in decode_legacy_register(text)), "BI-V150")  # HAMi's getNodeResources
 
 
 def test_each_chip_kind_has_its_own_inventory_and_split_count_is_a_setting(ix, machine):

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +61,7 @@ def test_hamis_reading_of_the_annotation(fakes: F, metax_node: MakeNode) -> None
     assert [d.custom["LinkZone"] for d in devices] == [1, 0, 1, 0]
     assert [d.custom["Model"] for d in devices] == ["MXC500"] * 4
     assert list(inventory.devices) == devices
+    assert counted_by_hami((d.type for d in devices), "Metax-SGPU")  # HAMi v2.10's getNodeResources
 
 
 def test_link_zones_are_metaxlink_groups(fakes: F, metax_node: MakeNode) -> None:

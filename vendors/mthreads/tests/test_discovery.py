@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +34,9 @@ def test_mtml_discovery(fakes: F, mthreads_node: MakeNode) -> None:
     devices = found(mthreads_node(gpus))
     assert [d.id for d in devices] == [g.uuid for g in gpus]
     assert [d.type for d in devices] == ["Mthreads-MTT-S4000", "Mthreads-MTT-S4000", "Mthreads-MTT-S80"]
+    # HAMi v2.10 reads Mthreads devices from the node's capacity, typed `Mthreads`; this project's scheduler reads
+    # the register, and its types pass HAMi's getNodeResources rule too
+    assert counted_by_hami((d.type for d in devices), "Mthreads")
     assert [(d.index, d.count, d.devmem, d.devcore, d.numa, d.health) for d in devices] == [
         (0, 100, 49152, 16, 0, True),
         (1, 100, 49152, 16, 0, True),

@@ -294,7 +294,10 @@ def unregistered(record: NodeRecord | None, kinds: Sequence[str]) -> str:
     missing = [k for k in kinds if record is None or k not in record.views]
     dropped = [k for k in missing if record is not None and k in record.dropped]
     if dropped:
-        return f"{', '.join(dropped)} devices dropped: the node daemon stopped answering the handshake"
+        return (
+            f"{', '.join(dropped)} devices dropped: the node daemon stopped answering the handshake and the node's"
+            " kubelet offers none of them (allocatable 0)"
+        )
     return f"no {', '.join(missing)} devices registered"
 
 

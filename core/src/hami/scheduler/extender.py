@@ -122,12 +122,18 @@ class Extender:
 
     # ---------------------------------------------------------------------------------- filter
 
-    def filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
-        """Choose the node and devices for a pod among `node_names`, record the decision, and say why not elsewhere."""
+    def filter(
+        self, pod_obj: KubeObject, node_names: Sequence[str], nodes: Sequence[KubeObject] | None = None
+    ) -> FilterResult:
+        """Choose the node and devices for a pod among `node_names`, record the decision, and say why not elsewhere.
+        `nodes`: the Node objects of the full-Nodes form; naming one this cluster does not have, the call is an
+        autoscaler's simulation (`simulate`)."""
         if not self.is_leader():
             result = FilterResult(error="this scheduler replica is not the leader; another replica decides")
         elif not self.synced():
             result = FilterResult(error=SYNCING)
+        elif nodes is not None and any(name not in self.state.nodes for name in node_names):
+            result = self.simulate(pod_obj, nodes)  # the requeuer is not told: nothing was decided for the pod
         else:
             started, frees = time.monotonic(), self.state.frees  # read before the decision: never newer than it
             result = self._filter(pod_obj, node_names)
@@ -139,6 +145,26 @@ class Extender:
                 else:
                     self.requeue.refused(namespace, name, frees, started)
         self.on_filter_result(result)
+        return result
+
+    def simulate(self, pod_obj: KubeObject, nodes: Sequence[KubeObject]) -> FilterResult:
+        """A filter of nodes the cluster does not have (a cluster autoscaler's template nodes), answered as HAMi
+        v2.10's `filterSimulation`: the devices read from the Node objects given alone, none of them in use (no
+        pod counted, the handshake not read: HAMi's `buildTransientNodeInfo`), the best node chosen by the same
+        fit and policies, and nothing counted, reserved or written. A Node with no device of the pod's kinds is
+        refused as any unregistered node is; one that cannot be read is refused saying so."""
+        state = ClusterState(self.host)
+        failed: dict[str, str] = {}
+        for node in nodes:
+            name = str(meta(node).get("name"))
+            try:
+                state.set_node(_without(node, state.reader.volatile))
+            except (AttributeError, TypeError, ValueError, KeyError) as exc:
+                failed[name] = f"the Node object given cannot be read: {exc}"
+        settings = self.settings.model_copy(update={"record_at_bind": True, "pass_over_nodes_in_flight": False})
+        alone = Extender(self.cluster, self.host, state, settings)  # its own state and pending: nothing leaves it
+        result = alone._decide(Pod.from_api(pod_obj), [n for n in state.nodes if n not in failed])
+        result.failed.update(failed)
         return result
 
     def _filter(self, pod_obj: KubeObject, node_names: Sequence[str]) -> FilterResult:
@@ -445,3 +471,10 @@ class Extender:
         if waiting:
             return BindResult(error=waiting)
         return self.binder.bind(namespace, name, uid, node)
+
+
+def _without(node: KubeObject, annotations: frozenset[str]) -> KubeObject:
+    """`node` less the named annotations (a shallow copy: the object given is left as it is)."""
+    m = meta(node)
+    kept = {k: v for k, v in (m.get("annotations") or {}).items() if k not in annotations}
+    return {**node, "metadata": {**m, "annotations": kept}}

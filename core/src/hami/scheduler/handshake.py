@@ -4,10 +4,13 @@ Owns the periodic round (only on the leader). For every node and device kind tha
 the kind's handshake annotation, `hami.scheduler.nodes.handshake_verdict` decides: a question
 (`Requesting_<time>`) that is fresh, unreadable, or whose node still offers the kind's count resource in
 `status.allocatable` is left alone and the devices stay; an expired question on a node that offers none becomes
-`Deleted_<time>` and `ClusterState` counts none of that kind's devices there; anything else (this project's
-daemons' `Reported_<time>` answer, a `Deleted_<time>`, no annotation) gets a new question and the devices
-count again. So HAMi's own device plugins, which never answer, keep their nodes while the kubelet offers their
-devices, and a node whose daemon is gone loses them only once the kubelet offers none. The node side's half is
+`Deleted_<time>` and `ClusterState` counts none of that kind's devices there, and the node stays so, nothing
+written, while it offers none (this project's daemon answers a `Deleted_` on its own when it comes back);
+anything else (this project's daemons' `Reported_<time>` answer, a `Deleted_<time>` on a node whose kubelet
+offers the devices again, no annotation) gets a new question and the devices count again, as HAMi's
+`CheckHealth` asks again after anything but `Requesting`. So HAMi's own device plugins, which never answer, keep
+their nodes while the kubelet offers their devices, and a node whose daemon is gone loses them only once the
+kubelet offers none. The node side's half is
 `hami.node.register`. Times are local wall-clock seconds, as HAMi writes them.
 
 Only patches that can change something are sent: an answer (`Reported_<time>`) on a node whose kubelet offers the

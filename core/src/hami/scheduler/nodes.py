@@ -7,10 +7,12 @@ count as none, logged. What a record was read from is kept (`NodeRecord.inputs`,
 and the handshake), so that a node event changing nothing else keeps the record and its memoised evaluations.
 
 A node's devices of a kind are not counted while HAMi's handshake rule drops them (`handshake_verdict`): the
-scheduler answered an expired question with `Deleted_<time>`, or the question `Requesting_<time>` is older
-than the timeout while the node's allocatable for the kind's count resource is 0 (so a scheduler that starts
-long after a node's daemon went away does not place pods there). This one rule reads the clock;
-`hami.scheduler.handshake` applies the same rule to decide what to write.
+question `Requesting_<time>` is older than the timeout while the node's allocatable for the kind's count
+resource is 0 (so a scheduler that starts long after a node's daemon went away does not place pods there), or
+the scheduler answered such a question with `Deleted_<time>` and the allocatable is still 0. A `Deleted_` on a
+node whose kubelet offers the devices again drops nothing: HAMi's `CheckHealth` looks only for `Requesting`,
+asks again and keeps serving the node. This one rule reads the clock; `hami.scheduler.handshake` applies the
+same rule to decide what to write.
 
 Owns reading only: what pods use of a node is counted by `hami.scheduler.state`, which keeps the records.
 """
@@ -246,9 +248,14 @@ def handshake_verdict(
     """HAMi v2.10's handshake rule (`device.CheckHealth`) for one node and device kind: ``"wait"`` when the
     value holds a question (``Requesting``) that is fresh, unreadable, or whose node still offers the kind's
     count resource (`allocatable` > 0): the devices stay and nothing is written; ``"drop"`` when the question
-    has expired and the node offers none: the devices go (the scheduler writes `Deleted_<time>`); ``"ask"``
-    for anything else (an answer, `Deleted_`, nothing): a new question is written and the devices count.
-    Times are local wall-clock seconds, as HAMi writes them."""
+    has expired and the node offers none: the devices go (the scheduler writes `Deleted_<time>`); ``"dropped"``
+    for a `Deleted_<time>` on a node that still offers none: the devices stay gone and nothing is written (HAMi
+    asks again here, serves the node for the question's 60 s and drops it again: a node whose kubelet offers no
+    device has nothing to serve, and this project's daemon answers a `Deleted_` on its own); ``"ask"`` for
+    anything else (an answer, a `Deleted_` on a node offering the devices again, nothing): a new question is
+    written and the devices count. Times are local wall-clock seconds, as HAMi writes them."""
+    if value is not None and value.startswith("Deleted_") and allocatable <= 0:
+        return "dropped"
     if value is None or "Requesting" not in value:
         return "ask"
     _, found, when = value.partition("_")
@@ -266,16 +273,14 @@ def handshake_verdict(
 def handshake_dropped(
     annotations: Mapping[str, str], kind: DeviceKind, allocatable: int = 0, now: datetime | None = None
 ) -> bool:
-    """True when the node's devices of `kind` are not counted: the scheduler dropped them (`Deleted_<time>`,
-    until it asks again), or HAMi's rule drops them now (`handshake_verdict`: an expired question, and the
-    node's allocatable for the kind's count resource is 0)."""
+    """True when the node's devices of `kind` are not counted: HAMi's rule drops them (`handshake_verdict`: an
+    expired question, or the scheduler's `Deleted_<time>`, while the node's allocatable for the kind's count
+    resource is 0)."""
     key = kind.annotations.node_handshake
     value = annotations.get(key) if key else None
     if not value:
         return False
-    if str(value).startswith("Deleted_"):
-        return True
-    return handshake_verdict(str(value), allocatable, now or datetime.now()) == "drop"
+    return handshake_verdict(str(value), allocatable, now or datetime.now()) in ("drop", "dropped")
 
 
 def device_allocatable(node: KubeObject, kind: DeviceKind) -> int:

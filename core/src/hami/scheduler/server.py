@@ -114,11 +114,25 @@ class PodArg(_Edge):
 
 
 class _NodeMeta(_Edge):
+    model_config = ConfigDict(extra="allow", frozen=True)
     name: Name
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class _NodeStatus(_Edge):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    capacity: dict[str, str | int] | None = None
+    allocatable: dict[str, str | int] | None = None
 
 
 class _Node(_Edge):
+    """A Node of the full-Nodes form, kept whole (`Extender.filter` reads an autoscaler's template nodes from it):
+    what the scheduler reads of it is checked here, so that a malformed one is a 400 naming the field."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
     metadata: _NodeMeta
+    status: _NodeStatus | None = None
 
 
 class _NodeList(_Edge):
@@ -131,6 +145,12 @@ class ExtenderArgs(_Edge):
     pod: PodArg = Field(validation_alias=AliasChoices("Pod", "pod"))
     nodes: _NodeList | None = _alias("Nodes", "nodes")
     node_names: list[Name] | None = _alias("NodeNames", "nodenames", "nodeNames")
+
+    def node_objects(self) -> list[dict[str, Any]] | None:
+        """The Node objects of the full-Nodes form as sent (None in the NodeNames form)."""
+        if self.nodes is None:
+            return None
+        return [n.model_dump(exclude_none=True) for n in self.nodes.items or ()]
 
     def candidates(self) -> tuple[list[str], bool]:
         """The candidate node names, once each, and whether they came as a node list."""
@@ -234,11 +254,13 @@ class ExtenderApp:
 
     def _filter(self, args: ExtenderArgs) -> dict[str, Any]:
         names, as_list = args.candidates()
-        result = self.extender.filter(args.pod.as_object(), names)
+        given = args.node_objects()
+        result = self.extender.filter(args.pod.as_object(), names, given)
         chosen = names if result.passthrough else ([result.node] if result.node else [])
         answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": result.error}
         if as_list:
-            answer["Nodes"] = {"metadata": {}, "items": [{"metadata": {"name": n}} for n in chosen]}
+            objects = {str(n["metadata"]["name"]): n for n in given or ()}  # the Nodes chosen, as given (as HAMi)
+            answer["Nodes"] = {"metadata": {}, "items": [objects[n] for n in chosen]}
             answer["NodeNames"] = None
         else:
             answer["Nodes"] = None

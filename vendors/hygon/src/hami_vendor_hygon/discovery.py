@@ -2,11 +2,11 @@
 
 Owns turning the devices the driver reports (`hami_vendor_hygon.node`) into the DCU `NodeInventory`, with the
 values HAMi's plugin writes in its legacy string form: UUID ``DCU-<serial>``, the driver's index, count
-``splitCount`` (4), memory the VRAM total in MiB, cores 100 (percent), the model by PCI device id
-(`hami_vendor_hygon.models`), the NUMA node ROCm SMI reports, healthy. A device with no VRAM (HAMi skips those)
-or no serial number (it could never be named) is not reported, with a log line saying why; the node keeps serving
-the others. The compute units are not registered (HAMi's form has no field for them): allocation reads them from
-the node runtime.
+``splitCount`` (4), memory the VRAM total in MiB, cores 100 (percent), the type ``DCU-<model>`` by PCI device id
+(`hami_vendor_hygon.models`; HAMi's scheduler counts only types holding ``DCU``), the NUMA node ROCm SMI reports,
+healthy. A device with no VRAM (HAMi skips those) or no serial number (it could never be named) is not reported,
+with a log line saying why; the node keeps serving the others. The compute units are not registered (HAMi's form
+has no field for them): allocation reads them from the node runtime.
 
 On simulated devices (`simulate`, `hami_simulated_devices`) the inventory's devices become the node runtime's DCUs:
 UUID ``DCU-<serial>``, the PCI address ``driver.bdf``, the DRM nodes ``driver.drmCard`` and ``driver.drmRender``
@@ -23,7 +23,7 @@ from hami.errors import HamiError
 from hami.model import Device, NodeInventory
 from hami.vendorstate import driver_fact
 from hami_vendor_hygon.dtk import Dcu
-from hami_vendor_hygon.models import compute_units_of, model_of
+from hami_vendor_hygon.models import TYPE_PREFIX, compute_units_of, model_of
 from hami_vendor_hygon.node import runtime_for
 from hami_vendor_hygon.settings import HygonSettings
 
@@ -36,12 +36,13 @@ MODE_NODE_ANNOTATION = "hami.io/dcu-mode"
 
 
 def model_name(device: Dcu) -> str:
+    """The type `device` registers under: ``DCU-<model>`` as HAMi's DCU plugin writes it, ``DCU_<id>`` unknown."""
     model = model_of(device.device_id)
     if model is None:
         log.warning("DCU %d has PCI device id 0x%04x, which no model table entry names", device.index,
                     device.device_id)  # fmt: skip
         return f"DCU_{device.device_id:04x}"
-    return model
+    return TYPE_PREFIX + model
 
 
 def inventory(devices: list[Dcu], settings: HygonSettings, kind: str = "DCU") -> list[NodeInventory]:

@@ -1,14 +1,19 @@
 """DCU models: the PCI device id → model name table and the compute units of each model.
 
-Owns the names HAMi's DCU plugin registers as a device's type (Hygon DCGM's table, by the PCI device id that ROCm
-SMI's ``rsmi_dev_id_get`` or ``hy-smi --showid`` reports) and the compute units per model for when DMI cannot say
-(DCGM's table). An id the table does not know is named ``DCU_<id>`` (hex) and logged by discovery: selectors
-(``hygon.com/use-dcutype``) match it like any other name.
+Owns the model names (Hygon DCGM's table, by the PCI device id that ROCm SMI's ``rsmi_dev_id_get`` or ``hy-smi
+--showid`` reports), the type a device registers under (``DCU-<model>``, as HAMi's DCU plugin writes it: HAMi's
+scheduler counts only devices whose type contains the request's common word ``DCU``), and the compute units per
+model for when DMI cannot say (DCGM's table), read from either form of the type (``Z100L``, as this project
+registered it before, or ``DCU-Z100L``). An id the table does not know is named ``DCU_<id>`` (hex) and logged by
+discovery: selectors (``hygon.com/use-dcutype``, matched by containment) match it like any other name.
 """
 
 from __future__ import annotations
 
-__all__ = ["COMPUTE_UNITS", "MODELS", "compute_units_of", "model_of"]
+__all__ = ["COMPUTE_UNITS", "MODELS", "TYPE_PREFIX", "compute_units_of", "model_of"]
+
+TYPE_PREFIX = "DCU-"
+"""What HAMi's DCU plugin puts before the model in a device's registered type."""
 
 MODELS: dict[int, str] = {
     0x54B7: "Z100",
@@ -43,4 +48,5 @@ def model_of(device_id: int) -> str | None:
 
 
 def compute_units_of(model: str) -> int | None:
-    return COMPUTE_UNITS.get(model)
+    """The compute units of `model`, given bare (``Z100L``) or as registered (``DCU-Z100L``); None if unknown."""
+    return COMPUTE_UNITS.get(model.removeprefix(TYPE_PREFIX))

@@ -16,7 +16,9 @@ Owns the transport they share, with one set of limits:
   what a client announces: a body up to `SMALL_BODY` grows as its bytes come, and a larger one first takes its
   size from the listener's budget of large bodies (`body_budget`, twice `max_body`), waiting for its turn
   within the body deadline (503 when none came), and holds it until its answer is sent, so headers alone
-  announcing large bodies on many connections cost nothing;
+  announcing large bodies on many connections cost nothing (an app that decodes a body into a typed model as it
+  reads, as the extender does, keeps what bodies in flight cost together within a small multiple of the budget);
+  once a large body is answered, the heap's free memory is handed back to the system (`give_back_memory`);
 - an answer above `SEND_CHUNK` bytes is sent a slice at a time as the client reads it, so that its only copy in
   full is the app's;
 - TLS, when given a certificate and key, re-reads them when their files change (checked on every handshake,
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -70,6 +73,7 @@ __all__ = [
     "MetricsServer",
     "Raw",
     "ReloadingTLS",
+    "give_back_memory",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,24 @@ SEND_CHUNK = 256 * 1024
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def give_back_memory() -> None:
+    """Hand the free memory of the process's heap back to the system (glibc's `malloc_trim`; nothing elsewhere):
+    after a large body, the small blocks its answer freed would otherwise stay resident."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 class JsonApp(Protocol):
@@ -449,6 +471,8 @@ class JsonServer:
         finally:
             if reserved:
                 self._release(reserved)
+                if not self._held:  # the last large body in flight answered
+                    give_back_memory()
 
     def _length(self, scope: Scope) -> int:
         headers = {bytes(k).lower(): bytes(v) for k, v in scope["headers"]}

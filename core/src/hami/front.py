@@ -6,7 +6,7 @@ Owns the transport they share, with one set of limits:
 - the listening socket is bound and listening (backlog `BACKLOG`) before `start` returns, and `start` returns
   only once the server accepts: a caller that has started every listener is ready to say so (`accepting`);
 - a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte (the first request's,
-  of the connection) and its body within
+  of the connection; a TLS handshake within the same deadline) and its body within
   `BODY_DEADLINE_SECONDS` (however slowly either trickles); an idle keep-alive connection is closed after
   `KEEP_ALIVE_SECONDS`; at most `MAX_CONNECTIONS` connections are open (beyond, 503);
 - at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
@@ -116,6 +116,20 @@ def give_back_memory() -> None:
     after a large body, the small blocks its answer freed would otherwise stay resident."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+def _handshake_deadline(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    """TLS handshakes on `loop`'s servers cut off after `seconds` (asyncio's default is 60 s, and uvicorn passes
+    none): the header deadline's clock starts once the handshake is done, so a client that trickles its handshake
+    (or sends none) would otherwise hold a connection for a minute."""
+    create = loop.create_server
+
+    async def create_server(*args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", seconds)
+        return await create(*args, **kwargs)
+
+    loop.create_server = create_server  # type: ignore[method-assign]
 
 
 class JsonApp(Protocol):
@@ -387,6 +401,7 @@ class JsonServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            _handshake_deadline(loop, self.header_deadline)
             self._loop = loop
             try:
                 loop.run_until_complete(self._serve(started))

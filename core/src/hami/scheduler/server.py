@@ -2,14 +2,14 @@
 
 Owns the wire format of protocol.md section 4 and its validation at the edge. Each verb's body is decoded once,
 straight from its bytes and validated as it is read (msgspec: no generic JSON objects are built, and the first
-wrong value ends the decoding, so a body's cost is about its own size), into a typed model of exactly the fields the extender uses (`ExtenderArgs`,
-`BindingArgs`: the pod's name, namespace, UID, labels, annotations, node name, scheduler name and its
-containers' names, resources, literal env and privileged flag; the nodes' names); every other field is skipped
-unread. Keys come in PascalCase (or lowercase, from old kube-schedulers) and answers go out in PascalCase; with
-`nodeCacheCapable: true` only node names travel, otherwise node lists (answered with the chosen nodes' names,
-all kube-scheduler reads of them). Names must be Kubernetes names (DNS subdomains; a namespace a DNS label),
-strings must be valid Unicode (a lone surrogate is not JSON here). Anything else is a 400 that names the field,
-so nothing a client sends reaches the extender's state or the API server's URLs.
+wrong value ends the decoding, so a body costs about its own size), into a typed model of exactly the fields the
+extender uses (`ExtenderArgs`, `BindingArgs`: the pod's name, namespace, UID, labels, annotations, node name,
+scheduler name and its containers' names, resources, literal env and privileged flag; the nodes' names); every
+other field is skipped unread. Keys come in PascalCase (or lowercase, from old kube-schedulers) and answers go out
+in PascalCase; with `nodeCacheCapable: true` only node names travel, otherwise node lists (answered with the chosen
+nodes' names, all kube-scheduler reads of them). Names must be Kubernetes names (DNS subdomains; a namespace a DNS
+label), strings must be valid Unicode (a lone surrogate is not JSON here). Anything else is a 400 that names the
+field, so nothing a client sends reaches the extender's state or the API server's URLs.
 
 `ExtenderApp.handle` is the whole protocol as a pure function of (method, path, body), which the tests fuzz;
 `ExtenderApp.quick` answers the filters that wait on nothing on the front's event loop, the same way.

@@ -16,7 +16,10 @@ its own and drives it from this one:
 3. 200 connections opened at once (each answered?, the slowest) and 50 busy keep-alive clients for 10 s
    (errors, resets);
 4. a `--body-mb` NodeList body: the server's peak resident memory above what it held before;
-5. 40 connections sending only headers that announce 67 MB bodies: the server's resident memory.
+5. a `--body-mb` filter body whose node names are `{},` repeated, then four `--parallel-mb` (16) MB ones at
+   once: the server's peak resident memory above what it held before (per body byte in flight) and its
+   resident memory once all are answered, against before (`--only braces` for these alone);
+6. 40 connections sending only headers that announce 67 MB bodies: the server's resident memory.
 
 Prints one line per figure and a JSON object last.
 """
@@ -376,12 +379,12 @@ def busy(server: Server, clients: int = 50, seconds: float = 10) -> dict[str, An
     return {"busy_clients": clients, "outcomes": dict(done)}
 
 
-def large_body(server: Server, megabytes: int) -> dict[str, Any]:
+def large_body(server: Server, megabytes: float) -> dict[str, Any]:
     """A NodeList of full-looking nodes (status fields the extender does not read) of about `megabytes` MB."""
     pad = "x" * 60_000
     items = [
         {"metadata": {"name": f"node-{i}", "labels": {"l": pad[:1000]}}, "status": {"images": [pad]}}
-        for i in range(megabytes * 1_000_000 // 61_100)
+        for i in range(int(megabytes * 1_000_000 // 61_100))
     ]
     body = json.dumps(
         {
@@ -400,6 +403,44 @@ def large_body(server: Server, megabytes: int) -> dict[str, Any]:
         "rss_before_mb": round(before["VmRSS"] / 1024),
         "peak_above_before_mb": round(peak / 1e6),
         "peak_per_body_byte": round(peak / len(body), 2),
+    }
+
+
+def braces_body(megabytes: float) -> bytes:
+    """A filter body of about `megabytes` MB whose node names are `{}` repeated: cheap to send, and each `{}` an
+    object to a parser that builds generic objects before the typed model."""
+    head = b'{"Pod":{"metadata":{"name":"big","namespace":"default"},"spec":{"containers":[]}},"NodeNames":['
+    count = max(1, int(megabytes * 1_000_000 - len(head) - 2) // 3)
+    return head + b"{}," * (count - 1) + b"{}]}"
+
+
+def braces(server: Server, megabytes: float, parallel: int) -> dict[str, Any]:
+    """`parallel` `{},`-repeated bodies of `megabytes` MB each at once: the server's peak resident memory above
+    what it held before (per byte of the bodies in flight), and what it holds once all are answered."""
+    body = braces_body(megabytes)
+    before = server.ask("reset")
+    statuses: list[int] = []
+
+    def send() -> None:
+        statuses.append(post(server.extender, "/filter", body, timeout=300)[0])
+
+    threads = [threading.Thread(target=send) for _ in range(parallel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    time.sleep(1.0)
+    after = server.ask("memory")
+    peak = (after["VmHWM"] - before["VmRSS"]) * 1024
+    return {
+        "body_mb": round(len(body) / 1e6, 1),
+        "parallel": parallel,
+        "statuses": sorted(statuses),
+        "rss_before_mb": round(before["VmRSS"] / 1024),
+        "peak_above_before_mb": round(peak / 1e6),
+        "peak_per_body_byte": round(peak / (parallel * len(body)), 2),
+        "rss_after_mb": round(after["VmRSS"] / 1024),
+        "rss_after_over_before": round(after["VmRSS"] / before["VmRSS"], 3),
     }
 
 
@@ -438,8 +479,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--slow", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=30)
-    parser.add_argument("--body-mb", type=int, default=60)
-    parser.add_argument("--only", default="fuzz,slow,connect,busy,body,announce", help="comma-separated parts")
+    parser.add_argument("--body-mb", type=float, default=60)
+    parser.add_argument("--parallel-mb", type=float, default=16, help="each of the four {}-repeated bodies at once")
+    parser.add_argument("--only", default="fuzz,slow,connect,busy,body,braces,announce", help="comma-separated parts")
     args = parser.parse_args()
     if args.serve:
         serve(args.at_bind)
@@ -463,6 +505,11 @@ def main() -> None:
         if "body" in parts:
             report["body"] = large_body(server, args.body_mb)
             print("large body:", report["body"], flush=True)
+        if "braces" in parts:
+            report["braces"] = braces(server, args.body_mb, 1)
+            print("{}-repeated body:", report["braces"], flush=True)
+            report["braces_parallel"] = braces(server, args.parallel_mb, 4)
+            print("{}-repeated bodies, four at once:", report["braces_parallel"], flush=True)
         if "announce" in parts:
             report["announce"] = announced(server)
             print("announced bodies:", report["announce"], flush=True)

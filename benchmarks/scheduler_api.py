@@ -19,8 +19,11 @@ from starting the scheduler until ready, and the scheduler's resident memory (no
 JSON object. Progress goes to stderr. The machine is shared with the API server: measure on a quiet one.
 
 Where the time goes: the CPU seconds each process spent while the pods were scheduled (kube-apiserver, etcd, the
-scheduler, this driver, the node-side stand-in in a process of its own), per measured pod, and the API requests
-the API server served in that window per measured pod, by verb and resource (its own `apiserver_request_total`).
+scheduler, this driver, the node-side stand-in in a process of its own), per measured pod; and what the control
+plane did in that window per measured pod, by its own metrics read before and after: the API requests by verb and
+resource (`apiserver_request_total`) and their body bytes, the watch events fanned out to watchers and their bytes
+by resource (`apiserver_watch_events_total`, `_sizes`), the API server's etcd requests by operation and resource, and
+etcd's puts, bytes put and bytes written to its WAL (etcd's /metrics).
 On two cores the pods/s is bounded by their sum: 2 / (CPU seconds per pod).
 
     python benchmarks/scheduler_api.py --set scheduler.dashboardListen=   # a chart value changed: no dashboard
@@ -183,20 +186,73 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def api_requests(api: KubeApi) -> dict[str, float]:
-    """The API server's request counts so far, by "VERB resource[/subresource]" (`apiserver_request_total`)."""
-    counts: dict[str, float] = {}
-    for line in api.text("/metrics").splitlines():
-        if not line.startswith("apiserver_request_total{"):
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+"""A Prometheus text exposition read as {(metric name, sorted labels): value}."""
+
+
+def scrape(text: str) -> Samples:
+    samples: Samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
             continue
-        labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
-        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
-        labels = {k: v.strip('"') for k, v in labels.items()}
-        what = f"{labels.get('verb', '?')} {labels.get('resource', '?')}"
-        if labels.get("subresource"):
-            what += f"/{labels['subresource']}"
-        counts[what] = counts.get(what, 0.0) + float(value)
-    return counts
+        head, _, value = line.rpartition(" ")
+        name, _, labels_text = head.partition("{")
+        labels = []
+        for part in labels_text.rstrip("}").split('",'):
+            key, sep, raw = part.partition("=")
+            if sep:
+                labels.append((key.strip(","), raw.strip('"')))
+        try:
+            samples[(name, tuple(sorted(labels)))] = float(value)
+        except ValueError:
+            continue
+    return samples
+
+
+def by(samples: Samples, name: str, keys: tuple[str, ...]) -> dict[str, float]:
+    """`name` summed by the values of `keys` (joined with "/", empty values left out)."""
+    sums: dict[str, float] = {}
+    for (metric, labels), value in samples.items():
+        if metric == name:
+            found = dict(labels)
+            what = " ".join("/".join(v for v in (found.get(k, "") for k in group.split("/")) if v) for group in keys)
+            sums[what] = sums.get(what, 0.0) + value
+    return sums
+
+
+def control_plane_counters(api: KubeApi, etcd_url: str) -> dict[str, dict[str, float]]:
+    """What the API server and etcd have done so far, by their own metrics: requests served by "VERB
+    resource[/subresource]" (`apiserver_request_total`) and the request bytes they carried
+    (`apiserver_request_body_size_bytes`), the watch events sent to watchers by resource and their bytes
+    (`apiserver_watch_events_total`, `apiserver_watch_events_sizes`), the API server's requests to etcd by
+    operation and resource (`etcd_requests_total`), and etcd's own puts, bytes put and bytes written to its WAL."""
+    server = scrape(api.text("/metrics"))
+    with urllib.request.urlopen(f"{etcd_url}/metrics", timeout=10) as response:
+        etcd = scrape(response.read().decode())
+    own = {
+        "puts": "etcd_mvcc_put_total",
+        "put_bytes": "etcd_debugging_mvcc_total_put_size_in_bytes",
+        "wal_bytes": "etcd_disk_wal_write_bytes_total",
+    }
+    return {
+        "api_requests": by(server, "apiserver_request_total", ("verb", "resource/subresource")),
+        "api_request_body_bytes": by(server, "apiserver_request_body_size_bytes_sum", ("verb", "resource")),
+        "watch_events": by(server, "apiserver_watch_events_total", ("resource",)),
+        "watch_event_bytes": by(server, "apiserver_watch_events_sizes_sum", ("resource",)),
+        "etcd_requests": by(server, "etcd_requests_total", ("operation", "resource/type")),
+        "etcd": {key: sum(by(etcd, name, ()).values()) for key, name in own.items()},
+    }
+
+
+def per_pod(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], pods: int
+) -> dict[str, dict[str, float]]:
+    """The counters' growth between two readings, per pod, each group's figures under 0.05 left out."""
+    result = {}
+    for group, values in after.items():
+        grown = {k: (v - before[group].get(k, 0.0)) / pods for k, v in sorted(values.items())}
+        result[group] = {k: round(v, 2) for k, v in grown.items() if v >= 0.05}
+    return result
 
 
 def filters_within(port: int, seconds: str = "0.01") -> tuple[float, float]:
@@ -416,7 +472,7 @@ def main() -> None:
         processes = {p.name: p.popen.pid for p in plane.processes}
         processes.update({"scheduler": scheduler.pid, "driver": os.getpid(), "node-side": stand_in.pid or 0})
         cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-        requests_before = api_requests(api)
+        counters_before = control_plane_counters(api, plane.etcd_url)
         served_before = filters_within(stack.metrics_port)
         with ThreadPoolExecutor(args.binders) as binders:
             t_start = time.perf_counter()
@@ -437,11 +493,10 @@ def main() -> None:
                 f.result()
             elapsed = time.perf_counter() - t_start
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
-        requests_after = api_requests(api)
+        counters_after = control_plane_counters(api, plane.etcd_url)
         served_after = filters_within(stack.metrics_port)
         served_total = served_after[1] - served_before[1]
-        served = {k: v - requests_before.get(k, 0.0) for k, v in requests_after.items()}
-        per_pod = {k: round(v / args.measure, 2) for k, v in sorted(served.items()) if v / args.measure >= 0.05}
+        grown = per_pod(counters_before, counters_after, args.measure)
         memory = rss_kib(scheduler.pid)
         result = {
             "nodes": args.nodes,
@@ -469,7 +524,12 @@ def main() -> None:
             "rss_mib": round(memory.get("VmRSS", 0) / 1024, 1),
             "rss_peak_mib": round(memory.get("VmHWM", 0) / 1024, 1),
             "cpu_ms_per_pod": {name: round(1000 * seconds / args.measure, 2) for name, seconds in cpu.items()},
-            "api_requests_per_pod": per_pod,
+            "api_requests_per_pod": grown["api_requests"],
+            "api_request_body_bytes_per_pod": grown["api_request_body_bytes"],
+            "watch_events_per_pod": grown["watch_events"],
+            "watch_event_bytes_per_pod": grown["watch_event_bytes"],
+            "etcd_requests_per_pod": grown["etcd_requests"],
+            "etcd_per_pod": grown["etcd"],
             "load_average": round(os.getloadavg()[0], 2),
         }
         if errors:

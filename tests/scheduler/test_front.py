@@ -754,3 +754,24 @@ def test_hami_scheduler_says_ready_only_once_its_metrics_accept_too() -> None:
         stop.set()
         thread.join(30)
     assert sys.getswitchinterval() == before
+
+
+def test_a_trickled_or_missing_tls_handshake_is_cut_off_at_the_header_deadline(tmp_path: Path) -> None:
+    from hami.webhook.certs import generate, write_bundle
+
+    paths = write_bundle(generate("hami", "default"), tmp_path)
+    server = _QuickDeadlines(_Echo(), ("127.0.0.1", 0), certfile=str(paths["tls.crt"]), keyfile=str(paths["tls.key"]))
+    server.start()
+    try:
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        trickle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        trickle.sendall(b"\x16")  # the first byte of a TLS record, and then one junk byte now and then
+        started = time.monotonic()
+        silent.settimeout(5)
+        assert silent.recv(4096) == b"", "a connection that never began its handshake was still open"
+        assert closed_within(trickle, 5), "a trickled handshake was still open after 5 s"
+        assert time.monotonic() - started < 5
+    finally:
+        silent.close()
+        trickle.close()
+        server.stop()

@@ -6,7 +6,7 @@ Owns the transport they share, with one set of limits:
 - the listening socket is bound and listening (backlog `BACKLOG`) before `start` returns, and `start` returns
   only once the server accepts: a caller that has started every listener is ready to say so (`accepting`);
 - a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte (the first request's,
-  of the connection) and its body within
+  of the connection; a TLS handshake within the same deadline) and its body within
   `BODY_DEADLINE_SECONDS` (however slowly either trickles); an idle keep-alive connection is closed after
   `KEEP_ALIVE_SECONDS`; at most `MAX_CONNECTIONS` connections are open (beyond, 503);
 - at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
@@ -17,6 +17,7 @@ Owns the transport they share, with one set of limits:
   size from the listener's budget of large bodies (`body_budget`, twice `max_body`), waiting for its turn
   within the body deadline (503 when none came), and holds it until its answer is sent, so headers alone
   announcing large bodies on many connections cost nothing;
+  once a large body is answered, the heap's free memory is handed back to the system (`give_back_memory`);
 - an answer above `SEND_CHUNK` bytes is sent a slice at a time as the client reads it, so that its only copy in
   full is the app's;
 - TLS, when given a certificate and key, re-reads them when their files change (checked on every handshake,
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -70,6 +72,7 @@ __all__ = [
     "MetricsServer",
     "Raw",
     "ReloadingTLS",
+    "give_back_memory",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,38 @@ SEND_CHUNK = 256 * 1024
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def give_back_memory() -> None:
+    """Hand the free memory of the process's heap back to the system (glibc's `malloc_trim`; nothing elsewhere):
+    after a large body, the small blocks its answer freed would otherwise stay resident."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _handshake_deadline(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    """TLS handshakes on `loop`'s servers cut off after `seconds` (asyncio's default is 60 s, and uvicorn passes
+    none): the header deadline's clock starts once the handshake is done, so a client that trickles its handshake
+    (or sends none) would otherwise hold a connection for a minute."""
+    create = loop.create_server
+
+    async def create_server(*args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", seconds)
+        return await create(*args, **kwargs)
+
+    loop.create_server = create_server  # type: ignore[method-assign]
 
 
 class JsonApp(Protocol):
@@ -365,6 +400,7 @@ class JsonServer:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            _handshake_deadline(loop, self.header_deadline)
             self._loop = loop
             try:
                 loop.run_until_complete(self._serve(started))
@@ -449,6 +485,8 @@ class JsonServer:
         finally:
             if reserved:
                 self._release(reserved)
+                if not self._held:  # the last large body in flight answered
+                    give_back_memory()
 
     def _length(self, scope: Scope) -> int:
         headers = {bytes(k).lower(): bytes(v) for k, v in scope["headers"]}

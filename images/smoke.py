@@ -17,7 +17,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
-VENDORS = {"nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax"}
+VENDORS = {
+    "nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax",
+    "amd", "kunlun", "vastai", "enflame", "awsneuron", "biren",
+}  # fmt: skip
 INVENTORY = """\
 nodes:
   - name: smoke-node

@@ -78,9 +78,9 @@ def test_the_cluster_page_names_vendors_shows_cambricon_and_usage(demo: dict[str
 def test_the_refused_pod_says_why_not_waiting_for_the_scheduler(demo: dict[str, Any]) -> None:
     text = page(demo["dashboard"])
     assert "waiting for the scheduler" not in text
-    assert "too-big 0/8 nodes are available: ascend-node: no NVIDIA devices registered" in text
+    assert "too-big 0/13 nodes are available: amd-node: no NVIDIA devices registered" in text
     pod = page(demo["dashboard"] + "pods/default/too-big")
-    assert "Unschedulable. 0/8 nodes are available:" in pod
+    assert "Unschedulable. 0/13 nodes are available:" in pod
     assert "Warning FailedScheduling" in pod
 
 

@@ -316,7 +316,7 @@ def queue_for(stack: HamiStack, ns: str, gpumem: int) -> str:
     api = stack.admin
     api.merge_patch("Namespace", ns, {"metadata": {"labels": MANAGED}})
     api.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "hami-gpu"}})
-    queue = f"cq-{ns}"[:63]
+    queue = f"cq-{ns}"[:63].rstrip("-")  # a name may not end in "-", wherever the cut falls
     resources = [
         {"name": "nvidia.com/gpu", "nominalQuota": 8},
         {"name": "nvidia.com/gpumem", "nominalQuota": gpumem},

@@ -77,7 +77,7 @@ class PlacementWriter:
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
         )
-        self.state.written(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
+        self.state.note_own_write(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
 
     def withdraw(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""

@@ -217,7 +217,7 @@ class ClusterState:
             record.host_pods.add(key)
             self.host_usage[key] = (node, cpu, memory)
 
-    def written(self, namespace: str, name: str, uid: str, version: object) -> None:
+    def note_own_write(self, namespace: str, name: str, uid: str, version: object) -> None:
         """The decision assumed for the pod was written: events older than `version` are views from before it."""
         with self.lock:
             record = self.pods.get(pod_key(namespace, name))

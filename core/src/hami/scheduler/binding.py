@@ -35,7 +35,7 @@ from hami.codec import NodeLock
 from hami.errors import HamiError
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import PlacementWriter
 from hami.scheduler.settings import ExtenderSettings
@@ -61,7 +61,7 @@ class Binder:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings,
         pending: PendingDecisions,

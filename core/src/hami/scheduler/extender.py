@@ -33,7 +33,7 @@ from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
@@ -76,7 +76,7 @@ class Extender:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings | None = None,
     ) -> None:

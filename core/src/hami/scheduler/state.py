@@ -37,7 +37,7 @@ from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
 from hami.lifecycle import TERMINAL_PHASES
 from hami.model import ContainerPlacement, Pod, host_requests
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.changes import ChangeLog
 from hami.scheduler.nodes import NodeReader, NodeRecord, NodeTotals
 from hami.scheduler.usage import VGPU_NODE_ANNOTATION, PodRecord, PodUsage, awaits_allocation
@@ -68,7 +68,7 @@ class Decision(NamedTuple):
 class ClusterState:
     """Nodes, pods and device usage, kept current by watch events and the filter's decisions."""
 
-    def __init__(self, host: VendorHost) -> None:
+    def __init__(self, host: VendorPlugins) -> None:
         self.host = host
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeRecord] = {}

@@ -15,13 +15,13 @@ import pytest
 from dashboard_world import FlakyApiServer, build
 
 from hami.cli import main
+from hami.companions import run_scheduler_process
 from hami.config import load_config
 from hami.dashboard.app import DashboardApp, DashboardServer
 from hami.dashboard.cli import start_dashboard
 from hami.dashboard.source import DashboardSource, Sample
 from hami.demo.world import free_port
 from hami.errors import ConfigError
-from hami.hosting import run_scheduler_process
 from hami.plugins import VendorPlugins
 from hami.status import connect_cluster
 

@@ -83,8 +83,8 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from hami.companions import run_scheduler_process
     from hami.config import load_config
-    from hami.hosting import run_scheduler_process
 
     config = load_config(
         args.config,

@@ -6,7 +6,7 @@ leader election, the extender's HTTP(S) server and the metrics server; and an or
 SIGINT (stop serving, stop watching, hand the lease over).
 
 Other services the process hosts beside the extender (the webhook, the dashboard) come in as `companions`,
-built above the services (`hami.hosting`), so this package imports none of them.
+built above the services (`hami.companions`), so this package imports none of them.
 """
 
 from __future__ import annotations

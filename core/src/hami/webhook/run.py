@@ -4,7 +4,7 @@ Owns the assembly: the vendor plugins, the cluster connection (`hami.cluster.kub
 and the namespace labels with their watches, the HTTPS server with its reloadable certificate; and an orderly
 shutdown on SIGTERM or SIGINT (stop serving, then stop watching).
 
-`start_webhook` is the piece the scheduler's process calls (through `hami.hosting`) to serve the webhook beside
+`start_webhook` is the piece the scheduler's process calls (through `hami.companions`) to serve the webhook beside
 the extender, passing its own `QuotaLedger` (`hami.quota`, below both services) so that admission and filter
 count the same usage.
 """

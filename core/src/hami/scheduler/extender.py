@@ -399,7 +399,7 @@ class Extender:
         if selectors is None:
             selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
         models = {k: tuple(s.use_type) for k, s in selectors.items()}
-        self.workload.observe(requests, pod.host_cpu, pod.host_memory, models)
+        self.workload.observe(requests, pod.cpu_request, pod.memory_request, models)
 
     def learn_from(self, pods: Iterable[KubeObject]) -> int:
         """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a

@@ -277,7 +277,7 @@ class ClusterState:
                     pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
                     decision.annotations, pod.priority, pod.labels,
                 )  # fmt: skip
-                self.set_host_usage(key, node, pod.host_cpu, pod.host_memory)
+                self.set_host_usage(key, node, pod.cpu_request, pod.memory_request)
         except BaseException:
             undo()
             raise

@@ -31,14 +31,14 @@ from hami.isolation.accounting import MAGIC
 from hami.model import ContainerDevice, DeviceProcess
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.pods import ServedContainer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 MiB = 1 << 20
 HOST_PID_NAMESPACE = 4026531836
 
 
 class FixedProcesses:
-    """The part of a VendorHost the backstop asks: every container's process, as a management library lists them."""
+    """The part of a VendorPlugins the backstop asks: every container's process, as a management library lists them."""
 
     def __init__(self, processes: list[DeviceProcess]) -> None:
         self.processes = processes
@@ -79,7 +79,7 @@ def node(root: Path, devices: int, containers: int) -> tuple[Backstop, list[Serv
             ServedContainer("team", f"pod-{i}", uid, "main", 0, "NVIDIA", (device,), str(accounting), str(grant))
         )
         processes.append(DeviceProcess(device_uuid=uuid, pid=pid, used_bytes=3000 * MiB))
-    host = cast(VendorHost, FixedProcesses(processes))
+    host = cast(VendorPlugins, FixedProcesses(processes))
     settings = BackstopSettings(proc_root=proc)
     return Backstop(host, MemoryCluster(), lambda: served, settings), served
 

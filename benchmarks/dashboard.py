@@ -40,7 +40,7 @@ from hami.dashboard.usage import UsageCollector
 from hami.model import ContainerDevice, Device, DeviceReading, NodeInventory
 from hami.node.monitor import ContainerUsage, NodeMonitor
 from hami.node.pods import ServedContainer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 BUDGET_MS = 300.0
 MIB = 1 << 20
@@ -125,7 +125,7 @@ def main() -> None:
         cluster.create("pods", obj)
         per_node[n].append((f"running-{i}", device))
     texts = {n: metrics_text(n, args.devices_per_node, per_node[n]) for n in names}
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     built = time.perf_counter() - started
 
     collector = UsageCollector("http://{node}/metrics", cluster, fetch=lambda url, _timeout: texts[url.split("/")[2]])

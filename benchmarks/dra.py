@@ -34,7 +34,7 @@ from hami.dra.proto import dra_pb2 as pb
 from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.slices import SlicePublisher, build_slice
 from hami.model import ContainerDevice
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 DRIVER = "hami.io"
 
@@ -49,7 +49,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="hami-dra-bench-"))
     script = write_script(work / "script.json", {"Scripted": scripted_devices(args.devices, count=1000, devmem=81920)})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     inventories = {inv.kind: inv for inv in host.discover()["scripted"]}
     rounds = max(args.rounds, 10)
     start = time.perf_counter()

@@ -5,7 +5,7 @@
 
 The extender fits a pod onto the first batch of candidates in its policy's order (16 nodes under binpack, which
 compares their scores); at 1,000 nodes that fit is most of a filter's CPU (`benchmarks/scheduler.py --client
-direct` times whole filters). This times the hook alone, through `VendorHost` with the installed vendors, on nodes
+direct` times whole filters). This times the hook alone, through `VendorPlugins` with the installed vendors, on nodes
 like those of the scheduler benchmarks: 8 GPUs of 10 slots, 81,920 MiB and 100 % cores each, every node with a
 different usage (1-6 running shares of 1,000 MiB and 10 % cores per device), and pods asking 1 GPU with 1,000 MiB
 and 10 % cores. Prints, per device policy, microseconds of CPU per node fitted (p50 of the calls); the last line is
@@ -21,7 +21,7 @@ import statistics
 import time
 
 from hami.model import Device, DeviceUsage, NodeView, Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 
 def nodes(count: int, devices: int, seed: int) -> list[NodeView]:
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="nodes per hook call (the extender's batch size)")
     parser.add_argument("--calls", type=int, default=3000)
     args = parser.parse_args()
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     views = nodes(args.batch, args.devices_per_node, seed=1)
     result: dict[str, object] = {"batch": args.batch, "devices_per_node": args.devices_per_node}
     for device_policy in ("spread", "binpack"):

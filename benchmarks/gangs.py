@@ -23,7 +23,7 @@ from typing import Any
 from scheduler import NodeSideStandIn, percentile, pod, running_cluster
 
 from hami.cluster import meta
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.gangs import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from hami.scheduler.service import SchedulerService
@@ -63,7 +63,7 @@ def main() -> None:
 
     cluster, names = running_cluster(args.nodes, args.devices_per_node, args.pods)
     settings = ExtenderSettings(record_at_bind=True, pass_over_nodes_in_flight=True)
-    service = SchedulerService(cluster, VendorHost.load(), settings).start()
+    service = SchedulerService(cluster, VendorPlugins.load(), settings).start()
     extender = service.extender
     stand_in = NodeSideStandIn(cluster)
     ordinary = [cluster.create("pods", pod(f"new-{i}")) for i in range(args.measure + args.gangs * args.gang_size)]

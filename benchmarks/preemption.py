@@ -25,7 +25,7 @@ from typing import Any
 
 from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device, Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.preemption import VictimSelector
 from hami.scheduler.service import GC_YOUNG_THRESHOLD
 from hami.scheduler.state import ClusterState
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    host = VendorHost.load(disabled=())
+    host = VendorPlugins.load(disabled=())
     state = ClusterState(host)
     pods = 0
     for n in range(args.nodes):

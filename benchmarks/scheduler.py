@@ -34,7 +34,7 @@ from hami.cluster import MemoryCluster, WatchEvent, meta
 from hami.cluster.locks import NodeLocks
 from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE, Extender, ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
@@ -230,7 +230,7 @@ def main() -> None:
     built = time.perf_counter()
     # as `hami scheduler` decides: the placement written by the bind, nodes with decisions in flight passed over
     settings = ExtenderSettings(node_policy=args.policy, record_at_bind=True, pass_over_nodes_in_flight=True)
-    service = SchedulerService(cluster, VendorHost.load(), settings).start()
+    service = SchedulerService(cluster, VendorPlugins.load(), settings).start()
     sync_s = time.perf_counter() - built
     server = ExtenderServer(ExtenderApp(service.extender, ready=lambda: service.ready), ("127.0.0.1", 0)).start()
     stand_in = NodeSideStandIn(cluster)

@@ -27,7 +27,7 @@ from prometheus_client import generate_latest
 from scheduler import node, pod
 
 from hami.cluster import MemoryCluster
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.service import SchedulerService
 
@@ -68,7 +68,7 @@ def main() -> None:
         n = i % args.nodes
         device = f"GPU-{names[n]}-{(i // args.nodes) % args.devices_per_node}"
         cluster.create("pods", pod(f"running-{i}", node_name=names[n], device=device))
-    service = SchedulerService(cluster, VendorHost.load(), ExtenderSettings()).start()
+    service = SchedulerService(cluster, VendorPlugins.load(), ExtenderSettings()).start()
     try:
         metrics = service.metrics
         if metrics.render() != generate_latest(metrics.registry):

@@ -86,7 +86,7 @@ def test_a_process_connected_in_cluster_never_imports_the_kubernetes_client(acco
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "import hami.cli, hami.hosting, hami.node.daemon\n"
+        "import hami.cli, hami.companions, hami.node.daemon\n"
         "from hami.cluster.kube import KubeCluster\n"
         "cluster = KubeCluster.in_cluster(account=Path(sys.argv[1]))\n"
         "print(len(cluster.list('nodes')[0]), sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))\n"

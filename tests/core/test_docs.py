@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from hami import hookspecs
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_the_walk_through_plugin_loads_strictly_with_every_hook_it_describes(
     monkeypatch.syspath_prepend(str(project / "src"))
     plugin = importlib.import_module("hami_vendor_tinyaccel.plugin")
     try:
-        host = VendorHost.from_plugins({"tinyaccel": plugin}, config={"tinyaccel": {}}, strict=True)
+        host = VendorPlugins.from_plugins({"tinyaccel": plugin}, config={"tinyaccel": {}}, strict=True)
         hooks = set(host.vendor("tinyaccel").hooks)
     finally:
         for module in [m for m in sys.modules if m.startswith("hami_vendor_tinyaccel")]:

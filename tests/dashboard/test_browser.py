@@ -22,7 +22,7 @@ from dashboard_world import FlakyApiServer, NodeMetricsServer, build, place_new_
 
 from hami.cluster import MemoryCluster
 from hami.dashboard.cli import start_dashboard
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.status import connect_cluster
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -74,7 +74,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     with FlakyApiServer(cluster) as api:
         kubeconfig = api.write_kubeconfig(tmp_path_factory.mktemp("dashboard") / "kubeconfig")
         server, source = start_dashboard(
-            connect_cluster(str(kubeconfig), None, component="hami-dashboard"), VendorHost.load(), ("127.0.0.1", 0),
+            connect_cluster(str(kubeconfig), None, component="hami-dashboard"), VendorPlugins.load(), ("127.0.0.1", 0),
             history_interval=0.5, title="demo", node_metrics=metrics.template,
         )  # fmt: skip
         server.app.poll_seconds = 0.5

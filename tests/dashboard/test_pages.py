@@ -17,9 +17,9 @@ from hami.cluster.port import ClusterError
 from hami.dashboard.app import DashboardApp
 from hami.dashboard.source import DashboardSource, History
 from hami.dashboard.views import cluster_view, take_snapshot
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
-HOST = VendorHost.load()
+HOST = VendorPlugins.load()
 
 
 @pytest.fixture

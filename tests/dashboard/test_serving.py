@@ -15,14 +15,14 @@ import pytest
 from dashboard_world import FlakyApiServer, build
 
 from hami.cli import main
+from hami.companions import run_scheduler_process
 from hami.config import load_config
 from hami.dashboard.app import DashboardApp, DashboardServer
 from hami.dashboard.cli import start_dashboard
 from hami.dashboard.source import DashboardSource, Sample
 from hami.demo.world import free_port
 from hami.errors import ConfigError
-from hami.hosting import run_scheduler_process
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.status import connect_cluster
 
 
@@ -73,7 +73,7 @@ def test_hami_dashboard_reads_the_cluster_of_a_kubeconfig(tmp_path: Path) -> Non
     with FlakyApiServer(build()) as api:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         cluster = connect_cluster(str(kubeconfig), None, component="hami-dashboard")
-        server, source = start_dashboard(cluster, VendorHost.load(), ("127.0.0.1", 0))
+        server, source = start_dashboard(cluster, VendorPlugins.load(), ("127.0.0.1", 0))
         try:
             status, page = fetch(f"http://127.0.0.1:{server.port}/devices/GPU-gpu-node-0")
             assert status == 200
@@ -105,7 +105,7 @@ def test_hami_dashboard_refuses_bad_flags_with_what_to_fix(
 
 
 def test_the_app_is_a_wsgi_application() -> None:
-    app = DashboardApp(DashboardSource(build(), VendorHost.load()))
+    app = DashboardApp(DashboardSource(build(), VendorPlugins.load()))
     seen: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:
@@ -123,7 +123,7 @@ def test_the_app_is_a_wsgi_application() -> None:
 def test_the_dashboard_is_served_on_the_front_its_pages_headers_kept_and_silent_clients_dropped() -> None:
     """The dashboard listens on the pod's address: on the standard library's server a client sending nothing
     held a thread for good, and the backlog was 5."""
-    server = DashboardServer(DashboardApp(DashboardSource(build(), VendorHost.load())), ("127.0.0.1", 0))
+    server = DashboardServer(DashboardApp(DashboardSource(build(), VendorPlugins.load())), ("127.0.0.1", 0))
     server.header_deadline = 0.5
     server.start()
     try:
@@ -147,7 +147,7 @@ def test_the_dashboard_is_served_on_the_front_its_pages_headers_kept_and_silent_
 def test_an_api_server_that_hangs_does_not_hang_the_page(tmp_path: Path) -> None:
     with FlakyApiServer(build()) as api:
         cluster = connect_cluster(str(api.write_kubeconfig(tmp_path / "kubeconfig")), None)
-        server, source = start_dashboard(cluster, VendorHost.load(), ("127.0.0.1", 0))
+        server, source = start_dashboard(cluster, VendorPlugins.load(), ("127.0.0.1", 0))
         try:
             assert fetch(f"http://127.0.0.1:{server.port}/")[0] == 200
             source.max_age, source.answer_seconds = 0, 0.5
@@ -189,7 +189,7 @@ def test_with_a_sampler_the_cluster_is_read_only_for_pages_and_an_unread_snapsho
         sampled.append(now[0])
         return Sample(now[0], 10, 100, 5, 50, 3, 1)
 
-    source = DashboardSource(cluster, VendorHost.load(), sampler=sampler, keep_seconds=60, clock=lambda: now[0])
+    source = DashboardSource(cluster, VendorPlugins.load(), sampler=sampler, keep_seconds=60, clock=lambda: now[0])
     source.history.interval = 0
     source.sample()
     assert cluster.lists == []

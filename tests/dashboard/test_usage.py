@@ -19,9 +19,9 @@ from hami.dashboard.source import DashboardSource
 from hami.dashboard.usage import Peaks, Trend, UsageCollector, read_metrics
 from hami.dashboard.usage_views import device_ranks, overview, stranded_memory, top_devices, workloads
 from hami.dashboard.views import take_snapshot
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
-HOST = VendorHost.load()
+HOST = VendorPlugins.load()
 TEXT = node_monitor().render().decode()
 
 

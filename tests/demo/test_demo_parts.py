@@ -21,7 +21,7 @@ from hami.demo.journey import apply_json_patch
 from hami.demo.world import DemoWorld
 from hami.errors import ConfigError
 from hami.node.simulated import load_inventory
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.apiserver import ClusterApiServer
 from hami.webhook.admission import admit_review
 
@@ -67,7 +67,7 @@ def test_the_webhooks_patch_applies_to_the_pod_it_was_made_for() -> None:
         "kind": "AdmissionReview",
         "request": {"uid": "1", "namespace": "default", "operation": "CREATE", "object": pod},
     }
-    answer = admit_review(review, VendorHost.load())["response"]
+    answer = admit_review(review, VendorPlugins.load())["response"]
     assert answer["allowed"], answer
     patched = apply_json_patch(pod, json.loads(base64.b64decode(answer["patch"])))
     assert patched["spec"]["schedulerName"] == "hami-scheduler"
@@ -149,7 +149,7 @@ def test_an_inventory_kind_no_vendor_serves_is_warned_with_the_nearest_kind(tmp_
         setup=[],
         workdir=tmp_path / "work",
     )
-    demo.host = VendorHost.load()
+    demo.host = VendorPlugins.load()
     (warning,) = demo._unserved_kinds()
     assert warning.startswith("  warning: inv.yaml: node n1 lists NVIDA devices, but no loaded vendor serves that kind")
     assert "(did you mean 'NVIDIA'?)" in warning

@@ -19,7 +19,7 @@ from hami.errors import ConfigError, HamiError
 from hami.node import simulated
 from hami.node.cli import node_settings
 from hami.node.daemon import NodeSettings
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.kubelet import FakeKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +38,10 @@ def inventory(*devices: dict[str, Any], node: str = NODE, **extra: Any) -> dict[
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> VendorHost:
+def host(tmp_path: Path) -> VendorPlugins:
     # The scripted vendor's own discovery would report SCR-* devices: the inventory's SIM-* prove it is not asked.
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
-    return VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    return VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -139,14 +139,14 @@ def test_unreadable_and_non_yaml_files_say_so(tmp_path: Path) -> None:
         simulated.load_inventory(tmp_path / "bad.yaml")
 
 
-def test_a_node_the_file_does_not_list_is_named_with_those_it_lists(tmp_path: Path, host: VendorHost) -> None:
+def test_a_node_the_file_does_not_list_is_named_with_those_it_lists(tmp_path: Path, host: VendorPlugins) -> None:
     path = write(tmp_path / "inv.yaml", inventory({"kind": "Scripted", "id": "SIM", "devmem": 1}, node="elsewhere"))
     with pytest.raises(ConfigError, match=r"lists no node 'node-a' \(it lists elsewhere\)"):
         simulated.discover(path, NODE, host)
 
 
 def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
-    tmp_path: Path, host: VendorHost, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, host: VendorPlugins, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(
         tmp_path / "inv.yaml",
@@ -170,7 +170,7 @@ def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
 
 
 def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_published(
-    tmp_path: Path, host: VendorHost, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host: VendorPlugins, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(
         tmp_path / "inv.yaml",
@@ -195,7 +195,7 @@ def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_
 
 
 def test_a_vendor_refusing_its_driver_facts_is_logged_and_its_devices_still_served(
-    tmp_path: Path, host: VendorHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, host: VendorPlugins, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path / "inv.yaml", inventory({"kind": "Scripted", "id": "SIM", "devmem": 1}))
 
@@ -229,7 +229,9 @@ def test_the_node_flag_and_the_config_key_set_the_inventory(tmp_path: Path) -> N
 
 
 @pytest.fixture
-def daemon_world(tmp_path: Path, host: VendorHost) -> Iterator[tuple[Path, MemoryCluster, FakeKubelet, DaemonThread]]:
+def daemon_world(
+    tmp_path: Path, host: VendorPlugins
+) -> Iterator[tuple[Path, MemoryCluster, FakeKubelet, DaemonThread]]:
     path = write(
         tmp_path / "inv.yaml",
         inventory({"kind": "Scripted", "id": "SIM", "repeat": 2, "devmem": 4096, "count": 2, "numa": [0, 1]}),

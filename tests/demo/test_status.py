@@ -19,7 +19,7 @@ from hami.cluster import MemoryCluster
 from hami.cluster.locks import LOCK_ANNOTATION
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE, BIND_TIME
 from hami.status import collect_status, cores_text, render_status, status_of
 
@@ -56,7 +56,7 @@ def world() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def test_usage_and_sharing_pods_are_counted_as_the_scheduler_does(world: Any) -> None:
-    result = status_of(*world, VendorHost.load(), now=NOW)
+    result = status_of(*world, VendorPlugins.load(), now=NOW)
     first = result.device("GPU-n1-0")
     assert first is not None
     assert (first.memory_used, first.memory_total, first.cores_used, first.shared_by, first.split) == (
@@ -73,7 +73,7 @@ def test_usage_and_sharing_pods_are_counted_as_the_scheduler_does(world: Any) ->
 
 
 def test_locks_and_pods_waiting_for_allocate_are_shown_with_their_age(world: Any) -> None:
-    result = status_of(*world, VendorHost.load(), now=NOW)
+    result = status_of(*world, VendorPlugins.load(), now=NOW)
     n1, n2 = result.nodes
     assert n1.lock is None
     assert n2.lock is not None
@@ -85,7 +85,7 @@ def test_locks_and_pods_waiting_for_allocate_are_shown_with_their_age(world: Any
 
 
 def test_the_table_has_one_row_per_device_with_used_over_total(world: Any) -> None:
-    text = render_status(status_of(*world, VendorHost.load(), now=NOW))
+    text = render_status(status_of(*world, VendorPlugins.load(), now=NOW))
     rows = {line.split()[1]: line for line in text.splitlines()[1:4]}
     assert rows["GPU-n1-0"].split()[:7] == ["n1", "GPU-n1-0", "NVIDIA-A100", "4500/16000", "28%", "30/100", "3/10"]
     assert rows["GPU-n1-0"].endswith("a (3000 MiB 20%), team/b (1500 MiB 10%)")
@@ -96,7 +96,7 @@ def test_the_table_has_one_row_per_device_with_used_over_total(world: Any) -> No
 def test_a_malformed_lock_is_shown_as_such(world: Any) -> None:
     nodes, pods = world
     nodes[0]["metadata"]["annotations"][LOCK_ANNOTATION] = "yesterday"
-    text = render_status(status_of(nodes, pods, VendorHost.load(), now=NOW))
+    text = render_status(status_of(nodes, pods, VendorPlugins.load(), now=NOW))
     assert "node lock on n1: malformed" in text
 
 
@@ -151,7 +151,7 @@ def test_collect_status_reads_through_the_cluster_port(world: Any) -> None:
     cluster = MemoryCluster()
     for node in world[0]:
         cluster.create("nodes", node)
-    assert [n.name for n in collect_status(cluster, VendorHost.load()).nodes] == ["n1", "n2"]
+    assert [n.name for n in collect_status(cluster, VendorPlugins.load()).nodes] == ["n1", "n2"]
 
 
 def test_cores_are_shown_as_the_kind_counts_them() -> None:

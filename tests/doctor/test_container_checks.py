@@ -17,13 +17,13 @@ from hami.doctor.container import ContainerView, children, grant, preload
 from hami.findings import Status
 from hami.isolation.grant import DeviceGrant, Grant
 from hami.node.hooklib import library_source
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 GRANT = Grant((DeviceGrant(3000 << 20, 30, "GPU-a"),), policy="force").render()
 
 
 def _library() -> Path:
-    source = library_source(VendorHost.from_plugins({"nvidia": nvidia}).vendor("nvidia"))
+    source = library_source(VendorPlugins.from_plugins({"nvidia": nvidia}).vendor("nvidia"))
     if source is None:
         pytest.skip("the NVIDIA package ships no built libvgpu.so here (make install builds it)")
     return source

@@ -17,7 +17,7 @@ from hami.doctor import node as checks
 from hami.findings import Finding, Status, exit_status, failed, ok, probe, render, warning
 from hami.model import AnnotationKeys, DeviceKind, ResourceNames, VendorInfo
 from hami.node.hooklib import IsolationLibraries, library_source
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 UID = "0b7c6a2e-9d1f-4c3a-8e2b-5f6a7b8c9d0e"
 
@@ -90,8 +90,8 @@ def test_the_hook_directory_must_be_roots_and_no_one_elses(tmp_path: Path) -> No
     assert checks.hook_directory(tmp_path / "absent").status is Status.FAILED
 
 
-def _installed(hook_dir: Path) -> VendorHost:
-    host = VendorHost.from_plugins({"nvidia": nvidia})
+def _installed(hook_dir: Path) -> VendorPlugins:
+    host = VendorPlugins.from_plugins({"nvidia": nvidia})
     libraries = IsolationLibraries(hook_dir)
     vendor = host.vendor("nvidia")
     if library_source(vendor) is None:
@@ -207,7 +207,7 @@ class _Buggy:
 
 
 def test_a_vendor_whose_checks_raise_gets_one_failed_finding_and_the_others_still_report() -> None:
-    host = VendorHost.from_plugins({"buggy": _Buggy(), "nvidia": nvidia})
+    host = VendorPlugins.from_plugins({"buggy": _Buggy(), "nvidia": nvidia})
     findings = host.doctor_checks(None)
     buggy = [f for f in findings if f.vendor == "buggy"]
     assert len(buggy) == 1

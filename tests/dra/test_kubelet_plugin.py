@@ -28,7 +28,7 @@ from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
 from hami.dra.slices import SlicePublisher, published_devices
 from hami.model import ContainerDevice
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignedPlacement
 
 DRIVER = "hami.io"
@@ -56,7 +56,7 @@ class Loop:
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     scripted_vendor.RELEASED.clear()
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2, count=3, devmem=8192)})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE, "uid": "n-1"}})
     publisher = SlicePublisher(cluster, host, NODE, DRIVER)
@@ -227,7 +227,7 @@ def test_two_shares_of_one_device_in_one_claim_are_refused(world: dict[str, Any]
 def test_a_tenant_erasing_its_served_pods_annotations_does_not_free_its_device(tmp_path: Path) -> None:
     """The tenant owns its pod's annotations; the daemon's own record of what it served is what counts."""
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     cluster.create("pods", {
         "metadata": {"name": "tenant", "namespace": "team", "uid": "tenant-uid", "annotations": {}},
@@ -251,7 +251,7 @@ def test_under_signing_a_pending_pod_counts_by_its_signed_placement(tmp_path: Pa
     (directory / "current").write_bytes(b"k" * 32)
     keys = PlacementKeys.from_directory(directory)
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     signed = encode_pod_devices([(ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=7000),)])
     signature = keys.sign(SignedPlacement("pending-uid", NODE, {ALLOCATED: signed}))
@@ -315,7 +315,7 @@ result_values = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_claim_status_is_read_or_refused_with_a_reason(tmp_path: Path, status: dict[str, Any]) -> None:
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     devices = {p.name: p for p in published_devices(host, {i.kind: i for i in host.discover()["scripted"]})}
     claim = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "status": status}
     try:

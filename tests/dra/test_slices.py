@@ -15,7 +15,7 @@ from hami import hookimpl
 from hami.cluster import MemoryCluster
 from hami.dra.slices import SlicePublisher, build_slice, slice_name
 from hami.model import Device, DeviceKind, DraDevice
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 
 @hookimpl
@@ -41,11 +41,11 @@ def script(tmp_path: Path) -> Path:
     return write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
 
 
-def _host(script: Path, plugin: object = scripted_vendor) -> VendorHost:
-    return VendorHost.from_plugins({"scripted": plugin}, config={"scripted": {"script": str(script)}})
+def _host(script: Path, plugin: object = scripted_vendor) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"scripted": plugin}, config={"scripted": {"script": str(script)}})
 
 
-def _inventories(host: VendorHost) -> dict[str, Any]:
+def _inventories(host: VendorPlugins) -> dict[str, Any]:
     return {inv.kind: inv for inv in host.discover()["scripted"]}
 
 

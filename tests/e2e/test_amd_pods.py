@@ -21,7 +21,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_node_register, decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,7 @@ QUARTER = {"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "2
 
 @pytest.fixture(scope="module")
 def amd_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "amd" not in {v.name for v in VendorHost.load().vendors}:
+    if "amd" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the AMD vendor plugin (hami-vendor-amd) is not installed")
     if "amd" in stack.disabled_vendors().split(","):
         pytest.skip("the chart rendered for this stack disables AMD (vendors.amd.enabled)")

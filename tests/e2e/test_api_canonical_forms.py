@@ -33,9 +33,9 @@ def test_fractions_and_binary_units_are_still_refused(raw: str) -> None:
 
 
 def test_a_capacity_in_canonical_form_counts_its_devices() -> None:
-    from hami.plugins import VendorHost
+    from hami.plugins import VendorPlugins
 
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     kind = next(k for v in host.vendors for k in v.info.kinds if k.common_word == "MLU")
     node = {
         "metadata": {"name": "n"},

@@ -17,7 +17,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ NPUS = [(i, 0x3B0A0000 + i) for i in range(2)]
 
 
 def _require_ascend() -> None:
-    vendors = {v.name: v for v in VendorHost.load().vendors}
+    vendors = {v.name: v for v in VendorPlugins.load().vendors}
     if "ascend" not in vendors:
         pytest.skip("the Ascend vendor plugin (hami-vendor-ascend) is not installed")
     missing = [h for h in REQUIRED_HOOKS if h not in vendors["ascend"].hooks]

@@ -19,7 +19,7 @@ from hami_stack import HamiStack
 from kube_rest import ApiError
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ NODE = "neuron-node-1"
 
 @pytest.fixture(scope="module")
 def neuron_node(stack: HamiStack) -> Iterator[NodeKubelet]:
-    if "awsneuron" not in {v.name for v in VendorHost.load().vendors}:
+    if "awsneuron" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the AWS Neuron vendor plugin (hami-vendor-awsneuron) is not installed")
     kubelet = NodeKubelet(stack.admin, NODE, labels={"gpu": "on", "node.kubernetes.io/instance-type": "inf2.xlarge"})
     kubelet.start()

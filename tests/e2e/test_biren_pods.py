@@ -16,7 +16,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +25,7 @@ FAKE_BRML = ROOT / "vendors" / "biren" / "tests" / "fake_brml" / "fake_brml.c"
 
 @pytest.fixture(scope="module")
 def biren_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "biren" not in {v.name for v in VendorHost.load().vendors}:
+    if "biren" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the Biren vendor plugin (hami-vendor-biren) is not installed")
     root = stack.dir / "nodes" / "biren-node-1"
     library = build_fake_library(FAKE_BRML, root / "brml" / "libbiren-ml.so")

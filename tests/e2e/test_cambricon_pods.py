@@ -24,7 +24,7 @@ from hami_stack import DeviceNode, HamiStack
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.codec import decode_link_scores, decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +41,7 @@ def driver_state(node: DeviceNode) -> list[list[str]]:
 
 
 def _require_cambricon() -> None:
-    vendors = {v.name: v for v in VendorHost.load().vendors}
+    vendors = {v.name: v for v in VendorPlugins.load().vendors}
     if "cambricon" not in vendors:
         pytest.skip("the Cambricon vendor plugin (hami-vendor-cambricon) is not installed")
     if not FAKE_CNDEV.exists():

@@ -21,7 +21,7 @@ from kube_rest import KubeApi
 
 from hami.config import HamiConfig
 from hami.node.daemon import NodeSettings
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.webhook.cli import validate_webhook_section
 
 pytestmark = pytest.mark.e2e
@@ -155,7 +155,7 @@ def test_the_kube_scheduler_configuration_hands_every_vendor_resource_to_the_ext
     assert "prioritizeVerb" not in extender, "HAMi scores inside filter"
     managed = {m["name"] for m in extender["managedResources"]}
     assert all(m["ignoredByScheduler"] for m in extender["managedResources"])
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     for vendor in host.vendors:
         if vendor.name == "exampleaccel":
             continue
@@ -173,7 +173,7 @@ def test_the_rendered_configuration_is_accepted_by_every_service(binaries: Binar
     assert config.scheduler.listen == "127.0.0.1:8888", "the extender is reachable from kube-scheduler's container only"
     assert config.scheduler.dashboard_listen == "0.0.0.0:8090"
     assert config.scheduler.dashboard_node_metrics == "http://{address}:9394/metrics"
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     assert host.failed == []
     assert validate_webhook_section(config.webhook).enabled
     NodeSettings.model_validate({**config.node, "nodeName": "n"})
@@ -351,7 +351,7 @@ def test_a_hami_values_file_is_honoured(binaries: Binaries, chart_dir: Path) -> 
     assert "ascend" not in config["vendors"]
     assert "mthreads" in config["vendors"]
     HamiConfig.model_validate(config)  # the services accept what the chart wrote
-    VendorHost.load(config=config["vendors"])
+    VendorPlugins.load(config=config["vendors"])
     (deployment,) = find(objects, "Deployment", "hami-scheduler")
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     kube = containers["kube-scheduler"]

@@ -45,7 +45,7 @@ from hami.dra.proto import dra_pb2_grpc as pb_grpc
 from hami.dra.proto import pluginregistration_pb2 as reg
 from hami.dra.proto import pluginregistration_pb2_grpc as reg_grpc
 from hami.model import ContainerDevice
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quantity import memory_mib
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.service import SchedulerService
@@ -349,7 +349,7 @@ def test_two_claims_share_one_gpu_within_its_memory_and_a_third_is_refused(dra: 
     # one accounting: the HAMi scheduler, watching the real API, counts the two shares on the GPU
     service = SchedulerService(
         KubeCluster.from_kubeconfig(str(dra.plane.identities["admin"].kubeconfig), component="hami-scheduler"),
-        VendorHost.load(disabled=OTHER_VENDORS.split(",")),
+        VendorPlugins.load(disabled=OTHER_VENDORS.split(",")),
         ExtenderSettings(dra_driver=DRIVER, handshake_interval_seconds=0),
         placement_keys=None,
     ).start()
@@ -433,7 +433,7 @@ def test_the_examples_are_valid_and_two_gpus_on_one_numa_node_go_to_one_claim(dr
 def test_the_plugin_refuses_a_share_the_extender_gave_to_a_device_plugin_pod(dra: DraWorld) -> None:
     """kube-scheduler does not know what HAMi's extender placed through the device plugin; the plugin does."""
     ns = _namespace(dra, "dra-accounting")
-    kind = VendorHost.load(disabled=OTHER_VENDORS.split(",")).kind("NVIDIA")
+    kind = VendorPlugins.load(disabled=OTHER_VENDORS.split(",")).kind("NVIDIA")
     held = encode_pod_devices([(ContainerDevice(uuid=dra.uuids[1], type="NVIDIA", usedmem=14000, usedcores=20),)])
     dra.admin.create({
         "apiVersion": "v1", "kind": "Pod",
@@ -559,7 +559,7 @@ def test_every_vendor_publishes_shares_that_kube_scheduler_allocates_and_the_plu
     kube-scheduler allocates a 1 GiB share of each kind (rounded up as the vendor's fitting allows: its memory
     step, or the next Ascend vNPU template), and the plugin prepares each share into CDI edits from that vendor's
     allocation and container-edits hooks."""
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     vendors = {v.name: v for v in host.vendors if v.name in {*OTHER_VENDORS.split(","), "nvidia"}}
     assert len(vendors) == 7, sorted(vendors)
     # the vendors this test does not exercise (whole-card kinds without shares) are switched off in the chart

@@ -19,7 +19,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ DRS_CAPACITY = json.dumps({"devices": [{"index": "0", "minor": "0", "capacity": 
 
 @pytest.fixture(scope="module")
 def enflame_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "enflame" not in {v.name for v in VendorHost.load().vendors}:
+    if "enflame" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the Enflame vendor plugin (hami-vendor-enflame) is not installed")
     root = stack.dir / "nodes" / "enflame-node-1"
     library = build_fake_library(FAKE_EFML, root / "efml" / "libefml.so")

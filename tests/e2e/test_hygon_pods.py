@@ -18,7 +18,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def _build(directory: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def dcu_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "hygon" not in {v.name for v in VendorHost.load().vendors}:
+    if "hygon" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the Hygon vendor plugin (hami-vendor-hygon) is not installed")
     root = stack.dir / "nodes" / "dcu-node-1"
     libraries = _build(root / "fake-dtk")

@@ -26,7 +26,7 @@ from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_legacy_register, decode_pod_devices
 from hami.isolation.grant import parse
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.isolation_benchmark import load_setup
 from hami.testing.sandbox import FAKE_STATE_SIZE, prepare
 
@@ -40,7 +40,7 @@ COUNT, MEMORY, CORES = "iluvatar.ai/BI-V150-vgpu", "iluvatar.ai/BI-V150.vMem", "
 
 @pytest.fixture(scope="module")
 def iluvatar_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "iluvatar" not in {v.name for v in VendorHost.load().vendors}:
+    if "iluvatar" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the Iluvatar vendor plugin (hami-vendor-iluvatar) is not installed")
     if "iluvatar" in stack.disabled_vendors().split(","):
         pytest.skip("the chart rendered for this stack disables Iluvatar (vendors.iluvatar.enabled)")

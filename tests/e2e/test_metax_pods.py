@@ -23,7 +23,7 @@ from control_plane import ROOT, build_fake_library, wait_until
 from hami_stack import DeviceNode, HamiStack
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def _build(directory: Path) -> str:
 
 
 def _node(stack: HamiStack, name: str, uuids: list[str], **extra: str) -> DeviceNode:
-    if "metax" not in {v.name for v in VendorHost.load().vendors}:
+    if "metax" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the MetaX vendor plugin (hami-vendor-metax) is not installed")
     root = stack.dir / "nodes" / name
     library = _build(root / "fake-mxsml")

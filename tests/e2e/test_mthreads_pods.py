@@ -22,7 +22,7 @@ from hami_stack import DeviceNode, HamiStack
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami.codec import decode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,7 @@ def _build_fake_mtml(directory: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def mt_node(stack: HamiStack) -> Iterator[DeviceNode]:
-    if "mthreads" not in {v.name for v in VendorHost.load().vendors}:
+    if "mthreads" not in {v.name for v in VendorPlugins.load().vendors}:
         pytest.skip("the Moore Threads vendor plugin (hami-vendor-mthreads) is not installed")
     root = stack.dir / "nodes" / "mt-node-1"
     library = _build_fake_mtml(root / "fake-mtml")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hami.errors import HamiError
 from hami.host import install
 from hami.host.run import parse_request
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 LIBRARIES = {
     "nvidia": "libvgpu.so",
@@ -61,7 +61,7 @@ def test_install_puts_each_library_under_a_versioned_path_naming_the_final_paths
 
 
 def test_a_second_install_rewrites_no_build(tmp_path: Path) -> None:
-    host = VendorHost.load()
+    host = VendorPlugins.load()
     first = install.install(host, tmp_path, ["nvidia"])
     build = tmp_path / first[0].build.lstrip("/")
     before = build.stat().st_mtime_ns, build.stat().st_ino
@@ -79,7 +79,7 @@ def test_install_of_a_vendor_without_a_library_says_so(tmp_path: Path) -> None:
 
 def test_install_of_a_misspelt_vendor_names_the_nearest_loaded_one(tmp_path: Path) -> None:
     with pytest.raises(HamiError, match=r"--vendor: no vendor plugin nvida is loaded; .*\(did you mean 'nvidia'\?\)"):
-        install.install(VendorHost.load(), tmp_path, ["nvida"])
+        install.install(VendorPlugins.load(), tmp_path, ["nvida"])
     assert not (tmp_path / "usr").exists()
 
 

@@ -17,7 +17,7 @@ import pytest
 from hami.errors import HamiError
 from hami.host.run import parse_request, plan
 from hami.isolation.grant import GRANT_DIR, from_limits, grant_edits
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 PLUGIN = """
 from pathlib import PurePosixPath
@@ -80,7 +80,7 @@ def vendor(tmp_path: Path) -> Iterator[ModuleType]:
 
 
 def _plan(vendor: ModuleType, tmp_path: Path, flags: dict[str, Any] | None = None, confined: bool = False) -> Any:
-    host = VendorHost.from_plugins({"fakeaccel": vendor})
+    host = VendorPlugins.from_plugins({"fakeaccel": vendor})
     values = {"--vendor": "fakeaccel", "--device": "3", "--memory": "512", "COMMAND": ["app"], **(flags or {})}
     return plan(parse_request(values), host, tmp_path / "state", confined=confined, environ={"PATH": "/bin"})
 

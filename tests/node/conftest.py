@@ -12,7 +12,7 @@ from node_harness import NODE, DaemonThread, scripted_devices, write_script
 
 from hami.cluster import MemoryCluster
 from hami.node.daemon import NodeSettings
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.kubelet import FakeKubelet
 
 
@@ -24,8 +24,8 @@ def script(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(script: Path) -> VendorHost:
-    return VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+def host(script: Path) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def settings(kubelet: FakeKubelet, tmp_path: Path) -> NodeSettings:
 
 @pytest.fixture
 def start_daemon(
-    settings: NodeSettings, host: VendorHost, cluster: MemoryCluster
+    settings: NodeSettings, host: VendorPlugins, cluster: MemoryCluster
 ) -> Iterator[Callable[..., DaemonThread]]:
     started: list[DaemonThread] = []
 

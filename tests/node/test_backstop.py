@@ -13,7 +13,7 @@ from hami.cluster.memory import MemoryCluster
 from hami.isolation.accounting import MAGIC
 from hami.node.backstop import Backstop, namespace_pid, owner_of
 from hami.node.pods import ServedContainer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.backstop import systemd_cgroup
 
 POD_UID = "0b3c5a9e-1f2d-4c6b-9a8e-7d6c5b4a3f21"
@@ -62,7 +62,7 @@ def test_a_tampered_count_that_grew_is_one_warning_event_on_the_pod(tmp_path: Pa
     _accounting_file(file, 0)
     container = ServedContainer("team", "trainer", POD_UID, "main", 0, "NVIDIA", (), accounting_file=str(file))
     cluster = MemoryCluster()
-    backstop = Backstop(VendorHost(pluggy.PluginManager("hami")), cluster, lambda: [container])
+    backstop = Backstop(VendorPlugins(pluggy.PluginManager("hami")), cluster, lambda: [container])
     backstop.check()
     assert cluster.events == []
     _accounting_file(file, 2)

@@ -17,7 +17,7 @@ from hami.cluster import MemoryCluster
 from hami.errors import ConfigError
 from hami.node.cli import add_node_parser, node_settings
 from hami.node.daemon import NodeDaemon, NodeSettings
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -52,7 +52,7 @@ def test_the_daemon_refuses_to_start_without_a_node_name() -> None:
     assert "hami: hami node needs this node's name: pass --node-name or set NODE_NAME" in done.stderr
 
 
-def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings, host: VendorHost) -> None:
+def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings, host: VendorPlugins) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -63,7 +63,7 @@ def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings,
 
 
 def test_at_start_up_the_vendors_are_told_which_pods_are_still_on_the_node(
-    settings: NodeSettings, host: VendorHost
+    settings: NodeSettings, host: VendorPlugins
 ) -> None:
     # `hami_reconcile`: a restarted daemon lets each vendor undo what it made for pods deleted while it was down
     cluster = MemoryCluster()

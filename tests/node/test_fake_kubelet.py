@@ -15,7 +15,7 @@ from hami.node.daemon import NodeSettings
 from hami.node.kubelet import KubeletSocket, RegistrationError
 from hami.node.proto import deviceplugin_pb2 as pb
 from hami.node.proto import deviceplugin_pb2_grpc as pb_grpc
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.kubelet import FakeKubelet
 
 
@@ -44,7 +44,7 @@ def test_restart_removes_every_socket_and_serves_a_new_kubelet_sock(kubelet: Fak
 
 def test_the_daemon_waits_for_a_kubelet_that_is_not_there_yet(tmp_path: Path, cluster: MemoryCluster) -> None:
     script = write_script(tmp_path / "script.json", {"Scripted": [{"id": "SCR-0", "count": 2}]})
-    host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     late = FakeKubelet()  # its directory exists, its kubelet.sock not yet
     settings = NodeSettings(
         node_name=NODE,

@@ -12,7 +12,7 @@ from hami.cluster import MemoryCluster, meta
 from hami.codec import Handshake, decode_legacy_register, decode_node_register, encode_handshake
 from hami.model import Device, NodeInventory
 from hami.node.register import NodeRegistrar
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.kubelet import FakeKubelet
 
 StartDaemon = Callable[..., DaemonThread]
@@ -20,7 +20,7 @@ REGISTER = "hami.io/node-scripted-register"
 HANDSHAKE = "hami.io/node-handshake-scripted"
 
 
-def registrar(cluster: MemoryCluster, host: VendorHost) -> NodeRegistrar:
+def registrar(cluster: MemoryCluster, host: VendorPlugins) -> NodeRegistrar:
     return NodeRegistrar(cluster, host, NODE, clock=lambda: datetime(2025, 6, 7, 8, 9, 10, 123456))
 
 
@@ -28,7 +28,7 @@ def inventory(kind: str, *devices: Device, **annotations: str) -> dict[str, Node
     return {kind: NodeInventory(kind=kind, devices=devices, annotations=annotations)}
 
 
-def test_each_register_format_is_written_as_the_scheduler_reads_it(cluster: MemoryCluster, host: VendorHost) -> None:
+def test_each_register_format_is_written_as_the_scheduler_reads_it(cluster: MemoryCluster, host: VendorPlugins) -> None:
     found = {
         **inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192, type="Scripted-X", numa=1)),
         **inventory("ScriptedLegacy", Device(id="LEG-0", count=4, devmem=4096, type="Legacy-Y", index=0)),
@@ -46,7 +46,7 @@ def test_each_register_format_is_written_as_the_scheduler_reads_it(cluster: Memo
     assert set(written) == set(got)
 
 
-def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, host: VendorHost) -> None:
+def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, host: VendorPlugins) -> None:
     r = registrar(cluster, host)
     found = inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192))
     r.sync(found)
@@ -56,7 +56,7 @@ def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, host: Ve
 
 
 def test_a_requesting_or_deleted_handshake_is_answered_with_the_register(
-    cluster: MemoryCluster, host: VendorHost
+    cluster: MemoryCluster, host: VendorPlugins
 ) -> None:
     r = registrar(cluster, host)
     found = inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192))

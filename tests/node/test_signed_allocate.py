@@ -11,7 +11,7 @@ from scheduler_harness import Harness
 
 from hami.cluster import MemoryCluster, meta
 from hami.codec import encode_pod_devices
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignedPlacement
 from hami.testing.kubelet import FakeKubelet, PluginCallError
@@ -125,7 +125,7 @@ def test_without_keys_the_daemon_serves_as_hami_does(
 
 
 def test_the_scheduler_and_the_daemon_agree_on_the_signature(
-    keys: PlacementKeys, start_daemon: StartDaemon, kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorHost
+    keys: PlacementKeys, start_daemon: StartDaemon, kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorPlugins
 ) -> None:
     start_daemon()
     eventually(lambda: node_annotations(cluster, NODE).get("hami.io/node-scripted-register"), what="registered")

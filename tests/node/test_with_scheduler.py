@@ -9,13 +9,13 @@ from scheduler_harness import Harness
 
 from hami.cluster import MemoryCluster
 from hami.cluster.locks import LOCK_ANNOTATION
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.testing.kubelet import FakeKubelet
 
 
 def test_a_pod_scheduled_by_the_extender_is_allocated_by_the_daemon(
-    start_daemon: Callable[..., DaemonThread], kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorHost
+    start_daemon: Callable[..., DaemonThread], kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorPlugins
 ) -> None:
     start_daemon()
     eventually(lambda: node_annotations(cluster, NODE).get("hami.io/node-scripted-register"), what="registered")

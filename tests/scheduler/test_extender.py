@@ -653,13 +653,13 @@ def test_the_quota_ledger_counts_from_the_schedulers_own_pod_watch(harness: Harn
 def test_until_the_state_is_synced_filter_and_bind_answer_that_it_is_still_reading() -> None:
     """`hami scheduler` starts its listeners while it reads the cluster: a decision on a half-built state could
     double-book, so kube-scheduler is asked to retry."""
-    from hami.plugins import VendorHost
+    from hami.plugins import VendorPlugins
     from hami.scheduler.service import SchedulerService
 
     cluster = MemoryCluster()
     cluster.create("nodes", gpu_node("node-a"))
     pod = cluster.create("pods", gpu_pod("p1"))
-    service = SchedulerService(cluster, VendorHost.load(), placement_keys=None)
+    service = SchedulerService(cluster, VendorPlugins.load(), placement_keys=None)
     result = service.extender.filter(pod, ["node-a"])
     assert result.node is None
     assert "still reading the cluster" in result.error

@@ -16,7 +16,7 @@ from scheduler_harness import Harness
 from hami.cluster import meta
 from hami.codec import encode_node_register
 from hami.model import ContainerDevice, Device
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import FilterResult
 from hami.scheduler.state import ClusterState
 
@@ -47,7 +47,9 @@ def scripted_pod(name: str, memory: int = 1000) -> dict[str, Any]:
 @pytest.fixture
 def reserving(harness: Harness, tmp_path: Path) -> Harness:
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)}, reserve=True)
-    harness.host = VendorHost.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    harness.host = VendorPlugins.from_plugins(
+        {"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}}
+    )
     harness.add_node(scripted_node("node-a"))
     for name in ("first", "second", "third"):
         harness.add_pod(scripted_pod(name))
@@ -143,7 +145,7 @@ def placed(uuid: str) -> tuple[tuple[ContainerDevice, ...], ...]:
 
 
 def test_an_assumed_pod_is_listed_with_the_annotations_its_decision_wrote() -> None:
-    state = ClusterState(VendorHost.from_plugins({"scripted": scripted_vendor}))
+    state = ClusterState(VendorPlugins.from_plugins({"scripted": scripted_vendor}))
     state.set_node(scripted_node("node-a"))
     state.assume("default", "first", "uid-1", "node-a", 0, {"Scripted": placed("SCR-0")}, {RESERVED: "SCR-0"})
     view = state.nodes["node-a"].views["Scripted"]

@@ -331,13 +331,13 @@ def test_two_replicas_with_the_same_hostname_and_no_pod_name_never_both_lead(
     """Two scheduler replicas start where POD_NAME is not set and the hostname is the same (host networking, a
     copied manifest): each must still be a different lease holder, so that exactly one leads."""
     from hami.config import LeaderElectionConfig
-    from hami.plugins import VendorHost
+    from hami.plugins import VendorPlugins
     from hami.scheduler.service import SchedulerService
 
     monkeypatch.delenv("POD_NAME", raising=False)
     monkeypatch.setattr("socket.gethostname", lambda: "same-host")
     cluster = MemoryCluster()
-    host = VendorHost.load(disabled=())
+    host = VendorPlugins.load(disabled=())
     config = LeaderElectionConfig(enabled=True)
     replicas = [SchedulerService(cluster, host, leader_election=config) for _ in range(2)]
     identities = [r.identity for r in replicas]

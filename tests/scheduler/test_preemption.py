@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from scheduler_harness import gpu_node, gpu_pod, running_pod
 
 from hami.model import Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.preemption import Budget, VictimSelector, without
 from hami.scheduler.state import ClusterState
 
-HOST = VendorHost.load(disabled=())
+HOST = VendorPlugins.load(disabled=())
 POLICY = SchedulingPolicy()
 
 

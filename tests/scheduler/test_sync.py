@@ -39,10 +39,10 @@ GARBAGE_AFTER_SYNC = """
 import gc, sys
 sys.path[:0] = sys.argv[1:]
 from test_sync import cluster_of
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.service import SchedulerService
 cluster = cluster_of(40, 320)
-service = SchedulerService(cluster, VendorHost.load(), placement_keys=None)
+service = SchedulerService(cluster, VendorPlugins.load(), placement_keys=None)
 gc.collect()
 service.start()
 frozen = gc.get_freeze_count()

@@ -1,7 +1,7 @@
 """Running the node daemon for tests: in a thread (in-process) or as its own process, and acting as the scheduler.
 
 * `DaemonThread` runs `NodeDaemon` on its own event loop in a thread, against any `Cluster` (usually a
-  `MemoryCluster`) and a `VendorHost` given directly: fast, and the test can look inside.
+  `MemoryCluster`) and a `VendorPlugins` given directly: fast, and the test can look inside.
 * `DaemonProcess` runs the real command, `python -m hami.node ...`, against the fake API server (so the
   daemon uses `KubeCluster` for real) with the scripted vendor installed as `hami_vendor_scripted`: a
   package plus a `.dist-info` with its `hami.vendors` entry point on the process's `PYTHONPATH`, which is
@@ -36,7 +36,7 @@ from hami.cluster.locks import LOCK_ANNOTATION
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.node.daemon import NodeDaemon, NodeSettings
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 
 SUPPORT = Path(__file__).parent
@@ -161,7 +161,7 @@ def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> An
 class DaemonThread:
     """`NodeDaemon` on its own event loop in a thread."""
 
-    def __init__(self, settings: NodeSettings, host: VendorHost, cluster: Cluster) -> None:
+    def __init__(self, settings: NodeSettings, host: VendorPlugins, cluster: Cluster) -> None:
         self.daemon = NodeDaemon(settings, host, cluster)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -12,7 +12,7 @@ from hami.cluster import MemoryCluster, WatchEvent, meta
 from hami.cluster.locks import NodeLocks
 from hami.codec import encode_node_register, encode_pod_devices
 from hami.model import ContainerDevice, Device
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE, ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
@@ -102,7 +102,7 @@ class Harness:
 
     def __init__(self, settings: ExtenderSettings | None = None, cluster: MemoryCluster | None = None) -> None:
         self.cluster = cluster or MemoryCluster()
-        self.host = VendorHost.load(disabled=())
+        self.host = VendorPlugins.load(disabled=())
         # decisions written before the filter answers, as `hami scheduler` writes them
         self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5)
         self.service: SchedulerService | None = None

@@ -16,7 +16,7 @@ the pod annotation `scripted.example/reserved`, and no fit places a pod on a dev
 node has reserved there (a stand-in for partition reservations). Containers mount the library the daemon installed (at
 the same path) and its preload file when the daemon passes one, as a real vendor's edits do.
 
-In-process tests register the module with `VendorHost.from_plugins({"scripted": scripted_vendor})`; the
+In-process tests register the module with `VendorPlugins.from_plugins({"scripted": scripted_vendor})`; the
 daemon process gets it installed as the package `hami_vendor_scripted` (see `node_harness`), with the dummy
 isolation library `libscripted.so` beside it. `RELEASED` and `CONCURRENCY` record calls in-process.
 """

@@ -29,7 +29,7 @@ from hami.model import (
     ResourceNames,
     VendorInfo,
 )
-from hami.plugins import PluginSource, VendorHost
+from hami.plugins import PluginSource, VendorPlugins
 from hami.quota import QuotaLedger
 from hami.requests import read_share_request
 from hami.webhook.certs import CertBundle
@@ -120,9 +120,9 @@ class OtherVendor:
         return AdmissionEdit(runtime_class_name="other-runtime")
 
 
-def vendor_host() -> VendorHost:
+def vendor_host() -> VendorPlugins:
     """Every installed vendor (NVIDIA, Ascend, Cambricon, Hygon, ...) plus the two test vendors."""
-    host = VendorHost.load(disabled=())
+    host = VendorPlugins.load(disabled=())
     for name, plugin in (("testaccel", DefaultingVendor()), ("otheraccel", OtherVendor())):
         host.add(plugin, PluginSource(name, "tests", "0", lambda p=plugin: p), strict=True)  # type: ignore[misc]
     return host
@@ -298,7 +298,7 @@ class Webhook:
     """The webhook served over HTTPS from `start_webhook` on an in-memory cluster with a quota ledger."""
 
     def __init__(
-        self, tls_dir: Path, bundle: CertBundle, cluster: MemoryCluster | None = None, host: VendorHost | None = None
+        self, tls_dir: Path, bundle: CertBundle, cluster: MemoryCluster | None = None, host: VendorPlugins | None = None
     ) -> None:
         self.tls_dir = tls_dir
         self.bundle = bundle

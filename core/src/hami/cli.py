@@ -20,14 +20,14 @@ from typing import Any, NoReturn
 
 from hami import __version__
 from hami.errors import HamiError
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["main"]
 
 SERVICES = frozenset({"scheduler", "webhook", "node", "dashboard"})
 
 
-def vendors_report(host: VendorHost) -> dict[str, Any]:
+def vendors_report(host: VendorPlugins) -> dict[str, Any]:
     """What `hami vendors --json` prints: loaded, failed and disabled vendors."""
     return {
         "vendors": [
@@ -73,7 +73,7 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
     from hami.config import load_config
 
     vendors = load_config(args.config).vendors if args.config else None  # each plugin checks its own section
-    host = VendorHost.load(config=vendors)
+    host = VendorPlugins.load(config=vendors)
     report = vendors_report(host)
     if args.json:
         print(json.dumps(report, indent=2 if sys.stdout.isatty() else None))
@@ -83,8 +83,8 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from hami.companions import run_scheduler_process
     from hami.config import load_config
-    from hami.hosting import run_scheduler_process
 
     config = load_config(
         args.config,

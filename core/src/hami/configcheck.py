@@ -23,7 +23,7 @@ _NODE_PLACEHOLDER = "node-name-from-the-downward-api"
 def check_config(path: str) -> list[str]:
     """Every problem of the configuration file at `path`, in the one error format; empty when it is valid."""
     from hami.config import HamiConfig, load_config, read_config_file
-    from hami.plugins import VendorHost, installed_sources
+    from hami.plugins import VendorPlugins, installed_sources
     from hami.validation import nearest
 
     problems: list[str] = []
@@ -67,7 +67,7 @@ def check_config(path: str) -> list[str]:
     for name, section in config.vendors.items():
         if name in installed:  # one vendor at a time, so that every vendor's problems are listed
             try:
-                VendorHost.load(config={name: section}, disabled=[n for n in installed if n != name])
+                VendorPlugins.load(config={name: section}, disabled=[n for n in installed if n != name])
             except ConfigError as exc:
                 problems.extend(f"{path}: {line.split(': ', 1)[1]}" for line in str(exc).splitlines())
     return problems

@@ -431,8 +431,8 @@ class ShareFitter:
             return _least_busy(candidates, count, decode_busy(context.node.annotations.get(BUSY_ANNOTATION)))
         if "fragmentation-aware" in policy.device and policy.workload is not None:
             node, pod = context.node, context.pod
-            cpu = None if node.cpu_free is None else node.cpu_free - pod.host_cpu
-            memory = None if node.memory_free is None else node.memory_free - pod.host_memory
+            cpu = None if node.cpu_free is None else node.cpu_free - pod.cpu_request
+            memory = None if node.memory_free is None else node.memory_free - pod.memory_request
             return _least_fragmenting(candidates, count, policy.workload, context.devices, cpu, memory)
         if not context.order:  # called outside `fit_node`: the candidates' own scores, from registration order
             by_state = {id(c.state): c for c in candidates}

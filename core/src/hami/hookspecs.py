@@ -2,7 +2,7 @@
 
 A vendor plugin is a module (or object) registered under the entry-point group ``hami.vendors`` whose
 functions are marked with ``hami.hookimpl`` and named after the specifications below. The host
-(`hami.plugins.VendorHost`) is the only caller; it always passes keyword arguments, so an implementation
+(`hami.plugins.VendorPlugins`) is the only caller; it always passes keyword arguments, so an implementation
 may accept fewer parameters than the specification lists, and the contract can grow without breaking
 plugins.
 

@@ -321,8 +321,8 @@ class Pod(_Model):
     containers: tuple[Container, ...] = ()
     node_name: str = ""
     scheduler_name: str = ""
-    host_cpu: int = Field(default=0, ge=0, description="CPU millicores the pod requests, as kube-scheduler counts")
-    host_memory: int = Field(default=0, ge=0, description="memory MiB the pod requests, as kube-scheduler counts")
+    cpu_request: int = Field(default=0, ge=0, description="CPU millicores the pod requests, as kube-scheduler counts")
+    memory_request: int = Field(default=0, ge=0, description="memory MiB the pod requests, as kube-scheduler counts")
     priority: int = Field(default=0, description="spec.priority, resolved from its PriorityClass at admission")
     preemption_policy: str = Field(default="", description="spec.preemptionPolicy (`Never` forbids preempting)")
 
@@ -348,7 +348,7 @@ class Pod(_Model):
             scheduler_name=str(spec.get("schedulerName") or ""),
             priority=_priority(spec.get("priority")),
             preemption_policy=str(spec.get("preemptionPolicy") or ""),
-            **dict(zip(("host_cpu", "host_memory"), host_requests(spec), strict=True)),
+            **dict(zip(("cpu_request", "memory_request"), host_requests(spec), strict=True)),
         )
 
 

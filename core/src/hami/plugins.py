@@ -1,13 +1,13 @@
 """The plugin host: loads vendor plugins and is the only place that calls into their hooks.
 
-Loading (`VendorHost.load`) reads every entry point of the group ``hami.vendors``. A plugin whose import
+Loading (`VendorPlugins.load`) reads every entry point of the group ``hami.vendors``. A plugin whose import
 fails, whose hooks do not match the contract (a misspelled hook name, an argument the specification does not
 have), or whose metadata clashes with an already loaded vendor is logged with its distribution name and
 skipped; the others keep working. ``HAMI_DISABLED_VENDORS`` (comma list of vendor names) switches vendors
 off. With ``strict=True`` the first such problem raises `PluginError` instead, which is what the conformance
 kit uses so that a plugin author's test fails loudly.
 
-Calling: `VendorHost` has one typed method per hook. Routed hooks go only to the vendor that owns the
+Calling: `VendorPlugins` has one typed method per hook. Routed hooks go only to the vendor that owns the
 device kind (a cached pluggy subset caller per vendor), so a hot path such as filtering pays one Python
 call per vendor involved. Nothing outside this module touches ``pm.hook``.
 """
@@ -51,7 +51,7 @@ from hami.model import (
 )
 from hami.validation import describe
 
-__all__ = ["DisabledVendor", "ENTRY_POINT_GROUP", "FailedVendor", "LoadedVendor", "VendorHost"]
+__all__ = ["DisabledVendor", "ENTRY_POINT_GROUP", "FailedVendor", "LoadedVendor", "VendorPlugins"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class PluginSource:
 
 
 @dataclass
-class VendorHost:
+class VendorPlugins:
     """The loaded vendors and the typed facade over their hooks."""
 
     pm: pluggy.PluginManager
@@ -130,7 +130,7 @@ class VendorHost:
         disabled: Iterable[str] | None = None,
         strict: bool = False,
         sources: Iterable[PluginSource] | None = None,
-    ) -> VendorHost:
+    ) -> VendorPlugins:
         """Load every installed vendor plugin (or the given `sources`).
 
         :param config: vendor name → that vendor's configuration section.
@@ -162,7 +162,7 @@ class VendorHost:
         *,
         config: Mapping[str, Mapping[str, Any]] | None = None,
         strict: bool = True,
-    ) -> VendorHost:
+    ) -> VendorPlugins:
         """A host over plugin objects given directly (tests, the conformance kit, the demo)."""
         host = cls(pm=_new_manager())
         for name, plugin in plugins.items():

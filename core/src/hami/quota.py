@@ -47,7 +47,7 @@ from hami.errors import HamiError
 from hami.fitting import effective_grants
 from hami.lifecycle import TERMINAL_PHASES
 from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quantity import parse_quantity as quantity_value
 
 __all__ = [
@@ -119,7 +119,7 @@ class PodDemand:
 
 
 def demand_of_requests(
-    host: VendorHost,
+    host: VendorPlugins,
     requests: Mapping[str, Sequence[ContainerRequest | None]],
     container_names: Sequence[str],
     init_containers: int,
@@ -156,7 +156,7 @@ def demand_of_requests(
 
 
 def demand_of_allocation(
-    host: VendorHost, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
+    host: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
 ) -> PodDemand:
     """What a placed pod takes: per device, max(peak of init containers, sum of app containers) (the scheduler's
     own accounting), summed over its devices."""
@@ -171,7 +171,7 @@ def demand_of_allocation(
     return PodDemand(amounts, detail)
 
 
-def _keys_of(host: VendorHost, kind_word: str) -> list[QuotaKey]:
+def _keys_of(host: VendorPlugins, kind_word: str) -> list[QuotaKey]:
     try:
         return quota_keys(host.kind(kind_word))
     except KeyError:
@@ -231,7 +231,7 @@ class QuotaLedger:
     cannot both take the last of a quota.
     """
 
-    def __init__(self, cluster: Cluster, host: VendorHost) -> None:
+    def __init__(self, cluster: Cluster, host: VendorPlugins) -> None:
         self.cluster = cluster
         self.host = host
         self._lock = threading.RLock()
@@ -371,7 +371,7 @@ class QuotaLedger:
     def _asks_beyond(self, spec: Mapping[str, Any], allocation: Mapping[str, object]) -> bool:
         """Whether a container names a resource of a device kind the allocation does not count: only then can
         the pod's requests add to its demand. Every placed pod's event would otherwise build the pod's model
-        and call the vendors' request hooks only to drop what they answer (`VendorHost.pod_requests` finds
+        and call the vendors' request hooks only to drop what they answer (`VendorPlugins.pod_requests` finds
         kinds through these same resource names)."""
         for key in ("initContainers", "containers"):
             for container in spec.get(key) or ():

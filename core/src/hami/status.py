@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hami.cluster.port import Cluster, KubeObject, meta
 from hami.codec import AnnotationError, decode_node_lock
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 if TYPE_CHECKING:
     from hami.scheduler.state import ClusterState
@@ -140,7 +140,7 @@ class ClusterStatus(_Model):
 # --------------------------------------------------------------------------------------------------------
 
 
-def collect_status(cluster: Cluster, host: VendorHost, *, now: datetime | None = None) -> ClusterStatus:
+def collect_status(cluster: Cluster, host: VendorPlugins, *, now: datetime | None = None) -> ClusterStatus:
     """Read nodes and pods once and account them as the scheduler does."""
     nodes, _ = cluster.list("nodes")
     pods, _ = cluster.list("pods")
@@ -148,7 +148,7 @@ def collect_status(cluster: Cluster, host: VendorHost, *, now: datetime | None =
 
 
 def status_of(
-    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], host: VendorHost, *, now: datetime | None = None
+    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], host: VendorPlugins, *, now: datetime | None = None
 ) -> ClusterStatus:
     """`ClusterStatus` from listed Node and Pod objects."""
     from hami.scheduler.holds import HoldBook
@@ -415,7 +415,7 @@ def run_status(args: argparse.Namespace) -> int:
     from hami.config import load_config
 
     config = load_config(args.config, {"kubeconfig": args.kubeconfig})
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     cluster = connect_cluster(config.kubeconfig, args.context)
     try:
         status = collect_status(cluster, host)

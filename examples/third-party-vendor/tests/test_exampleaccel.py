@@ -24,7 +24,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, applicable, pytest_suite
 
 KIND = "ExampleAccel"
@@ -138,8 +138,8 @@ def test_every_conformance_check_applies() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _host(**config: Any) -> VendorHost:
-    return VendorHost.from_plugins({"exampleaccel": plugin}, config={"exampleaccel": config})
+def _host(**config: Any) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"exampleaccel": plugin}, config={"exampleaccel": config})
 
 
 def test_entry_point_is_registered_and_loads() -> None:
@@ -259,7 +259,7 @@ def test_unreadable_memory_names_the_resource() -> None:
         _host().container_request(KIND, container, Pod(name="p", containers=(container,)))
 
 
-def _fit(host: VendorHost, request: ContainerRequest, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def _fit(host: VendorPlugins, request: ContainerRequest, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     pod = Pod(name="p", annotations=annotations or {}, containers=(Container(name="main"),))
     fits = host.fit_nodes(KIND, pod, [request], make_nodes(), SchedulingPolicy())
     return {f.node: f.placement[0] if f.placement else f.reason for f in fits}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_amd.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import NoCompilerError
 
 
@@ -57,8 +57,8 @@ def machine(fake_amdsmi: Path, tmp_path: Path) -> Callable[..., Any]:
     return make
 
 
-def amd_host(config: Mapping[str, Any]) -> VendorHost:
-    return VendorHost.from_plugins({"amd": plugin}, config={"amd": dict(config)})
+def amd_host(config: Mapping[str, Any]) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"amd": plugin}, config={"amd": dict(config)})
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Kit:
     """What the tests use from here (conftest.py cannot be imported under --import-mode=importlib)."""
 
     gpu: Callable[..., Any]
-    host: Callable[[Mapping[str, Any]], VendorHost]
+    host: Callable[[Mapping[str, Any]], VendorPlugins]
     write_machine: Callable[..., Any]
 
 

@@ -28,7 +28,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_amd import plugin
 
@@ -102,7 +102,7 @@ def make_fixture() -> VendorFixture:
               "hookPath": str(node / "hook")}  # fmt: skip
     edits = [EditCase("AMD", placed((a, 16384, 76)), pod=EDIT_POD),
              EditCase("AMD", placed((a, 16384, 76), (b, 196608, 304)), 1, pod=EDIT_POD)]  # fmt: skip
-    host = VendorHost.from_plugins({"amd": plugin}, config={"amd": config})
+    host = VendorPlugins.from_plugins({"amd": plugin}, config={"amd": config})
     for case in edits:  # the CU masks are chosen at Allocate, which the node daemon calls before the edits
         host.allocate("AMD", case.pod, case.container_index, case.placement)
     return VendorFixture(
@@ -119,8 +119,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorHost:
-    return VendorHost.from_plugins({"amd": plugin}, config={"amd": {}})
+def host() -> VendorPlugins:
+    return VendorPlugins.from_plugins({"amd": plugin}, config={"amd": {}})
 
 
 def fit_one(request: ContainerRequest, devices: list[DeviceUsage], **annotations: str) -> tuple[ContainerDevice, ...]:
@@ -217,7 +217,7 @@ def test_bad_settings_are_refused_by_name():
     from hami.errors import ConfigError
 
     with pytest.raises(ConfigError, match="coreSplit"):
-        VendorHost.from_plugins({"amd": plugin}, config={"amd": {"coreSplit": "half"}}).container_request(
+        VendorPlugins.from_plugins({"amd": plugin}, config={"amd": {"coreSplit": "half"}}).container_request(
             "AMD", Container(name="c", limits={COUNT: "1"}), Pod(name="p")
         )
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_ascend.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_dcmi" / "fake_dcmi.c"
@@ -194,7 +194,7 @@ class AscendNode:
     directory: Path
     dcmi: FakeDcmi
     monkeypatch: pytest.MonkeyPatch
-    hosts: list[VendorHost] = field(default_factory=list)
+    hosts: list[VendorPlugins] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.write()
@@ -223,8 +223,8 @@ class AscendNode:
         libraries = {"dcmi": self.dcmi.current, "old-dcmi": self.dcmi.old, "npu-smi": self.directory / "no-libdcmi.so"}
         return {"dcmiLibrary": str(libraries[source]), "npuSmi": str(self.npu_smi), **extra}
 
-    def host(self, source: str = "dcmi", **extra: Any) -> VendorHost:
-        host = VendorHost.from_plugins({"ascend": plugin}, config={"ascend": self.config(source, **extra)})
+    def host(self, source: str = "dcmi", **extra: Any) -> VendorPlugins:
+        host = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": self.config(source, **extra)})
         self.hosts.append(host)
         return host
 

@@ -24,7 +24,7 @@ from hami.model import (
     Pod,
     RegisterFormat,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, applicable, pytest_suite
 from hami_vendor_ascend import plugin
 from hami_vendor_ascend.plugin import AscendSettings
@@ -179,11 +179,13 @@ def test_every_conformance_check_applies() -> None:
     assert len(run) >= 10
 
 
-def host(config: Mapping[str, Any] | None = None) -> VendorHost:
-    return VendorHost.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
+def host(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
 
 
-def read(h: VendorHost, kind: str, resources: Mapping[str, str], annotations: Mapping[str, str] | None = None) -> Any:
+def read(
+    h: VendorPlugins, kind: str, resources: Mapping[str, str], annotations: Mapping[str, str] | None = None
+) -> Any:
     container = Container(name="main", limits=dict(resources))
     pod = Pod(name="p", annotations=dict(annotations or {}), containers=(container,))
     return h.container_request(kind, container, pod)
@@ -279,7 +281,9 @@ def test_the_mode_annotation_does_not_matter_to_other_vendors_pods() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def admit(h: VendorHost, kind: str, resources: Mapping[str, str], annotations: Mapping[str, str] | None = None) -> Any:
+def admit(
+    h: VendorPlugins, kind: str, resources: Mapping[str, str], annotations: Mapping[str, str] | None = None
+) -> Any:
     container = Container(name="main", limits=dict(resources))
     pod = Pod(name="p", annotations=dict(annotations or {}), containers=(container,))
     return h.admission_defaults(kind, container, pod)

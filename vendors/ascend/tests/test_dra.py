@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from hami.dra.slices import build_slice
 from hami.model import Device, NodeInventory
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_ascend import plugin
 from hami_vendor_ascend.chips import DEFAULT_CHIPS
 
 
-def _host(mode: str) -> VendorHost:
-    return VendorHost.from_plugins({"ascend": plugin}, config={"ascend": {"hamiVnpuMode": mode}})
+def _host(mode: str) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": {"hamiVnpuMode": mode}})
 
 
 def _chip_device(word: str) -> Device:

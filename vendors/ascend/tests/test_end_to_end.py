@@ -20,7 +20,7 @@ from hami.node.allocate import Allocator
 from hami.node.hooklib import IsolationLibraries
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.service import SchedulerService
 from hami_vendor_ascend import plugin
@@ -46,7 +46,7 @@ class World:
 
     node: Any
     cluster: MemoryCluster
-    node_host: VendorHost
+    node_host: VendorPlugins
     scheduler: SchedulerService
     served: ServedPods
     allocator: Allocator
@@ -84,7 +84,7 @@ def world_of(ascend_node: Callable[..., Any], machines: Any, tmp_path: Path) -> 
         libraries = IsolationLibraries(tmp_path / "hooks")
         libraries.install(node_host.vendor("ascend"))
         served = ServedPods(node_host)
-        scheduler = SchedulerService(cluster, VendorHost.from_plugins({"ascend": plugin})).start()
+        scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"ascend": plugin})).start()
         allocator = Allocator(cluster, node_host, NODE, on_served=served.record, library_of=libraries.for_vendor)
         world = World(node, cluster, node_host, scheduler, served, allocator, libraries)
         world.publish()

@@ -21,7 +21,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_ascend import plugin
 
 B3, C, P = "Ascend910B3", "Ascend910C", "Ascend310P"
@@ -72,7 +72,7 @@ def fit(
     config: Mapping[str, Any] | None = None,
     init: int = 0,
 ) -> dict[str, NodeFit]:
-    host = VendorHost.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
+    host = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
     containers = tuple(Container(name=f"c{i}") for i in range(len(requests)))
     pod = Pod(
         name="p", uid="uid-p", annotations=dict(annotations or {}),

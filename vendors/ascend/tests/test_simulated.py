@@ -17,15 +17,15 @@ import yaml
 from hami.errors import HamiError
 from hami.model import Container, ContainerDevice, Pod
 from hami.node import simulated
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_ascend import plugin
 
 POD = Pod(name="p", namespace="ns", uid="uid-1", containers=(Container(name="main"),))
 
 
-def host(tmp_path: Path) -> VendorHost:
+def host(tmp_path: Path) -> VendorPlugins:
     config = {"dcmiLibrary": str(tmp_path / "no-libdcmi.so"), "npuSmi": str(tmp_path / "no-npu-smi")}
-    return VendorHost.from_plugins({"ascend": plugin}, config={"ascend": config})
+    return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": config})
 
 
 def inventory(tmp_path: Path, driver: Any) -> Path:
@@ -62,7 +62,7 @@ def test_a_device_without_a_physical_id_is_logged_by_name_and_refused_at_allocat
 
 def test_a_physical_id_of_another_type_is_named() -> None:
     with pytest.raises(HamiError, match=r"device NPU-x: driver.phyId is '3' in the simulated inventory, not an"):
-        VendorHost.from_plugins({"ascend": plugin}).simulated_devices(
+        VendorPlugins.from_plugins({"ascend": plugin}).simulated_devices(
             "Ascend910B3", simulated.DeviceEntry(kind="Ascend910B3", id="NPU-x", devmem=1).devices(),
             {"NPU-x": {"phyId": "3"}},
         )  # fmt: skip

@@ -7,7 +7,7 @@ import pytest
 
 import hami_vendor_awsneuron.plugin as plugin
 from hami.model import Container, ContainerRequest, DeviceUsage, NodeView, Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
 from hami_vendor_awsneuron import neuron
 
@@ -56,8 +56,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorHost:
-    return VendorHost.from_plugins({"awsneuron": plugin}, config={}, strict=True)
+def host() -> VendorPlugins:
+    return VendorPlugins.from_plugins({"awsneuron": plugin}, config={}, strict=True)
 
 
 def test_the_kind_carries_hamis_names() -> None:

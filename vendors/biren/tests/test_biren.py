@@ -24,7 +24,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 
 W, GPU = "Biren", "birentech.com/gpu"
@@ -70,8 +70,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host(config: dict[str, object] | None = None) -> VendorHost:
-    return VendorHost.from_plugins({"biren": plugin}, config={"biren": config or {}}, strict=True)
+def host(config: dict[str, object] | None = None) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"biren": plugin}, config={"biren": config or {}}, strict=True)
 
 
 def test_the_kind_carries_hamis_names() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_cambricon.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_cndev" / "fake_cndev.c"
@@ -60,19 +60,19 @@ def build_fake_cndev(variant: str = "current") -> Path:
     return target
 
 
-MachineHost = Callable[..., VendorHost]
+MachineHost = Callable[..., VendorPlugins]
 
 
 @pytest.fixture
 def mlu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MachineHost:
     """`mlu_node(cards, variant=..., **config)`: the machine written for the fake, and a host configured for it."""
 
-    def make(cards: Sequence[Card] | None = None, *, variant: str = "current", **config: Any) -> VendorHost:
+    def make(cards: Sequence[Card] | None = None, *, variant: str = "current", **config: Any) -> VendorPlugins:
         machine = tmp_path / "machine.txt"
         write_machine(machine, four_mlu370() if cards is None else cards)
         monkeypatch.setenv("FAKE_CNDEV_CONFIG", str(machine))
         monkeypatch.setenv("FAKE_CNDEV_STATE", str(tmp_path / "driver-state.txt"))
         section = {"cndevLibrary": str(build_fake_cndev(variant)), **config}
-        return VendorHost.from_plugins({"cambricon": plugin}, config={"cambricon": section})
+        return VendorPlugins.from_plugins({"cambricon": plugin}, config={"cambricon": section})
 
     return make

@@ -19,7 +19,7 @@ from hami.model import (
     Pod,
     RegisterFormat,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_cambricon import plugin
 
@@ -85,7 +85,7 @@ test_conformance = pytest_suite(make_fixture)
 
 
 def read(resources: Mapping[str, str], config: Mapping[str, Any] | None = None) -> ContainerRequest | None:
-    host = VendorHost.from_plugins({"cambricon": plugin}, config={"cambricon": dict(config or {})})
+    host = VendorPlugins.from_plugins({"cambricon": plugin}, config={"cambricon": dict(config or {})})
     container = Container(name="main", limits=dict(resources))
     return host.container_request("MLU", container, Pod(name="p", containers=(container,)))
 

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from hami.codec import decode_link_scores
 from hami.errors import HamiError
 from hami.model import ContainerDevice, ContainerRequest, DeviceUsage, NodeView, Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_cambricon import plugin
 from hami_vendor_cambricon.cnmon import CnmonError, parse
 from hami_vendor_cambricon.fit import LINK_ANNOTATION, fit_nodes
 
-MachineHost = Callable[..., VendorHost]
+MachineHost = Callable[..., VendorPlugins]
 NO_CNDEV = "/nonexistent/libcndev.so"
 MACHINE = [(f"a1b2c3d4-0000-0000-0000-00000000000{i}", "MLU370-X8", 24576, 8, 1) for i in range(4)]
 

@@ -17,7 +17,7 @@ from hami.cluster import MemoryCluster, meta
 from hami.node.allocate import AllocationError, Allocator
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.service import SchedulerService
 from hami_vendor_cambricon import plugin
@@ -39,7 +39,7 @@ def mlu_pod(name: str, limits: dict[str, str], annotations: dict[str, str] | Non
 @dataclass
 class World:
     cluster: MemoryCluster
-    node_host: VendorHost
+    node_host: VendorPlugins
     scheduler: SchedulerService
     allocator: Allocator
 
@@ -48,14 +48,14 @@ class World:
 
 
 @pytest.fixture
-def world(mlu_node: Callable[..., VendorHost]) -> Iterator[World]:
+def world(mlu_node: Callable[..., VendorPlugins]) -> Iterator[World]:
     node_host = mlu_node()
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE}})
     inventories = {i.kind: i for i in node_host.discover()["cambricon"]}
     NodeRegistrar(cluster, node_host, NODE).sync(inventories)
     cluster.flush()
-    scheduler = SchedulerService(cluster, VendorHost.from_plugins({"cambricon": plugin})).start()
+    scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"cambricon": plugin})).start()
     allocator = Allocator(cluster, node_host, NODE, on_served=ServedPods(node_host).record)
     yield World(cluster, node_host, scheduler, allocator)
     scheduler.stop()

@@ -24,7 +24,7 @@ from hami.model import (
     SchedulingPolicy,
 )
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.nodes import _devices_from_capacity
 from hami_vendor_cambricon import plugin
 from hami_vendor_cambricon.cndev import Cndev, MluCard
@@ -33,7 +33,7 @@ from hami_vendor_cambricon.fit import fit_nodes
 from hami_vendor_cambricon.settings import CambriconSettings
 
 KIND: DeviceKind = plugin.KIND
-MachineHost = Callable[..., VendorHost]
+MachineHost = Callable[..., VendorPlugins]
 
 
 def card(uuid: str, name: str = "MLU370-X8", memory: int = 24576, cores: int = 8, health: int = 1) -> tuple:

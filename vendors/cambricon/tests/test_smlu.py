@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from hami.errors import HamiError
 from hami.model import ContainerDevice, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_cambricon.cndev import Cndev
 from hami_vendor_cambricon.smlu import instance_name, owner_of
 
-MachineHost = Callable[..., VendorHost]
+MachineHost = Callable[..., VendorPlugins]
 UUIDS = [f"MLU-a1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(4)]
 POD_A = "0a1b2c3d-0000-4000-8000-00000000000a"
 POD_B = "0a1b2c3d-0000-4000-8000-00000000000b"
@@ -32,7 +32,7 @@ def share(card: int, memory: int = 4096, cores: int = 25) -> tuple[ContainerDevi
     return (ContainerDevice(uuid=UUIDS[card], type="MLU", usedmem=memory, usedcores=cores),)
 
 
-def driver(host: VendorHost) -> Cndev:
+def driver(host: VendorPlugins) -> Cndev:
     """A second CNDev session on the same fake driver: what the driver holds, whoever made it."""
     return Cndev.open(host.vendor("cambricon").settings.cndev_library)
 

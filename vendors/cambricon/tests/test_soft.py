@@ -11,10 +11,10 @@ import pytest
 
 from hami.errors import ConfigError, HamiError
 from hami.model import ContainerDevice, IsolationLibrary, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_cambricon.cndev import Cndev
 
-MachineHost = Callable[..., VendorHost]
+MachineHost = Callable[..., VendorPlugins]
 UUIDS = [f"MLU-a1b2c3d4-0000-0000-0000-00000000000{i}" for i in range(4)]
 UID = "0a1b2c3d-0000-4000-8000-000000000001"
 LIBRARY = IsolationLibrary(
@@ -33,11 +33,11 @@ def share(card: int = 1, memory: int = 4096, cores: int = 25) -> tuple[Container
 
 
 @pytest.fixture
-def soft_node(mlu_node: MachineHost, tmp_path: Path) -> VendorHost:
+def soft_node(mlu_node: MachineHost, tmp_path: Path) -> VendorPlugins:
     return mlu_node(mluMode="hami-core", hookPath=str(tmp_path / "hook"))
 
 
-def test_a_share_gets_no_smlu_but_its_accounting_directory(soft_node: VendorHost, tmp_path: Path) -> None:
+def test_a_share_gets_no_smlu_but_its_accounting_directory(soft_node: VendorPlugins, tmp_path: Path) -> None:
     allocation = soft_node.allocate("MLU", pod(), 0, share())
     assert "CAMBRICON_DSMLU_PROFILE_INSTANCE" not in allocation.pod_annotations
     assert allocation.node_annotations == {"cambricon.com/dsmlu.lock": None}
@@ -48,7 +48,7 @@ def test_a_share_gets_no_smlu_but_its_accounting_directory(soft_node: VendorHost
 
 
 def test_the_container_gets_its_cards_whole_the_library_its_limits_and_the_grant(
-    soft_node: VendorHost, tmp_path: Path
+    soft_node: VendorPlugins, tmp_path: Path
 ) -> None:
     edits = soft_node.container_edits("MLU", pod(), 0, share(), LIBRARY)
     assert edits.env == {
@@ -72,7 +72,7 @@ def test_the_container_gets_its_cards_whole_the_library_its_limits_and_the_grant
     assert f"device 0 {4096 << 20} 25 {UUIDS[1]}\n" in grant
 
 
-def test_what_the_tenant_writes_changes_no_limit(soft_node: VendorHost) -> None:
+def test_what_the_tenant_writes_changes_no_limit(soft_node: VendorPlugins) -> None:
     # the tenant patches its profile (a whole other card) and would set the library's variables in its image; the
     # grant comes from the placement and the library reads it first (the environment may only lower a limit)
     tenant = pod(annotations={"CAMBRICON_DSMLU_PROFILE": "3_100_96"})
@@ -83,7 +83,7 @@ def test_what_the_tenant_writes_changes_no_limit(soft_node: VendorHost) -> None:
     assert next(m for m in edits.mounts if m.container_path == "/etc/hami/grant").read_only
 
 
-def test_whole_cards_get_no_compute_limit(soft_node: VendorHost) -> None:
+def test_whole_cards_get_no_compute_limit(soft_node: VendorPlugins) -> None:
     whole = (ContainerDevice(uuid=UUIDS[0], type="MLU", usedmem=24576, usedcores=100),
              ContainerDevice(uuid=UUIDS[2], type="MLU", usedmem=24576, usedcores=100))  # fmt: skip
     env = soft_node.container_edits("MLU", pod(), 0, whole, LIBRARY).env
@@ -92,7 +92,7 @@ def test_whole_cards_get_no_compute_limit(soft_node: VendorHost) -> None:
 
 
 def test_release_removes_the_pods_directories_and_a_hostile_uid_reaches_nothing(
-    soft_node: VendorHost, tmp_path: Path
+    soft_node: VendorPlugins, tmp_path: Path
 ) -> None:
     soft_node.allocate("MLU", pod(), 0, share())
     other = pod(uid="0a1b2c3d-0000-4000-8000-000000000002")
@@ -107,7 +107,7 @@ def test_release_removes_the_pods_directories_and_a_hostile_uid_reaches_nothing(
     assert sorted(p.name for p in (tmp_path / "hook" / "containers").iterdir()) == [f"{other.uid}_c"]
 
 
-def test_without_a_library_the_edits_say_what_to_install(soft_node: VendorHost, mlu_node: MachineHost) -> None:
+def test_without_a_library_the_edits_say_what_to_install(soft_node: VendorPlugins, mlu_node: MachineHost) -> None:
     with pytest.raises(HamiError, match=r"the soft mode needs libvmlu\.so.*cambricon\.libraryDir is not set"):
         soft_node.container_edits("MLU", pod(), 0, share(), None)
     chosen = mlu_node(mluMode="hami-core", libraryDir="/opt/vmlu")

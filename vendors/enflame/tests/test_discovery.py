@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import hami_vendor_enflame.plugin as plugin
 from hami.errors import HamiError
 from hami.model import ContainerDevice, Device, NodeInventory, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.vendortool import ToolError
 from hami_vendor_enflame.efml import parse_efsmi
 
@@ -56,8 +56,8 @@ DEV ID 1
 """
 
 
-def host(config: dict[str, object]) -> VendorHost:
-    return VendorHost.from_plugins({"enflame": plugin}, config={"enflame": config}, strict=True)
+def host(config: dict[str, object]) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": config}, strict=True)
 
 
 def discovered(config: dict[str, object]) -> list[NodeInventory]:

@@ -26,7 +26,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_enflame import drs
 
@@ -99,8 +99,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorHost:
-    return VendorHost.from_plugins({"enflame": plugin}, config={"enflame": {}}, strict=True)
+def host() -> VendorPlugins:
+    return VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": {}}, strict=True)
 
 
 def test_kinds_carry_hamis_names_and_keys() -> None:

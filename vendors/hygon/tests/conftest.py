@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_hygon.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_dtk" / "fake_dtk.c"
@@ -163,8 +163,8 @@ class HygonNode:
             **extra,
         }
 
-    def host(self, source: str = "rsmi", **extra: Any) -> VendorHost:
-        return VendorHost.from_plugins({"hygon": plugin}, config={"hygon": self.config(source, **extra)})
+    def host(self, source: str = "rsmi", **extra: Any) -> VendorPlugins:
+        return VendorPlugins.from_plugins({"hygon": plugin}, config={"hygon": self.config(source, **extra)})
 
 
 @pytest.fixture

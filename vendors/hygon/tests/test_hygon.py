@@ -23,7 +23,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_hygon import plugin
 
@@ -119,8 +119,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host(config: Mapping[str, Any] | None = None) -> VendorHost:
-    return VendorHost.from_plugins({"hygon": plugin}, config={"hygon": dict(config or {})})
+def host(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"hygon": plugin}, config={"hygon": dict(config or {})})
 
 
 def test_metadata_is_hami_wiring() -> None:

@@ -18,7 +18,7 @@ import yaml
 from hami.errors import HamiError
 from hami.model import Container, ContainerDevice, Pod
 from hami.node import simulated
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_hygon import plugin
 
 POD = Pod(name="p", namespace="ns", uid="uid-1", containers=(Container(name="main"),))
@@ -28,7 +28,7 @@ FACTS = [
 ]
 
 
-def host(tmp_path: Path, **extra: Any) -> VendorHost:
+def host(tmp_path: Path, **extra: Any) -> VendorPlugins:
     (tmp_path / "sys").mkdir(exist_ok=True)
     config = {
         "rocmSmiLibrary": str(tmp_path / "no-librocm_smi64.so"),
@@ -40,7 +40,7 @@ def host(tmp_path: Path, **extra: Any) -> VendorHost:
         "hookPath": str(tmp_path / "hook"),
         **extra,
     }
-    return VendorHost.from_plugins({"hygon": plugin}, config={"hygon": config})
+    return VendorPlugins.from_plugins({"hygon": plugin}, config={"hygon": config})
 
 
 def inventory(tmp_path: Path, driver: Any) -> Path:
@@ -92,4 +92,4 @@ def test_a_dcu_without_its_drm_nodes_is_logged_by_name_and_refused_at_allocate(
 def test_an_id_that_is_not_dcu_serial_is_refused() -> None:
     devices = simulated.DeviceEntry(kind="DCU", id="GPU-1", devmem=1).devices()
     with pytest.raises(HamiError, match="device GPU-1: a DCU's id is DCU-<serial>"):
-        VendorHost.from_plugins({"hygon": plugin}).simulated_devices("DCU", devices, {"GPU-1": FACTS[0]})
+        VendorPlugins.from_plugins({"hygon": plugin}).simulated_devices("DCU", devices, {"GPU-1": FACTS[0]})

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_iluvatar.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_ixml" / "fake_ixml.c"
@@ -108,8 +108,8 @@ def machine(fake_ixml: FakeIxml, tmp_path: Path) -> Callable[..., Machine]:
     return make
 
 
-def iluvatar_host(config: Mapping[str, Any]) -> VendorHost:
-    return VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": dict(config)})
+def iluvatar_host(config: Mapping[str, Any]) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": dict(config)})
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Kit:
 
     fake: FakeIxml
     Chip: type[Chip]
-    host: Callable[[Mapping[str, Any]], VendorHost]
+    host: Callable[[Mapping[str, Any]], VendorPlugins]
     write_machine: Callable[[Path, Path, Sequence[Chip]], Machine]
 
 

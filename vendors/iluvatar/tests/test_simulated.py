@@ -17,15 +17,15 @@ import yaml
 from hami.errors import HamiError
 from hami.model import Container, ContainerDevice, Pod
 from hami.node import simulated
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_iluvatar import plugin
 
 POD = Pod(name="p", namespace="ns", uid="uid-1", containers=(Container(name="main"),))
 
 
-def host(tmp_path: Path, **extra: Any) -> VendorHost:
+def host(tmp_path: Path, **extra: Any) -> VendorPlugins:
     config = {"ixmlLibrary": str(tmp_path / "no-libixml.so"), "hookPath": str(tmp_path / "hook"), **extra}
-    return VendorHost.from_plugins({"iluvatar": plugin}, config={"iluvatar": config})
+    return VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": config})
 
 
 def inventory(tmp_path: Path, driver: Any) -> Path:

@@ -20,7 +20,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
 from hami_vendor_kunlun import plugin
 from hami_vendor_kunlun.topology import CROSS_PAIRS, CROSS_QUADS, bonus, select
@@ -92,8 +92,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorHost:
-    return VendorHost.from_plugins({"kunlun": plugin}, config={"kunlun": {}})
+def host() -> VendorPlugins:
+    return VendorPlugins.from_plugins({"kunlun": plugin}, config={"kunlun": {}})
 
 
 def fit(request: ContainerRequest, devices: list[DeviceUsage], policy: str = "binpack", **annotations: str):  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_metax.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_mxsml" / "fake_mxsml.c"
@@ -163,8 +163,8 @@ class MetaxNode:
             **extra,
         }
 
-    def host(self, source: str = "mxsml", **extra: Any) -> VendorHost:
-        return VendorHost.from_plugins({"metax": plugin}, config={"metax": self.config(source, **extra)})
+    def host(self, source: str = "mxsml", **extra: Any) -> VendorPlugins:
+        return VendorPlugins.from_plugins({"metax": plugin}, config={"metax": self.config(source, **extra)})
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami_vendor_metax import plugin
 from hami_vendor_metax.discovery import GPU_LINK_ANNOTATION, LOSS_ANNOTATION, SCORE_ANNOTATION
 
@@ -33,8 +33,8 @@ QOS, APP, ALLOCATED = (
 BINPACK, SPREAD = SchedulingPolicy(node="binpack"), SchedulingPolicy(node="spread")
 
 
-def host(**config: object) -> VendorHost:
-    return VendorHost.from_plugins({"metax": plugin}, config={"metax": dict(config)})
+def host(**config: object) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"metax": plugin}, config={"metax": dict(config)})
 
 
 def req(count: int = 1, memory: int = 8192, cores: int = 30, kind: str = SGPU) -> ContainerRequest:
@@ -78,7 +78,7 @@ def fit(
     request: ContainerRequest,
     annotations: Mapping[str, str] | None = None,
     policy: SchedulingPolicy = BINPACK,
-    h: VendorHost | None = None,
+    h: VendorPlugins | None = None,
 ) -> list[NodeFit]:
     return (h or host()).fit_nodes(request.kind, pod(annotations), [request], nodes, policy)
 

@@ -24,7 +24,7 @@ from hami.model import (
     Pod,
     RegisterFormat,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_metax import plugin
 
@@ -162,7 +162,7 @@ def read(
     annotations: Mapping[str, str] | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> ContainerRequest | None:
-    host = VendorHost.from_plugins({"metax": plugin}, config={"metax": dict(config or {})})
+    host = VendorPlugins.from_plugins({"metax": plugin}, config={"metax": dict(config or {})})
     container = Container(name="main", limits=dict(resources))
     return host.container_request(
         kind, container, Pod(name="p", annotations=dict(annotations or {}), containers=(container,))
@@ -210,7 +210,7 @@ def test_bad_settings_refused() -> None:
 
 
 def test_admission_writes_best_effort_where_no_policy_is_named() -> None:
-    host = VendorHost.from_plugins({"metax": plugin})
+    host = VendorPlugins.from_plugins({"metax": plugin})
     container = Container(name="main", limits={COUNT: "1"})
 
     def defaults(annotations: dict[str, str]) -> AdmissionEdit | None:
@@ -225,7 +225,7 @@ def test_capacity_nodes_are_named_as_hami_names_them() -> None:
     """A node served by MetaX's own gpu-device plugin has only capacity: this scheduler reads it as HAMi does."""
     from hami.scheduler.state import ClusterState
 
-    state = ClusterState(VendorHost.from_plugins({"metax": plugin}))
+    state = ClusterState(VendorPlugins.from_plugins({"metax": plugin}))
     node = {"metadata": {"name": "w1", "annotations": {}}, "status": {"capacity": {WHOLE: "2"}}}
     devices = state.reader.devices_of(node, plugin.GPU)
     assert [d.id for d in devices] == ["w1-metax-0", "w1-metax-1"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_mthreads.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_mtml" / "fake_mtml.c"
@@ -133,8 +133,8 @@ class MthreadsNode:
             **extra,
         }
 
-    def host(self, source: str = "mtml", **extra: Any) -> VendorHost:
-        return VendorHost.from_plugins({"mthreads": plugin}, config={"mthreads": self.config(source, **extra)})
+    def host(self, source: str = "mtml", **extra: Any) -> VendorPlugins:
+        return VendorPlugins.from_plugins({"mthreads": plugin}, config={"mthreads": self.config(source, **extra)})
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, pytest_suite
 from hami_vendor_mthreads import plugin
 from hami_vendor_mthreads.fit import GPU_INDEX, PREDICATE_NODE, PREDICATE_TIME, MthreadsFitter
@@ -102,8 +102,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host_of(config: Mapping[str, Any] | None = None) -> VendorHost:
-    return VendorHost.from_plugins({"mthreads": plugin}, config={"mthreads": dict(config or {})})
+def host_of(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"mthreads": plugin}, config={"mthreads": dict(config or {})})
 
 
 def read(resources: Mapping[str, str], config: Mapping[str, Any] | None = None) -> ContainerRequest | None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import hami_vendor_nvidia.plugin as plugin
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.sandbox import CSRC
 
 SOURCE = Path(__file__).parent / "fake_nvml" / "fake_nvml.c"
@@ -180,7 +180,7 @@ class GpuNode:
     library: Path
     box: dict[str, Any]
     settings: dict[str, Any] = field(default_factory=dict)
-    hosts: list[VendorHost] = field(default_factory=list)
+    hosts: list[VendorPlugins] = field(default_factory=list)
 
     @property
     def log_path(self) -> Path:
@@ -199,9 +199,9 @@ class GpuNode:
             **extra,
         }
 
-    def host(self, **extra: Any) -> VendorHost:
+    def host(self, **extra: Any) -> VendorPlugins:
         """A host with the NVIDIA plugin alone, its settings pointing at this machine."""
-        host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": self.config(**extra)})
+        host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": self.config(**extra)})
         self.hosts.append(host)
         return host
 

@@ -295,8 +295,8 @@ _DISCOVER = textwrap.dedent(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     import hami_vendor_nvidia.plugin as plugin
     from hami.codec import encode_node_register
-    from hami.plugins import VendorHost
-    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": json.loads(sys.argv[1])})
+    from hami.plugins import VendorPlugins
+    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": json.loads(sys.argv[1])})
     for _ in range(2):
         found = host.discover()["nvidia"]
     print(encode_node_register(found[0].devices) if found else "none")

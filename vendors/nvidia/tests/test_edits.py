@@ -12,7 +12,7 @@ import hami_vendor_nvidia.plugin as plugin
 from hami.isolation.grant import DeviceGrant, Grant, parse, write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, IsolationLibrary, Mount, Pod
 from hami.node.hooklib import IsolationLibraries
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 UID = "8f0e6a52-3c1d-4e55-9b7a-2d4f6c1e0a93"
 GPU_A = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
@@ -36,7 +36,7 @@ def two_container_pod(**sidecar_env: str) -> Pod:
 
 
 def edits_for(pod: Pod, index: int, devices: tuple[ContainerDevice, ...], **settings: object) -> ContainerEdits:
-    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
+    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
     return host.container_edits("NVIDIA", pod, index, devices)
 
 
@@ -153,7 +153,7 @@ INSTALLED = IsolationLibrary(
 
 
 def installed_edits(pod: Pod, index: int, devices: tuple[ContainerDevice, ...], **settings: object) -> ContainerEdits:
-    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
+    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
     return host.container_edits("NVIDIA", pod, index, devices, INSTALLED)
 
 
@@ -185,7 +185,7 @@ def test_a_configured_library_directory_wins_over_the_installed_library() -> Non
 
 
 def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_library(tmp_path: Path) -> None:
-    host = VendorHost.from_plugins({"nvidia": plugin})
+    host = VendorPlugins.from_plugins({"nvidia": plugin})
     libraries = IsolationLibraries(tmp_path / "hooks")
     build = tmp_path / "build" / "libvgpu.so"
     build.parent.mkdir()
@@ -215,6 +215,6 @@ def test_the_node_daemon_writes_the_grant_and_removes_it_with_the_pod(tmp_path: 
     write_files(edits.files)
     grants = tmp_path / "vgpu" / "grants" / f"{UID}_trainer"
     assert parse((grants / "nvidia.grant").read_text()).devices == (DeviceGrant(3000 << 20, 30, GPU_A),)
-    host = VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
+    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
     host.release("NVIDIA", pod, [(), (device(GPU_A, 3000, 30),), ()])
     assert not grants.exists()

@@ -27,7 +27,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.topology import best_connected, least_connected
 from hami_vendor_nvidia.fit import NvidiaFitter
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MIG_INSTANCES_ANNOTATION, Placement
@@ -71,7 +71,7 @@ def fit(
     annotations: Mapping[str, str] | None = None,
     device: Sequence[str] = ("spread",),
 ) -> NodeFit:
-    host = VendorHost.from_plugins({"nvidia": plugin})
+    host = VendorPlugins.from_plugins({"nvidia": plugin})
     containers = tuple(Container(name=f"c{i}") for i in range(len(requests)))
     pod = Pod(name="p", uid="uid-p", annotations=dict(annotations or {}), containers=containers)
     (result,) = host.fit_nodes("NVIDIA", pod, list(requests), [node], SchedulingPolicy(device=tuple(device)))
@@ -422,7 +422,7 @@ def test_an_init_container_is_fitted_apart_from_the_app_containers(gpu_node: Nod
     # only GPU 0 has room left: 5000 MiB of it are taken, the others are full
     node = view(inventory, {i: (1, 5000 if i == 0 else size, 0) for i in range(len(inventory.devices))})
     free = size - 5000
-    host = VendorHost.from_plugins({"nvidia": plugin})
+    host = VendorPlugins.from_plugins({"nvidia": plugin})
     pod = Pod(name="p", uid="uid-p", init_containers=(Container(name="setup"),), containers=(Container(name="main"),))
     requests: list[ContainerRequest | None] = [want(1, free), want(1, free)]
     (result,) = host.fit_nodes("NVIDIA", pod, requests, [node], SchedulingPolicy())

@@ -19,7 +19,7 @@ from hami.codec import MigReservation, decode_mig_allocations
 from hami.node.allocate import Allocator
 from hami.node.pods import ServedPods
 from hami.node.register import NodeRegistrar
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.scheduler.service import SchedulerService
 from hami_vendor_nvidia.mig import MIG_ALLOCATIONS_ANNOTATION, MIG_INSTANCES_ANNOTATION, Placement
@@ -46,7 +46,7 @@ class World:
 
     machine: Any
     cluster: MemoryCluster
-    node_host: VendorHost
+    node_host: VendorPlugins
     scheduler: SchedulerService
     served: ServedPods
     allocator: Allocator
@@ -70,7 +70,7 @@ class World:
 
     def restart_scheduler(self) -> None:
         self.scheduler.stop()
-        self.scheduler = SchedulerService(self.cluster, VendorHost.from_plugins({"nvidia": plugin})).start()
+        self.scheduler = SchedulerService(self.cluster, VendorPlugins.from_plugins({"nvidia": plugin})).start()
 
     def mig_calls(self) -> list[tuple[str, str, int, int, int]]:
         return [
@@ -87,7 +87,7 @@ def world(gpu_node: Callable[..., Any], boxes: Any) -> Iterator[World]:
     cluster.create("nodes", {"metadata": {"name": NODE}})
     node_host = machine.host()
     served = ServedPods(node_host)
-    scheduler = SchedulerService(cluster, VendorHost.from_plugins({"nvidia": plugin})).start()
+    scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"nvidia": plugin})).start()
     w = World(
         machine, cluster, node_host, scheduler, served, Allocator(cluster, node_host, NODE, on_served=served.record)
     )

@@ -10,7 +10,7 @@ import pytest
 import hami_vendor_nvidia.plugin as plugin
 from hami.errors import RequestError
 from hami.model import AdmissionEdit, Container, ContainerDevice, ContainerRequest, Device, DeviceUsage, NodeView, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import EditCase, RequestCase, VendorFixture, applicable, pytest_suite
 from hami_vendor_nvidia.mig import MIG_INSTANCES_ANNOTATION, MigProfile, Placement
 
@@ -119,8 +119,8 @@ def test_every_conformance_check_applies() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def host_with(**config: object) -> VendorHost:
-    return VendorHost.from_plugins({"nvidia": plugin}, config={"nvidia": config})
+def host_with(**config: object) -> VendorPlugins:
+    return VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": config})
 
 
 def read(resources: dict[str, str], **config: object) -> ContainerRequest | None:

@@ -21,7 +21,7 @@ from hami.model import (
     RegisterFormat,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.conformance import RequestCase, VendorFixture, pytest_suite
 from hami_vendor_vastai import plugin
 
@@ -67,8 +67,8 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorHost:
-    return VendorHost.from_plugins({"vastai": plugin}, config={"vastai": {}})
+def host() -> VendorPlugins:
+    return VendorPlugins.from_plugins({"vastai": plugin}, config={"vastai": {}})
 
 
 def fit(count: int, devices: list[DeviceUsage], policy: tuple[str, ...] = ("spread",)) -> list[str] | None:

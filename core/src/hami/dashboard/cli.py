@@ -95,7 +95,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     """What `hami dashboard` runs."""
     from hami.config import load_config, parse_address
     from hami.errors import ConfigError
-    from hami.plugins import VendorHost
+    from hami.plugins import VendorPlugins
     from hami.status import connect_cluster
 
     if args.history_interval <= 0:
@@ -105,7 +105,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"hami dashboard: --listen: {exc}") from None
     config = load_config(args.config, {"kubeconfig": args.kubeconfig})
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     cluster = connect_cluster(config.kubeconfig, args.context, component="hami-dashboard")
     try:
         server, source = start_dashboard(

@@ -57,7 +57,7 @@ from hami.config import HamiConfig
 from hami.errors import ConfigError, HamiError
 from hami.node.devices import resources_of
 from hami.node.simulated import InventoryFile, SimulatedNode
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.testing.apiserver import ClusterApiServer
 from hami.testing.kubelet import FakeKubelet
 from hami.validation import describe, nearest
@@ -170,7 +170,7 @@ class DemoWorld:
         self.webhook_port = 0
         self.node_metrics_port = 0
         """With loopback aliases, the port every node daemon's metrics listen on (each on its own address)."""
-        self.host: VendorHost | None = None
+        self.host: VendorPlugins | None = None
         self.base_config: dict[str, Any] = self._config("")
 
     # ---------------------------------------------------------------------------------- configuration
@@ -224,7 +224,7 @@ class DemoWorld:
         """Start every component and wait until all are ready. :raises DemoError: one did not come up."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
-        self.host = VendorHost.load(config=self.base_config.get("vendors") or {})
+        self.host = VendorPlugins.load(config=self.base_config.get("vendors") or {})
         for failure in self.host.failed:
             progress(f"vendor {failure.entry_point} ({failure.distribution}) not loaded: {failure.error}")
         from hami.webhook.certs import generate, write_bundle

@@ -103,13 +103,13 @@ def _print(findings: Sequence[Finding], title: str, scope: str, as_json: bool, c
 
 def run_doctor(args: argparse.Namespace) -> int:
     from hami.config import load_config
-    from hami.plugins import VendorHost
+    from hami.plugins import VendorPlugins
 
     path = args.config or (DAEMON_CONFIG if Path(DAEMON_CONFIG).is_file() else None)
     config = load_config(path, {"kubeconfig": args.kubeconfig})
     if args.node:
         return _remote(args, config.kubeconfig)
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     node = os.environ.get("NODE_NAME") or socket.gethostname()
     if args.container:
         from hami.doctor.container import container_findings

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hami.findings import Finding, failed, ok, probe, warning
 from hami.isolation.grant import GRANT_DIR, Grant, GrantError, parse
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["ContainerView", "children", "container_findings", "grant", "preload"]
 
@@ -230,7 +230,7 @@ def children(view: ContainerView) -> Finding:
     return ok(check, "a child with an empty environment (sudo, su -, ssh) loads the library and reads the same grant")
 
 
-def container_findings(host: VendorHost, view: ContainerView | None = None) -> list[Finding]:
+def container_findings(host: VendorPlugins, view: ContainerView | None = None) -> list[Finding]:
     """Every check of `hami doctor --container`: core's, then each vendor that has a grant here."""
     view = view or ContainerView()
     findings: list[Finding] = []

@@ -14,7 +14,7 @@ Owns the node-side checks that belong to no vendor, each a small function return
 * `placement_key`: the key directory ``HAMI_PLACEMENT_KEYS`` names is readable;
 * `clock`: the node's clock against the API server's ``Date`` (node locks and handshakes compare times).
 
-`node_findings` runs them with every vendor's `hami_doctor_checks` (through `VendorHost.doctor_checks`). Nothing
+`node_findings` runs them with every vendor's `hami_doctor_checks` (through `VendorPlugins.doctor_checks`). Nothing
 here writes anything; a check that cannot look (no permission, no cluster) says so as its finding.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from hami.findings import Finding, failed, ok, probe, warning
 from hami.node.backstop import owner_of
 from hami.node.kubelet import KUBELET_SOCKET
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = [
@@ -204,7 +204,7 @@ def _loads(library: Path, timeout: float = 10.0) -> str | None:
     return None
 
 
-def preload_files(host: VendorHost, hook_dir: Path, *, etc: Path = Path("/etc"), owner: int = 0) -> list[Finding]:
+def preload_files(host: VendorPlugins, hook_dir: Path, *, etc: Path = Path("/etc"), owner: int = 0) -> list[Finding]:
     findings = []
     if not hook_dir.is_dir():  # the hook directory's own finding says so; one per vendor would repeat it
         return [_host_preload(host, etc / "ld.so.preload")]
@@ -274,7 +274,7 @@ def _library_problem(library: Path, owner: int) -> str | None:
     return _owned_by_root_only(library, st, owner)
 
 
-def _host_preload(host: VendorHost, path: Path) -> Finding:
+def _host_preload(host: VendorPlugins, path: Path) -> Finding:
     check = "host /etc/ld.so.preload"
     try:
         words = path.read_text().split()
@@ -404,7 +404,7 @@ def clock(server_date: Callable[[], datetime] | None, now: Callable[[], datetime
 
 
 def node_findings(
-    host: VendorHost,
+    host: VendorPlugins,
     plugin_dir: Path,
     hook_dir: Path,
     server_date: Callable[[], datetime] | None,

@@ -8,6 +8,6 @@
   kubelet plugin-registry handshake), served by the node daemon when `draDriver` is set;
 * `hami.dra.proto`: the kubelet's wire (DRA v1 and plugin registration v1) and the generated stubs.
 
-The node daemon drives all of it; the vendors are reached only through `hami.plugins.VendorHost`.
+The node daemon drives all of it; the vendors are reached only through `hami.plugins.VendorPlugins`.
 See docs/dra.md.
 """

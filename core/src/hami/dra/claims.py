@@ -26,7 +26,7 @@ from hami.codec import AnnotationError, decode_pod_devices
 from hami.dra.slices import CAPACITY_CORES, CAPACITY_MEMORY, PublishedDevice
 from hami.errors import HamiError
 from hami.model import ContainerDevice, ContainerPlacement
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quantity import memory_mib, parse_quantity
 
 __all__ = ["Authentic", "ClaimError", "ClaimShare", "NodeUsage", "Served", "claim_shares", "pod_usage", "share_of"]
@@ -136,7 +136,7 @@ Authentic = Callable[[Mapping[str, str], str], Mapping[str, str]]
 
 
 def pod_usage(
-    host: VendorHost,
+    host: VendorPlugins,
     pods: Iterable[KubeObject],
     node: str,
     *,

@@ -53,7 +53,7 @@ from hami.dra.slices import PublishedDevice
 from hami.errors import HamiError
 from hami.isolation.grant import write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.signing import PlacementKeys, SignatureError
 
 __all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "ClaimRef", "DraPlugin", "Prepared"]
@@ -133,7 +133,7 @@ class DraPlugin:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         node: str,
         driver: str,
         devices: Callable[[], Mapping[str, PublishedDevice]],

@@ -37,7 +37,7 @@ from typing import Any
 
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
 from hami.model import Device, DraAttribute, NodeInventory
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quantity import parse_quantity
 
 __all__ = [
@@ -99,7 +99,7 @@ def slice_name(node: str, driver: str) -> str:
     return f"{node}-{slug}"[:253].rstrip("-.")
 
 
-def published_devices(host: VendorHost, inventories: Mapping[str, NodeInventory]) -> list[PublishedDevice]:
+def published_devices(host: VendorPlugins, inventories: Mapping[str, NodeInventory]) -> list[PublishedDevice]:
     """The healthy devices of every kind the vendor publishes, named, in a stable order (kind, index, UUID)."""
     out: list[PublishedDevice] = []
     taken: set[str] = set()
@@ -131,7 +131,7 @@ def _mi(mib: int) -> str:
     return f"{mib}Mi"
 
 
-def _device_entry(host: VendorHost, driver: str, published: PublishedDevice) -> dict[str, Any]:
+def _device_entry(host: VendorPlugins, driver: str, published: PublishedDevice) -> dict[str, Any]:
     d = published.device
     kind = host.kind(published.kind)
     facts = host.dra_device(published.kind, d)
@@ -181,7 +181,7 @@ def _device_entry(host: VendorHost, driver: str, published: PublishedDevice) -> 
 
 
 def build_slice(
-    host: VendorHost,
+    host: VendorPlugins,
     node: str,
     driver: str,
     inventories: Mapping[str, NodeInventory],
@@ -213,7 +213,7 @@ class SlicePublisher:
     """Keeps the node's ResourceSlice equal to what discovery found: created, replaced when the devices change
     (a new pool generation), left alone when they do not. Errors are the caller's to log and retry."""
 
-    def __init__(self, cluster: Cluster, host: VendorHost, node: str, driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(self, cluster: Cluster, host: VendorPlugins, node: str, driver: str = DEFAULT_DRIVER) -> None:
         self.cluster = cluster
         self.host = host
         self.node = node

@@ -19,10 +19,10 @@ _RAW = argparse.RawDescriptionHelpFormatter
 def _vendor_host(config: str | None, vendor: str) -> Any:
     """A host over the one vendor asked for (discovery asks no other driver), or over all to say which exist."""
     from hami.config import load_config
-    from hami.plugins import VendorHost, installed_sources
+    from hami.plugins import VendorPlugins, installed_sources
 
     sources = [source for source in installed_sources() if source.name == vendor]
-    return VendorHost.load(config=load_config(config).vendors, sources=sources or None)
+    return VendorPlugins.load(config=load_config(config).vendors, sources=sources or None)
 
 
 def _request(args: argparse.Namespace, **extra: Any) -> Any:
@@ -137,9 +137,9 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
     try:
         from hami.config import load_config
-        from hami.plugins import VendorHost
+        from hami.plugins import VendorPlugins
 
-        host = VendorHost.load(config=load_config(args.config).vendors)
+        host = VendorPlugins.load(config=load_config(args.config).vendors)
         prefix = Path(args.prefix or "/")
         libraries = install.install(host, prefix, args.vendor or (), args.libdir or install.LIBRARY_ROOT)
         written = install.write_cdi(libraries, prefix) if args.write else []

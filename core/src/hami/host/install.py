@@ -34,7 +34,7 @@ from typing import Any
 from hami.errors import HamiError
 from hami.isolation import accounting
 from hami.node.hooklib import IsolationLibraries, library_source
-from hami.plugins import LoadedVendor, VendorHost
+from hami.plugins import LoadedVendor, VendorPlugins
 from hami.validation import nearest
 
 __all__ = [
@@ -70,7 +70,7 @@ def _final(path: Path, prefix: Path) -> str:
 
 
 def install(
-    host: VendorHost, prefix: Path, vendors: Sequence[str] = (), library_root: str = LIBRARY_ROOT
+    host: VendorPlugins, prefix: Path, vendors: Sequence[str] = (), library_root: str = LIBRARY_ROOT
 ) -> list[HostLibrary]:
     """Install the libraries of the loaded vendors (or of `vendors`) under `prefix` / `library_root` (a package
     uses ``/usr/lib/hami``: ``/usr/local`` is the administrator's). :raises HamiError: a vendor asked for is not

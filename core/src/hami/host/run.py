@@ -61,7 +61,7 @@ from hami.errors import HamiError
 from hami.isolation.grant import GRANT_DIR, write_files
 from hami.model import Container, ContainerDevice, ContainerEdits, Device, IsolationLibrary, NodeInventory, Pod
 from hami.node.hooklib import IsolationLibraries, library_source
-from hami.plugins import LoadedVendor, VendorHost
+from hami.plugins import LoadedVendor, VendorPlugins
 from hami.quantity import memory_mib, parse_quantity
 from hami.validation import describe, nearest
 
@@ -183,7 +183,7 @@ class Launch:
     removable: list[Path] = field(default_factory=list)
 
 
-def _vendor(host: VendorHost, name: str) -> LoadedVendor:
+def _vendor(host: VendorPlugins, name: str) -> LoadedVendor:
     names = [v.name for v in host.vendors]
     if name in names:
         return host.vendor(name)
@@ -212,7 +212,7 @@ def _library(vendor: LoadedVendor) -> Path:
     return source
 
 
-def _devices(host: VendorHost, vendor: LoadedVendor, wanted: Sequence[int]) -> list[tuple[NodeInventory, Device]]:
+def _devices(host: VendorPlugins, vendor: LoadedVendor, wanted: Sequence[int]) -> list[tuple[NodeInventory, Device]]:
     inventories = host.discover().get(vendor.name, [])
     found = {device.index: (inventory, device) for inventory in inventories for device in inventory.devices}
     chosen = []
@@ -250,7 +250,7 @@ def _pod(name: str) -> Pod:
 
 def plan(
     request: RunRequest,
-    host: VendorHost,
+    host: VendorPlugins,
     state_dir: Path,
     *,
     confined: bool,
@@ -387,7 +387,7 @@ def container_flags(launch: Launch) -> list[str]:
 _COMPARED = ("vendor", "devices", "user")
 
 
-def prepare(launch: Launch, host: VendorHost) -> None:
+def prepare(launch: Launch, host: VendorPlugins) -> None:
     """Write what the command needs before it starts: the library, the grant, the accounting directory, the
     record of the run. A share made before must have asked the same. :raises HamiError: it cannot be written."""
     state = launch.state_dir

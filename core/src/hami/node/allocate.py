@@ -61,7 +61,7 @@ from hami.lifecycle import BIND_PHASE
 from hami.model import ContainerEdits, ContainerPlacement, IsolationLibrary, Pod
 from hami.node.journal import AllocationJournal, JournalEntry
 from hami.node.pods import ServedContainer, node_of
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, SignedPlacement
 
 __all__ = ["AllocationError", "Allocator"]
@@ -103,7 +103,7 @@ class Allocator:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         node: str,
         *,
         on_served: Callable[[ServedContainer], None] | None = None,

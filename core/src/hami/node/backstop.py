@@ -55,7 +55,7 @@ from hami.isolation.accounting import AccountingFileError, read_tampered
 from hami.isolation.grant import render_pid_map, write_pid_map
 from hami.model import DeviceProcess
 from hami.node.pods import ServedContainer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["Backstop", "BackstopSettings", "Overrun", "namespace_pid", "owner_of"]
 
@@ -133,7 +133,7 @@ class Backstop(Collector):
 
     def __init__(
         self,
-        host: VendorHost,
+        host: VendorPlugins,
         cluster: Cluster,
         containers: Callable[[], Iterable[ServedContainer]],
         settings: BackstopSettings | None = None,

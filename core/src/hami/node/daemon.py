@@ -64,7 +64,7 @@ from hami.node.plugin import ResourcePlugin
 from hami.node.pods import ServedPods, finished, node_of
 from hami.node.register import NodeRegistrar
 from hami.node.usage import AccountingReader
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.signing import KEYS_ENVIRONMENT, PlacementKeys
 
 __all__ = ["NodeDaemon", "NodeSettings", "connect", "run_node"]
@@ -126,7 +126,7 @@ class NodeDaemon:
     def __init__(
         self,
         settings: NodeSettings,
-        host: VendorHost,
+        host: VendorPlugins,
         cluster: Cluster,
         *,
         container_usage: ContainerUsageReader | None = None,
@@ -466,11 +466,11 @@ def run_node(
     settings: NodeSettings,
     *,
     cluster: Cluster | None = None,
-    host: VendorHost | None = None,
+    host: VendorPlugins | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set, from another thread); returns the exit status."""
-    host = host or VendorHost.load(config=config.vendors)
+    host = host or VendorPlugins.load(config=config.vendors)
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if settings.simulated_inventory is not None:

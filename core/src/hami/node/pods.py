@@ -20,7 +20,7 @@ from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, 
 from hami.codec import AnnotationError, decode_pod_devices
 from hami.isolation.grant import grant_host_dir
 from hami.model import ContainerPlacement, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["ServedContainer", "ServedPods", "finished", "node_of"]
 
@@ -64,7 +64,7 @@ def finished(obj: KubeObject) -> bool:
 class ServedPods:
     """Served containers by pod UID."""
 
-    def __init__(self, host: VendorHost) -> None:
+    def __init__(self, host: VendorPlugins) -> None:
         self.host = host
         self._lock = threading.Lock()
         self._pods: dict[str, list[ServedContainer]] = {}

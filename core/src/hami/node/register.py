@@ -25,7 +25,7 @@ from datetime import datetime
 from hami.cluster.port import Cluster, meta
 from hami.codec import Handshake, encode_handshake, encode_legacy_register, encode_node_register
 from hami.model import NodeInventory, RegisterFormat
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["NodeRegistrar"]
 
@@ -36,7 +36,7 @@ class NodeRegistrar:
     """Keeps one node's register and handshake annotations in step with discovery."""
 
     def __init__(
-        self, cluster: Cluster, host: VendorHost, node: str, *, clock: Callable[[], datetime] = datetime.now
+        self, cluster: Cluster, host: VendorPlugins, node: str, *, clock: Callable[[], datetime] = datetime.now
     ) -> None:
         self.cluster = cluster
         self.host = host

@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hami.errors import ConfigError, HamiError
 from hami.model import Device, DeviceReading, NodeInventory
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.validation import describe_error, nearest
 
 __all__ = [
@@ -287,10 +287,10 @@ def _problems(exc: ValidationError, data: Any) -> str:
     return "; ".join(describe_error(error, InventoryFile, label) for error in exc.errors())
 
 
-def discover(path: str | Path, node: str, host: VendorHost) -> dict[str, list[NodeInventory]]:
-    """What `VendorHost.discover` would answer on `node`, from the inventory file: vendor → inventories.
+def discover(path: str | Path, node: str, host: VendorPlugins) -> dict[str, list[NodeInventory]]:
+    """What `VendorPlugins.discover` would answer on `node`, from the inventory file: vendor → inventories.
 
-    Each serving vendor is first handed its devices and their `driver` facts (`VendorHost.simulated_devices`);
+    Each serving vendor is first handed its devices and their `driver` facts (`VendorPlugins.simulated_devices`);
     a vendor refusing them is logged, and its devices still reported. Kinds no loaded vendor serves are left
     out, with a warning. :raises ConfigError: the file is unusable or does not list the node."""
     entry = load_inventory(path).node(node, str(path))

@@ -35,7 +35,7 @@ from hami.codec import NodeLock
 from hami.errors import HamiError
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import PlacementWriter
 from hami.scheduler.settings import ExtenderSettings
@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 class BindResult:
     error: str = ""
     lock_wait: float = 0.0
-    written: bool = False
-    """The pod's placement was written (so a failure after it leaves the decision standing)."""
+    recorded: bool = False
+    """The pod's placement annotations were written (so a failure after it leaves the decision standing)."""
 
 
 class Binder:
@@ -61,7 +61,7 @@ class Binder:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings,
         pending: PendingDecisions,
@@ -101,7 +101,7 @@ class Binder:
                     "kube-scheduler will retry the pod"
                 )
         result = self._lock_and_bind(namespace, name, uid, node, pending)
-        if result.error and pending is not None and not result.written:
+        if result.error and pending is not None and not result.recorded:
             pending.undo.abandon("its bind failed")  # kube-scheduler filters the pod again
         return result
 
@@ -151,13 +151,13 @@ class Binder:
                     lock_wait=waited,
                 )
             error = f"binding {namespace}/{name} to {node} failed: {exc}"
-            return BindResult(error=error, lock_wait=waited, written=True)
+            return BindResult(error=error, lock_wait=waited, recorded=True)
         except BaseException:
             if pending is not None and not written:
                 pending.undo.abandon("its bind failed")
             raise
         self.state.mark_bound(namespace, name, node)
-        return BindResult(lock_wait=waited, written=True)
+        return BindResult(lock_wait=waited, recorded=True)
 
     def _known_binding(self, namespace: str, name: str, uid: str, node: str) -> BindResult | None:
         """The answer the scheduler's own state gives a bind before anything is locked or written, or None to go on.
@@ -177,7 +177,7 @@ class Binder:
             return BindResult(error=f"pod {namespace}/{name} was placed with UID {known_uid}, not {uid}")
         if bound:
             if placed == node:
-                return BindResult(written=True)
+                return BindResult(recorded=True)
             return BindResult(error=f"pod {namespace}/{name} is already bound to {placed}")
         return None
 

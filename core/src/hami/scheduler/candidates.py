@@ -183,7 +183,7 @@ class Candidates:
         others cannot is added to `failed`. The caller holds the state's lock while it reads the batches."""
         kinds = sorted(requests)
         largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
-        host = (pod.host_cpu, pod.host_memory)
+        host = (pod.cpu_request, pod.memory_request)
         node_policy = NODE_POLICIES[policy.node]
         shape = PodShape(tuple(kinds), largest, Shares(largest), host, policy.workload)
         order = node_policy.order(self.state, shape)

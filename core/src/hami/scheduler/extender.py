@@ -33,7 +33,7 @@ from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
@@ -76,7 +76,7 @@ class Extender:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings | None = None,
     ) -> None:
@@ -399,7 +399,7 @@ class Extender:
         if selectors is None:
             selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
         models = {k: tuple(s.use_type) for k, s in selectors.items()}
-        self.workload.observe(requests, pod.host_cpu, pod.host_memory, models)
+        self.workload.observe(requests, pod.cpu_request, pod.memory_request, models)
 
     def learn_from(self, pods: Iterable[KubeObject]) -> int:
         """Seed the learned workload with the device requests of live pods, newest last (at start-up, so that a

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 from hami.cluster.port import Cluster, ClusterError, ConflictError, NotFoundError
 from hami.codec import Handshake, encode_handshake
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.nodes import HANDSHAKE_TIMEOUT, handshake_verdict
 from hami.scheduler.state import ClusterState
 
@@ -47,7 +47,7 @@ class HandshakeKeeper:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         *,
         interval: float = 30.0,

@@ -81,7 +81,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from hami.front import MetricsServer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.extender import FilterResult
 from hami.scheduler.preempting import PREEMPTION_RESULTS
@@ -359,7 +359,7 @@ class _QuotaCollector(Collector):
 class SchedulerMetrics:
     """The scheduler's metrics in one registry (a private one unless `registry` is given)."""
 
-    def __init__(self, state: ClusterState, host: VendorHost, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, state: ClusterState, host: VendorPlugins, registry: CollectorRegistry | None = None) -> None:
         self.state = state
         self.host = host
         self.registry = registry if registry is not None else CollectorRegistry()

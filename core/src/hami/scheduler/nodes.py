@@ -29,7 +29,7 @@ from hami.cluster.locks import LOCK_ANNOTATION
 from hami.cluster.port import KubeObject, meta
 from hami.codec import HANDSHAKE_TIME_FORMAT, AnnotationError, decode_legacy_register, decode_node_register
 from hami.model import Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quantity import cpu_millis, memory_mib, parse_quantity
 
 __all__ = [
@@ -164,7 +164,7 @@ class NodeReading:
 class NodeReader:
     """Reads Node objects through the vendors' kinds."""
 
-    def __init__(self, host: VendorHost) -> None:
+    def __init__(self, host: VendorPlugins) -> None:
         self.host = host
         self.kinds: list[DeviceKind] = host.kinds
         self.volatile = frozenset(

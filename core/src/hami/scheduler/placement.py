@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from hami.cluster.port import Cluster, ClusterError, meta
 from hami.codec import encode_pod_devices
 from hami.model import Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, Decision
 from hami.signing import SIGNATURE_ANNOTATION, SignedPlacement
 from hami.transaction import Transaction
@@ -35,7 +35,7 @@ VGPU_TIME = "hami.io/vgpu-time"
 class PlacementWriter:
     """Writes decisions onto pods through the cluster port, and tells the state which write counted them."""
 
-    def __init__(self, cluster: Cluster, host: VendorHost, state: ClusterState) -> None:
+    def __init__(self, cluster: Cluster, host: VendorPlugins, state: ClusterState) -> None:
         self.cluster = cluster
         self.host = host
         self.state = state
@@ -77,7 +77,7 @@ class PlacementWriter:
         patched = self.cluster.patch_metadata(
             "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
         )
-        self.state.written(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
+        self.state.note_own_write(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
 
     def withdraw(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from hami.cluster.port import Cluster, ClusterError, NotFoundError
 from hami.model import ContainerRequest, Pod, SchedulingPolicy
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.holds import HOLD_ANNOTATION, Hold, HoldBook
 from hami.scheduler.preemption import Budget, Choice, VictimSelector, may_preempt
 from hami.scheduler.state import ClusterState
@@ -63,7 +63,7 @@ class Preempting:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorHost,
+        host: VendorPlugins,
         state: ClusterState,
         *,
         hold_seconds: float = 120.0,

@@ -39,7 +39,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.state import ClusterState, NodeRecord, PodRecord
 
 __all__ = ["Budget", "Choice", "VictimSelector", "may_preempt"]
@@ -269,7 +269,7 @@ def _freeing(grants: Sequence[_Grant], deficit: tuple[int, int, int], size: int)
 class VictimSelector:
     """Chooses a preemption for a pod over the scheduler's `ClusterState`."""
 
-    def __init__(self, host: VendorHost, state: ClusterState) -> None:
+    def __init__(self, host: VendorPlugins, state: ClusterState) -> None:
         self.host = host
         self.state = state
 

@@ -6,7 +6,7 @@ leader election, the extender's HTTP(S) server and the metrics server; and an or
 SIGINT (stop serving, stop watching, hand the lease over).
 
 Other services the process hosts beside the extender (the webhook, the dashboard) come in as `companions`,
-built above the services (`hami.hosting`), so this package imports none of them.
+built above the services (`hami.companions`), so this package imports none of them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Protocol
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
 from hami.front import JsonServer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
@@ -61,7 +61,7 @@ class Hosting:
     listing the cluster."""
 
     cluster: Cluster
-    host: VendorHost
+    host: VendorPlugins
     ledger: QuotaLedger
     ready: Callable[[], bool]
     totals: Callable[[], tuple[int, int, int, int, int]]
@@ -84,7 +84,7 @@ def run_scheduler(
     """Serve until `stop` is set (or a termination signal arrives); returns the exit status."""
     stop = stop or threading.Event()
     settings = config.scheduler
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from hami.cluster.locks import LOCK_ANNOTATION
 from hami.cluster.port import Cluster, ClusterError, KubeObject, Subscription, WatchEvent, meta, pod_key
 from hami.config import LeaderElectionConfig
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.handshake import HandshakeKeeper
@@ -48,7 +48,7 @@ GC_YOUNG_THRESHOLD = 50_000
 @dataclass
 class SchedulerService:
     cluster: Cluster
-    host: VendorHost
+    host: VendorPlugins
     settings: ExtenderSettings = field(default_factory=ExtenderSettings)
     leader_election: LeaderElectionConfig | None = None
     """None: this replica always leads (a single scheduler)."""

@@ -37,7 +37,7 @@ from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
 from hami.lifecycle import TERMINAL_PHASES
 from hami.model import ContainerPlacement, Pod, host_requests
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.changes import ChangeLog
 from hami.scheduler.nodes import NodeReader, NodeRecord, NodeTotals
 from hami.scheduler.usage import VGPU_NODE_ANNOTATION, PodRecord, PodUsage, awaits_allocation
@@ -68,7 +68,7 @@ class Decision(NamedTuple):
 class ClusterState:
     """Nodes, pods and device usage, kept current by watch events and the filter's decisions."""
 
-    def __init__(self, host: VendorHost) -> None:
+    def __init__(self, host: VendorPlugins) -> None:
         self.host = host
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeRecord] = {}
@@ -217,7 +217,7 @@ class ClusterState:
             record.host_pods.add(key)
             self.host_usage[key] = (node, cpu, memory)
 
-    def written(self, namespace: str, name: str, uid: str, version: object) -> None:
+    def note_own_write(self, namespace: str, name: str, uid: str, version: object) -> None:
         """The decision assumed for the pod was written: events older than `version` are views from before it."""
         with self.lock:
             record = self.pods.get(pod_key(namespace, name))
@@ -277,7 +277,7 @@ class ClusterState:
                     pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
                     decision.annotations, pod.priority, pod.labels,
                 )  # fmt: skip
-                self.set_host_usage(key, node, pod.host_cpu, pod.host_memory)
+                self.set_host_usage(key, node, pod.cpu_request, pod.memory_request)
         except BaseException:
             undo()
             raise

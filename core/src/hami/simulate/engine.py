@@ -26,7 +26,7 @@ from hami.codec import encode_node_register
 from hami.fragmentation import FULL, WorkloadProfile
 from hami.measured import BUSY_ANNOTATION, encode_busy
 from hami.model import Device
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import Extender, ExtenderSettings
 from hami.scheduler.policies import ObservedWorkload
 from hami.scheduler.policy import NODE_POLICY_ANNOTATION
@@ -132,7 +132,7 @@ def simulate(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
-    host = VendorHost.from_plugins({"tracegpu": vendor})
+    host = VendorPlugins.from_plugins({"tracegpu": vendor})
     cluster = MemoryCluster()
     objects = [cluster.create("nodes", _node_object(n)) for n in nodes]
     state = ClusterState(host)

@@ -40,7 +40,7 @@ from hami.cluster.memory import MemoryCluster
 from hami.model import ContainerDevice
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.pods import ServedContainer
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["BackstopMachine", "BackstopNode", "BackstopTests", "systemd_cgroup"]
 
@@ -67,7 +67,7 @@ def systemd_cgroup(pod_uid: str, container_id: str) -> str:
 class BackstopNode:
     """A vendor's node over its fake management library, as the backstop checks need it."""
 
-    host: VendorHost
+    host: VendorPlugins
     """A plugin host with the vendor's plugin, configured to load the fake."""
     kind: str
     """The common word of the devices the tests grant (`ServedContainer.kind`, the hook's routing)."""

@@ -30,7 +30,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
-from hami.plugins import PluginSource, VendorHost, installed_sources
+from hami.plugins import PluginSource, VendorPlugins, installed_sources
 
 __all__ = [
     "CHECKS",
@@ -88,9 +88,9 @@ class VendorFixture:
     """device kind → single-container requests to fit onto those nodes."""
     edits: Sequence[EditCase] = ()
 
-    def host(self) -> VendorHost:
+    def host(self) -> VendorPlugins:
         try:
-            return VendorHost.from_plugins({self.name: self.plugin}, config={self.name: self.config}, strict=True)
+            return VendorPlugins.from_plugins({self.name: self.plugin}, config={self.name: self.config}, strict=True)
         except PluginError as exc:
             raise ConformanceFailure(str(exc)) from None
 
@@ -101,7 +101,7 @@ class Check:
     rule: str
     hooks: tuple[str, ...]
     material: Callable[[VendorFixture], bool]
-    run: Callable[[VendorFixture, VendorHost], None]
+    run: Callable[[VendorFixture, VendorPlugins], None]
     needs: str = ""
     """the fixture fields the check runs on, as its failure names them when they are missing."""
 
@@ -115,8 +115,8 @@ def _check(
     hooks: tuple[str, ...] = (),
     material: Callable[[VendorFixture], bool] = lambda f: True,
     needs: str = "",
-) -> Callable[[Callable[[VendorFixture, VendorHost], None]], Callable[[VendorFixture, VendorHost], None]]:
-    def register(fn: Callable[[VendorFixture, VendorHost], None]) -> Callable[[VendorFixture, VendorHost], None]:
+) -> Callable[[Callable[[VendorFixture, VendorPlugins], None]], Callable[[VendorFixture, VendorPlugins], None]]:
+    def register(fn: Callable[[VendorFixture, VendorPlugins], None]) -> Callable[[VendorFixture, VendorPlugins], None]:
         CHECKS.append(Check(fn.__name__.removeprefix("check_"), rule, hooks, material, fn, needs))
         return fn
 
@@ -137,13 +137,13 @@ _RESOURCE = re.compile(
 
 
 @_check("the plugin loads strictly: every hook it marks is in the contract with matching arguments")
-def check_hooks_match_contract(fixture: VendorFixture, host: VendorHost) -> None:
+def check_hooks_match_contract(fixture: VendorFixture, host: VendorPlugins) -> None:
     if len(host.vendors) != 1 or "hami_vendor_info" not in host.vendors[0].hooks:
         raise _fail("the plugin did not load as exactly one vendor implementing hami_vendor_info")
 
 
 @_check("metadata is complete: every kind has valid resource names and the pod annotation keys it needs")
-def check_metadata_complete(fixture: VendorFixture, host: VendorHost) -> None:
+def check_metadata_complete(fixture: VendorFixture, host: VendorPlugins) -> None:
     info = host.vendors[0].info
     for kind in info.kinds:
         for resource in kind.resources.all():
@@ -160,10 +160,10 @@ def check_metadata_complete(fixture: VendorFixture, host: VendorHost) -> None:
 
 
 @_check("names are unique: no resource name, kind or vendor name clashes with another installed vendor")
-def check_metadata_unique(fixture: VendorFixture, host: VendorHost) -> None:
+def check_metadata_unique(fixture: VendorFixture, host: VendorPlugins) -> None:
     mine = host.vendors[0]
     others = [s for s in installed_sources() if s.name != fixture.name and s.distribution != mine.distribution]
-    combined = VendorHost.load(sources=others, disabled=())
+    combined = VendorPlugins.load(sources=others, disabled=())
     source = PluginSource(fixture.name, mine.distribution, mine.version, lambda: fixture.plugin)
     if combined.add(fixture.plugin, source, config={fixture.name: fixture.config}) is None:
         raise _fail(f"clashes with an installed vendor: {combined.failed[-1].error}")
@@ -184,7 +184,7 @@ def _container(resources: Mapping[str, str]) -> Container:
     material=lambda f: bool(f.requests),
     needs="`requests` (RequestCase examples)",
 )
-def check_requests_from_resources(fixture: VendorFixture, host: VendorHost) -> None:
+def check_requests_from_resources(fixture: VendorFixture, host: VendorPlugins) -> None:
     for case in fixture.requests:
         pod = Pod(name="request-check", annotations=dict(case.annotations), containers=(_container(case.resources),))
         try:
@@ -200,7 +200,7 @@ def check_requests_from_resources(fixture: VendorFixture, host: VendorHost) -> N
 
 
 @_check("a container without device resources asks for nothing", hooks=("hami_container_request",))
-def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorHost) -> None:
+def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorPlugins) -> None:
     for resources in ({}, {"cpu": "2", "memory": "4Gi"}):
         pod = Pod(name="empty-check", containers=(_container(resources),))
         got = host.pod_requests(pod)
@@ -214,7 +214,7 @@ def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorHost)
     material=lambda f: bool(f.requests),
     needs="`requests` (RequestCase examples)",
 )
-def check_unit_suffix_refused(fixture: VendorFixture, host: VendorHost) -> None:
+def check_unit_suffix_refused(fixture: VendorFixture, host: VendorPlugins) -> None:
     for kind in host.vendors[0].info.kinds:
         if not kind.resources.memory:
             continue
@@ -241,7 +241,7 @@ def _fit_material(fixture: VendorFixture) -> bool:
 _FIT_NEEDS = "`nodes` and `fit_requests` for the same device kind"
 
 
-def _fits(host: VendorHost, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
+def _fits(host: VendorPlugins, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
     pod = Pod(name="fit-check", uid="uid-fit-check", containers=(Container(name="main"),))
     fits = host.fit_nodes(kind, pod, [request], nodes, SchedulingPolicy())
     if sorted(f.node for f in fits) != sorted(n.name for n in nodes):
@@ -255,7 +255,7 @@ def _fits(host: VendorHost, kind: str, request: ContainerRequest, nodes: list[No
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_fit_within_capacity(fixture: VendorFixture, host: VendorHost) -> None:
+def check_fit_within_capacity(fixture: VendorFixture, host: VendorPlugins) -> None:
     for kind, requests in fixture.fit_requests.items():
         for request in requests:
             nodes = fixture.nodes[kind]()
@@ -290,7 +290,7 @@ def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_preemption_makes_room(fixture: VendorFixture, host: VendorHost) -> None:
+def check_preemption_makes_room(fixture: VendorFixture, host: VendorPlugins) -> None:
     """The fixture's usage as low-priority pods, and one more filling each device's memory: for each request
     no node fits then, the victims `hami.scheduler.preemption` chooses must let the vendor's fit place it, and
     when it chooses none, evicting every pod must not help either."""
@@ -347,7 +347,7 @@ def check_preemption_makes_room(fixture: VendorFixture, host: VendorHost) -> Non
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_fit_order_independent(fixture: VendorFixture, host: VendorHost) -> None:
+def check_fit_order_independent(fixture: VendorFixture, host: VendorPlugins) -> None:
     rng = random.Random(20261130)
     for kind, requests in fixture.fit_requests.items():
         for request in requests:
@@ -371,7 +371,7 @@ _UNREADABLE = ("Traceback", "object at 0x", "None", "{'", "[<", "Error(")
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorHost) -> None:
+def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorPlugins) -> None:
     for kind in fixture.fit_requests:
         nodes = fixture.nodes[kind]()
         most = max((len(n.devices) for n in nodes), default=0)
@@ -395,7 +395,7 @@ def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorHost) -> 
     material=lambda f: bool(f.edits),
     needs="`edits` (EditCase placements)",
 )
-def check_container_edits_deterministic(fixture: VendorFixture, host: VendorHost) -> None:
+def check_container_edits_deterministic(fixture: VendorFixture, host: VendorPlugins) -> None:
     for case in fixture.edits:
         first = host.container_edits(case.kind, case.pod, case.container_index, case.placement)
         second = host.container_edits(case.kind, case.pod, case.container_index, case.placement)

@@ -20,7 +20,7 @@ import pytest
 from hami import vendorchecks
 from hami.findings import Finding
 from hami.isolation.grant import Grant
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 
 __all__ = ["DoctorNode"]
 
@@ -55,7 +55,7 @@ class DoctorNode:
         return path
 
     @staticmethod
-    def checks(host: VendorHost, grant: Grant | None = None) -> dict[str, Finding]:
+    def checks(host: VendorPlugins, grant: Grant | None = None) -> dict[str, Finding]:
         """The host's vendor findings by check name (in a container when `grant` is given, for every vendor)."""
         findings: Sequence[Finding] = host.doctor_checks(None if grant is None else (lambda _vendor: grant))
         return {f.check: f for f in findings}

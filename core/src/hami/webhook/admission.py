@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from hami.errors import RequestError
 from hami.model import ContainerRequest, Pod
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaVerdict
 from hami.requests import share_normalisations
 from hami.validation import nearest
@@ -128,7 +128,7 @@ _REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 def admit_review(
     review: Any,
-    host: VendorHost,
+    host: VendorPlugins,
     *,
     settings: AdmissionSettings | None = None,
     quota: QuotaCheck | None = None,
@@ -172,7 +172,7 @@ def admit_review(
 
 def _decide_request(
     request: Mapping[str, Any],
-    host: VendorHost,
+    host: VendorPlugins,
     settings: AdmissionSettings,
     quota: QuotaCheck | None,
     namespace_labels: LabelsOf | None,
@@ -206,7 +206,7 @@ def _decide_request(
 def decide(
     pod_obj: dict[str, Any],
     namespace: str,
-    host: VendorHost,
+    host: VendorPlugins,
     *,
     settings: AdmissionSettings | None = None,
     quota: QuotaCheck | None = None,
@@ -247,7 +247,7 @@ def _admit(
     pod_obj: dict[str, Any],
     namespace: str,
     who: str,
-    host: VendorHost,
+    host: VendorPlugins,
     settings: AdmissionSettings,
     quota: QuotaCheck | None,
 ) -> Decision:
@@ -300,7 +300,7 @@ def _admit(
     return Decision(True, message, patch=patch.ops, warnings=warnings)
 
 
-def unknown_resource_warnings(host: VendorHost, pod: Pod) -> list[str]:
+def unknown_resource_warnings(host: VendorPlugins, pod: Pod) -> list[str]:
     """A warning for each resource name under a vendor's domain that no loaded kind answers to but one nearly
     does: a typo such as `nvidia.com/gpumemm` would otherwise be ignored without a word (and the pod given a whole
     device). Only a near miss warns: a name far from every known one may belong to another device plugin."""
@@ -333,7 +333,7 @@ def _view(pod_obj: Mapping[str, Any], namespace: str) -> Pod:
     return pod.model_copy(update={"namespace": namespace})
 
 
-def _read_requests(host: VendorHost, pod: Pod, when: str) -> dict[str, list[ContainerRequest | None]]:
+def _read_requests(host: VendorPlugins, pod: Pod, when: str) -> dict[str, list[ContainerRequest | None]]:
     """Every kind the pod asks for → one request (or None) per container, init first; unreadable → denial."""
     containers = pod.all_containers
     out: dict[str, list[ContainerRequest | None]] = {}
@@ -365,7 +365,7 @@ def _read_requests(host: VendorHost, pod: Pod, when: str) -> dict[str, list[Cont
 
 
 def _apply_vendor_defaults(
-    host: VendorHost,
+    host: VendorPlugins,
     pod: Pod,
     requests: Mapping[str, Sequence[ContainerRequest | None]],
     patch: _Patcher,

@@ -4,7 +4,7 @@ Owns the assembly: the vendor plugins, the cluster connection (`hami.cluster.kub
 and the namespace labels with their watches, the HTTPS server with its reloadable certificate; and an orderly
 shutdown on SIGTERM or SIGINT (stop serving, then stop watching).
 
-`start_webhook` is the piece the scheduler's process calls (through `hami.hosting`) to serve the webhook beside
+`start_webhook` is the piece the scheduler's process calls (through `hami.companions`) to serve the webhook beside
 the extender, passing its own `QuotaLedger` (`hami.quota`, below both services) so that admission and filter
 count the same usage.
 """
@@ -21,7 +21,7 @@ from types import FrameType
 from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.errors import ConfigError
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.webhook.namespaces import NamespaceLabels
 from hami.webhook.server import WebhookApp, WebhookServer
@@ -55,7 +55,7 @@ class RunningWebhook:
 
 def start_webhook(
     cluster: Cluster,
-    host: VendorHost,
+    host: VendorPlugins,
     settings: WebhookConfig,
     *,
     ledger: QuotaLedger | None = None,
@@ -121,7 +121,7 @@ def run_webhook(
 ) -> int:
     """Serve until `stop` is set (or a termination signal arrives); returns the exit status."""
     stop = stop or threading.Event()
-    host = VendorHost.load(config=config.vendors)
+    host = VendorPlugins.load(config=config.vendors)
     for failure in host.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hami.front import JsonServer, ReloadingTLS
-from hami.plugins import VendorHost
+from hami.plugins import VendorPlugins
 from hami.webhook.admission import AdmissionSettings, BadReview, LabelsOf, QuotaCheck, admit_review
 
 __all__ = ["MAX_BODY_BYTES", "ReloadingTLS", "WebhookApp", "WebhookServer"]
@@ -38,7 +38,7 @@ class WebhookApp:
 
     def __init__(
         self,
-        host: VendorHost,
+        host: VendorPlugins,
         *,
         settings: AdmissionSettings | None = None,
         quota: QuotaCheck | None = None,

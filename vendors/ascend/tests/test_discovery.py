@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hami_rules import counted_by_hami
 
 from hami.codec import decode_node_register, encode_node_register
 from hami.model import NodeInventory
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_ascend.npusmi import NpuSmiError, parse_info
 
 NodeFactory = Callable[..., Any]

@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable
 
 import pytest
-from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from hami.model import (
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
 from hami.plugins import VendorPlugins
 from hami.scheduler.nodes import _devices_from_capacity
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_cambricon import plugin
 from hami_vendor_cambricon.cndev import Cndev, MluCard
 from hami_vendor_cambricon.discovery import NodeRuntime, inventory

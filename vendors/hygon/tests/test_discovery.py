@@ -8,11 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.codec import decode_legacy_register, encode_legacy_register
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_hygon import hysmi
 from hami_vendor_hygon.dtk import bdf_of
 from hami_vendor_hygon.node import runtime_for

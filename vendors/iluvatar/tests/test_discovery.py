@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.codec import decode_legacy_register, decode_link_scores, encode_legacy_register
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_iluvatar.discovery import chip_of
 from hami_vendor_iluvatar.ixml import sysfs_bus_id
 from hami_vendor_iluvatar.plugin import CHIPS

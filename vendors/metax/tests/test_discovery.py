@@ -10,11 +10,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.codec import decode_link_scores
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_metax import discovery, mxsmi
 from hami_vendor_metax.node import runtime_for
 

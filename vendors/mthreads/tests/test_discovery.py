@@ -9,12 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hami_rules import counted_by_hami
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.codec import decode_link_scores, decode_node_register, encode_node_register
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
+from hami.testing.hami_rules import counted_by_hami
 from hami_vendor_mthreads import gmi, plugin
 from hami_vendor_mthreads.discovery import REGISTER_ANNOTATION, SCORE_ANNOTATION, runtime_for
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hami_rules import counted_by_hami
 
 from hami.codec import decode_link_scores, decode_node_register, encode_link_scores, encode_node_register
 from hami.model import NodeInventory
+from hami.testing.hami_rules import counted_by_hami
 
 SCORE = "hami.io/node-nvidia-score"
 INSTANCES = "hami.io/node-nvidia-mig-instances"

@@ -1,5 +1,5 @@
-"""HAMi v2.10's scheduler rules that a registration must pass, written from its source for tests to hold this
-project's node daemons to them.
+"""HAMi v2.10's scheduler rules that a registration must pass, written from its source for vendors' tests to hold
+their node daemons to them (a registration HAMi's scheduler would not count fails a mixed fleet).
 
 `counted_by_hami`: `getNodeResources` (`pkg/scheduler/score.go`) keeps, for a request of a kind, only the node's
 devices whose registered type contains the request's type (the kind's common word: `NVIDIA`, `DCU`, `MLU`,

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hami import isolation
 from hami.findings import Status
 from hami.isolation.grant import DeviceGrant, Grant
 from hami.testing.doctor import DoctorNode
 from hami_vendor_nvidia import doctor
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def test_a_driver_newer_than_the_hooks_is_a_failure_and_a_minor_one_a_warning(gp
 
 
 def test_the_newest_hooked_version_is_the_isolation_librarys_own_table() -> None:
-    source = (REPO / "core/src/hami/isolation/cuda/driver.c").read_text()
+    source = (Path(isolation.__file__).parent / "cuda" / "driver.c").read_text()  # hami-core ships its C sources
     table = source.split("g_variants[] = {", 1)[1].split("};", 1)[0]
     versions = [int(v) for v in re.findall(r"\)\), (\d+), [01],", table)]
     assert versions

@@ -19,6 +19,10 @@ answers (`hami.scheduler.placement`). A write that fails undoes the decision, an
 Bind (`hami.scheduler.binding`) takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and
 creates the Binding; this module only answers it when this replica may not decide.
 
+Beside the filter, in their own modules: preemption's part of it (the pod's own hold set aside before the fit,
+victims chosen when nothing fits: `hami.scheduler.preempting`), a gang member's filter (`hami.scheduler.gangs`)
+and the prioritize verb (`hami.scheduler.prioritize`); the filter only calls them.
+
 This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.service` wires watches.
 """
 
@@ -32,19 +36,19 @@ from hami.cluster.port import Cluster, KubeObject, meta, pod_key
 from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
-from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
+from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
 from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
 from hami.scheduler.gangs import Gangs
-from hami.scheduler.holds import Hold
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import VGPU_TIME, PlacementWriter
-from hami.scheduler.policies import NODE_POLICIES, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
+from hami.scheduler.policies import NODE_POLICIES, NodePolicy, ObservedWorkload
 from hami.scheduler.policy import policy_for
 from hami.scheduler.precedence import Precedence
 from hami.scheduler.preempting import Preempting, Preemption
+from hami.scheduler.prioritize import Prioritizer
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.settings import ExtenderSettings
 from hami.scheduler.state import TERMINAL_PHASES, ClusterState, Decision, NodeRecord
@@ -108,6 +112,8 @@ class Extender:
         """Preemption for pods no node fits (`hami.scheduler.preempting`); None: off."""
         self.gangs = Gangs(self)
         """Pods placed all or nothing with their group (`hami.scheduler.gangs`); the service reports pods to it."""
+        self.prioritizer = Prioritizer(host, state, self.settings, lambda: self.workload.profile())
+        """The prioritize verb (`hami.scheduler.prioritize`), planning for the workload this filter learns."""
 
     def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
         """Whether a filter of this pod waits on nothing but short locks, so that the server may decide on its
@@ -220,25 +226,20 @@ class Extender:
                 self.state.remove_pod(pod.namespace, pod.name)
                 if self.quota is not None:
                     self.quota.release(pod.namespace, pod.name)
-            held = None
-            if self.preempting is not None:
-                self.preempting.holds.expire()  # an expired hold's room is free for this pod already
-                held = self.preempting.holds.set_aside(pod.namespace, pod.name)
+            held = self.preempting.set_aside(pod) if self.preempting is not None else None
             batches = self.candidates.batches(pod, requests, policy, selectors, node_names, result.failed)
             decision = self._fit_in_batches(pod, requests, kinds, batches, policy, NODE_POLICIES[policy.node], result)
             if decision is None:
                 if withdrawn and not unwritten:
                     self.writer.withdraw(pod)
                 if self.preempting is not None:
-                    self._preempt(pod, requests, policy, node_names, held, result)
+                    result.preemption = self.preempting.refused(pod, requests, policy, node_names, held, result.failed)
                 return result
             refusal = self._commit(undo, decision)
+            if self.preempting is not None:
+                self.preempting.placed(pod, held, counted=refusal is None)
             if refusal is not None:
-                if held is not None and self.preempting is not None:
-                    self.preempting.holds.restore(held)
                 return FilterResult(failed=dict.fromkeys(node_names, refusal))
-            if held is not None and self.preempting is not None:
-                self.preempting.holds.drop(pod.namespace, pod.name)  # placed: the room it held is its own now
         if self.settings.record_at_bind:
             self.pending.put(PendingDecision(decision, undo))
         else:
@@ -247,32 +248,6 @@ class Extender:
                 return FilterResult(error=error)
         result.node = decision.node
         return result
-
-    def _preempt(
-        self,
-        pod: Pod,
-        requests: Mapping[str, list[ContainerRequest | None]],
-        policy: SchedulingPolicy,
-        node_names: Sequence[str],
-        held: Hold | None,
-        result: FilterResult,
-    ) -> None:
-        """No node fits: count the pod's hold again while its victims leave, or preempt for it
-        (`hami.scheduler.preempting`); the refusal of the held node says so. The caller holds the state's lock."""
-        assert self.preempting is not None
-        if held is not None:
-            self.preempting.holds.restore(held)
-            waiting = self.preempting.waiting(pod)
-            if waiting and held.node in result.failed:
-                result.failed[held.node] = waiting
-            return
-        preemption = self.preempting.decide(pod, requests, policy, node_names)
-        if preemption is not None:
-            result.preemption = preemption
-            node, victims = preemption.hold.node, len(preemption.hold.victims)
-            verb = "would evict (dry run)" if preemption.dry_run else "evicting"
-            if node in result.failed:
-                result.failed[node] += f"; preempting: {verb} {victims} lower-priority pod(s) here for this pod"
 
     def _fit_in_batches(
         self,
@@ -388,7 +363,7 @@ class Extender:
             undo.add(self.state.commit(decision), "the assumption and the host usage")
         return None
 
-    # ---------------------------------------------------------------------------------- workload and prioritize
+    # ---------------------------------------------------------------------------------- the learned workload
 
     def _observe(
         self,
@@ -418,46 +393,6 @@ class Extender:
                 self._observe(pod, requests)
                 counted += 1
         return counted
-
-    def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
-        """Scores 0-10 for clusters that configure prioritize: HAMi's node score under binpack and spread.
-
-        Under the fragmentation-aware policy a pod without devices is scored too (configure the extender
-        without managed resources so that kube-scheduler sends every pod): its CPU and memory can strand a
-        node's free devices, and the node where they hurt least scores highest."""
-        pod = Pod.from_api(pod_obj)
-        try:
-            kinds = sorted(self.host.pod_requests(pod))
-            policy = policy_for(pod.annotations, self.settings.default_policy())
-        except (HamiError, ValueError):
-            return {}
-        if not kinds:
-            growth = self.host_only_growth(pod_obj, node_names, policy)
-            if not growth:
-                return {}
-            low, high = min(growth.values()), max(growth.values())
-            spread = (high - low) or 1.0
-            return {n: round(10 * (high - g) / spread) for n, g in growth.items()}
-        scores = {}
-        with self.state.lock:
-            for name in node_names:
-                record = self.state.nodes.get(name)
-                if record is None or any(k not in record.views for k in kinds):
-                    continue
-                share = node_share(record, kinds) / (3 * len(kinds))
-                scores[name] = NODE_POLICIES[policy.node].priority(share)
-        return scores
-
-    def host_only_growth(
-        self, pod_obj: KubeObject, node_names: Sequence[str], policy: SchedulingPolicy | None = None
-    ) -> dict[str, float]:
-        """For a pod without devices under the fragmentation-aware policy: how much placing its CPU and memory
-        on each node grows that node's expected device fragmentation (empty under other policies)."""
-        policy = policy or self.settings.default_policy()
-        workload = self.workload.profile()
-        shape = PodShape((), {}, Shares({}), host_requests(pod_obj.get("spec") or {}), workload)
-        with self.state.lock:
-            return NODE_POLICIES[policy.node].host_only(self.state, shape, node_names)
 
     # ---------------------------------------------------------------------------------- bind
 

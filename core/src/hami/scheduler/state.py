@@ -36,7 +36,7 @@ from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
 from hami.lifecycle import TERMINAL_PHASES
-from hami.model import ContainerPlacement, Pod, host_requests
+from hami.model import ContainerPlacement, Pod, cpu_memory_requests
 from hami.plugins import VendorPlugins
 from hami.scheduler.changes import ChangeLog
 from hami.scheduler.nodes import NodeReader, NodeRecord, NodeTotals
@@ -171,7 +171,7 @@ class ClusterState:
             if record is not None:
                 self._remember(record)
             if node and phase not in TERMINAL_PHASES:
-                self.set_host_usage(key, node, *host_requests(spec))
+                self.set_host_usage(key, node, *cpu_memory_requests(spec))
             else:
                 self.set_host_usage(key, "", 0, 0)
 

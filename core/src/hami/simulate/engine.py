@@ -177,7 +177,7 @@ def simulate(
             failed["cpu or memory"] += 1
         elif pod.num_gpu == 0:
             # kube-scheduler's own choice (most free CPU), unless the policy scores pods without devices too
-            growth = extender.host_only_growth(_pod_object(index, pod), fits)
+            growth = extender.prioritizer.deviceless_growth(_pod_object(index, pod), fits)
             if growth:
                 chosen = min(fits, key=lambda n: (growth[n], -free_cpu[n], n))
             else:

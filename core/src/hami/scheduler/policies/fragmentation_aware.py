@@ -69,7 +69,7 @@ class FragmentationAware(NodePolicy):
 
         return charge
 
-    def host_only(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
+    def deviceless(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
         """How much placing the pod's CPU and memory on each node grows that node's expected device
         fragmentation (memoised on the node until its usage changes)."""
         workload = pod.workload

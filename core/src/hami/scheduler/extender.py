@@ -80,12 +80,12 @@ class Extender:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings | None = None,
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.state = state
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
@@ -93,8 +93,8 @@ class Extender:
         """Which nodes a filter fits, in which order (`hami.scheduler.candidates`)."""
         self.pending = PendingDecisions()
         """Decisions awaiting their bind, and the pods the watch delivered (`record_at_bind`)."""
-        self.writer = PlacementWriter(cluster, host, state)
-        self.binder = Binder(cluster, host, state, self.settings, self.pending, self.writer)
+        self.writer = PlacementWriter(cluster, plugins, state)
+        self.binder = Binder(cluster, plugins, state, self.settings, self.pending, self.writer)
         """Binds, under the node locks (`hami.scheduler.binding`)."""
         self.quota: QuotaLedger | None = None
         """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
@@ -112,7 +112,7 @@ class Extender:
         """Preemption for pods no node fits (`hami.scheduler.preempting`); None: off."""
         self.gangs = Gangs(self)
         """Pods placed all or nothing with their group (`hami.scheduler.gangs`); the service reports pods to it."""
-        self.prioritizer = Prioritizer(host, state, self.settings, lambda: self.workload.profile())
+        self.prioritizer = Prioritizer(plugins, state, self.settings, lambda: self.workload.profile())
         """The prioritize verb (`hami.scheduler.prioritize`), planning for the workload this filter learns."""
 
     def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
@@ -159,7 +159,7 @@ class Extender:
         pod counted, the handshake not read: HAMi's `buildTransientNodeInfo`), the best node chosen by the same
         fit and policies, and nothing counted, reserved or written. A Node with no device of the pod's kinds is
         refused as any unregistered node is; one that cannot be read is refused saying so."""
-        state = ClusterState(self.host)
+        state = ClusterState(self.plugins)
         failed: dict[str, str] = {}
         for node in nodes:
             name = str(meta(node).get("name"))
@@ -168,7 +168,7 @@ class Extender:
             except (AttributeError, TypeError, ValueError, KeyError) as exc:
                 failed[name] = f"the Node object given cannot be read: {exc}"
         settings = self.settings.model_copy(update={"record_at_bind": True, "pass_over_nodes_in_flight": False})
-        alone = Extender(self.cluster, self.host, state, settings)  # its own state and pending: nothing leaves it
+        alone = Extender(self.cluster, self.plugins, state, settings)  # its own state and pending: nothing leaves it
         result = alone._decide(Pod.from_api(pod_obj), [n for n in state.nodes if n not in failed])
         result.failed.update(failed)
         return result
@@ -199,14 +199,14 @@ class Extender:
         """Rank the named nodes, fit the pod onto them batch by batch, commit the decision on the chosen one."""
         unwritten = self.pending.take(pod.namespace, pod.name) is not None  # never written: no withdrawal
         try:
-            requests = self.host.pod_requests(pod)
+            requests = self.plugins.pod_requests(pod)
             policy = policy_for(pod.annotations, self.settings.default_policy())
         except (HamiError, ValueError) as exc:
             return FilterResult(error=f"pod {pod.namespace}/{pod.name}: {exc}")
         if not requests:
             return FilterResult(passthrough=True)
         kinds = sorted(requests)
-        selectors = {k: Selectors(self.host.kind(k), pod) for k in kinds}
+        selectors = {k: Selectors(self.plugins.kind(k), pod) for k in kinds}
         self._observe(pod, requests, selectors)
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
@@ -273,12 +273,12 @@ class Extender:
                 if not fitted:
                     break
                 views = [r.views[kind] for r in fitted]
-                if self.host.kind(kind).reusable_fits:
+                if self.plugins.kind(kind).reusable_fits:
                     if reuse is None:
                         reuse = self._fit_id(pod, policy)
                     fits = self._reused_fits(kind, pod, requests[kind], fitted, policy, reuse)
                 else:
-                    fits = self.host.fit_nodes(kind, pod, requests[kind], views, policy)
+                    fits = self.plugins.fit_nodes(kind, pod, requests[kind], views, policy)
                 scores = self._scores(kind, pod, fits, {v.name: v for v in views}, policy)
                 for fit in fits:
                     if fit.placement is None:
@@ -333,7 +333,7 @@ class Extender:
             else:
                 missing.append(record)
         if missing:
-            fresh = self.host.fit_nodes(kind, pod, requests, [r.views[kind] for r in missing], policy)
+            fresh = self.plugins.fit_nodes(kind, pod, requests, [r.views[kind] for r in missing], policy)
             by_name = {r.name: r for r in missing}
             for fit in fresh:
                 owner = by_name.get(fit.node)
@@ -345,10 +345,10 @@ class Extender:
     def _scores(
         self, kind: str, pod: Pod, fits: Sequence[NodeFit], views: Mapping[str, object], policy: SchedulingPolicy
     ) -> Mapping[str, float]:
-        if not self.host.implements(kind, "hami_score_nodes"):
+        if not self.plugins.implements(kind, "hami_score_nodes"):
             return {}
         ok = [f for f in fits if f.placement is not None]
-        return self.host.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
+        return self.plugins.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
 
     def _commit(self, undo: Transaction, decision: Decision) -> str | None:
         """Count the decision (the quota reservation, then the state's `commit`), each step's undo in `undo`; or the
@@ -372,7 +372,7 @@ class Extender:
         selectors: Mapping[str, Selectors] | None = None,
     ) -> None:
         if selectors is None:
-            selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
+            selectors = {k: Selectors(self.plugins.kind(k), pod) for k in requests}
         models = {k: tuple(s.use_type) for k, s in selectors.items()}
         self.workload.observe(requests, pod.cpu_request, pod.memory_request, models)
 
@@ -386,7 +386,7 @@ class Extender:
         for obj in live[-self.workload.window :]:
             try:
                 pod = Pod.from_api(obj)
-                requests = self.host.pod_requests(pod)
+                requests = self.plugins.pod_requests(pod)
             except (HamiError, ValueError):
                 continue  # the filter reports such pods when they are scheduled; here they only teach nothing
             if requests:

@@ -67,7 +67,7 @@ class Preempting:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         *,
         hold_seconds: float = 120.0,
@@ -75,7 +75,7 @@ class Preempting:
     ) -> None:
         self.cluster = cluster
         self.state = state
-        self.selector = VictimSelector(host, state)
+        self.selector = VictimSelector(plugins, state)
         self.holds = HoldBook(state, hold_seconds)
         self.hold_seconds = hold_seconds
         self.dry_run = dry_run

@@ -73,8 +73,8 @@ class Choice:
 class VictimSelector:
     """Chooses a preemption for a pod over the scheduler's `ClusterState`."""
 
-    def __init__(self, host: VendorPlugins, state: ClusterState) -> None:
-        self.host = host
+    def __init__(self, plugins: VendorPlugins, state: ClusterState) -> None:
+        self.plugins = plugins
         self.state = state
 
     def select(
@@ -269,7 +269,7 @@ class VictimSelector:
         annotations: dict[str, str] = {}
         for kind in kinds:
             view = without(record, kind, [self.state.pods[k] for k in removed])
-            fits = self.host.fit_nodes(kind, pod, list(requests[kind]), [view], policy)
+            fits = self.plugins.fit_nodes(kind, pod, list(requests[kind]), [view], policy)
             if not fits or fits[0].placement is None:
                 return None
             allocation[kind] = fits[0].placement

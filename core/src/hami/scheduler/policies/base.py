@@ -64,7 +64,7 @@ class PodShape:
     largest: Mapping[str, ContainerRequest]
     """kind → the pod's largest container request of that kind."""
     shares: Shares
-    host: tuple[int, int]
+    cpu_memory: tuple[int, int]
     """The pod's CPU (millicores) and memory (MiB) requests."""
     workload: WorkloadProfile | None
     """The request mix to plan for (set when the pod's policy names fragmentation-aware)."""

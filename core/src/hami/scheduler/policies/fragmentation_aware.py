@@ -28,7 +28,7 @@ class FragmentationAware(NodePolicy):
         kind = pod.kinds[0]
         request = pod.largest[kind]
         shares = pod.shares
-        cpu, memory = pod.host
+        cpu, memory = pod.cpu_memory
         workload = pod.workload
         assert workload is not None
 
@@ -75,9 +75,9 @@ class FragmentationAware(NodePolicy):
         workload = pod.workload
         if workload is None:
             return {}
-        cpu, memory = pod.host
+        cpu, memory = pod.cpu_memory
         growth: dict[str, float] = {}
-        key = ("host-only", workload.serial, cpu, memory)
+        key = ("deviceless", workload.serial, cpu, memory)
         for name in node_names:
             record = state.nodes.get(name)
             if record is None:

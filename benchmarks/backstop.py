@@ -79,9 +79,9 @@ def node(root: Path, devices: int, containers: int) -> tuple[Backstop, list[Serv
             ServedContainer("team", f"pod-{i}", uid, "main", 0, "NVIDIA", (device,), str(accounting), str(grant))
         )
         processes.append(DeviceProcess(device_uuid=uuid, pid=pid, used_bytes=3000 * MiB))
-    host = cast(VendorPlugins, FixedProcesses(processes))
+    plugins = cast(VendorPlugins, FixedProcesses(processes))
     settings = BackstopSettings(proc_root=proc)
-    return Backstop(host, MemoryCluster(), lambda: served, settings), served
+    return Backstop(plugins, MemoryCluster(), lambda: served, settings), served
 
 
 def main() -> None:

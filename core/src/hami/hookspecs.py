@@ -61,7 +61,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_devices", "hami_doctor_checks")
-"""Hooks the host calls on every vendor. Every other hook is routed by device kind."""
+"""Hooks the core calls on every vendor. Every other hook is routed by device kind."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def hami_vendor_info() -> VendorInfo:
 
     Required. Called once when the plugin loads; the answer must not change afterwards.
 
-    :returns: a `hami.model.VendorInfo`. Names must be unique across installed vendors; the host refuses
+    :returns: a `hami.model.VendorInfo`. Names must be unique across installed vendors; the core refuses
         the later of two plugins that claim the same vendor name, common word or resource name.
     """
 
@@ -417,5 +417,5 @@ def hami_doctor_checks(settings: Any, grant: Grant | None) -> list[Finding]:
     :param grant: None on a node; in a container, the grant the isolation library reads.
     :returns: one `hami.findings.Finding` per check (ok, warning or failed, with the one thing to do). A
         missing driver, a tool printing something unexpected or a permission error is a finding, never an exception:
-        the host turns an exception into a failed finding naming the vendor, and reports it as a bug.
+        the core turns an exception into a failed finding naming the vendor, and reports it as a bug.
     """

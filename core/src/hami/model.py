@@ -51,7 +51,7 @@ __all__ = [
     "ResourceNames",
     "SchedulingPolicy",
     "VendorInfo",
-    "host_requests",
+    "cpu_memory_requests",
 ]
 
 MiB = Annotated[int, Field(ge=0, description="device memory in MiB")]
@@ -348,7 +348,7 @@ class Pod(_Model):
             scheduler_name=str(spec.get("schedulerName") or ""),
             priority=_priority(spec.get("priority")),
             preemption_policy=str(spec.get("preemptionPolicy") or ""),
-            **dict(zip(("cpu_request", "memory_request"), host_requests(spec), strict=True)),
+            **dict(zip(("cpu_request", "memory_request"), cpu_memory_requests(spec), strict=True)),
         )
 
 
@@ -364,7 +364,7 @@ def _priority(value: object) -> int:
         return 0
 
 
-def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+def cpu_memory_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
     """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
     containers, or its largest init container if that is larger. Requests default to limits; unreadable
     quantities count as zero (the API server has validated them)."""

@@ -133,7 +133,7 @@ class Backstop(Collector):
 
     def __init__(
         self,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         cluster: Cluster,
         containers: Callable[[], Iterable[ServedContainer]],
         settings: BackstopSettings | None = None,
@@ -141,7 +141,7 @@ class Backstop(Collector):
         kill: Callable[[int], None] | None = None,
         devices: Callable[[], Iterable[str]] | None = None,
     ) -> None:
-        self.host = host
+        self.plugins = plugins
         self.devices = devices
         """The ids of the devices discovery reports on this node; None: every placement is taken as readable."""
         self._unreadable: set[str] = set()
@@ -270,7 +270,7 @@ class Backstop(Collector):
         found: list[DeviceProcess] = []
         for kind in sorted(kinds):
             try:
-                answer = self.host.device_processes(kind)
+                answer = self.plugins.device_processes(kind)
             except Exception:
                 log.exception("the %s plugin failed to list its devices' processes; not checked this round", kind)
                 continue

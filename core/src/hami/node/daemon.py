@@ -126,23 +126,23 @@ class NodeDaemon:
     def __init__(
         self,
         settings: NodeSettings,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         cluster: Cluster,
         *,
         container_usage: ContainerUsageReader | None = None,
         placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.settings = settings
-        self.host = host
+        self.plugins = plugins
         self.cluster = cluster
         self.node = settings.node_name
         self.kubelet = KubeletSocket(settings.device_plugin_dir)
         self.libraries = IsolationLibraries(settings.hook_dir)
-        self.served = ServedPods(host)
+        self.served = ServedPods(plugins)
         self.placement_keys = placement_keys if placement_keys is not None else PlacementKeys.from_environment()
         self.allocator = Allocator(
             cluster,
-            host,
+            plugins,
             self.node,
             on_served=self.served.record,
             library_of=self.libraries.for_vendor,
@@ -161,7 +161,7 @@ class NodeDaemon:
                 "placement verification on: serving only placements signed with the keys in %s",
                 self.placement_keys.source,
             )
-        self.registrar = NodeRegistrar(cluster, host, self.node)
+        self.registrar = NodeRegistrar(cluster, plugins, self.node)
         self.container_usage = container_usage or AccountingReader(self.served.containers)
         self.monitor = NodeMonitor(
             self.node,
@@ -178,7 +178,7 @@ class NodeDaemon:
         self.backstop: Backstop | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
             self.backstop = Backstop(
-                host,
+                plugins,
                 cluster,
                 self.served.containers,
                 settings.backstop,
@@ -186,7 +186,7 @@ class NodeDaemon:
             )
             self.monitor.registry.register(self.backstop)
         self.inventories: dict[str, NodeInventory] = {}
-        self.plugins: dict[str, ResourcePlugin] = {}
+        self.resource_plugins: dict[str, ResourcePlugin] = {}
         self.metrics: MetricsServer | None = None
         self.discoveries = 0
         """Discovery rounds completed."""
@@ -200,9 +200,9 @@ class NodeDaemon:
         self.dra: DraPlugin | None = None
         """The DRA kubelet plugin (`draDriver` set)."""
         if settings.dra_driver:
-            slices = self.slices = SlicePublisher(cluster, host, self.node, settings.dra_driver)
+            slices = self.slices = SlicePublisher(cluster, plugins, self.node, settings.dra_driver)
             self.dra = DraPlugin(
-                cluster, host, self.node, settings.dra_driver, lambda: slices.devices,
+                cluster, plugins, self.node, settings.dra_driver, lambda: slices.devices,
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.plugin_registry_dir,
                 cdi_dir=settings.cdi_dir, library_of=self.libraries.for_vendor, placement_keys=self.placement_keys,
                 served=lambda: [
@@ -224,7 +224,7 @@ class NodeDaemon:
             await asyncio.to_thread(self._start_up)
             log.info(
                 "node daemon for %s: vendors %s; device plugins in %s; metrics on port %d",
-                self.node, ", ".join(v.name for v in self.host.vendors) or "none",
+                self.node, ", ".join(v.name for v in self.plugins.vendors) or "none",
                 self.settings.device_plugin_dir, self.metrics.port,
             )  # fmt: skip
             await self.discover()
@@ -252,7 +252,7 @@ class NodeDaemon:
     async def shutdown(self) -> None:
         """Stop every plugin (in-flight calls get the grace period), remove the sockets, stop the metrics."""
         grace = self.settings.shutdown_grace_seconds
-        await asyncio.gather(*(p.stop(grace) for p in self.plugins.values()), return_exceptions=True)
+        await asyncio.gather(*(p.stop(grace) for p in self.resource_plugins.values()), return_exceptions=True)
         if self.dra is not None:
             await self.dra.stop(grace)
         self._registered.clear()
@@ -286,13 +286,13 @@ class NodeDaemon:
         found: list[DeviceReading] = []
         for kind in list(self.inventories):
             try:
-                found += self.host.device_readings(kind) or ()
+                found += self.plugins.device_readings(kind) or ()
             except Exception:  # one vendor's failure leaves its devices unknown, not the scrape failed
                 log.exception("reading the %s devices' figures failed", kind)
         return found
 
     def _start_up(self) -> None:
-        for vendor in self.host.vendors:
+        for vendor in self.plugins.vendors:
             try:
                 self.libraries.install(vendor)
             except OSError as exc:
@@ -306,9 +306,9 @@ class NodeDaemon:
             log.warning("cannot list the pods already on node %s (%s); metrics start with none", self.node, exc)
             return
         here = [Pod.from_api(p) for p in pods if node_of(p) == self.node and not finished(p)]
-        for kind in self.host.kinds:
+        for kind in self.plugins.kinds:
             try:
-                self.host.reconcile(kind.common_word, here)
+                self.plugins.reconcile(kind.common_word, here)
             except Exception:  # one vendor's clean-up must not stop the daemon
                 log.exception("reconciling the %s devices of node %s failed", kind.common_word, self.node)
 
@@ -319,9 +319,9 @@ class NodeDaemon:
         file when one is set (None when that file cannot be used this round: the last inventory stays)."""
         path = self.settings.simulated_inventory
         if path is None:
-            return self.host.discover()
+            return self.plugins.discover()
         try:
-            return simulated.discover(path, self.node, self.host)
+            return simulated.discover(path, self.node, self.plugins)
         except ConfigError as exc:
             log.error("%s; keeping the devices found before", exc)
             return None
@@ -336,7 +336,7 @@ class NodeDaemon:
         for vendor, answers in found.items():
             for inventory in answers:
                 try:
-                    owner = self.host.owner(inventory.kind).name
+                    owner = self.plugins.owner(inventory.kind).name
                 except KeyError:
                     owner = None
                 if owner != vendor:
@@ -349,12 +349,12 @@ class NodeDaemon:
         self.inventories = inventories
         created = False
         for word, inventory in sorted(inventories.items()):
-            kind = self.host.kind(word)
+            kind = self.plugins.kind(word)
             for resource in resources_of(kind):
-                plugin = self.plugins.get(resource.name)
+                plugin = self.resource_plugins.get(resource.name)
                 if plugin is None:
                     plugin = ResourcePlugin(resource, self.settings.device_plugin_dir, self.allocator.allocate)
-                    self.plugins[resource.name] = plugin
+                    self.resource_plugins[resource.name] = plugin
                     created = True
                 devices = advertised_devices(kind, resource.role, inventory.devices)
                 if await plugin.set_devices(devices) and plugin.serving:
@@ -391,7 +391,7 @@ class NodeDaemon:
                 log.info("the kubelet restarted: registering again")
             self._kubelet = identity
             self._registered.clear()
-        for name, plugin in sorted(self.plugins.items()):
+        for name, plugin in sorted(self.resource_plugins.items()):
             if not plugin.socket_present:
                 if plugin.serving:
                     log.info("the socket of %s was removed: listening again", name)
@@ -466,19 +466,19 @@ def run_node(
     settings: NodeSettings,
     *,
     cluster: Cluster | None = None,
-    host: VendorPlugins | None = None,
+    plugins: VendorPlugins | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set, from another thread); returns the exit status."""
-    host = host or VendorPlugins.load(config=config.vendors)
-    for failure in host.failed:
+    plugins = plugins or VendorPlugins.load(config=config.vendors)
+    for failure in plugins.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if settings.simulated_inventory is not None:
         inventory = settings.simulated_inventory
         simulated.load_inventory(inventory).node(settings.node_name, str(inventory))  # a bad file stops us here
         log.info("devices of node %s come from %s, not from the vendors' drivers", settings.node_name, inventory)
     cluster = cluster or connect(config)
-    daemon = NodeDaemon(settings, host, cluster)
+    daemon = NodeDaemon(settings, plugins, cluster)
 
     async def main() -> None:
         done = asyncio.Event()

@@ -53,11 +53,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from hami.cluster.port import Cluster, ClusterError
 from hami.isolation.accounting import AccountingFileError, read_tampered
 from hami.isolation.grant import render_pid_map, write_pid_map
-from hami.model import DeviceProcess
+from hami.model import DeviceProcess, DrmUsageSource
+from hami.node.drmusage import DrmUsage
 from hami.node.pods import ServedContainer
 from hami.plugins import VendorPlugins
 
-__all__ = ["Backstop", "BackstopSettings", "Overrun", "namespace_pid", "owner_of"]
+__all__ = ["Backstop", "BackstopSettings", "Overrun", "namespace_pid", "owner_of", "pod_processes"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,24 @@ def owner_of(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str] | Non
             container = _CONTAINER_ID.search(path.rstrip("/"))
             return found.group(1).replace("_", "-"), container.group(1) if container else ""
     return None
+
+
+def pod_processes(proc_root: Path, pods: set[str]) -> dict[int, tuple[str, str]]:
+    """Host pid → (pod UID, container id) of every process of `pods` under `proc_root`, from each process's cgroup
+    (`owner_of`): the processes whose DRM clients the backstop reads, found whatever device they use."""
+    found: dict[int, tuple[str, str]] = {}
+    if not pods:
+        return found
+    try:
+        names = os.listdir(proc_root)
+    except OSError:
+        return found
+    for name in names:
+        if name.isdigit():
+            owner = owner_of(int(name), proc_root)
+            if owner is not None and owner[0] in pods:
+                found[int(name)] = owner
+    return found
 
 
 def namespace_pid(pid: int, proc_root: Path = Path("/proc")) -> tuple[int, int] | None:
@@ -157,6 +176,8 @@ class Backstop(Collector):
         """Grant directory → the ``pids`` text last written there."""
         self.tampered: dict[tuple[str, int], int] = {}
         """(accounting file, device index) → the file's ``tampered`` count at the last round."""
+        self.drm = DrmUsage(self.settings.proc_root)
+        """The served containers' DRM clients, for the kinds whose vendor gives a DRM source."""
 
     # ---------------------------------------------------------------------------------- one round
 
@@ -166,13 +187,14 @@ class Backstop(Collector):
         by_pod: dict[str, list[ServedContainer]] = {}
         for c in served:
             by_pod.setdefault(c.pod_uid, []).append(c)
-        processes = self._processes({c.kind for c in served})
+        owners: dict[int, tuple[str, str]] = {}
+        processes = self._processes({c.kind for c in served}, set(by_pod), owners)
         known = set(self.devices()) if self.devices is not None else None
         holdings: dict[tuple[str, str, str], _Holding] = {}
         chosen_of: dict[tuple[str, str, str], ServedContainer] = {}
         pod_level: dict[tuple[str, str], _Holding] = {}
         for process in processes:
-            owner = owner_of(process.pid, self.settings.proc_root)
+            owner = owners[process.pid] if process.pid in owners else owner_of(process.pid, self.settings.proc_root)
             if owner is None or owner[0] not in by_pod:
                 continue
             pod_uid, container_id = owner
@@ -266,15 +288,29 @@ class Backstop(Collector):
                 c.namespace, c.pod, ", ".join(sorted(unknown)),
             )  # fmt: skip
 
-    def _processes(self, kinds: Iterable[str]) -> list[DeviceProcess]:
+    def _processes(
+        self, kinds: Iterable[str], pods: set[str], owners: dict[int, tuple[str, str]]
+    ) -> list[DeviceProcess]:
+        """Every served kind's device processes: the management library's (`hami_device_processes`), and, from the
+        kernel's DRM fdinfo (`hami.node.drmusage`), the memory of the kinds whose library has none and the busy time
+        of every kind that gives a DRM source. `owners` is filled with the served pods' processes found for it."""
         found: list[DeviceProcess] = []
+        sources: list[DrmUsageSource] = []
         for kind in sorted(kinds):
             try:
                 answer = self.host.device_processes(kind)
+                source = self.host.drm_usage_source(kind)
             except Exception:
                 log.exception("the %s plugin failed to list its devices' processes; not checked this round", kind)
                 continue
+            if source is not None and answer is not None:
+                source = source.model_copy(update={"memory_regions": ()})  # the library's figure is the judge
+            if source is not None and (source.memory_regions or source.engines):
+                sources.append(source)
             found += answer or []
+        if sources:
+            owners.update(pod_processes(self.settings.proc_root, pods))
+            found += self.drm.read(sources, owners)
         return found
 
     def _by_container_id(self, candidates: Sequence[ServedContainer], container_id: str) -> ServedContainer | None:

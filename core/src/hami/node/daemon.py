@@ -14,7 +14,8 @@ these periodic tasks:
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
   the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
 * **busy** (`busyPublishSeconds`, 30 s; 0 turns it off): each device's measured busy share written on the Node
-  when it moved (`hami.node.busy`), for the scheduler's `usage` policy.
+  when it moved (`hami.node.busy`), for the scheduler's `usage` policy; for a vendor that gives a DRM source with
+  engines, the share its engines' fdinfo times show between two publishes, as the backstop's rounds read them.
 
 Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
 per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
@@ -56,6 +57,7 @@ from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.busy import BusyPublisher, measure_busy
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
+from hami.node.drmusage import BusySnapshot, busy_between
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
@@ -173,8 +175,9 @@ class NodeDaemon:
         self.busy = BusyPublisher(
             cluster,
             self.node,
-            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage()),
+            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage(), self._drm_busy()),
         )
+        self._drm_mark: BusySnapshot | None = None
         self.backstop: Backstop | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
             self.backstop = Backstop(
@@ -259,6 +262,14 @@ class NodeDaemon:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+
+    def _drm_busy(self) -> dict[str, float]:
+        """The devices' busy shares from DRM fdinfo since the last publish (the backstop's rounds count them)."""
+        if self.backstop is None:
+            return {}
+        now = self.backstop.drm.snapshot()
+        shares, self._drm_mark = busy_between(self._drm_mark, now), now
+        return shares
 
     async def publish_busy(self) -> None:
         """One round of publishing the devices' busy shares on the Node (hami.node.busy)."""

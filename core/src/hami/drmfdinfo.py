@@ -154,23 +154,31 @@ def read_process(proc_root: Path, pid: int) -> list[tuple[int, DrmClient]]:
     base = os.path.join(proc_root, str(pid))
     found: list[tuple[int, DrmClient]] = []
     try:
-        entries = os.scandir(os.path.join(base, "fd"))
+        fds = os.open(os.path.join(base, "fd"), os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return found  # gone, or not ours to read
-    with entries:
-        for entry in entries:
-            if not entry.name.isdigit():
-                continue
+    infos = -1
+    try:
+        for name in os.listdir(fds):
             try:
-                if not stat.S_ISCHR(os.stat(entry.path).st_mode):  # follows the link to the open file itself
+                if not stat.S_ISCHR(os.stat(name, dir_fd=fds).st_mode):  # follows the link to the open file itself
                     continue
-                with open(os.path.join(base, "fdinfo", entry.name), "rb") as info:
-                    data = info.read(_READ_LIMIT)
-            except OSError:
+                if infos < 0:
+                    infos = os.open(os.path.join(base, "fdinfo"), os.O_RDONLY | os.O_DIRECTORY)
+                info = os.open(name, os.O_RDONLY, dir_fd=infos)
+                try:
+                    data = os.read(info, _READ_LIMIT)
+                finally:
+                    os.close(info)
+            except (OSError, ValueError):
                 continue  # closed since, or a descriptor of a file the link cannot reach
             client = parse_fdinfo(data.decode("utf-8", "replace"))
-            if client is not None:
-                found.append((int(entry.name), client))
+            if client is not None and name.isdigit():
+                found.append((int(name), client))
+    finally:
+        os.close(fds)
+        if infos >= 0:
+            os.close(infos)
     return found
 
 

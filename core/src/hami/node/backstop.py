@@ -86,6 +86,10 @@ def owner_of(pid: int, proc_root: Path = Path("/proc")) -> tuple[str, str] | Non
         text = (proc_root / str(pid) / "cgroup").read_text()
     except OSError:
         return None  # gone already, or not visible from here
+    return _owner(text)
+
+
+def _owner(text: str) -> tuple[str, str] | None:
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
         found = _POD_UID.search(path)
@@ -102,14 +106,28 @@ def pod_processes(proc_root: Path, pods: set[str]) -> dict[int, tuple[str, str]]
     if not pods:
         return found
     try:
-        names = os.listdir(proc_root)
+        root = os.open(proc_root, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return found
-    for name in names:
-        if name.isdigit():
-            owner = owner_of(int(name), proc_root)
+    try:
+        for name in os.listdir(root):
+            if not name.isdigit():
+                continue
+            try:
+                record = os.open(f"{name}/cgroup", os.O_RDONLY, dir_fd=root)
+            except OSError:
+                continue  # gone already, or not visible from here
+            try:
+                text = os.read(record, 65536).decode("utf-8", "replace")
+            except OSError:
+                continue
+            finally:
+                os.close(record)
+            owner = _owner(text) if "pod" in text else None
             if owner is not None and owner[0] in pods:
                 found[int(name)] = owner
+    finally:
+        os.close(root)
     return found
 
 

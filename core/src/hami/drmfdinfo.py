@@ -27,7 +27,8 @@ most 64 KiB each; a process or descriptor that is gone, or not readable, is skip
 no vendor: which driver, devices and regions count is the caller's (`hami.model.DrmUsageSource`).
 
 `DrmFdinfo` is the configuration block a vendor whose kernel driver is a DRM driver embeds in its settings
-(``drmFdinfo:``), so that every such vendor offers the same three options.
+(``drmFdinfo:``), so that every such vendor offers the same four options (``enabled``, ``drivers``,
+``memoryRegions``, ``engines``).
 """
 
 from __future__ import annotations
@@ -188,6 +189,11 @@ class DrmFdinfo(VendorSettings):
     `hami.model.DrmUsageSource`)."""
 
     enabled: bool = Field(default=False, description="read /proc/<pid>/fdinfo of the served containers' processes")
+    drivers: tuple[str, ...] = Field(
+        default=(),
+        description="the drm-driver names the vendor's devices register (as their fdinfo prints them); none: the "
+        "vendor's own, where it knows one",
+    )
     memory_regions: tuple[str, ...] = Field(
         default=(),
         description="the driver's memory regions that are the device's own memory (amdgpu: vram); none: the "
@@ -200,9 +206,11 @@ class DrmFdinfo(VendorSettings):
     )
 
     def source(self, drivers: tuple[str, ...], devices: Mapping[str, str]) -> DrmUsageSource | None:
-        """The source these options describe for a vendor's `drivers` and its devices (PCI address → `Device.id`);
-        None when it is off or counts nothing."""
-        if not self.enabled or not (self.memory_regions or self.engines) or not devices:
+        """The source these options describe for a vendor whose devices register as `drivers` (the ``drivers``
+        option replaces them; none where the vendor knows no name) and its devices (PCI address → `Device.id`);
+        None when it is off, counts nothing or names no driver."""
+        drivers = self.drivers or drivers
+        if not self.enabled or not (self.memory_regions or self.engines) or not devices or not drivers:
             return None
         return DrmUsageSource(
             drivers=drivers,

@@ -173,6 +173,8 @@ def read_process(proc_root: Path, pid: int) -> list[tuple[int, DrmClient]]:
                     os.close(info)
             except (OSError, ValueError):
                 continue  # closed since, or a descriptor of a file the link cannot reach
+            if b"drm-driver:" not in data:
+                continue  # a character device that is no DRM file (a tty, /dev/null): nothing to parse
             client = parse_fdinfo(data.decode("utf-8", "replace"))
             if client is not None and name.isdigit():
                 found.append((int(name), client))

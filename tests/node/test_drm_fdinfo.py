@@ -113,6 +113,22 @@ def test_lines_that_break_the_format_are_skipped_and_the_rest_read() -> None:
     assert client.memory == {"total": {"vram": 12}}
 
 
+def test_a_key_said_twice_can_neither_move_the_client_nor_lower_a_figure() -> None:
+    """What a process might try through the one line it chooses (``drm-client-name``), were the kernel to let a name
+        carry a line break: the identity keys keep the kernel's first line, the figures their largest value, an engine
+    group its smallest capacity (a larger one would divide the busy time away)."""
+    client = parse_fdinfo(
+        "drm-driver:\tamdgpu\ndrm-client-id:\t7\ndrm-pdev:\t0000:3b:00.0\n"
+        "drm-client-name:\tx\ndrm-pdev:\t0000:ff:00.0\ndrm-client-id:\t8\ndrm-driver:\ti915\n"
+        "drm-resident-vram:\t0\ndrm-engine-gfx:\t0 ns\ndrm-engine-capacity-gfx:\t64\n"
+        "drm-resident-vram:\t4096 MiB\ndrm-engine-gfx:\t900 ns\ndrm-engine-capacity-gfx:\t1\ndrm-resident-vram:\t1\n"
+    )
+    assert client is not None
+    assert (client.driver, client.pdev, client.client_id) == ("amdgpu", BUS0, 7)
+    assert client.memory == {"resident": {"vram": 4096 * MiB}}
+    assert (client.engines, client.capacity) == ({"gfx": 900}, {"gfx": 1})
+
+
 def render(client: DrmClient) -> str:
     """The fdinfo text of `client`, as a driver prints it (bytes without a unit)."""
     lines = ["pos:\t0", f"drm-driver:\t{client.driver}"]

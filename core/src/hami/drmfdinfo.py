@@ -17,9 +17,12 @@ one process's open DRM files from a /proc tree (the host's, or a test's):
   ``drm-shared-``, ``drm-resident-``, ``drm-purgeable-``, ``drm-active-`` and the deprecated ``drm-memory-``
   (amdgpu's, an alias of ``drm-resident-``), each ``<n>`` bytes or ``<n> KiB`` / ``<n> MiB``.
 
-A line that breaks the format (a key with whitespace, a number that is not one, a unit the document does not name)
-is skipped, never an error: the file is the kernel's, but what a process opens is its own business, and nothing
-it holds may stop a read. Unsigned values above 2^64 are not numbers. Parsing never raises on any text.
+A key said twice (the kernel never does; a client's own name, ``drm-client-name``, is the one line a process
+chooses, and it comes after the identity keys) is read so that no second line can lower a figure or move a client:
+``drm-driver``, ``drm-pdev`` and ``drm-client-id`` keep their first value, every figure its largest and a capacity
+its smallest. A line that breaks the format (a key with whitespace, a number that is not one, a unit the document
+does not name) is skipped, never an error: the file is the kernel's, but what a process opens is its own business,
+and nothing it holds may stop a read. Unsigned values above 2^64 are not numbers. Parsing never raises on any text.
 
 `read_process` walks one process's descriptors (``/proc/<pid>/fd``): only those open on a character device (the
 link followed, so a device node renamed or moved inside a container is still found) have their fdinfo read, at
@@ -63,6 +66,7 @@ _KEYSTR = re.compile(r"[^\s:]+")
 _PDEV = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _U64 = (1 << 64) - 1
 _READ_LIMIT = 64 * 1024
+_IDENTITY = frozenset({"drm-driver", "drm-pdev", "drm-client-id"})
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def _uint(value: str, units: Mapping[str, int]) -> int | None:
 
 def _put(into: dict[str, int], name: str, value: int | None) -> None:
     if name and value is not None:
-        into[name] = value
+        into[name] = max(value, into.get(name, 0))
 
 
 def parse_fdinfo(text: str) -> DrmClient | None:
@@ -104,11 +108,16 @@ def parse_fdinfo(text: str) -> DrmClient | None:
     cycles: dict[str, int] = {}
     total_cycles: dict[str, int] = {}
     memory: dict[str, dict[str, int]] = {}
+    seen: set[str] = set()
     for line in text.split("\n"):
         key, sep, raw = line.partition(":")
         if not sep or not key.startswith("drm-") or not _KEYSTR.fullmatch(key):
             continue
         value = raw.strip(" \t\r")
+        if key in seen:
+            continue  # an identity key said again: the kernel's first line is the one (see the module)
+        if key in _IDENTITY:
+            seen.add(key)
         if key == "drm-driver":
             driver = value if value and "\x00" not in value else driver
         elif key == "drm-pdev":
@@ -119,7 +128,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
         elif key.startswith("drm-engine-capacity-"):
             count = _uint(value, {"": 1})
             if count and len(key) > 20:  # "Zero capacity is not allowed"
-                capacity[key[20:]] = count
+                capacity[key[20:]] = min(count, capacity.get(key[20:], count))
         elif key.startswith("drm-engine-"):
             _put(engines, key[11:], _uint(value, {"": 1, "ns": 1}))
         elif key.startswith("drm-total-cycles-"):
@@ -130,7 +139,7 @@ def parse_fdinfo(text: str) -> DrmClient | None:
             category, _, region = key[len("drm-") :].partition("-")
             size = _uint(value, _UNITS) if category in MEMORY_CATEGORIES and region else None
             if size is not None:
-                memory.setdefault(category, {})[region] = size
+                _put(memory.setdefault(category, {}), region, size)
     if not driver:
         return None
     return DrmClient(driver, pdev, client_id, engines, capacity, cycles, total_cycles, memory)

@@ -19,7 +19,10 @@ into what the node daemon acts on, for the vendors that give a `hami.model.DrmUs
 
 What it does not see: clients of processes outside the served containers (the busy share is the served
 containers' work, as the accounting files' sum is), work a runtime submits around the DRM scheduler (amdgpu's
-KFD user queues: ROCm and DTK compute), and whatever a driver does not publish. It reads only; nothing is written.
+KFD user queues: ROCm and DTK compute), whatever a driver does not publish, and an open DRM file no descriptor names
+any more: a process that maps a buffer (or, on amdgpu, hands the file to KFD) and then closes its descriptor keeps the
+file, and its memory, alive where no ``/proc/<pid>/fd`` shows it. Its cost grows with the descriptors the served
+containers hold (each is one ``stat``), which a tenant chooses. It reads only; nothing is written.
 """
 
 from __future__ import annotations

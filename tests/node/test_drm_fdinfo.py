@@ -18,7 +18,7 @@ from hami.drmfdinfo import DrmClient, DrmFdinfo, memory_bytes, parse_fdinfo, rea
 from hami.model import ContainerDevice, DeviceProcess, DrmUsageSource
 from hami.node.backstop import Backstop, BackstopSettings, pod_processes
 from hami.node.busy import measure_busy
-from hami.node.drmusage import DrmUsage, busy_between
+from hami.node.drmusage import BusyWindow, DrmUsage, busy_between
 from hami.node.pods import ServedContainer
 from hami.plugins import VendorPlugins
 from hami.testing.drmfdinfo import FakeProc, fdinfo_text
@@ -321,6 +321,20 @@ def test_engine_time_grows_into_a_busy_share_held_at_the_largest_value_read(tmp_
     usage.read([source(memory=False)], owners)
     assert busy_between(second, usage.snapshot()) == pytest.approx({GPU0: 25.0, GPU1: 0.0})
     assert busy_between(None, usage.snapshot()) == {}
+
+
+def test_a_busy_window_gives_the_share_since_its_last_call_however_many_rounds_ran(tmp_path: Path) -> None:
+    """The busy publisher asks every busyPublishSeconds; the backstop's rounds count in between."""
+    proc, owners, now, usage = one_process(tmp_path, 0.0)
+    window = BusyWindow(usage)
+    for second, ns in enumerate((0, 100_000_000, 200_000_000, 900_000_000)):
+        now[0] = float(second)
+        proc.drm(10, 5, amdgpu(7, 0, gfx_ns=ns))
+        usage.read([source(memory=False)], owners)
+        if second in (0, 3):
+            shares = window.shares()
+    assert shares == pytest.approx({GPU0: 30.0, GPU1: 0.0})  # 0.9 s over the 3 s since the first call
+    assert window.shares() == {}  # no round since: no time passed
 
 
 def test_an_engine_group_divides_its_busy_time_by_its_capacity(tmp_path: Path) -> None:

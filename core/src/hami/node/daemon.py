@@ -57,7 +57,7 @@ from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.busy import BusyPublisher, measure_busy
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
-from hami.node.drmusage import BusySnapshot, busy_between
+from hami.node.drmusage import BusyWindow
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
@@ -177,8 +177,8 @@ class NodeDaemon:
             self.node,
             lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage(), self._drm_busy()),
         )
-        self._drm_mark: BusySnapshot | None = None
         self.backstop: Backstop | None = None
+        self._drm_window: BusyWindow | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
             self.backstop = Backstop(
                 host,
@@ -188,6 +188,7 @@ class NodeDaemon:
                 devices=lambda: {d.id for inventory in self.inventories.values() for d in inventory.devices},
             )
             self.monitor.registry.register(self.backstop)
+            self._drm_window = BusyWindow(self.backstop.drm)
         self.inventories: dict[str, NodeInventory] = {}
         self.plugins: dict[str, ResourcePlugin] = {}
         self.metrics: MetricsServer | None = None
@@ -265,11 +266,7 @@ class NodeDaemon:
 
     def _drm_busy(self) -> dict[str, float]:
         """The devices' busy shares from DRM fdinfo since the last publish (the backstop's rounds count them)."""
-        if self.backstop is None:
-            return {}
-        now = self.backstop.drm.snapshot()
-        shares, self._drm_mark = busy_between(self._drm_mark, now), now
-        return shares
+        return {} if self._drm_window is None else self._drm_window.shares()
 
     async def publish_busy(self) -> None:
         """One round of publishing the devices' busy shares on the Node (hami.node.busy)."""

@@ -35,7 +35,7 @@ from pathlib import Path
 from hami.drmfdinfo import DrmClient, memory_bytes, read_process
 from hami.model import DeviceProcess, DrmUsageSource
 
-__all__ = ["BusySnapshot", "DrmUsage", "busy_between"]
+__all__ = ["BusySnapshot", "BusyWindow", "DrmUsage", "busy_between"]
 
 Owner = tuple[str, str]
 """(pod UID, container id) of a process, from its cgroup."""
@@ -133,3 +133,18 @@ class DrmUsage:
     def snapshot(self) -> BusySnapshot:
         """The devices' busy totals as of the last round, for `busy_between`."""
         return BusySnapshot(self._at, {d: dict(e) for d, e in self._busy_ns.items()})
+
+
+class BusyWindow:
+    """The devices' busy shares over the window since its previous call, for a reader that asks now and then (the
+    busy publisher, every ``busyPublishSeconds``) while the backstop's rounds keep counting."""
+
+    def __init__(self, usage: DrmUsage) -> None:
+        self.usage = usage
+        self._mark: BusySnapshot | None = None
+
+    def shares(self) -> dict[str, float]:
+        """Device id → busy percent since the last call; {} at the first."""
+        now = self.usage.snapshot()
+        shares, self._mark = busy_between(self._mark, now), now
+        return shares

@@ -46,6 +46,7 @@ from hami.model import (
     DeviceProcess,
     DeviceReading,
     DraDevice,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -359,6 +360,24 @@ def hami_device_processes(kind: DeviceKind, settings: Any) -> Sequence[DevicePro
     device with its memory on that device, in bytes, under the device's `Device.id`.
 
     :returns: the processes (an empty list when none), or None when the vendor cannot say this round.
+    """
+
+
+@hookspec(firstresult=True)
+def hami_drm_usage_source(kind: DeviceKind, settings: Any) -> DrmUsageSource | None:
+    """Where the kernel's DRM client statistics describe this node's devices of `kind`, and what in them counts.
+
+    Routed, optional, node daemon only. For a vendor whose kernel driver is a DRM driver that publishes the
+    per-client keys of Linux's ``Documentation/gpu/drm-usage-stats.rst`` in ``/proc/<pid>/fdinfo/<fd>``. The node
+    daemon's backstop then reads the served containers' processes' open DRM files (`hami.drmfdinfo`): their memory in
+    `memory_regions`, as the device's, where `hami_device_processes` answers None (the management library has no
+    per-process memory), and the busy time of `engines`, as the devices' busy share the Node publishes. Answer only
+    what your driver is known to publish (its documentation, or a check on the hardware): a region or engine the
+    driver does not fill in reads as nothing used. Give the devices by their PCI address (sysfs's form, as
+    ``drm-pdev`` names them) → `Device.id`; embed `hami.drmfdinfo.DrmFdinfo` in your settings to offer the same
+    ``drmFdinfo`` options as the other vendors and build the answer with its ``source``.
+
+    :returns: the source, or None where the vendor does not read fdinfo (not a DRM driver, turned off, no devices).
     """
 
 

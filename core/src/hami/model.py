@@ -664,6 +664,25 @@ class DeviceProcess(_Model):
     used_bytes: int = Field(ge=0, description="device memory the process holds")
 
 
+class DrmUsageSource(_Model):
+    """Where the kernel's DRM client statistics (``/proc/<pid>/fdinfo/<fd>``, `hami.drmfdinfo`) describe a vendor's
+    devices, and what in them counts (`hami_drm_usage_source`): the node daemon's backstop reads the memory of the
+    served containers' DRM clients there where the management library gives none per process, and the busy share of
+    the devices from the engines' busy time."""
+
+    drivers: tuple[str, ...] = Field(min_length=1, description="the ``drm-driver`` names of the vendor's devices")
+    devices: Mapping[str, str] = Field(
+        description="the devices' PCI addresses as ``drm-pdev`` gives them, in sysfs's form (``0000:3b:00.0``) → "
+        "their ids (`Device.id`)"
+    )
+    memory_regions: tuple[str, ...] = Field(
+        default=(), description="the regions that are the device's own memory (``vram``); none: no memory figure"
+    )
+    engines: tuple[str, ...] = Field(
+        default=(), description="the engines whose busy time makes the device busy; none: no busy share"
+    )
+
+
 class DeviceReading(_Model):
     """What the vendor's management library reads from one device right now (`hami_device_readings`): the device's
     own figures, beside the grants the scheduler made and what each container's isolation library accounts.

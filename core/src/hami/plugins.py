@@ -41,6 +41,7 @@ from hami.model import (
     DeviceProcess,
     DeviceReading,
     DraDevice,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -397,6 +398,12 @@ class VendorPlugins:
         vendor does not say (no hook, or not this round)."""
         result = self._routed(common_word, "hami_device_processes")
         return None if result is None else list(result)
+
+    def drm_usage_source(self, common_word: str) -> DrmUsageSource | None:
+        """Where the kernel's DRM client statistics describe the devices of kind `common_word`
+        (`hami_drm_usage_source`); None when the vendor reads none."""
+        result: DrmUsageSource | None = self._routed(common_word, "hami_drm_usage_source")
+        return result
 
     def device_readings(self, common_word: str) -> list[DeviceReading] | None:
         """What the management library reads from this node's devices of kind `common_word` now

@@ -14,7 +14,8 @@ these periodic tasks:
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
   the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
 * **busy** (`busyPublishSeconds`, 30 s; 0 turns it off): each device's measured busy share written on the Node
-  when it moved (`hami.node.busy`), for the scheduler's `usage` policy.
+  when it moved (`hami.node.busy`), for the scheduler's `usage` policy; for a vendor that gives a DRM source with
+  engines, the share its engines' fdinfo times show between two publishes, as the backstop's rounds read them.
 
 Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
 per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
@@ -56,6 +57,7 @@ from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.busy import BusyPublisher, measure_busy
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
+from hami.node.drmusage import BusyWindow
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
@@ -173,9 +175,10 @@ class NodeDaemon:
         self.busy = BusyPublisher(
             cluster,
             self.node,
-            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage()),
+            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage(), self._drm_busy()),
         )
         self.backstop: Backstop | None = None
+        self._drm_window: BusyWindow | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
             self.backstop = Backstop(
                 plugins,
@@ -185,6 +188,7 @@ class NodeDaemon:
                 devices=lambda: {d.id for inventory in self.inventories.values() for d in inventory.devices},
             )
             self.monitor.registry.register(self.backstop)
+            self._drm_window = BusyWindow(self.backstop.drm)
         self.inventories: dict[str, NodeInventory] = {}
         self.resource_plugins: dict[str, ResourcePlugin] = {}
         self.metrics: MetricsServer | None = None
@@ -259,6 +263,10 @@ class NodeDaemon:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+
+    def _drm_busy(self) -> dict[str, float]:
+        """The devices' busy shares from DRM fdinfo since the last publish (the backstop's rounds count them)."""
+        return {} if self._drm_window is None else self._drm_window.shares()
 
     async def publish_busy(self) -> None:
         """One round of publishing the devices' busy shares on the Node (hami.node.busy)."""

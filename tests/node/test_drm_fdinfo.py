@@ -393,8 +393,8 @@ def test_a_container_over_its_grant_by_fdinfo_is_killed_and_one_within_it_is_not
     killed: list[int] = []
     cluster = MemoryCluster()
     containers = [served(POD_A, "greedy", GPU0, 1000), served(POD_B, "modest", GPU0, 1000)]
-    host = cast(VendorPlugins, DrmOnlyVendor(source()))
-    backstop = Backstop(host, cluster, lambda: containers, BackstopSettings(proc_root=proc.root), kill=killed.append)
+    plugins = cast(VendorPlugins, DrmOnlyVendor(source()))
+    backstop = Backstop(plugins, cluster, lambda: containers, BackstopSettings(proc_root=proc.root), kill=killed.append)
     found = backstop.check()
     assert [(o.container.pod, o.used_bytes // MiB, o.pids) for o in found] == [("greedy", 1100, (10, 11))]
     assert sorted(killed) == [10, 11]
@@ -409,9 +409,9 @@ def test_where_the_management_library_answers_fdinfo_memory_is_not_added(tmp_pat
     killed: list[int] = []
     containers = [served(POD_A, "trainer", GPU0, 1000)]
     library = [DeviceProcess(device_uuid=GPU0, pid=10, used_bytes=700 * MiB)]
-    host = cast(VendorPlugins, DrmOnlyVendor(source(), library))
+    plugins = cast(VendorPlugins, DrmOnlyVendor(source(), library))
     backstop = Backstop(
-        host, MemoryCluster(), lambda: containers, BackstopSettings(proc_root=proc.root), kill=killed.append
+        plugins, MemoryCluster(), lambda: containers, BackstopSettings(proc_root=proc.root), kill=killed.append
     )
     assert backstop.check() == []
     assert killed == []

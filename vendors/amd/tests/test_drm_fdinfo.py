@@ -19,32 +19,32 @@ MiB = 1 << 20
 
 def test_the_source_names_amdgpu_the_gpus_by_pci_address_and_vram_only(amd, machine):
     a, b = amd.gpu(0), amd.gpu(1)
-    host = amd.host(machine(a, b).config())
-    host.discover()
-    assert host.drm_usage_source("AMD") == DrmUsageSource(
+    plugins = amd.plugins(machine(a, b).config())
+    plugins.discover()
+    assert plugins.drm_usage_source("AMD") == DrmUsageSource(
         drivers=("amdgpu",), devices={a.bdf: a.uuid, b.bdf: b.uuid}, memory_regions=("vram",), engines=()
     )
 
 
 def test_the_source_is_off_or_given_engines_as_configured_and_a_misspelled_option_is_refused(amd, machine):
     node = machine(amd.gpu(0))
-    off = amd.host(node.config(drmFdinfo={"enabled": False}))
+    off = amd.plugins(node.config(drmFdinfo={"enabled": False}))
     off.discover()
     assert off.drm_usage_source("AMD") is None
-    busy = amd.host(node.config(drmFdinfo={"enabled": True, "memoryRegions": [], "engines": ["gfx", "compute"]}))
+    busy = amd.plugins(node.config(drmFdinfo={"enabled": True, "memoryRegions": [], "engines": ["gfx", "compute"]}))
     busy.discover()
     source = busy.drm_usage_source("AMD")
     assert source is not None
     assert (source.memory_regions, source.engines) == ((), ("gfx", "compute"))
     with pytest.raises(ConfigError, match="memoryRegion"):
-        amd.host(node.config(drmFdinfo={"memoryRegion": ["vram"]}))
+        amd.plugins(node.config(drmFdinfo={"memoryRegion": ["vram"]}))
 
 
 def test_a_container_holding_more_vram_than_its_grant_is_killed_by_the_backstop(amd, machine, tmp_path):
     """The ROCm process's render-node client, as amdgpu prints it (resident VRAM, GTT beside it not counted)."""
     a, b = amd.gpu(0), amd.gpu(1)
-    host = amd.host(machine(a, b).config())
-    host.discover()
+    plugins = amd.plugins(machine(a, b).config())
+    plugins.discover()
     proc = FakeProc(tmp_path / "proc")
     proc.process(4242, POD)
     vram_and_gtt = {"resident-vram": "1536 MiB", "resident-gtt": "8192 MiB"}
@@ -57,7 +57,7 @@ def test_a_container_holding_more_vram_than_its_grant_is_killed_by_the_backstop(
     container = ServedContainer("team", "trainer", POD, "main", 0, "AMD", devices)
     killed: list[int] = []
     backstop = Backstop(
-        host, MemoryCluster(), lambda: [container], BackstopSettings(proc_root=proc.root), kill=killed.append
+        plugins, MemoryCluster(), lambda: [container], BackstopSettings(proc_root=proc.root), kill=killed.append
     )
     (overrun,) = backstop.check()
     assert (overrun.device_uuid, overrun.used_bytes, overrun.limit_bytes) == (a.uuid, 1536 * MiB, 1024 * MiB)

@@ -22,19 +22,19 @@ ON = {"enabled": True, "drivers": ["hydcu"], "memoryRegions": ["vram"]}
 
 def test_off_by_default_and_without_a_driver_name(hygon_node: Any, fakes: Any) -> None:
     node = hygon_node(fakes.z100l_server(2))
-    for host in (node.host(), node.host(drmFdinfo={"enabled": True, "memoryRegions": ["vram"]})):
-        host.discover()
-        assert host.drm_usage_source("DCU") is None
+    for plugins in (node.plugins(), node.plugins(drmFdinfo={"enabled": True, "memoryRegions": ["vram"]})):
+        plugins.discover()
+        assert plugins.drm_usage_source("DCU") is None
 
 
 def test_on_a_node_read_from_hy_smi_a_container_over_its_grant_by_fdinfo_is_killed(
     hygon_node: Any, fakes: Any, tmp_path: Path
 ) -> None:
     node = hygon_node(fakes.z100l_server(2))
-    host = node.host("hy-smi", drmFdinfo=ON)
-    host.discover()
-    assert host.device_processes("DCU") is None
-    source = host.drm_usage_source("DCU")
+    plugins = node.plugins("hy-smi", drmFdinfo=ON)
+    plugins.discover()
+    assert plugins.device_processes("DCU") is None
+    source = plugins.drm_usage_source("DCU")
     assert source is not None
     assert dict(source.devices) == {d.bdf: d.uuid for d in node.dcus}
     proc = FakeProc(tmp_path / "proc")
@@ -44,7 +44,7 @@ def test_on_a_node_read_from_hy_smi_a_container_over_its_grant_by_fdinfo_is_kill
     container = ServedContainer("team", "trainer", POD, "main", 0, "DCU", (device,))
     killed: list[int] = []
     backstop = Backstop(
-        host, MemoryCluster(), lambda: [container], BackstopSettings(proc_root=proc.root), kill=killed.append
+        plugins, MemoryCluster(), lambda: [container], BackstopSettings(proc_root=proc.root), kill=killed.append
     )
     (overrun,) = backstop.check()
     assert (overrun.used_bytes, overrun.limit_bytes) == (6144 * MiB, 4096 * MiB)

@@ -11,13 +11,13 @@ ON = {"enabled": True, "drivers": ["metax"], "engines": ["compute"]}
 
 def test_off_by_default_and_on_for_the_kind_this_node_serves(metax_node: Any, fakes: Any) -> None:
     node = metax_node(fakes.c500_server(2))
-    off = node.host()
+    off = node.plugins()
     off.discover()
     assert off.drm_usage_source("Metax-SGPU") is None
-    host = node.host(drmFdinfo=ON)
-    host.discover()
-    source = host.drm_usage_source("Metax-SGPU")
+    plugins = node.plugins(drmFdinfo=ON)
+    plugins.discover()
+    source = plugins.drm_usage_source("Metax-SGPU")
     assert source is not None
     assert (source.drivers, source.engines, source.memory_regions) == (("metax",), ("compute",), ())
     assert dict(source.devices) == {g.bdf: g.uuid for g in node.gpus}
-    assert host.drm_usage_source("Metax-GPU") is None  # a node serves one kind
+    assert plugins.drm_usage_source("Metax-GPU") is None  # a node serves one kind

@@ -28,14 +28,14 @@ def test_by_default_there_is_no_source_and_the_backstop_reads_nothing(
     fakes: Any, mthreads_node: Any, tmp_path: Path
 ) -> None:
     gpus = fakes.s4000_server(2)
-    host = mthreads_node(gpus).host()
-    host.discover()
-    assert host.drm_usage_source("Mthreads") is None
+    plugins = mthreads_node(gpus).plugins()
+    plugins.discover()
+    assert plugins.drm_usage_source("Mthreads") is None
     proc = FakeProc(tmp_path / "proc")
     proc.process(4242, POD)
     proc.drm(4242, 7, fdinfo_text("mtgpu", gpus[0].bdf, 3, memory={"resident-local": "40960 MiB"}))
     backstop = Backstop(
-        host, MemoryCluster(), lambda: [served(gpus[0].uuid, 1024)], BackstopSettings(proc_root=proc.root),
+        plugins, MemoryCluster(), lambda: [served(gpus[0].uuid, 1024)], BackstopSettings(proc_root=proc.root),
         kill=lambda pid: None,
     )  # fmt: skip
     assert backstop.check() == []
@@ -46,9 +46,9 @@ def test_turned_on_the_backstop_judges_a_container_by_its_mtgpu_clients(
     fakes: Any, mthreads_node: Any, tmp_path: Path
 ) -> None:
     gpus = fakes.s4000_server(2)
-    host = mthreads_node(gpus).host(drmFdinfo={"enabled": True, "memoryRegions": ["local"]})
-    host.discover()
-    assert host.drm_usage_source("Mthreads") == DrmUsageSource(
+    plugins = mthreads_node(gpus).plugins(drmFdinfo={"enabled": True, "memoryRegions": ["local"]})
+    plugins.discover()
+    assert plugins.drm_usage_source("Mthreads") == DrmUsageSource(
         drivers=("mtgpu",), devices={g.bdf: g.uuid for g in gpus}, memory_regions=("local",)
     )
     proc = FakeProc(tmp_path / "proc")
@@ -57,7 +57,7 @@ def test_turned_on_the_backstop_judges_a_container_by_its_mtgpu_clients(
     proc.drm(4242, 9, fdinfo_text("mtgpu", gpus[1].bdf, 3, memory={"resident-local": "2048 MiB"}))  # dup'd
     killed: list[int] = []
     backstop = Backstop(
-        host, MemoryCluster(), lambda: [served(gpus[1].uuid, 1536)], BackstopSettings(proc_root=proc.root),
+        plugins, MemoryCluster(), lambda: [served(gpus[1].uuid, 1536)], BackstopSettings(proc_root=proc.root),
         kill=killed.append,
     )  # fmt: skip
     (overrun,) = backstop.check()

@@ -41,7 +41,7 @@ def script(tmp_path: Path) -> Path:
     return write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
 
 
-def _host(script: Path, plugin: object = scripted_vendor) -> VendorPlugins:
+def _plugins(script: Path, plugin: object = scripted_vendor) -> VendorPlugins:
     return VendorPlugins.from_plugins({"scripted": plugin}, config={"scripted": {"script": str(script)}})
 
 
@@ -50,7 +50,7 @@ def _inventories(plugins: VendorPlugins) -> dict[str, Any]:
 
 
 def test_one_entry_per_healthy_device_with_core_attributes_and_share_policies(script: Path) -> None:
-    plugins = _host(script)
+    plugins = _plugins(script)
     obj = build_slice(plugins, NODE, "hami.io", _inventories(plugins))
     spec = obj["spec"]
     assert obj["apiVersion"] == "resource.k8s.io/v1"
@@ -79,7 +79,7 @@ def test_unhealthy_devices_are_left_out_and_a_single_slot_device_is_not_shared(s
     devices[1]["health"] = False
     devices[2]["count"] = 1
     write_script(script, {"Scripted": devices})
-    plugins = _host(script)
+    plugins = _plugins(script)
     spec = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]
     assert [d["name"] for d in spec["devices"]] == ["scripted-0", "scripted-2"]
     whole = spec["devices"][1]
@@ -95,7 +95,7 @@ def test_a_device_the_vendor_does_not_publish_stays_out_of_the_slice(script: Pat
     module = types.ModuleType("partitioned_vendor")
     module.__dict__.update({k: v for k, v in vars(scripted_vendor).items() if k.startswith("hami_")})
     module.hami_dra_device = hami_dra_device  # type: ignore[attr-defined]
-    plugins = _host(script, module)
+    plugins = _plugins(script, module)
     assert [d["name"] for d in build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"]] == [
         "scripted-1"
     ]
@@ -103,7 +103,7 @@ def test_a_device_the_vendor_does_not_publish_stays_out_of_the_slice(script: Pat
 
 def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
     write_script(script, {"ScriptedCap": [{"id": "CAP-0", "count": 2, "devmem": 5000}]})
-    plugins = _host(script)
+    plugins = _plugins(script)
     memory = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"][0]["capacity"][
         "hami.io/memory"
     ]
@@ -115,7 +115,7 @@ def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
 
 
 def test_the_vendor_hook_adds_attributes_and_partition_sizes_but_cannot_override_core(script: Path) -> None:
-    plugins = _host(script, _topology_vendor())
+    plugins = _plugins(script, _topology_vendor())
     devices = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"]
     assert devices[0]["attributes"]["pcieRoot"] == {"string": "pci0000:00"}
     assert devices[0]["attributes"]["uuid"] == {"string": "SCR-0"}  # core's, not the vendor's "forged"
@@ -134,7 +134,7 @@ def test_dra_device_facts_are_validated() -> None:
 
 
 def test_the_publisher_creates_keeps_and_updates_the_slice_on_health_change(script: Path) -> None:
-    plugins = _host(script)
+    plugins = _plugins(script)
     cluster = MemoryCluster()
     node = cluster.create("nodes", {"metadata": {"name": NODE, "uid": "node-uid-1"}})
     publisher = SlicePublisher(cluster, plugins, NODE)
@@ -157,7 +157,7 @@ def test_the_publisher_creates_keeps_and_updates_the_slice_on_health_change(scri
 
 
 def test_a_stored_slice_in_canonical_form_is_not_rewritten(script: Path) -> None:
-    plugins = _host(script)
+    plugins = _plugins(script)
     cluster = MemoryCluster()
     publisher = SlicePublisher(cluster, plugins, NODE)
     publisher.sync(_inventories(plugins))
@@ -170,7 +170,7 @@ def test_a_stored_slice_in_canonical_form_is_not_rewritten(script: Path) -> None
 
 
 def test_an_attribute_the_vendor_no_longer_gives_is_removed_from_the_stored_slice(script: Path) -> None:
-    plugins = _host(script)
+    plugins = _plugins(script)
     cluster = MemoryCluster()
     publisher = SlicePublisher(cluster, plugins, NODE)
     publisher.sync(_inventories(plugins))

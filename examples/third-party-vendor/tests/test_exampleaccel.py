@@ -138,7 +138,7 @@ def test_every_conformance_check_applies() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def _host(**config: Any) -> VendorPlugins:
+def _plugins(**config: Any) -> VendorPlugins:
     return VendorPlugins.from_plugins({"exampleaccel": plugin}, config={"exampleaccel": config})
 
 
@@ -151,7 +151,7 @@ def test_entry_point_is_registered_and_loads() -> None:
 
 
 def test_settings_defaults() -> None:
-    settings = _host().vendor("exampleaccel").settings
+    settings = _plugins().vendor("exampleaccel").settings
     assert settings == plugin.ExampleAccelSettings(
         split_count=10, default_memory=0, inventory_file=Path("/etc/exampleaccel/devices.json")
     )
@@ -160,7 +160,7 @@ def test_settings_defaults() -> None:
 @pytest.mark.parametrize(("config", "named"), [({"splitcount": 4}, "splitcount"), ({"split_count": 0}, "split_count")])
 def test_settings_refuse_bad_keys_and_values_by_name(config: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
-        _host(**config)
+        _plugins(**config)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_settings_refuse_bad_keys_and_values_by_name(config: dict[str, Any], nam
 
 def _discover(**config: Any) -> list[NodeInventory]:
     """Our discovery hook, called as the node daemon calls it: with the settings the host validated."""
-    settings = _host(**config).vendor("exampleaccel").settings
+    settings = _plugins(**config).vendor("exampleaccel").settings
     return plugin.hami_discover_devices(settings)
 
 
@@ -203,7 +203,7 @@ def test_discovery_reads_the_inventory_file(tmp_path: Path) -> None:
 
 def test_discovery_through_the_plugins(tmp_path: Path) -> None:
     path = _write_inventory(tmp_path, {"devices": [{"uuid": "EXA-0a1b2c3d-0", "memory": 16384}]})
-    found = _host(inventory_file=str(path)).discover()
+    found = _plugins(inventory_file=str(path)).discover()
     assert found == {"exampleaccel": _discover(inventory_file=str(path))}
 
 
@@ -247,7 +247,7 @@ def test_discovery_of_a_malformed_inventory_logs_why_and_finds_nothing(
 
 
 def test_default_memory_applies_to_a_bare_count() -> None:
-    plugins = _host(default_memory=2048)
+    plugins = _plugins(default_memory=2048)
     container = Container(name="main", limits={COUNT: "2"})
     pod = Pod(name="p", containers=(container,))
     assert plugins.container_request(KIND, container, pod) == ContainerRequest(kind=KIND, count=2, memory=2048)
@@ -256,7 +256,7 @@ def test_default_memory_applies_to_a_bare_count() -> None:
 def test_unreadable_memory_names_the_resource() -> None:
     container = Container(name="main", limits={COUNT: "1", MEMORY: "1.5"})
     with pytest.raises(RequestError, match=MEMORY):
-        _host().container_request(KIND, container, Pod(name="p", containers=(container,)))
+        _plugins().container_request(KIND, container, Pod(name="p", containers=(container,)))
 
 
 def _fit(
@@ -268,7 +268,7 @@ def _fit(
 
 
 def test_fitting_uses_free_capacity_and_explains_refusals() -> None:
-    got = _fit(_host(), ContainerRequest(kind=KIND, count=2, memory=2048))
+    got = _fit(_plugins(), ContainerRequest(kind=KIND, count=2, memory=2048))
     assert {d.uuid for d in got["node-a"]} == {"EXA-aaaa0001-0", "EXA-aaaa0001-3"}
     assert all(d.usedmem == 2048 and d.usedcores == 0 for d in got["node-a"])
     assert got["node-b"] == "pod: needs 2 ExampleAccel devices, 1/2 usable (1 insufficient cores)"
@@ -277,8 +277,8 @@ def test_fitting_uses_free_capacity_and_explains_refusals() -> None:
 
 def test_fitting_honours_the_no_use_selector() -> None:
     request = ContainerRequest(kind=KIND, count=1, memory_percentage=100, cores=100)
-    assert [d.uuid for d in _fit(_host(), request)["node-a"]] == ["EXA-aaaa0001-3"]
-    refused = _fit(_host(), request, {"example.com/nouse-accel-uuid": "EXA-aaaa0001-3"})["node-a"]
+    assert [d.uuid for d in _fit(_plugins(), request)["node-a"]] == ["EXA-aaaa0001-3"]
+    refused = _fit(_plugins(), request, {"example.com/nouse-accel-uuid": "EXA-aaaa0001-3"})["node-a"]
     assert isinstance(refused, str)
     assert "in no-use-uuid list" in refused
 
@@ -293,7 +293,7 @@ def test_edits_for_two_devices() -> None:
         ContainerDevice(uuid="EXA-0a1b2c3d-0", type=KIND, usedmem=4096, usedcores=25),
         ContainerDevice(uuid="EXA-0a1b2c3d-3", type=KIND, usedmem=4096, usedcores=25),
     )
-    edits = _host().container_edits(KIND, Pod(name="p"), 0, placement)
+    edits = _plugins().container_edits(KIND, Pod(name="p"), 0, placement)
     assert dict(edits.env) == {
         "EXAMPLEACCEL_VISIBLE_DEVICES": "EXA-0a1b2c3d-0,EXA-0a1b2c3d-3",
         "EXAMPLEACCEL_MEMORY_LIMIT_0": "4096m",
@@ -309,7 +309,7 @@ def test_edits_for_two_devices() -> None:
 
 
 def test_edits_for_no_devices_are_empty() -> None:
-    edits = _host().container_edits(KIND, Pod(name="p"), 0, ())
+    edits = _plugins().container_edits(KIND, Pod(name="p"), 0, ())
     assert not edits.env
     assert not edits.devices
     assert not edits.cdi_devices
@@ -318,7 +318,7 @@ def test_edits_for_no_devices_are_empty() -> None:
 def test_edits_refuse_a_uuid_of_another_format() -> None:
     placement = (ContainerDevice(uuid="GPU-1234", type=KIND, usedmem=1024),)
     with pytest.raises(HamiError, match="EXA-<serial>-<index>"):
-        _host().container_edits(KIND, Pod(name="p"), 0, placement)
+        _plugins().container_edits(KIND, Pod(name="p"), 0, placement)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -327,7 +327,7 @@ def test_edits_refuse_a_uuid_of_another_format() -> None:
 
 
 def test_a_pod_from_resources_through_fitting_to_edits() -> None:
-    plugins = _host()
+    plugins = _plugins()
     pod = Pod(
         name="train",
         init_containers=(Container(name="setup", limits={"cpu": "1"}),),

@@ -10,7 +10,7 @@ from hami_vendor_ascend import plugin
 from hami_vendor_ascend.chips import DEFAULT_CHIPS
 
 
-def _host(mode: str) -> VendorPlugins:
+def _plugins(mode: str) -> VendorPlugins:
     return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": {"hamiVnpuMode": mode}})
 
 
@@ -23,7 +23,9 @@ def test_template_mode_publishes_the_templates_and_the_whole_card_as_the_memory_
     word = "Ascend910B3"
     chip = DEFAULT_CHIPS[word]
     device = _chip_device(word)
-    spec = build_slice(_host("template"), "n", "hami.io", {word: NodeInventory(kind=word, devices=(device,))})["spec"]
+    spec = build_slice(_plugins("template"), "n", "hami.io", {word: NodeInventory(kind=word, devices=(device,))})[
+        "spec"
+    ]
     [entry] = spec["devices"]
     assert entry["attributes"]["chip"] == {"string": chip.chip_name}
     assert entry["attributes"]["aiCore"] == {"int": chip.ai_core}
@@ -35,7 +37,7 @@ def test_template_mode_publishes_the_templates_and_the_whole_card_as_the_memory_
 
 def test_soft_split_mode_publishes_any_memory_in_mib() -> None:
     word = "Ascend910B3"
-    facts = _host("hami-core").dra_device(word, _chip_device(word))
+    facts = _plugins("hami-core").dra_device(word, _chip_device(word))
     assert facts.memory_values_mib == ()
     assert facts.attributes["chip"] == DEFAULT_CHIPS[word].chip_name
 
@@ -43,7 +45,7 @@ def test_soft_split_mode_publishes_any_memory_in_mib() -> None:
 def test_the_hccs_group_is_published_as_network_id_when_discovery_knows_it() -> None:
     word = "Ascend910B3"
     grouped = _chip_device(word).model_copy(update={"custom": {"NetworkID": 1}})
-    plugins = _host("template")
+    plugins = _plugins("template")
     assert plugins.dra_device(word, grouped).attributes["networkID"] == 1
     spec = build_slice(plugins, "n", "hami.io", {word: NodeInventory(kind=word, devices=(grouped,))})["spec"]
     assert spec["devices"][0]["attributes"]["networkID"] == {"int": 1}

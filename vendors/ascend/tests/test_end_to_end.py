@@ -46,7 +46,7 @@ class World:
 
     node: Any
     cluster: MemoryCluster
-    node_host: VendorPlugins
+    node_plugins: VendorPlugins
     scheduler: SchedulerService
     served: ServedPods
     allocator: Allocator
@@ -54,8 +54,8 @@ class World:
 
     def publish(self) -> None:
         """A discovery round of the node daemon: the node's register annotations."""
-        inventories = {i.kind: i for i in self.node_host.discover()["ascend"]}
-        NodeRegistrar(self.cluster, self.node_host, NODE).sync(inventories)
+        inventories = {i.kind: i for i in self.node_plugins.discover()["ascend"]}
+        NodeRegistrar(self.cluster, self.node_plugins, NODE).sync(inventories)
         self.cluster.flush()
 
     def place(self, obj: dict[str, Any]) -> dict[str, str]:
@@ -78,15 +78,15 @@ def world_of(ascend_node: Callable[..., Any], machines: Any, tmp_path: Path) -> 
 
     def make(**settings: Any) -> World:
         node = ascend_node(machines.b3_server(4))
-        node_host = node.plugins(hookPath=str(tmp_path / "hook"), **settings)
+        node_plugins = node.plugins(hookPath=str(tmp_path / "hook"), **settings)
         cluster = MemoryCluster()
         cluster.create("nodes", {"metadata": {"name": NODE}})
         libraries = IsolationLibraries(tmp_path / "hooks")
-        libraries.install(node_host.vendor("ascend"))
-        served = ServedPods(node_host)
+        libraries.install(node_plugins.vendor("ascend"))
+        served = ServedPods(node_plugins)
         scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"ascend": plugin})).start()
-        allocator = Allocator(cluster, node_host, NODE, on_served=served.record, library_of=libraries.for_vendor)
-        world = World(node, cluster, node_host, scheduler, served, allocator, libraries)
+        allocator = Allocator(cluster, node_plugins, NODE, on_served=served.record, library_of=libraries.for_vendor)
+        world = World(node, cluster, node_plugins, scheduler, served, allocator, libraries)
         world.publish()
         made.append(world)
         return world
@@ -172,7 +172,7 @@ def test_a_soft_split_share_gets_the_installed_library_and_its_accounting_direct
     # does the one a restarted daemon makes from the pod
     (record,) = world.served.containers()
     assert record.grant_dir == str(grant_file.parent)
-    restarted = ServedPods(world.node_host)
+    restarted = ServedPods(world.node_plugins)
     assert restarted.load([world.cluster.get("pods", "soft", "default")], NODE) == 1
     assert [c.grant_dir for c in restarted.containers()] == [str(grant_file.parent)]
 

@@ -102,13 +102,13 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host_of(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+def plugins_of(config: Mapping[str, Any] | None = None) -> VendorPlugins:
     return VendorPlugins.from_plugins({"mthreads": plugin}, config={"mthreads": dict(config or {})})
 
 
 def read(resources: Mapping[str, str], config: Mapping[str, Any] | None = None) -> ContainerRequest | None:
     container = Container(name="main", limits=dict(resources))
-    return host_of(config).container_request(MT, container, Pod(name="p", containers=(container,)))
+    return plugins_of(config).container_request(MT, container, Pod(name="p", containers=(container,)))
 
 
 def test_metadata_is_hami_wiring() -> None:
@@ -153,7 +153,7 @@ def test_default_cores_in_gpu_units() -> None:
 
 def admit(*containers: Mapping[str, str]) -> list[Any]:
     pod = Pod(name="p", containers=tuple(Container(name=f"c{i}", limits=dict(c)) for i, c in enumerate(containers)))
-    plugins = host_of()
+    plugins = plugins_of()
     return [plugins.admission_defaults(MT, c, pod) for c in pod.containers]
 
 
@@ -328,7 +328,7 @@ def test_unknown_gpu_is_refused_at_allocate(fakes: F, mthreads_node: Any) -> Non
 
 def test_custom_driver_capabilities() -> None:
     with pytest.raises(ConfigError, match="mthreads"):
-        host_of({"driverCapabilities": "compute; rm -rf /"})
+        plugins_of({"driverCapabilities": "compute; rm -rf /"})
 
 
 @pytest.mark.parametrize("variable", ["MTHREADS_VISIBLE_DEVICES", "MTHREADS_DRIVER_CAPABILITIES"])
@@ -336,7 +336,7 @@ def test_a_tenant_cannot_name_its_own_gpus_for_the_container_runtime(variable: s
     # the tenant asks for a share of one GPU and tells the mthreads runtime to give it every GPU of the node
     container = Container(name="main", limits={COUNT: "1", MEMORY: "8"}, env={variable: "all"})
     pod = Pod(name="p", containers=(container,))
-    edit = host_of().admission_defaults(MT, container, pod)
+    edit = plugins_of().admission_defaults(MT, container, pod)
     assert edit is not None
     assert edit.deny is not None
     assert f"sets {variable} itself" in edit.deny
@@ -352,12 +352,12 @@ def _pod_object(env: dict[str, str] | None = None, count: str = "2") -> dict[str
 def test_the_webhook_writes_hamis_limits_and_refuses_the_tenants_runtime_env() -> None:
     from hami.webhook.admission import decide
 
-    allowed = decide(_pod_object(), "ml", host_of())
+    allowed = decide(_pod_object(), "ml", plugins_of())
     assert allowed.allowed, allowed.message
     ops = {op["path"]: op.get("value") for op in allowed.patch}
     assert ops["/spec/containers/0/resources/limits/mthreads.com~1sgpu-core"] == "32"
     assert ops["/spec/containers/0/resources/limits/mthreads.com~1sgpu-memory"] == "192"
     assert REQUEST_GPU_NUM in json.dumps(allowed.patch)
-    denied = decide(_pod_object({"MTHREADS_VISIBLE_DEVICES": "all"}), "ml", host_of())
+    denied = decide(_pod_object({"MTHREADS_VISIBLE_DEVICES": "all"}), "ml", plugins_of())
     assert not denied.allowed
     assert "sets MTHREADS_VISIBLE_DEVICES itself" in denied.message

@@ -46,7 +46,7 @@ class World:
 
     machine: Any
     cluster: MemoryCluster
-    node_host: VendorPlugins
+    node_plugins: VendorPlugins
     scheduler: SchedulerService
     served: ServedPods
     allocator: Allocator
@@ -54,8 +54,8 @@ class World:
 
     def publish(self) -> None:
         """A discovery round of the node daemon: the node's register and MIG instances annotations."""
-        (inventory,) = self.node_host.discover()["nvidia"]
-        NodeRegistrar(self.cluster, self.node_host, NODE).sync({"NVIDIA": inventory})
+        (inventory,) = self.node_plugins.discover()["nvidia"]
+        NodeRegistrar(self.cluster, self.node_plugins, NODE).sync({"NVIDIA": inventory})
         self.cluster.flush()
 
     def filter(self, name: str, memory: int, gpu: str) -> MigReservation:
@@ -85,11 +85,16 @@ def world(gpu_node: Callable[..., Any], boxes: Any) -> Iterator[World]:
     machine = gpu_node(boxes.a100_mig())
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE}})
-    node_host = machine.plugins()
-    served = ServedPods(node_host)
+    node_plugins = machine.plugins()
+    served = ServedPods(node_plugins)
     scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"nvidia": plugin})).start()
     w = World(
-        machine, cluster, node_host, scheduler, served, Allocator(cluster, node_host, NODE, on_served=served.record)
+        machine,
+        cluster,
+        node_plugins,
+        scheduler,
+        served,
+        Allocator(cluster, node_plugins, NODE, on_served=served.record),
     )
     w.gpus = [d["uuid"] for d in machine.box["devices"]]
     w.publish()
@@ -123,7 +128,7 @@ def test_a_mig_pod_is_reserved_created_at_its_placement_and_destroyed_after_it_f
     assert got[BIND_PHASE] == "success"
     (done,) = decode_mig_allocations(got[MIG_ALLOCATIONS_ANNOTATION])
     assert (done.gpu_uuid, done.profile, done.start, done.size) == (gpu0, "1g.10gb", first.start, first.size)
-    (inventory,) = world.node_host.discover()["nvidia"]
+    (inventory,) = world.node_plugins.discover()["nvidia"]
     (instance,) = [i for i in json.loads(inventory.annotations[MIG_INSTANCES_ANNOTATION]) if i["gpuUUID"] == gpu0]
     assert (done.mig_uuid, done.gpu_instance_id, done.compute_instance_id) == (
         instance["migUUID"],

@@ -119,13 +119,13 @@ def test_every_conformance_check_applies() -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def host_with(**config: object) -> VendorPlugins:
+def plugins_with(**config: object) -> VendorPlugins:
     return VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": config})
 
 
 def read(resources: dict[str, str], **config: object) -> ContainerRequest | None:
     pod = Pod(name="p", containers=(Container(name="c", limits=resources),))
-    return host_with(**config).container_request("NVIDIA", pod.containers[0], pod)
+    return plugins_with(**config).container_request("NVIDIA", pod.containers[0], pod)
 
 
 def test_count_alone_takes_the_configured_default_memory_and_cores() -> None:
@@ -140,7 +140,9 @@ def test_memory_without_a_count_takes_default_gpu_num() -> None:
 
 def test_requests_fall_back_to_resource_requests_when_limits_are_absent() -> None:
     container = Container(name="c", requests={GPU: "1", MEM: "2000"})
-    assert host_with().container_request("NVIDIA", container, Pod(name="p", containers=(container,))) == want(1, 2000)
+    assert plugins_with().container_request("NVIDIA", container, Pod(name="p", containers=(container,))) == want(
+        1, 2000
+    )
 
 
 def test_negative_memory_is_refused() -> None:
@@ -155,16 +157,16 @@ def test_negative_memory_is_refused() -> None:
 
 def test_unknown_setting_is_refused_with_its_name() -> None:
     with pytest.raises(ValueError, match=r"gpuSplit"):
-        host_with(gpuSplit=3)
+        plugins_with(gpuSplit=3)
 
 
 def test_a_misspelled_mig_profile_is_refused() -> None:
     with pytest.raises(ValueError, match=r"'1g10gb' is not a MIG profile name"):
-        host_with(migProfileAllowlist=[{"models": ["A100"], "profiles": ["1g10gb"]}])
+        plugins_with(migProfileAllowlist=[{"models": ["A100"], "profiles": ["1g10gb"]}])
 
 
 def test_hamis_option_names_are_read() -> None:
-    settings = host_with(
+    settings = plugins_with(
         deviceSplitCount=4, deviceMemoryScaling=1.5, deviceCoreScaling=2, gpuCorePolicy="force",
         runtimeClassName="nvidia", libCudaLogLevel="3", disableCoreLimit=True, operatingMode="mps",
     ).vendor("nvidia").settings  # fmt: skip
@@ -191,7 +193,7 @@ def admit(
 ) -> AdmissionEdit | None:
     container = Container(name="c", limits=resources, env=env or {})
     pod = Pod(name="p", annotations=annotations or {}, containers=(container,))
-    return host_with(**config).admission_defaults("NVIDIA", container, pod)
+    return plugins_with(**config).admission_defaults("NVIDIA", container, pod)
 
 
 def test_a_count_alone_becomes_an_exclusive_gpu() -> None:

@@ -25,7 +25,7 @@ from scheduler import NodeSideStandIn, percentile, pod, running_cluster
 from hami.cluster import meta
 from hami.plugins import VendorPlugins
 from hami.scheduler.extender import Extender, ExtenderSettings
-from hami.scheduler.gangs import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
+from hami.scheduler.podgroups import GANG_ANNOTATION, GANG_SIZE_ANNOTATION
 from hami.scheduler.service import SchedulerService
 
 

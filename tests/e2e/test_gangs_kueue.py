@@ -8,11 +8,16 @@ with a CA this module makes (as the suite does for the project's webhook), and l
 `kueue-managed: "true"` so that the rest of the suite never meets them. Kueue insists on a metrics certificate at
 /etc/kueue/metrics/certs when it does not manage its own: it runs in a private mount namespace whose /etc is an
 overlay holding that directory, so the host's /etc is never written.
+
+The batch/v1 Job tests also run kube-controller-manager of the pinned Kubernetes version (built by the same script)
+with its job controller alone, so that a Job Kueue admits (unsuspends) gets its pods; it is started for those tests
+only, with the tests' admin identity, and serves nothing.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +27,9 @@ from typing import Any
 
 import pytest
 import yaml
-from control_plane import MissingBinaries, find_kueue, free_port, wait_until
+from control_plane import MissingBinaries, find_controller_manager, find_kueue, free_port, wait_until
 from hami_stack import HamiStack
-from kube_rest import ApiError
+from kube_rest import ApiError, path_of
 
 from hami.scheduler.podgroups import GANG_ANNOTATION, GANG_SIZE_ANNOTATION, GANG_TIMEOUT_ANNOTATION
 
@@ -243,7 +248,7 @@ class KueueController:
             "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "integrations": {"frameworks": ["pod"]},
+            "integrations": {"frameworks": ["pod", "batch/job"]},
             "managedJobsNamespaceSelector": {"matchLabels": MANAGED},
             # docs/gangs-and-kueue.md: HAMi's memory is per device; Kueue counts gpumem x gpu
             "resources": {
@@ -311,14 +316,15 @@ def kueue(stack: HamiStack, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         controller.stop()
 
 
-def queue_for(stack: HamiStack, ns: str, gpumem: int) -> str:
-    """A ClusterQueue of `gpumem` MiB of device memory (and 8 GPUs) for the namespace, and its LocalQueue `gpu`."""
+def queue_for(stack: HamiStack, ns: str, gpumem: int, gpus: int = 8) -> str:
+    """A ClusterQueue of `gpumem` MiB of device memory (and `gpus` GPUs) for the namespace, and its LocalQueue
+    `gpu`."""
     api = stack.admin
     api.merge_patch("Namespace", ns, {"metadata": {"labels": MANAGED}})
     api.apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "hami-gpu"}})
     queue = f"cq-{ns}"[:63].rstrip("-")  # a name may not end in "-", wherever the cut falls
     resources = [
-        {"name": "nvidia.com/gpu", "nominalQuota": 8},
+        {"name": "nvidia.com/gpu", "nominalQuota": gpus},
         {"name": "nvidia.com/gpumem", "nominalQuota": gpumem},
     ]
     api.apply(
@@ -418,3 +424,188 @@ def release_from_kueue(stack: HamiStack, ns: str) -> None:
     for pod in stack.admin.list("Pod", ns).get("items") or []:
         with _suppress_conflict():
             stack.admin.merge_patch("Pod", pod["metadata"]["name"], {"metadata": {"finalizers": None}}, ns)
+
+
+# ---------------------------------------------------------------------------------- batch/v1 Jobs through Kueue
+
+
+@pytest.fixture(scope="module")
+def job_controller(stack: HamiStack) -> Iterator[None]:
+    """kube-controller-manager running its job controller alone (a Job's pods; no garbage collector, no service
+    accounts: the suite's API server admits pods without them)."""
+    try:
+        binary = find_controller_manager()
+    except MissingBinaries as exc:
+        if os.environ.get("HAMI_E2E_REQUIRED") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    identity = stack.plane.identity("controller-manager", "system:kube-controller-manager", groups=["system:masters"])
+    argv = [
+        str(binary),
+        f"--kubeconfig={identity.kubeconfig}",
+        "--controllers=job",
+        "--leader-elect=false",
+        "--secure-port=0",
+        "--use-service-account-credentials=false",
+        "--v=1",
+    ]
+    process = stack.plane.start_process("kube-controller-manager", argv, env={"GOMAXPROCS": "1"})
+    try:
+        yield
+    finally:
+        process.stop()
+        stack.plane.processes.remove(process)
+
+
+def job(name: str, ns: str, pods: int, *, gpu: int, mem: int) -> dict[str, Any]:
+    """A Job of `pods` pods run together (parallelism = completions), each asking `gpu` devices of `mem` MiB, in the
+    LocalQueue `gpu`; its pods are one gang (`hami.io/gang` in the template)."""
+    resources = {"nvidia.com/gpu": str(gpu), "nvidia.com/gpumem": str(mem)}
+    container = {
+        "name": "cuda",
+        "image": "nvidia/cuda:12.4.1-base",
+        "resources": {"limits": resources, "requests": resources},  # Kueue counts a template's requests
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {GANG_ANNOTATION: name, GANG_SIZE_ANNOTATION: str(pods)}},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [container]},
+            },
+        },
+    }
+
+
+def job_pods(stack: HamiStack, ns: str, name: str) -> list[dict[str, Any]]:
+    found = stack.admin.list("Pod", ns, labelSelector=f"batch.kubernetes.io/job-name={name}").get("items") or []
+    return list(found)
+
+
+def running_pods(stack: HamiStack, ns: str, name: str, count: int) -> list[dict[str, Any]]:
+    """The Job's `count` pods once all run."""
+
+    def all_running() -> list[dict[str, Any]] | None:
+        pods = job_pods(stack, ns, name)
+        ok = len(pods) == count and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+        return pods if ok else None
+
+    found: list[dict[str, Any]] = wait_until(
+        all_running, 120, f"the {count} pods of Job {name} running", lambda: describe_all(stack, ns)
+    )
+    return found
+
+
+def workload_of(stack: HamiStack, ns: str, job_name: str) -> dict[str, Any] | None:
+    for workload in stack.admin.list("Workload", ns).get("items") or []:
+        owners = workload["metadata"].get("ownerReferences") or []
+        if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
+            return dict(workload)
+    return None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found.get("type") == kind:
+            return dict(found)
+    return {}
+
+
+def delete_jobs(stack: HamiStack, ns: str, *names: str) -> None:
+    """The Jobs deleted in the background (no garbage collector runs: their pods stay for the namespace's clean-up,
+    freed of the job controller's and Kueue's finalizers)."""
+    options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+    for name in names:
+        with _suppress_conflict():
+            stack.admin.request("DELETE", path_of("Job", name, ns), options)
+    release_from_kueue(stack, ns)
+
+
+def finish(stack: HamiStack, ns: str, pods: list[dict[str, Any]]) -> None:
+    """The pods end as their kubelet would report it."""
+    for pod in pods:
+        stack.admin.merge_patch("Pod", pod["metadata"]["name"], {"status": {"phase": "Succeeded"}}, ns, sub="status")
+
+
+def test_a_job_through_kueue_runs_as_a_gang_within_its_device_memory_quota_and_a_second_waits_suspended(
+    stack: HamiStack, ns: str, kueue: KueueController, job_controller: None
+) -> None:
+    """A ClusterQueue of 32 GiB: Job `train` of two pods of 2 x 8000 MiB counts 32000 MiB (gpumem x gpu) and is
+    admitted; kube-controller-manager creates its pods, this scheduler places them; Job `next`, alike, stays
+    suspended (its Workload without quota) until `train` completes, then runs."""
+    api = stack.admin
+    queue = queue_for(stack, ns, 32768)
+    try:
+        created = api.create(job("train", ns, 2, gpu=2, mem=8000))
+        assert created["spec"].get("suspend") is True  # Kueue's webhook: nothing runs before admission
+        pods = running_pods(stack, ns, "train", 2)
+        assert api.get("Job", "train", ns)["spec"].get("suspend") is False
+        for pod in pods:  # the template's gang, placed by this scheduler
+            annotations = pod["metadata"].get("annotations") or {}
+            assert annotations.get(GANG_ANNOTATION) == "train"
+            assert annotations.get(VGPU_NODE) == pod["spec"]["nodeName"]
+        usage = wait_until(lambda: _flavor_usage(api.get("ClusterQueue", queue)), 30, "the ClusterQueue's usage")
+        assert usage.get("nvidia.com/gpumem") in ("32k", "32000"), usage
+        assert usage.get("nvidia.com/gpu") == "4", usage
+
+        api.create(job("next", ns, 2, gpu=2, mem=8000))
+        waiting = wait_until(
+            lambda: (
+                (w := workload_of(stack, ns, "next")) and condition(w, "QuotaReserved").get("status") == "False" and w
+            ),
+            60,
+            "Job next's Workload waiting for quota",
+            lambda: describe_all(stack, ns),
+        )
+        assert "insufficient" in condition(waiting, "QuotaReserved").get("message", "").lower(), waiting["status"]
+        assert api.get("Job", "next", ns)["spec"].get("suspend") is True
+        assert job_pods(stack, ns, "next") == []
+
+        finish(stack, ns, pods)  # train completes: Kueue frees its quota and admits next
+        wait_until(
+            lambda: condition(api.get("Job", "train", ns), "Complete").get("status") == "True",
+            60,
+            "Job train complete",
+            lambda: describe_all(stack, ns),
+        )
+        running_pods(stack, ns, "next", 2)
+        usage = wait_until(lambda: _flavor_usage(api.get("ClusterQueue", queue)), 30, "the ClusterQueue's usage")
+        assert usage.get("nvidia.com/gpumem") in ("32k", "32000"), usage
+    finally:
+        delete_jobs(stack, ns, "train", "next")
+
+
+def test_a_job_kueue_admits_whose_pods_the_devices_cannot_all_take_holds_nothing(
+    stack: HamiStack, ns: str, kueue: KueueController, job_controller: None
+) -> None:
+    """The quota admits Job `wide` (three pods of 2 x 12000 MiB), but the four 16 GiB GPUs take two such pods: the
+    gang places none of them and holds nothing, so Job `pair` (two such pods) runs beside it."""
+    api = stack.admin
+    queue_for(stack, ns, 8 * 24000, gpus=16)
+    try:
+        api.create(job("wide", ns, 3, gpu=2, mem=12000))
+        wait_until(
+            lambda: len(job_pods(stack, ns, "wide")) == 3,
+            60,
+            "the three pods of Job wide created",
+            lambda: describe_all(stack, ns),
+        )
+        wait_until(
+            lambda: any(e["reason"] == "GangDoesNotFit" for p in job_pods(stack, ns, "wide")
+                        for e in api.events_about(ns, p["metadata"]["name"])),
+            90,
+            "the gang refused",
+            lambda: describe_all(stack, ns),
+        )  # fmt: skip
+        api.create(job("pair", ns, 2, gpu=2, mem=12000))
+        running_pods(stack, ns, "pair", 2)
+        for pod in job_pods(stack, ns, "wide"):  # never half: no pod of wide runs or holds a device
+            name = pod["metadata"]["name"]
+            assert phase_and_node(stack, ns, name) == ("Pending", "", ""), describe_all(stack, ns)
+    finally:
+        delete_jobs(stack, ns, "wide", "pair")

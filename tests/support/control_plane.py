@@ -125,6 +125,20 @@ def find_kueue() -> Kueue:
     return Kueue(controller=folder / "kueue", config=folder / "config", version=version)
 
 
+def find_controller_manager() -> Path:
+    """The cached kube-controller-manager of the pinned Kubernetes version (the Job tests run its job controller).
+    :raises MissingBinaries: with how to get it."""
+    version = versions()["KUBERNETES_VERSION"]
+    folder = cache_dir() / f"kube-controller-manager-{version}"
+    if not (folder / ".complete").exists():
+        raise MissingBinaries(
+            f"kube-controller-manager {version} is not built ({folder} missing): run "
+            f"`bash {BUILD_SCRIPT.relative_to(ROOT)}` (builds it from the Go module k8s.io/kubernetes once per pin, "
+            "a few minutes)"
+        )
+    return folder / "kube-controller-manager"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

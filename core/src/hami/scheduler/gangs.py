@@ -420,14 +420,15 @@ class Gangs:
         return hold
 
     def _withdraw(self, holds: Sequence[Hold], why: str = "") -> None:
-        """Remove the released holds' placements from their pods (outside the locks: API calls)."""
+        """Remove the released holds' placements from their pods (outside the locks: API calls), then say so on each
+        (an Event is recorded only once every placement of its gang is withdrawn)."""
         for hold in holds:
             for pending in hold.members.values():
+                self.host.writer.withdraw(pending.decision.pod)
+            for pending in hold.members.values() if why else ():
                 pod = pending.decision.pod
-                self.host.writer.withdraw(pod)
-                if why:
-                    obj = {"kind": "Pod", "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
-                    self._tell(obj, "GangReleased", f"gang {hold.group.name} {why}: its devices were released")
+                obj = {"kind": "Pod", "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
+                self._tell(obj, "GangReleased", f"gang {hold.group.name} {why}: its devices were released")
 
     def _arm(self, hold: Hold) -> None:
         """Release the hold at its deadline even if no filter comes."""

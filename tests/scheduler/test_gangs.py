@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
 
 from hami.cluster.port import meta
-from hami.scheduler.gangs import (
+from hami.scheduler.podgroups import (
     GANG_ANNOTATION,
     GANG_SIZE_ANNOTATION,
     GANG_TIMEOUT_ANNOTATION,
@@ -119,6 +119,34 @@ def test_a_gang_not_complete_within_its_timeout_holds_nothing_afterwards() -> No
         assert "did not complete within its timeout 1 time(s) in a row" in refused
         assert counted(h) == set()
         assert h.filter("other")["NodeNames"]  # the devices are free again
+    finally:
+        h.stop()
+
+
+def test_a_release_is_told_only_once_every_member_holds_nothing() -> None:
+    """A member reading its GangReleased Event finds none of its gang's placements left on the pods."""
+    h = start(AT_BIND)
+    still_held: list[list[str]] = []
+    record = h.cluster.record_event
+
+    def recorded(obj: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        if reason == "GangReleased":
+            pods = [h.cluster.get("pods", f"w{i}") for i in range(4)]
+            still_held.append(
+                [meta(p)["name"] for p in pods if VGPU_NODE_ANNOTATION in (meta(p).get("annotations") or {})]
+            )
+        record(obj, reason, message, warning=warning)
+
+    h.cluster.record_event = recorded  # type: ignore[method-assign]
+    try:
+        for i in range(4):
+            h.add_pod(member(f"w{i}", "slow", 4, **{GANG_TIMEOUT_ANNOTATION: "1"}))
+        h.start()
+        assert h.filter("w0")["NodeNames"]
+        deadline = time.monotonic() + 5
+        while len(still_held) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert still_held == [[], [], [], []]
     finally:
         h.stop()
 

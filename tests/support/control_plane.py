@@ -105,24 +105,48 @@ def find_binaries() -> Binaries:
 
 
 @dataclass(frozen=True)
-class Kueue:
-    """Kueue's controller and its module's config/ (CRDs, webhooks, RBAC), built by build_control_plane.sh."""
+class Controller:
+    """A controller-runtime controller built from its Go module (Kueue, JobSet), and the module's config/ (CRDs,
+    webhooks, RBAC) beside it, as build_control_plane.sh puts them in the cache."""
 
-    controller: Path
+    binary: Path
     config: Path
     version: str
 
 
-def find_kueue() -> Kueue:
-    """The cached Kueue controller for the pinned version. :raises MissingBinaries: with how to get it."""
-    version = versions()["KUEUE_VERSION"]
-    folder = cache_dir() / f"kueue-{version}"
+def _controller(name: str, pin: str, module: str, minutes: int) -> Controller:
+    version = versions()[pin]
+    folder = cache_dir() / f"{name}-{version}"
     if not (folder / ".complete").exists():
         raise MissingBinaries(
-            f"Kueue {version} is not built ({folder} missing): run `bash {BUILD_SCRIPT.relative_to(ROOT)}` "
-            "(builds it from the Go module sigs.k8s.io/kueue once per pin, about 3 minutes)"
+            f"{name} {version} is not built ({folder} missing): run `bash {BUILD_SCRIPT.relative_to(ROOT)}` "
+            f"(builds it from the Go module {module} once per pin, about {minutes} minutes)"
         )
-    return Kueue(controller=folder / "kueue", config=folder / "config", version=version)
+    return Controller(binary=folder / name, config=folder / "config", version=version)
+
+
+def find_kueue() -> Controller:
+    """The cached Kueue controller for the pinned version. :raises MissingBinaries: with how to get it."""
+    return _controller("kueue", "KUEUE_VERSION", "sigs.k8s.io/kueue", 3)
+
+
+def find_jobset() -> Controller:
+    """The cached JobSet controller for the pinned version. :raises MissingBinaries: with how to get it."""
+    return _controller("jobset", "JOBSET_VERSION", "sigs.k8s.io/jobset", 5)
+
+
+def find_controller_manager() -> Path:
+    """The cached kube-controller-manager of the pinned Kubernetes version (the Job tests run its job controller).
+    :raises MissingBinaries: with how to get it."""
+    version = versions()["KUBERNETES_VERSION"]
+    folder = cache_dir() / f"kube-controller-manager-{version}"
+    if not (folder / ".complete").exists():
+        raise MissingBinaries(
+            f"kube-controller-manager {version} is not built ({folder} missing): run "
+            f"`bash {BUILD_SCRIPT.relative_to(ROOT)}` (builds it from the Go module k8s.io/kubernetes once per pin, "
+            "a few minutes)"
+        )
+    return folder / "kube-controller-manager"
 
 
 def free_port() -> int:

@@ -64,6 +64,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
     "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads", True),
+    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
     "ValidatingAdmissionPolicy": (
         "/apis/admissionregistration.k8s.io/v1",
         "validatingadmissionpolicies",

@@ -231,6 +231,21 @@ def hami_score_nodes(
     """
 
 
+@hookspec(firstresult=True)
+def hami_device_islands(kind: DeviceKind, node: NodeView, settings: Any) -> Mapping[str, str] | None:
+    """The islands of the node's devices of ``kind``: which devices are linked to each other by the vendor's fabric
+    (NVLink, HCCS, MetaXLink), read from what discovery published on the node (its annotations, the devices'
+    `Device.custom`).
+
+    Routed; optional, scheduler side. Asked when a pod wants its devices within one island
+    (``hami.io/gang-topology: island``): the core then fits the pod island by island with the vendor's own
+    `hami_fit_nodes` (`hami.islands`). Keep it cheap (once per candidate node and such pod) and never modify the view.
+
+    :returns: device id → island name for the devices that are linked (devices of one name are linked to each
+        other; a device left out is an island of its own), or None when the vendor knows no links on this node.
+    """
+
+
 # --------------------------------------------------------------------------------------------------------
 # Allocation (node side, when the kubelet starts the container)
 # --------------------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from hami import hookspecs
 from hami.errors import ConfigError, PluginError
 from hami.findings import Finding, Status
+from hami.islands import asks_island, fit_within_islands
 from hami.model import (
     AdmissionEdit,
     Allocation,
@@ -371,13 +372,23 @@ class VendorPlugins:
         nodes: Sequence[NodeView],
         policy: SchedulingPolicy,
     ) -> list[NodeFit]:
-        """Fit the pod's requests of one kind onto all candidate nodes in one vendor call."""
+        """Fit the pod's requests of one kind onto all candidate nodes in one vendor call (a pod that asks for one
+        island of linked devices: one call per round of islands, `hami.islands`)."""
         if not self.implements(common_word, "hami_fit_nodes"):
             reason = f"vendor {self.owner(common_word).name} cannot place {common_word} devices yet"
             return [NodeFit(node=n.name, reason=reason) for n in nodes]
-        result: list[NodeFit] = self._routed(
-            common_word, "hami_fit_nodes", pod=pod, requests=requests, nodes=nodes, policy=policy
-        )
+
+        def fit(views: Sequence[NodeView]) -> list[NodeFit]:
+            found = self._routed(common_word, "hami_fit_nodes", pod=pod, requests=requests, nodes=views, policy=policy)
+            return list(found)
+
+        if asks_island(pod):
+            return fit_within_islands(fit, nodes, lambda view: self.device_islands(common_word, view))
+        return fit(nodes)
+
+    def device_islands(self, common_word: str, node: NodeView) -> Mapping[str, str] | None:
+        """The islands of the node's devices of `common_word` (`hami_device_islands`; None: none known)."""
+        result: Mapping[str, str] | None = self._routed(common_word, "hami_device_islands", node=node)
         return result
 
     def score_nodes(

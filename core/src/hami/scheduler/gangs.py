@@ -1,12 +1,7 @@
 """Gangs: pods that are useless one by one, placed all or nothing by holding devices for the whole group.
 
-A pod is a member of a gang when it names one the way the ecosystem does: the coscheduling plugin's
-`scheduling.x-k8s.io/pod-group` label (its PodGroup's `spec.minMember` says how many must run), Volcano's
-`scheduling.k8s.io/group-name` annotation (its PodGroup's `spec.minMember`), or this project's `hami.io/gang`
-annotation with `hami.io/gang-size` (for clusters with neither CRD; the size also stands in when the named PodGroup
-cannot be read), or Kueue's plain-pod group (`kueue.x-k8s.io/pod-group-name` label with its
-`kueue.x-k8s.io/pod-group-total-count` annotation: Kueue admits the group's quota at once, this places it at once).
-`hami.io/gang-topology: node` keeps every member on one node.
+Which gang a pod names, and how many of its members must run together, is read by `hami.scheduler.podgroups`
+(the coscheduling plugin's and Volcano's PodGroups, Kueue's pod groups, this project's `hami.io/gang`).
 
 At the first member's filter the devices of the whole gang (`minMember` less the members already bound) are
 decided, one member after the other through the filter's own decision (`GangHost.place`), over the nodes
@@ -35,138 +30,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, Resource, meta, pod_key
+from hami.cluster.port import Cluster, ClusterError, KubeObject, meta, pod_key
 from hami.lifecycle import BIND_PHASE, BIND_TIME, TERMINAL_PHASES
 from hami.model import Pod
 from hami.quota import QuotaLedger
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import VGPU_TIME, PlacementWriter
+from hami.scheduler.podgroups import GangError, GroupRef, group_of, members_needed
 from hami.scheduler.settings import ExtenderSettings
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState, Decision
 from hami.signing import SIGNATURE_ANNOTATION
 from hami.transaction import Transaction
 
-__all__ = [
-    "DEFAULT_TIMEOUT_SECONDS",
-    "GANG_ANNOTATION",
-    "GANG_SIZE_ANNOTATION",
-    "GANG_TIMEOUT_ANNOTATION",
-    "GANG_TOPOLOGY_ANNOTATION",
-    "KUEUE_COUNT_ANNOTATION",
-    "KUEUE_GROUP_LABEL",
-    "POD_GROUP_LABEL",
-    "VOLCANO_GROUP_ANNOTATION",
-    "GangError",
-    "GangHost",
-    "GroupRef",
-    "Gangs",
-    "group_of",
-]
+__all__ = ["MAX_COOLING_SECONDS", "GangHost", "Gangs"]
 
 log = logging.getLogger(__name__)
 
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-KUEUE_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-GANG_ANNOTATION = "hami.io/gang"
-GANG_SIZE_ANNOTATION = "hami.io/gang-size"
-GANG_TIMEOUT_ANNOTATION = "hami.io/gang-timeout"
-GANG_TOPOLOGY_ANNOTATION = "hami.io/gang-topology"
-
-DEFAULT_TIMEOUT_SECONDS = 60.0
-"""How long a gang's holds wait for every held member to reach its filter before all are released."""
 MAX_COOLING_SECONDS = 600.0
 """The longest a gang whose holds timed out waits before it holds again (the wait doubles with each timeout in a
 row, from the gang's timeout), so a gang that cannot complete does not keep devices from others."""
-MAX_GANG_SIZE = 4096
-MAX_TIMEOUT_SECONDS = 3600.0
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_SOURCES: dict[str, tuple[Resource, str]] = {
-    "coscheduling": ("podgroups", "scheduling.x-k8s.io/v1alpha1"),
-    "volcano": ("volcanopodgroups", "scheduling.volcano.sh/v1beta1"),
-}
-
-
-class GangError(ValueError):
-    """A pod's gang annotations or labels that cannot be read; the message says what to fix."""
-
-
-@dataclass(frozen=True)
-class GroupRef:
-    """The gang a pod names."""
-
-    namespace: str
-    name: str
-    source: str
-    """"coscheduling", "volcano", "kueue" or "hami": where the member count is read."""
-    size: int | None = None
-    """`hami.io/gang-size`, when given."""
-    one_node: bool = False
-    timeout: float = DEFAULT_TIMEOUT_SECONDS
-
-    @property
-    def key(self) -> str:
-        return f"{self.source}:{self.namespace}/{self.name}"
-
-
-def group_of(obj: KubeObject) -> GroupRef | None:
-    """The gang the pod names (None: none), or `GangError` saying what is wrong with how it names one."""
-    m = meta(obj)
-    labels, annotations = m.get("labels") or {}, m.get("annotations") or {}
-    named = [
-        (source, str(value))
-        for source, value in (
-            ("coscheduling", labels.get(POD_GROUP_LABEL)),
-            ("volcano", annotations.get(VOLCANO_GROUP_ANNOTATION)),
-            ("hami", annotations.get(GANG_ANNOTATION)),
-            ("kueue", labels.get(KUEUE_GROUP_LABEL)),
-        )
-        if value
-    ]
-    if not named:
-        return None
-    if len({name for _, name in named}) > 1:
-        raise GangError("the pod names more than one gang (" + ", ".join(f"{s}: {n}" for s, n in named) + "): name one")
-    source, name = named[0]
-    if not _NAME.match(name):
-        raise GangError(f"gang name {name[:80]!r} is not a valid object name (lower-case letters, digits, '-', '.')")
-    size = _number(annotations, GANG_SIZE_ANNOTATION, 1, MAX_GANG_SIZE)
-    if source == "kueue":
-        size = _number(annotations, KUEUE_COUNT_ANNOTATION, 1, MAX_GANG_SIZE) or size
-        if size is None:
-            raise GangError(f"{KUEUE_GROUP_LABEL} needs {KUEUE_COUNT_ANNOTATION}: the number of pods in the group")
-    if source == "hami" and size is None:
-        raise GangError(f"{GANG_ANNOTATION} needs {GANG_SIZE_ANNOTATION}: the number of members that must run together")
-    timeout = _number(annotations, GANG_TIMEOUT_ANNOTATION, 1, int(MAX_TIMEOUT_SECONDS))
-    topology = str(annotations.get(GANG_TOPOLOGY_ANNOTATION) or "")
-    if topology not in ("", "node"):
-        raise GangError(f"{GANG_TOPOLOGY_ANNOTATION} is {topology[:40]!r}; the one value understood is 'node'")
-    return GroupRef(
-        namespace=str(m.get("namespace") or "default"),
-        name=name,
-        source=source,
-        size=size,
-        one_node=topology == "node",
-        timeout=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_SECONDS,
-    )
-
-
-def _number(annotations: Mapping[str, object], key: str, low: int, high: int) -> int | None:
-    raw = annotations.get(key)
-    if raw is None or raw == "":
-        return None
-    text = str(raw).strip()
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise GangError(f"{key} is {str(raw)[:40]!r}; expected a whole number from {low} to {high}")
-    return int(text)
 
 
 class Placed(Protocol):
@@ -329,7 +217,7 @@ class Gangs:
             )
             self._tell(obj, "GangWaiting", reason)
             return None, reason
-        need, reason = self._need(ref)
+        need, reason = members_needed(self.host.cluster, ref)
         if need is None:
             self._tell(obj, "GangWaiting", reason)
             return None, reason
@@ -387,27 +275,6 @@ class Gangs:
             self._withdraw([hold], f"did not complete within {hold.group.timeout:.0f} s")
 
     # ---------------------------------------------------------------------------------- internals
-
-    def _need(self, ref: GroupRef) -> tuple[int | None, str]:
-        """How many members must run together (None and why, when it cannot be told)."""
-        if ref.source in ("hami", "kueue"):
-            return ref.size, ""
-        resource, api = _SOURCES[ref.source]
-        try:
-            group = self.host.cluster.get(resource, ref.name, ref.namespace)
-        except NotFoundError:
-            if ref.size is not None:
-                return ref.size, ""
-            return None, (
-                f"PodGroup {ref.namespace}/{ref.name} ({api}) does not exist: create it, or give the pods "
-                f"{GANG_SIZE_ANNOTATION} with the number of members that must run together"
-            )
-        except ClusterError as exc:
-            return None, f"cannot read PodGroup {ref.namespace}/{ref.name} ({api}): {exc}"
-        raw = (group.get("spec") or {}).get("minMember")
-        if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_GANG_SIZE:
-            return None, f"PodGroup {ref.namespace}/{ref.name} has minMember {raw!r}; expected 1 to {MAX_GANG_SIZE}"
-        return raw, ""
 
     def _waiting_members(self, ref: GroupRef, key: str, obj: KubeObject) -> list[KubeObject]:
         """The members not yet bound, this pod first, then by name; `need` less those already bound is applied by
@@ -553,14 +420,15 @@ class Gangs:
         return hold
 
     def _withdraw(self, holds: Sequence[Hold], why: str = "") -> None:
-        """Remove the released holds' placements from their pods (outside the locks: API calls)."""
+        """Remove the released holds' placements from their pods (outside the locks: API calls), then say so on each
+        (an Event is recorded only once every placement of its gang is withdrawn)."""
         for hold in holds:
             for pending in hold.members.values():
+                self.host.writer.withdraw(pending.decision.pod)
+            for pending in hold.members.values() if why else ():
                 pod = pending.decision.pod
-                self.host.writer.withdraw(pod)
-                if why:
-                    obj = {"kind": "Pod", "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
-                    self._tell(obj, "GangReleased", f"gang {hold.group.name} {why}: its devices were released")
+                obj = {"kind": "Pod", "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
+                self._tell(obj, "GangReleased", f"gang {hold.group.name} {why}: its devices were released")
 
     def _arm(self, hold: Hold) -> None:
         """Release the hold at its deadline even if no filter comes."""

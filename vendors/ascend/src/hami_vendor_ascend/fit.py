@@ -49,7 +49,7 @@ from hami_vendor_ascend.chips import AscendChip
 from hami_vendor_ascend.discovery import NETWORK_ID, SOFT_SPLIT_NODE_ANNOTATION
 from hami_vendor_ascend.settings import SOFT_SPLIT, AscendSettings, VnpuMode
 
-__all__ = ["NETWORK_WEIGHT", "PREDICATE_TIME", "AscendFitter", "runtime_annotation", "runtime_info"]
+__all__ = ["NETWORK_WEIGHT", "PREDICATE_TIME", "AscendFitter", "hccs_islands", "runtime_annotation", "runtime_info"]
 
 PREDICATE_TIME = "predicate-time"
 """Pod annotation HAMi's Ascend fit writes with the placement: unix seconds of the decision."""
@@ -91,6 +91,14 @@ def _network(usage: DeviceUsage) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value)
+
+
+def hccs_islands(kind: DeviceKind, node: NodeView) -> dict[str, str] | None:
+    """The node's HCCS islands (`hami_device_islands`): 910-series devices of one ``custominfo.NetworkID``; None for
+    other chips (no HCCS network is published for them)."""
+    if not kind.common_word.startswith(_910):
+        return None
+    return {u.id: f"hccs-{network}" for u in node.devices if (network := _network(u)) is not None}
 
 
 class _Chooser(ShareFitter):

@@ -166,6 +166,11 @@ def hami_fit_nodes(
     return fit.fit_nodes(kind, pod, requests, nodes, policy, settings)
 
 
+@hookimpl
+def hami_device_islands(kind: DeviceKind, node: NodeView) -> dict[str, str] | None:
+    return fit.hccs_islands(kind, node)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Allocation (node daemon, inside the kubelet's Allocate) and release
 # --------------------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from hami.topology import TOPOLOGY_POLICY, TopologyFitter, scores_from_annotatio
 from hami_vendor_metax.discovery import DIRECT_LINK_SCORE, GPU_LINK_ANNOTATION, LOSS_ANNOTATION, SCORE_ANNOTATION
 
 __all__ = [
+    "metaxlink_islands",
     "ALLOCATED_ANNOTATION",
     "APP_CLASS_ANNOTATION",
     "PREDICATE_TIME_ANNOTATION",
@@ -339,3 +340,10 @@ def score_sgpu(
 ) -> dict[str, float]:
     weight = -NEUTRAL_WEIGHT if policy.node == "spread" else NEUTRAL_WEIGHT
     return {f.node: f.score + weight * _neutral_score(pod, f, nodes[f.node], topology_aware) for f in fits}
+
+
+def metaxlink_islands(node: NodeView) -> dict[str, str]:
+    """The node's MetaXLink islands (`hami_device_islands`): devices of one ``LinkZone`` above 0, as MetaX's
+    device plugin publishes it; a device in zone 0 (no MetaXLink) is left out."""
+    zones = {u.id: u.device.custom.get("LinkZone", 0) for u in node.devices}
+    return {d: f"metaxlink-{z}" for d, z in zones.items() if isinstance(z, int) and not isinstance(z, bool) and z > 0}

@@ -168,6 +168,11 @@ def hami_fit_nodes(
 
 
 @hookimpl
+def hami_device_islands(node: NodeView) -> dict[str, str]:
+    return fit.metaxlink_islands(node)
+
+
+@hookimpl
 def hami_score_nodes(
     kind: DeviceKind,
     pod: Pod,

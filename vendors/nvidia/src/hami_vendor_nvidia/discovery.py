@@ -41,6 +41,7 @@ from hami_vendor_nvidia.settings import NvidiaSettings
 
 __all__ = [
     "LINK_SCORE_ANNOTATION",
+    "NVLINK_SCORE",
     "P2P_SCORES",
     "discover",
     "link_scores",

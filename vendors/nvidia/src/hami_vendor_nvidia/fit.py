@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from hami.codec import MigReservation, encode_mig_allocations
 from hami.fitting import CORDON_ANNOTATION, Selectors, ShareFitter, node_score
+from hami.islands import islands_from_links
 from hami.model import (
     ContainerDevice,
     ContainerPlacement,
@@ -45,7 +46,7 @@ from hami.model import (
     SchedulingPolicy,
 )
 from hami.topology import TOPOLOGY_POLICY, TopologyFitter, scores_from_annotation
-from hami_vendor_nvidia.discovery import LINK_SCORE_ANNOTATION
+from hami_vendor_nvidia.discovery import LINK_SCORE_ANNOTATION, NVLINK_SCORE
 from hami_vendor_nvidia.mig import (
     MIG_ALLOCATIONS_ANNOTATION,
     MigProfile,
@@ -56,6 +57,7 @@ from hami_vendor_nvidia.mig import (
 )
 
 __all__ = [
+    "nvlink_islands",
     "MODE_ANNOTATION",
     "MODES",
     "NUMA_BIND_ANNOTATION",
@@ -312,3 +314,12 @@ class NvidiaFitter:
             whole = [g[:count] for g in groups.values() if len(g) >= count]
             return whole[0] if whole else None
         return ranked[:count]
+
+
+_LINKS = scores_from_annotation(LINK_SCORE_ANNOTATION)
+
+
+def nvlink_islands(node: NodeView) -> dict[str, str]:
+    """The node's NVLink islands (`hami_device_islands`): GPUs joined by at least one NVLink (a pair scoring
+    `NVLINK_SCORE` or more in HAMi's link scores, directly or through other GPUs); a GPU with none is left out."""
+    return islands_from_links([d.id for d in node.devices], _LINKS(node), NVLINK_SCORE)

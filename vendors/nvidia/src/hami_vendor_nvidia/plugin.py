@@ -45,7 +45,7 @@ from hami.model import (
     VendorInfo,
 )
 from hami_vendor_nvidia import admission, allocation, discovery, doctor, edits, node
-from hami_vendor_nvidia.fit import NvidiaFitter
+from hami_vendor_nvidia.fit import NvidiaFitter, nvlink_islands
 from hami_vendor_nvidia.settings import NvidiaSettings
 
 __all__ = [
@@ -147,6 +147,11 @@ def hami_fit_nodes(
     policy: SchedulingPolicy,
 ) -> list[NodeFit]:
     return NvidiaFitter(kind, pod, policy).fit_nodes(requests, nodes)
+
+
+@hookimpl
+def hami_device_islands(node: NodeView) -> dict[str, str]:
+    return nvlink_islands(node)
 
 
 # --------------------------------------------------------------------------------------------------------

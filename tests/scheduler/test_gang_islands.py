@@ -196,13 +196,13 @@ def island_pod(topology: str | None = "island") -> Pod:
     return Pod(name="p", namespace="ml", annotations=annotations, containers=(Container(name="c"),))
 
 
-def placed(host: VendorPlugins, kind: str, view: NodeView, request: ContainerRequest, pod: Pod) -> list[str] | str:
-    (fit,) = host.fit_nodes(kind, pod, [request], [view], SchedulingPolicy(node="binpack", device=("binpack",)))
+def placed(plugins: VendorPlugins, kind: str, view: NodeView, request: ContainerRequest, pod: Pod) -> list[str] | str:
+    (fit,) = plugins.fit_nodes(kind, pod, [request], [view], SchedulingPolicy(node="binpack", device=("binpack",)))
     return sorted(d.uuid for d in fit.placement[0]) if fit.placement else fit.reason
 
 
 def test_ascend_910_members_stay_within_one_hccs_network() -> None:
-    host = VendorPlugins.load(disabled=())
+    plugins = VendorPlugins.load(disabled=())
     word = "Ascend910B3"
     devices = [
         DeviceUsage(
@@ -214,14 +214,14 @@ def test_ascend_910_members_stay_within_one_hccs_network() -> None:
     ]  # fmt: skip
     view = NodeView(name="n", devices=devices)
     request = ContainerRequest(kind=word, count=3, memory=65536, cores=20)
-    assert placed(host, word, view, request, island_pod()) in (["npu2", "npu4", "npu6"], ["npu3", "npu5", "npu7"])
+    assert placed(plugins, word, view, request, island_pod()) in (["npu2", "npu4", "npu6"], ["npu3", "npu5", "npu7"])
     four = ContainerRequest(kind=word, count=4, memory=65536, cores=20)
-    assert "no island of linked devices holds the pod" in str(placed(host, word, view, four, island_pod()))
-    assert isinstance(placed(host, word, view, four, island_pod(None)), list)  # without it, across networks
+    assert "no island of linked devices holds the pod" in str(placed(plugins, word, view, four, island_pod()))
+    assert isinstance(placed(plugins, word, view, four, island_pod(None)), list)  # without it, across networks
 
 
 def test_metax_members_stay_within_one_metaxlink_zone() -> None:
-    host = VendorPlugins.load(disabled=())
+    plugins = VendorPlugins.load(disabled=())
     word = "Metax-GPU"
     zones = [1, 2, 1, 2, 0, 0]
     devices = [
@@ -234,6 +234,6 @@ def test_metax_members_stay_within_one_metaxlink_zone() -> None:
     ]  # fmt: skip
     view = NodeView(name="n", devices=devices)
     two = ContainerRequest(kind=word, count=2, memory=65536, cores=100)
-    assert placed(host, word, view, two, island_pod()) == ["GPU-1", "GPU-3"]  # zone 2: zone 1 has one card free
+    assert placed(plugins, word, view, two, island_pod()) == ["GPU-1", "GPU-3"]  # zone 2: zone 1 has one card free
     three = ContainerRequest(kind=word, count=3, memory=65536, cores=100)
-    assert "no island of linked devices holds the pod" in str(placed(host, word, view, three, island_pod()))
+    assert "no island of linked devices holds the pod" in str(placed(plugins, word, view, three, island_pod()))

@@ -28,6 +28,7 @@ from hami.model import (
     NodeView,
     Pod,
     ResourceNames,
+    RunOrder,
     SchedulingPolicy,
 )
 
@@ -276,8 +277,8 @@ def test_pod_peaks_is_the_larger_phase_per_device() -> None:
         return ContainerDevice(uuid=uuid, type="ACC", usedmem=mem, usedcores=cores)
 
     placement = [(on("A", 9000, 10),), (on("A", 3000, 50), on("B", 100, 0)), (on("A", 2000, 5),), (on("A", 2000, 5),)]
-    assert pod_peaks(placement, 2) == {"A": (2, 9000, 50), "B": (1, 100, 0)}
-    assert pod_peaks(placement, 0) == {"A": (4, 16000, 70), "B": (1, 100, 0)}
+    assert pod_peaks(placement, RunOrder(init=2)) == {"A": (2, 9000, 50), "B": (1, 100, 0)}
+    assert pod_peaks(placement, RunOrder()) == {"A": (4, 16000, 70), "B": (1, 100, 0)}
 
 
 @settings(max_examples=60, deadline=None)
@@ -294,6 +295,72 @@ def test_the_fitter_places_exactly_what_the_peak_rule_admits(inits: list[int], a
     (fit,) = FITTER.fit_nodes(the_pod, requests, [node], SchedulingPolicy())
     free = 16000 - busy
     assert fit.fits == (all(m <= free for m in inits) and sum(apps) <= free), fit.reason
+
+
+# ---------------------------------------------------------------------------------------------- native sidecars
+
+
+def with_sidecars(inits: Sequence[tuple[str, bool]], apps: Sequence[str]) -> Pod:
+    """A pod whose init containers are (name, is a native sidecar)."""
+    return Pod(
+        name="p",
+        init_containers=tuple(Container(name=n, restart_policy="Always" if s else "") for n, s in inits),
+        containers=tuple(Container(name=c) for c in apps),
+    )
+
+
+def test_a_sidecar_and_the_app_container_need_room_side_by_side() -> None:
+    # 10000 MiB each on 16000 MiB devices: as init + app they share one device, as sidecar + app they cannot
+    one = NodeView(name="n", devices=(usage(0),))
+    sidecar = with_sidecars([("proxy", True)], ["main"])
+    (fit,) = FITTER.fit_nodes(sidecar, [req(1, 10000), req(1, 10000)], [one], SchedulingPolicy())
+    assert fit.reason == "container main: needs 1 ACC device, 0/1 usable (1 insufficient memory)"
+    two = NodeView(name="n", devices=(usage(0), usage(1)))
+    (fit,) = FITTER.fit_nodes(sidecar, [req(1, 10000), req(1, 10000)], [two], SchedulingPolicy())
+    assert fit.placement is not None, fit.reason
+    assert sorted(c[0].uuid for c in fit.placement) == ["ACC-0", "ACC-1"]
+    # the score counts both: two slots, 20000 MiB of 32000
+    assert fit.score == pytest.approx(10 * (2 / 8 + 0 + 20000 / 32000))
+
+
+def test_an_init_container_sees_the_sidecars_started_before_it_not_after() -> None:
+    node = NodeView(name="n", devices=(usage(0),))
+    # 9000 MiB sidecar, then an init container of 9000: both run at once, 18000 > 16000
+    after = with_sidecars([("proxy", True), ("migrate", False)], ["main"])
+    (fit,) = FITTER.fit_nodes(after, [req(1, 9000), req(1, 9000), req(1, 1000)], [node], SchedulingPolicy())
+    assert fit.reason == "container migrate: needs 1 ACC device, 0/1 usable (1 insufficient memory)"
+    # the init container first: it is done before the sidecar starts
+    before = with_sidecars([("migrate", False), ("proxy", True)], ["main"])
+    (fit,) = FITTER.fit_nodes(before, [req(1, 9000), req(1, 9000), req(1, 1000)], [node], SchedulingPolicy())
+    assert fit.placement is not None, fit.reason
+    assert fit.score == pytest.approx(10 * (2 / 4 + 0 + 10000 / 16000))  # steady: sidecar + app
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 16000), st.booleans()), min_size=0, max_size=3),
+    st.lists(st.integers(0, 16000), min_size=1, max_size=3),
+    st.integers(0, 16000),
+)
+def test_the_fitter_places_a_pod_with_sidecars_exactly_when_its_peak_fits(
+    inits: list[tuple[int, bool]], apps: list[int], busy: int
+) -> None:
+    node = NodeView(name="n", devices=(usage(0, used=1 if busy else 0, mem=busy, count=16),))
+    the_pod = with_sidecars([(f"i{n}", s) for n, (_, s) in enumerate(inits)], [f"a{n}" for n in range(len(apps))])
+    memory = [m for m, _ in inits] + apps
+    (fit,) = FITTER.fit_nodes(the_pod, [req(1, m) for m in memory], [node], SchedulingPolicy())
+    (peak,) = the_pod.run_order.peak([(i, (m,)) for i, m in enumerate(memory)])
+    assert fit.fits == (peak <= 16000 - busy), fit.reason
+
+
+def test_containers_after_a_sidecar_see_its_grant_under_spread() -> None:
+    # HAMi (PR #2723) fits a sidecar on the device list the app containers use and each later init container on a
+    # copy of it: the sidecar takes ACC-1, so the init container and the app container spread to ACC-0
+    node = NodeView(name="n", devices=[usage(0), usage(1)])
+    the_pod = with_sidecars([("proxy", True), ("migrate", False)], ["a"])
+    (fit,) = FITTER.fit_nodes(the_pod, [req(memory=1000)] * 3, [node], SchedulingPolicy(device=("spread",)))
+    assert fit.placement is not None
+    assert [c[0].uuid for c in fit.placement] == ["ACC-1", "ACC-0", "ACC-0"]
 
 
 # HAMi v2.10's device order (`policy.DeviceUsageList.Less`, each vendor's `Fit` walking the sorted list backwards)

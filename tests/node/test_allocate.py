@@ -93,6 +93,23 @@ def test_init_containers_are_served_first_and_containers_without_devices_are_ski
     assert not locked(cluster)
 
 
+def test_a_sidecar_is_served_in_its_place_among_the_init_containers(
+    ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster
+) -> None:
+    # the kubelet allocates init containers (native sidecars among them) in spec order, then the app containers;
+    # the scheduler wrote the sidecar's entry at its own position, as HAMi writes its init containers'
+    placements = [[dev("SCR-0", mem=500)], [dev("SCR-1", mem=600)], [dev("SCR-0", mem=700)]]
+    place_pod(cluster, NODE, "p", {"Scripted": placements}, init=2, sidecars=[1])
+    served = [kubelet.start_container(RESOURCE, 1) for _ in placements]
+    assert [(e.env["SCRIPTED_CONTAINER"], e.env["SCRIPTED_VISIBLE_DEVICES"], e.env["SCRIPTED_MEMORY_LIMIT_0"])
+            for e in served] == [("0", "SCR-0", "500m"), ("1", "SCR-1", "600m"), ("2", "SCR-0", "700m")]  # fmt: skip
+    got = pod_annotations(cluster, "p")
+    assert got[TO_ALLOCATE] == ";;;"
+    assert got[ALLOCATED] == "SCR-0,Scripted,500,10:;SCR-1,Scripted,600,10:;SCR-0,Scripted,700,10:;"
+    assert got[BIND_PHASE] == "success"
+    assert not locked(cluster)
+
+
 def test_one_allocate_call_may_carry_several_containers(
     ready: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster
 ) -> None:

@@ -15,7 +15,7 @@ from scheduler_harness import Harness
 
 from hami.cluster import meta
 from hami.codec import encode_node_register
-from hami.model import ContainerDevice, Device
+from hami.model import NO_INIT, ContainerDevice, Device
 from hami.plugins import VendorPlugins
 from hami.scheduler.extender import FilterResult
 from hami.scheduler.state import ClusterState
@@ -147,7 +147,7 @@ def placed(uuid: str) -> tuple[tuple[ContainerDevice, ...], ...]:
 def test_an_assumed_pod_is_listed_with_the_annotations_its_decision_wrote() -> None:
     state = ClusterState(VendorPlugins.from_plugins({"scripted": scripted_vendor}))
     state.set_node(scripted_node("node-a"))
-    state.assume("default", "first", "uid-1", "node-a", 0, {"Scripted": placed("SCR-0")}, {RESERVED: "SCR-0"})
+    state.assume("default", "first", "uid-1", "node-a", NO_INIT, {"Scripted": placed("SCR-0")}, {RESERVED: "SCR-0"})
     view = state.nodes["node-a"].views["Scripted"]
     (pod,) = view.pods.values()
     assert (pod.namespace, pod.name, pod.uid, dict(pod.annotations)) == (

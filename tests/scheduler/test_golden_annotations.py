@@ -32,12 +32,12 @@ from typing import Any
 
 import pytest
 from scheduler_harness import Harness, gpu_node
+from vendor_nodes import ascend_node, vendor_node
 
 from hami.cluster import meta
 from hami.codec import (
     decode_node_lock,
     decode_pod_devices,
-    encode_legacy_register,
     encode_node_register,
     encode_pod_devices,
 )
@@ -53,6 +53,11 @@ def container(name: str, limits: dict[str, str] | None = None) -> dict[str, Any]
     return {"name": name, "resources": {"limits": limits}} if limits else {"name": name}
 
 
+def sidecar(name: str, limits: dict[str, str]) -> dict[str, Any]:
+    """A native sidecar: an init container with `restartPolicy: Always` (Kubernetes 1.29 and later)."""
+    return {**container(name, limits), "restartPolicy": "Always"}
+
+
 def pod(
     name: str, apps: list[dict[str, Any]], init: list[dict[str, Any]] | None = None, **annotations: str
 ) -> dict[str, Any]:
@@ -63,42 +68,6 @@ def pod(
         "metadata": {"name": name, "namespace": "default", "annotations": dict(annotations)},
         "spec": spec,
         "status": {"phase": "Pending"},
-    }
-
-
-def ascend_node(name: str, count: int = 2) -> dict[str, Any]:
-    devices = [
-        Device(id=f"{name}-npu-{i}", index=i, count=4, devmem=65536, devcore=20, type="Ascend910B3", numa=0)
-        for i in range(count)
-    ]
-    return {
-        "metadata": {"name": name, "annotations": {"hami.io/node-register-Ascend910B3": encode_node_register(devices)}},
-        "status": {"capacity": {"huawei.com/Ascend910B3": str(count)}},
-    }
-
-
-def vendor_node(
-    name: str,
-    register: str,
-    capacity: str,
-    model: str,
-    count: int = 2,
-    memory: int = 16384,
-    split: int = 4,
-    prefix: str = "",
-    legacy: bool = False,
-) -> dict[str, Any]:
-    """A node as a vendor's device plugin registers it (HAMi's register annotation), devices of one model."""
-    devices = [
-        Device(id=f"{prefix}{name}-{i}", index=i, count=split, devmem=memory, devcore=100, type=model, numa=0)
-        for i in range(count)
-    ]
-    return {
-        "metadata": {
-            "name": name,
-            "annotations": {register: encode_legacy_register(devices) if legacy else encode_node_register(devices)},
-        },
-        "status": {"capacity": {capacity: str(count * split)}},
     }
 
 
@@ -261,6 +230,86 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
         vendor_node("br-a", "hami.io/node-biren-register", "birentech.com/gpu", "Biren", count=3, split=1),
     ),
 }
+
+# Native sidecars (HAMi PR #2723, after v2.10): the sidecar's entry sits at its own position among the init
+# containers, as HAMi writes its init containers' entries, and is placed beside the app containers' (never on a share
+# they need at the same time).
+HYGON = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "30"}
+ILUVATAR = {"iluvatar.ai/BI-V150-vgpu": "1", "iluvatar.ai/BI-V150.vMem": "4"}
+MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4"}
+CAMBRICON = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "16", "cambricon.com/mlu.smlu.vcore": "25"}
+AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}
+KUNLUN = {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}
+ASCEND = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "8000"}
+SIDECAR_CASES: dict[str, tuple[dict[str, Any], Any]] = {
+    "nvidia-native-sidecar": (
+        pod("p", [container("cuda", GPU)], init=[container("setup"), sidecar("proxy", GPU)]),
+        gpu_node("node-a", gpus=2),
+    ),
+    "ascend-native-sidecar": (
+        pod("p", [container("share", ASCEND)], init=[sidecar("proxy", ASCEND)]),
+        ascend_node("npu-a"),
+    ),
+    "hygon-native-sidecar": (
+        pod("p", [container("share", HYGON)], init=[sidecar("proxy", HYGON)]),
+        vendor_node("dcu-a", "hami.io/node-dcu-register", "hygon.com/dcunum", "DCU", prefix="DCU-", legacy=True),
+    ),
+    "iluvatar-native-sidecar": (
+        pod("p", [container("main", ILUVATAR)], init=[sidecar("proxy", ILUVATAR)]),
+        vendor_node("ix-a", "hami.io/node-BI-V150-register", "iluvatar.ai/BI-V150-vgpu", "BI-V150", legacy=True),
+    ),
+    "mthreads-native-sidecar": (
+        pod("p", [container("main", MTHREADS)], init=[sidecar("proxy", MTHREADS)]),
+        vendor_node("mt-a", "hami.io/node-mthreads-register", "mthreads.com/vgpu", "MTT S4000"),
+    ),
+    "cambricon-native-sidecar": (
+        # a dynamic-sMLU share must be a pod's only MLU request (HAMi's rule): whole MLUs here
+        pod(
+            "p", [container("main", {"cambricon.com/vmlu": "1"})], init=[sidecar("proxy", {"cambricon.com/vmlu": "1"})]
+        ),
+        vendor_node("mlu-a", "hami.io/node-cambricon-mlu-register", "cambricon.com/vmlu", "MLU370-X8"),
+    ),
+    "amd-native-sidecar": (
+        pod("p", [container("share", AMD)], init=[sidecar("proxy", AMD)]),
+        amd_node("amd-a"),
+    ),
+    "kunlun-native-sidecar": (
+        pod("p", [container("quarter", KUNLUN)], init=[sidecar("proxy", KUNLUN)]),
+        vendor_node("p800-a", "hami.io/node-register-xpu", "kunlunxin.com/vxpu", "XPU", count=8, memory=98304),
+    ),
+    "vastai-native-sidecar": (
+        pod("p", [container("main", {"vastaitech.com/va": "1"})], init=[sidecar("proxy", {"vastaitech.com/va": "1"})]),
+        vastai_node("va-a"),
+    ),
+    "metax-native-sidecar": (
+        pod(
+            "p",
+            [container("main", {"metax-tech.com/gpu": "2"})],
+            init=[sidecar("proxy", {"metax-tech.com/gpu": "1"})],
+        ),
+        vendor_node("mx-a", "hami.io/node-metax-gpu-register", "metax-tech.com/gpu", "MXC500", count=3, split=1),
+    ),
+    "enflame-native-sidecar": (
+        pod("p", [container("main", {"enflame.com/gcu": "2"})], init=[sidecar("proxy", {"enflame.com/gcu": "1"})]),
+        {"metadata": {"name": "gcu-a"}, "status": {"capacity": {"enflame.com/gcu": "3"}}},
+    ),
+    "awsneuron-native-sidecar": (
+        pod(
+            "p",
+            [container("device", {"aws.amazon.com/neuron": "1"})],
+            init=[sidecar("proxy", {"aws.amazon.com/neuroncore": "1"})],
+        ),
+        {
+            "metadata": {"name": "inf-a", "labels": {"node.kubernetes.io/instance-type": "inf2.xlarge"}},
+            "status": {"capacity": {"aws.amazon.com/neuron": "2", "aws.amazon.com/neuroncore": "4"}},
+        },
+    ),
+    "biren-native-sidecar": (
+        pod("p", [container("main", {"birentech.com/gpu": "2"})], init=[sidecar("proxy", {"birentech.com/gpu": "1"})]),
+        vendor_node("br-a", "hami.io/node-biren-register", "birentech.com/gpu", "Biren", count=3, split=1),
+    ),
+}
+CASES.update(SIDECAR_CASES)
 
 
 def masked(annotations: dict[str, str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from scheduler_harness import Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
 from hami.codec import decode_node_register, decode_pod_devices
-from hami.model import ContainerDevice
+from hami.model import ContainerDevice, RunOrder
 from hami.scheduler.server import ExtenderApp
 from hami.scheduler.state import effective_grants
 
@@ -27,8 +27,8 @@ def booked(h: Harness) -> dict[str, list[int]]:
         value = (meta(pod).get("annotations") or {}).get("hami.io/vgpu-devices-allocated")
         if not value:
             continue
-        init = len(pod["spec"].get("initContainers") or ())
-        for uuid, grant in effective_grants({"NVIDIA": decode_pod_devices(value)}, init)["NVIDIA"].items():
+        order = RunOrder.of_spec(pod["spec"])
+        for uuid, grant in effective_grants({"NVIDIA": decode_pod_devices(value)}, order)["NVIDIA"].items():
             totals[uuid][0] += grant.slots
             totals[uuid][1] += grant.memory
             totals[uuid][2] += grant.cores
@@ -124,7 +124,7 @@ def test_init_containers_count_as_their_peak_against_the_sum_of_app_containers()
         (ContainerDevice(uuid=dev, type="NVIDIA", usedmem=1000, usedcores=10),),  # app 1
         (ContainerDevice(uuid=dev, type="NVIDIA", usedmem=1500, usedcores=10),),  # app 2
     )
-    grant = effective_grants({"NVIDIA": placements}, init_containers=2)["NVIDIA"][dev]
+    grant = effective_grants({"NVIDIA": placements}, RunOrder(init=2))["NVIDIA"][dev]
     assert (grant.slots, grant.memory, grant.cores) == (2, 6000, 70)
 
 

@@ -167,6 +167,14 @@ class KubeApi:
         result: dict[str, Any] = self.request("POST", path_of(obj["kind"], None, namespace), obj, params=params or None)
         return result
 
+    def refuses_for_quota(self, obj: Mapping[str, Any]) -> bool:
+        """Whether creating `obj` (a dry run: nothing is stored) is refused with a message about a quota."""
+        try:
+            self.create(obj, dryRun="All")
+        except ApiError as exc:
+            return "quota" in exc.message.lower()
+        return False
+
     def delete(
         self, kind: str, name: str, namespace: str | None = None, *, grace: int | None = None, uid: str | None = None
     ) -> None:

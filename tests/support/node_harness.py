@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,14 +91,18 @@ def place_pod(
     placements: Mapping[str, Sequence[Sequence[ContainerDevice]]],
     *,
     init: int = 0,
+    sidecars: Collection[int] = (),
     namespace: str = "default",
     lock: bool = True,
     phase: str = "Pending",
 ) -> dict[str, Any]:
-    """Create a pod as the scheduler leaves it after filter and bind; placements are per kind, init first."""
+    """Create a pod as the scheduler leaves it after filter and bind; placements are per kind, init first.
+    `sidecars` are the positions of the init containers that are native sidecars (`restartPolicy: Always`)."""
     total = max(len(p) for p in placements.values())
     names = [f"init{i}" for i in range(init)] + [f"c{i}" for i in range(total - init)]
-    containers = [{"name": n, "image": "busybox"} for n in names]
+    containers: list[dict[str, Any]] = [{"name": n, "image": "busybox"} for n in names]
+    for i in sidecars:
+        containers[i]["restartPolicy"] = "Always"
     annotations = {BIND_PHASE: "allocating", "hami.io/vgpu-node": node, "hami.io/bind-time": str(int(time.time()))}
     for kind, entries in placements.items():
         word = kind.lower()

@@ -111,6 +111,51 @@ def test_running_pod_with_init_container_counts_per_device_peak(webhook: Webhook
     assert webhook.ledger.used(NS)[GPUMEM] == 8000
 
 
+def sidecar(name: str, limits: dict[str, str]) -> dict[str, Any]:
+    """A native sidecar: an init container with restartPolicy Always."""
+    return {**container(name, limits), "restartPolicy": "Always"}
+
+
+def test_a_sidecar_counts_with_the_app_containers(webhook: Webhook) -> None:
+    webhook.add_quota("gpu-quota", NS, {GPUMEM: "10000"})
+    obj = pod(container("app", gpu(1, 6000)), init=[sidecar("proxy", gpu(1, 5000))], namespace=NS)
+    result = webhook.admit(obj)
+    assert not result.allowed  # 5000 + 6000: the sidecar runs for the pod's whole life
+    assert "this pod asks 11000 MiB (proxy: 1 × 5000 MiB (sidecar); app: 1 × 6000 MiB)" in result.message
+    # the same container as a plain init container is done before the app container starts
+    plain = pod(container("app", gpu(1, 6000)), init=[container("proxy", gpu(1, 5000))], namespace=NS)
+    assert webhook.admit(plain).allowed
+
+
+def test_an_init_container_after_a_sidecar_counts_beside_it(webhook: Webhook) -> None:
+    webhook.add_quota("gpu-quota", NS, {GPUMEM: "10000"})
+    inits = [sidecar("proxy", gpu(1, 3000)), container("warmup", gpu(1, 8000))]
+    result = webhook.admit(pod(container("app", gpu(1, 1000)), init=inits, namespace=NS))
+    assert not result.allowed
+    assert "asks 11000 MiB (proxy: 1 × 3000 MiB (sidecar); warmup: 1 × 8000 MiB (init container, its peak))" in (
+        result.message
+    )
+    # declared before the sidecar, the init container is done when it starts: max(8000, 3000 + 1000)
+    inits.reverse()
+    assert webhook.admit(pod(container("app", gpu(1, 1000)), init=inits, namespace=NS)).allowed
+
+
+def test_a_placed_pod_with_a_sidecar_counts_both_devices_and_the_filter_reserves_both(webhook: Webhook) -> None:
+    webhook.add_quota("gpu-quota", NS, {GPUMEM: "10000"})
+    allocated = placed(("GPU-A", 5000, 0)) + placed(("GPU-A", 4000, 0))  # sidecar then app, one device
+    old = running("old", container("app", gpu(1, 4000)), init=[sidecar("proxy", gpu(1, 5000))], allocated=allocated)
+    webhook.running_pod(old)
+    assert webhook.ledger.used(NS)[GPUMEM] == 9000
+    new = Pod.from_api(pod(container("app", gpu(1, 500)), init=[sidecar("proxy", gpu(1, 600))], namespace=NS))
+    on_one = (
+        (ContainerDevice(uuid="GPU-B", type="NVIDIA", usedmem=600, usedcores=0),),
+        (ContainerDevice(uuid="GPU-B", type="NVIDIA", usedmem=500, usedcores=0),),
+    )
+    verdict = webhook.ledger.reserve(new, {"NVIDIA": on_one})
+    assert not verdict.fits
+    assert (verdict.used, verdict.asked) == (9000, 1100)
+
+
 def test_memory_quota_in_the_resources_unit_is_multiplied_out(webhook: Webhook) -> None:
     webhook.add_quota("mlu-quota", NS, {"limits.cambricon.com/mlu.smlu.vmemory": "40"})  # 40 × 256 MiB
     ok = pod(container("c0", {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vmemory": "20"}), namespace=NS)

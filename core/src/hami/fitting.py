@@ -4,8 +4,9 @@ Owns the accounting every share-based vendor has in common: a device serves a re
 not cordoned, allowed by the pod's use/no-use selectors, and has a free slot, enough free memory and
 enough free cores; cores equal to the whole device need an idle device; a request without cores is not put
 on a device whose cores are all taken. Init containers run one after another and before the app containers, so
-(as in HAMi) each init container is fitted alone against the node's usage and the app containers together
-against the same usage: a device must hold the larger of the two phases, not their sum (`pod_peaks`).
+(as in HAMi) each init container is fitted against the node's usage plus the native sidecars declared before it,
+and the app containers together against the node's usage plus every sidecar: a device must hold the larger of
+the two phases, not their sum (`pod_peaks`, by `hami.model.RunOrder`'s rule).
 Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`) in HAMi v2.10's order
 (`hami_device_order`), or by what the node daemon measured (`usage`, this project's); app containers of one pod
 see each other's grants, and every refused node gets a reason a
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from hami.fragmentation import WorkloadProfile, free_share
 from hami.measured import BUSY_ANNOTATION, UNKNOWN_BUSY, decode_busy
 from hami.model import (
+    NO_INIT,
     ContainerDevice,
     ContainerPlacement,
     ContainerRequest,
@@ -38,6 +40,7 @@ from hami.model import (
     NodeFit,
     NodeView,
     Pod,
+    RunOrder,
     SchedulingPolicy,
 )
 
@@ -237,31 +240,23 @@ def hami_device_order(
     return sorted(order, key=keys.__getitem__)
 
 
-def pod_peaks(placement: Sequence[ContainerPlacement], init_containers: int) -> dict[str, tuple[int, int, int]]:
-    """Per device UUID, what the pod holds of it at its peak: (slots, MiB, cores), each the larger of the init
-    phase (one init container at a time: the largest of them, one slot) and the app phase (the app containers'
-    sum). `placement` is positional, init containers first; the first `init_containers` entries are theirs."""
-    init: dict[str, tuple[int, int, int]] = {}
-    apps: dict[str, tuple[int, int, int]] = {}
+def pod_peaks(placement: Sequence[ContainerPlacement], order: RunOrder) -> dict[str, tuple[int, ...]]:
+    """Per device UUID, what the pod holds of it at its peak: (slots, MiB, cores), each counted by the pod's run
+    order (`RunOrder.peak`: the larger of the init phase's peak, an init container with the sidecars started
+    before it, and the steady state, sidecars plus app containers), a container on the device taking one slot.
+    `placement` is positional, init containers first."""
+    by_device: dict[str, list[tuple[int, tuple[int, int, int]]]] = {}
     for index, devices in enumerate(placement):
         for d in devices:
-            if index < init_containers:
-                _, mem, cores = init.get(d.uuid, (0, 0, 0))
-                init[d.uuid] = (1, max(mem, d.usedmem), max(cores, d.usedcores))
-            else:
-                slots, mem, cores = apps.get(d.uuid, (0, 0, 0))
-                apps[d.uuid] = (slots + 1, mem + d.usedmem, cores + d.usedcores)
-    out = dict(apps)
-    for uuid, (slots, mem, cores) in init.items():
-        a = apps.get(uuid, (0, 0, 0))
-        out[uuid] = (max(slots, a[0]), max(mem, a[1]), max(cores, a[2]))
-    return out
+            by_device.setdefault(d.uuid, []).append((index, (1, d.usedmem, d.usedcores)))
+    peak = order.peak
+    return {uuid: peak(amounts) for uuid, amounts in by_device.items()}
 
 
-def node_score(node: NodeView, placement: Sequence[ContainerPlacement], init_containers: int = 0) -> float:
+def node_score(node: NodeView, placement: Sequence[ContainerPlacement], order: RunOrder = NO_INIT) -> float:
     """HAMi's node score after the placement: 10 × (slots used + cores used + memory used, each as a share).
-    The placement counts at the pod's peak (`pod_peaks`): its first `init_containers` entries are init
-    containers'."""
+    The placement counts at the pod's peak (`pod_peaks`) by the pod's run order (`Pod.run_order`; by default
+    every entry is an app container's)."""
     slots = cores = memory = used = usedcores = usedmem = 0
     for u in node.devices:  # one pass: this runs for every node fitted
         d = u.device
@@ -271,7 +266,7 @@ def node_score(node: NodeView, placement: Sequence[ContainerPlacement], init_con
         used += u.used
         usedcores += u.usedcores
         usedmem += u.usedmem
-    for taken, mem, core in pod_peaks(placement, init_containers).values():
+    for taken, mem, core in pod_peaks(placement, order).values():
         used += taken
         usedcores += core
         usedmem += mem
@@ -323,22 +318,25 @@ class ShareFitter:
             # project's); sorting by index keeps a choice independent of how a view happens to list the devices
             return _registration_order(node.devices)
 
-        inits = len(pod.init_containers)
-        apps = ChoiceContext(pod, node, policy, fresh(), registered())
+        order = pod.run_order
+        # what runs for the pod's whole life (sidecars, then app containers) adds up in one context
+        steady = ChoiceContext(pod, node, policy, fresh(), registered())
         names = [c.name for c in pod.all_containers]
         placement: list[ContainerPlacement] = []
         for index, request in enumerate(requests):
             if request is None:
                 placement.append(())
                 continue
-            # an init container runs alone: it sees the node's usage, not its siblings' grants
-            context = ChoiceContext(pod, node, policy, fresh(), registered()) if index < inits else apps
+            context = steady
+            if not order.steady(index):  # an init container sees the sidecars started before it, not its siblings
+                devices = [DeviceState(s.usage, s.used, s.usedmem, s.usedcores) for s in steady.devices]
+                context = ChoiceContext(pod, node, policy, devices, list(steady.order))
             chosen, reason = self._fit_container(request, list(context.devices), cordoned, selectors, context)
             if chosen is None:
                 who = f"container {names[index]}" if index < len(names) and len(requests) > 1 else "pod"
                 return NodeFit(node=node.name, reason=f"{who}: {reason}")
             placement.append(chosen)
-        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement, inits))
+        return NodeFit(node=node.name, placement=tuple(placement), score=node_score(node, placement, order))
 
     def _fit_container(
         self,
@@ -551,11 +549,11 @@ class Grant:
 
 
 def effective_grants(
-    allocation: Mapping[str, tuple[ContainerPlacement, ...]], init_containers: int
+    allocation: Mapping[str, tuple[ContainerPlacement, ...]], order: RunOrder
 ) -> dict[str, dict[str, Grant]]:
-    """Per kind and device: max(peak of init containers, sum of app containers), for slots, memory and cores."""
+    """Per kind and device: what the pod holds at its peak (`pod_peaks`), for slots, memory and cores."""
     return {
-        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, init_containers).items()}
+        kind: {uuid: Grant(*peak) for uuid, peak in pod_peaks(placements, order).items()}
         for kind, placements in allocation.items()
     }
 

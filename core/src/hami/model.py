@@ -15,7 +15,8 @@ device whose cores are scaled may register more than 100).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -41,6 +42,7 @@ __all__ = [
     "DraDevice",
     "IsolationLibrary",
     "Mount",
+    "NO_INIT",
     "NodeFit",
     "NodeInventory",
     "NodeView",
@@ -49,6 +51,7 @@ __all__ = [
     "PodAllocation",
     "RegisterFormat",
     "ResourceNames",
+    "RunOrder",
     "SchedulingPolicy",
     "VendorInfo",
     "cpu_memory_requests",
@@ -289,6 +292,87 @@ class DeviceUsage(BaseModel):
 # --------------------------------------------------------------------------------------------------------
 
 
+SIDECAR_RESTART_POLICY = "Always"
+"""An init container's `restartPolicy` that makes it a native sidecar (Kubernetes 1.29 and later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOrder:
+    """Which of a pod's containers hold their devices at the same time, by position (init containers first, the
+    positional order of HAMi's pod device strings), and the one rule every count of a pod's usage follows.
+
+    Init containers run one after another, before the app containers. A native sidecar (an init container with
+    `restartPolicy: Always`, Kubernetes 1.29 and later) starts in its turn and then runs for the pod's whole
+    life: beside every init container declared after it and beside the app containers. So (Kubernetes' own
+    rule for a pod's effective requests, and HAMi's since PR #2723) the pod holds the larger of
+    - its init phase's peak: for each init container, it plus the sidecars declared before it, and
+    - its steady state: every sidecar plus every app container.
+
+    The fitter, the scheduler's bookkeeping, quota (admission and the filter's reservation) and kube-scheduler's
+    CPU and memory count (`cpu_memory_requests`) all count through `peak`; nothing else decides it.
+    """
+
+    init: int = 0
+    """How many of the positions are init containers (sidecars included)."""
+    sidecars: frozenset[int] = frozenset()
+    """Positions (each below `init`) of the init containers that are native sidecars."""
+
+    @classmethod
+    def of_spec(cls, spec: Mapping[str, Any]) -> RunOrder:
+        """From a pod spec as the Kubernetes API serialises it (the bookkeeping reads pods without the model)."""
+        inits = spec.get("initContainers") or ()
+        if not isinstance(inits, Sequence) or isinstance(inits, str):
+            return cls()
+        return cls(
+            len(inits),
+            frozenset(
+                i
+                for i, c in enumerate(inits)
+                if isinstance(c, Mapping) and c.get("restartPolicy") == SIDECAR_RESTART_POLICY
+            ),
+        )
+
+    def role(self, index: int) -> str:
+        """`init`, `sidecar` or `app`: how the container at `index` runs (for messages)."""
+        if index >= self.init:
+            return "app"
+        return "sidecar" if index in self.sidecars else "init"
+
+    def steady(self, index: int) -> bool:
+        """Whether the container at `index` runs for the pod's whole life (a sidecar or an app container)."""
+        return index >= self.init or index in self.sidecars
+
+    def peak(self, amounts: Iterable[tuple[int, Sequence[int]]]) -> tuple[int, ...]:
+        """What the pod holds at its peak, component by component: the larger of the init phase's peak (each init
+        container with the sidecars declared before it) and the steady state (sidecars plus app containers).
+
+        `amounts` are (position, amount) pairs in ascending position, every amount of the same length (e.g.
+        slots, MiB, cores); a position left out holds nothing. Nothing given is the empty tuple."""
+        started: list[int] | None = None  # the sidecars started so far
+        peak: list[int] = []
+        apps: list[int] = []
+        for index, amount in amounts:
+            if started is None:
+                started, peak, apps = [0] * len(amount), [0] * len(amount), [0] * len(amount)
+            if index >= self.init:
+                for k, v in enumerate(amount):
+                    apps[k] += v
+            elif index in self.sidecars:
+                for k, v in enumerate(amount):
+                    started[k] += v
+                    peak[k] = max(peak[k], started[k])
+            else:
+                for k, v in enumerate(amount):
+                    peak[k] = max(peak[k], started[k] + v)
+        if started is None:
+            return ()
+        return tuple(max(p, s + a) for p, s, a in zip(peak, started, apps, strict=True))
+
+
+NO_INIT = RunOrder()
+"""The run order of a pod without init containers: every position is an app container's."""
+
+
 class Container(_Model):
     """The parts of a Kubernetes container spec that device logic reads."""
 
@@ -297,6 +381,9 @@ class Container(_Model):
     requests: Mapping[str, str] = Field(default_factory=dict)
     env: Mapping[str, str] = Field(default_factory=dict, description="literal `value` env entries only")
     privileged: bool = False
+    restart_policy: str = Field(
+        default="", description="an init container's `restartPolicy`: `Always` makes it a native sidecar"
+    )
 
     def resource(self, name: str) -> str | None:
         """The raw quantity of resource `name`: from limits, falling back to requests (HAMi's rule)."""
@@ -330,6 +417,14 @@ class Pod(_Model):
     def all_containers(self) -> tuple[Container, ...]:
         """Init containers first, then app containers: the positional order of HAMi's pod device strings."""
         return self.init_containers + self.containers
+
+    @property
+    def run_order(self) -> RunOrder:
+        """Which of `all_containers` hold devices at the same time (`RunOrder`)."""
+        return RunOrder(
+            len(self.init_containers),
+            frozenset(i for i, c in enumerate(self.init_containers) if c.restart_policy == SIDECAR_RESTART_POLICY),
+        )
 
     @classmethod
     def from_api(cls, obj: Mapping[str, Any]) -> Pod:
@@ -365,9 +460,9 @@ def _priority(value: object) -> int:
 
 
 def cpu_memory_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
-    containers, or its largest init container if that is larger. Requests default to limits; unreadable
-    quantities count as zero (the API server has validated them)."""
+    """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its app
+    containers and native sidecars, or its init phase's peak if that is larger (`RunOrder.peak`). Requests
+    default to limits; unreadable quantities count as zero (the API server has validated them)."""
 
     def one(container: Any) -> tuple[int, int]:
         resources = container.get("resources") or {} if isinstance(container, Mapping) else {}
@@ -380,10 +475,8 @@ def cpu_memory_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
         except ValueError:
             return 0, 0
 
-    apps = [one(c) for c in spec.get("containers") or ()]
-    inits = [one(c) for c in spec.get("initContainers") or ()]
-    cpu = max([sum(c for c, _ in apps), *(c for c, _ in inits)])
-    memory = max([sum(m for _, m in apps), *(m for _, m in inits)])
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    cpu, memory = RunOrder.of_spec(spec).peak(enumerate(map(one, containers))) or (0, 0)
     return max(cpu, 0), max(memory, 0)
 
 
@@ -408,6 +501,7 @@ def _container_from_api(obj: Mapping[str, Any]) -> Container:
         requests=_str_map(resources.get("requests")),
         env=env,
         privileged=bool(security.get("privileged")) if isinstance(security, Mapping) else False,
+        restart_policy=str(obj.get("restartPolicy") or ""),
     )
 
 

@@ -2,9 +2,10 @@
 
 Owns HAMi's quota rule (protocol.md section 5), done right for multi-device pods: a ResourceQuota's
 `spec.hard` keys `limits.<memory resource>` and `limits.<cores resource>` of a device kind cap the sum over the
-namespace's live pods of *per-device value × device count*, init containers counting as their peak (a pod
-takes the larger of its biggest init container and the sum of its app containers; once placed, per device,
-exactly as the scheduler counts usage). Memory is compared in MiB: a quota value is in the resource's own unit
+namespace's live pods of *per-device value × device count*, each pod counted at its peak by its run order
+(`hami.model.RunOrder`: the larger of its init phase's peak, an init container with the native sidecars started
+before it, and its sidecars plus its app containers; once placed, per device, exactly as the scheduler counts
+usage). Memory is compared in MiB: a quota value is in the resource's own unit
 (256 MiB for Cambricon, GiB for MetaX) and is multiplied out. Every ResourceQuota object of a namespace is
 enforced on its own, like Kubernetes does.
 
@@ -25,7 +26,7 @@ Below both services (the webhook admits with it, the scheduler reserves with it;
 Integration with the scheduler's filter (`hami.scheduler.extender.Extender._filter`), once a node is chosen:
 
     node, allocation = best
-    verdict = self.quota.reserve(pod, allocation, len(pod.init_containers))
+    verdict = self.quota.reserve(pod, allocation)
     if not verdict.fits:
         return FilterResult(failed={name: verdict.reason for name in node_names})
     ...                        # state.assume, then _record_decision; if recording fails:
@@ -46,7 +47,7 @@ from hami.codec import AnnotationError, decode_pod_devices
 from hami.errors import HamiError
 from hami.fitting import effective_grants
 from hami.lifecycle import TERMINAL_PHASES
-from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod
+from hami.model import ContainerPlacement, ContainerRequest, DeviceKind, Pod, RunOrder
 from hami.plugins import VendorPlugins
 from hami.quantity import parse_quantity as quantity_value
 
@@ -122,47 +123,54 @@ def demand_of_requests(
     plugins: VendorPlugins,
     requests: Mapping[str, Sequence[ContainerRequest | None]],
     container_names: Sequence[str],
-    init_containers: int,
+    order: RunOrder,
 ) -> PodDemand:
-    """What a pod asks, from its requests (one per container, init first): per device value × device count,
-    summed over app containers; the pod takes the larger of that and its biggest init container."""
+    """What a pod asks, from its requests (one per container, init first): per device value × device count, per
+    container, counted at the pod's peak by its run order (`RunOrder.peak`: the larger of the init phase's peak
+    and the sidecars plus the app containers)."""
     amounts: dict[str, int] = {}
     detail: dict[str, str] = {}
     for kind_word, per_container in requests.items():
         for qk in _keys_of(plugins, kind_word):
-            init_peak, init_where, app_sum, app_where = 0, "", 0, []
+            asked: list[tuple[int, tuple[int]]] = []
+            where: dict[int, str] = {}
             for index, request in enumerate(per_container):
                 if request is None:
                     continue
                 per_device = request.memory if qk.memory else request.cores
+                name = container_names[index] if index < len(container_names) else f"#{index}"
+                asks = qk.describe(per_device)
                 if qk.memory and request.memory_percentage is not None:
                     per_device = 0  # unknown until placed; the filter counts the placed MiB
-                amount = per_device * request.count
-                name = container_names[index] if index < len(container_names) else f"#{index}"
-                where = f"{name}: {request.count} × {qk.describe(per_device)}"
-                if qk.memory and request.memory_percentage is not None:
-                    where = f"{name}: {request.count} × {request.memory_percentage}% of a device, counted once placed"
-                if index < init_containers:
-                    if amount >= init_peak:
-                        init_peak, init_where = amount, where + " (init container, its peak)"
-                else:
-                    app_sum += amount
-                    app_where.append(where)
-            if init_peak > app_sum:
-                amounts[qk.key], detail[qk.key] = init_peak, init_where
-            elif app_where:
-                amounts[qk.key], detail[qk.key] = app_sum, "; ".join(app_where)
+                    asks = f"{request.memory_percentage}% of a device, counted once placed"
+                where[index] = f"{name}: {request.count} × {asks}"
+                if order.role(index) == "sidecar":
+                    where[index] += " (sidecar)"
+                asked.append((index, (per_device * request.count,)))
+            if not asked:
+                continue
+            (total,) = order.peak(asked)
+            steady = [(i, a) for i, a in asked if order.steady(i)]
+            if steady and order.peak(steady) == (total,):
+                amounts[qk.key], detail[qk.key] = total, "; ".join(where[i] for i, _ in steady)
+                continue
+            for index, _ in asked:  # the init phase holds more: name the init container at its peak
+                moment = [(i, a) for i, a in asked if i == index or (i < index and order.role(i) == "sidecar")]
+                if order.role(index) == "init" and order.peak(moment) == (total,):
+                    running = "; ".join(where[i] for i, _ in moment)
+                    amounts[qk.key], detail[qk.key] = total, running + " (init container, its peak)"
+                    break
     return PodDemand(amounts, detail)
 
 
 def demand_of_allocation(
-    plugins: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
+    plugins: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], order: RunOrder
 ) -> PodDemand:
-    """What a placed pod takes: per device, max(peak of init containers, sum of app containers) (the scheduler's
-    own accounting), summed over its devices."""
+    """What a placed pod takes: per device, what it holds at its peak by its run order (the scheduler's own
+    accounting, `effective_grants`), summed over its devices."""
     amounts: dict[str, int] = {}
     detail: dict[str, str] = {}
-    grants = effective_grants({k: tuple(v) for k, v in allocation.items()}, init_containers)
+    grants = effective_grants({k: tuple(v) for k, v in allocation.items()}, order)
     for kind_word, by_device in grants.items():
         for qk in _keys_of(plugins, kind_word):
             per_device = [g.memory if qk.memory else g.cores for g in by_device.values()]
@@ -337,7 +345,7 @@ class QuotaLedger:
         if str((status or {}).get("phase") or "") in TERMINAL_PHASES:
             return None
         annotations = m.get("annotations") if isinstance(m.get("annotations"), dict) else {}
-        init = len((spec or {}).get("initContainers") or ())
+        order = RunOrder.of_spec(spec or {})
         allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
         for kind in self.plugins.kinds:
             value = (annotations or {}).get(kind.annotations.allocated)
@@ -350,7 +358,7 @@ class QuotaLedger:
         amounts: dict[str, int] = {}
         detail: dict[str, str] = {}
         if allocation:
-            placed = demand_of_allocation(self.plugins, allocation, init)
+            placed = demand_of_allocation(self.plugins, allocation, order)
             amounts.update(placed.amounts)
             detail.update(placed.detail)
         if (spec or {}).get("nodeName") and self._asks_beyond(spec or {}, allocation):
@@ -362,7 +370,7 @@ class QuotaLedger:
                 requests = {}
             if requests:
                 names = [c.name for c in view.all_containers]
-                bound = demand_of_requests(self.plugins, requests, names, len(view.init_containers))
+                bound = demand_of_requests(self.plugins, requests, names, view.run_order)
                 amounts.update(bound.amounts)
                 detail.update(bound.detail)
         demand = PodDemand(amounts, detail)
@@ -478,19 +486,14 @@ class QuotaLedger:
 
     def check(self, pod: Pod, requests: Mapping[str, Sequence[ContainerRequest | None]]) -> QuotaVerdict:
         """Admission: would `pod`, asking `requests` (one per container, init first), fit its namespace's quotas?"""
-        demand = demand_of_requests(
-            self.plugins, requests, [c.name for c in pod.all_containers], len(pod.init_containers)
-        )
+        demand = demand_of_requests(self.plugins, requests, [c.name for c in pod.all_containers], pod.run_order)
         with self._lock:
             return self._verdict(pod.namespace, pod.name, demand)
 
-    def reserve(
-        self, pod: Pod, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int | None = None
-    ) -> QuotaVerdict:
+    def reserve(self, pod: Pod, allocation: Mapping[str, Sequence[ContainerPlacement]]) -> QuotaVerdict:
         """Filter: check the chosen placement against the quotas and, when it fits, count it at once (until the
         pod's own annotations arrive through the watch, or `release`). The check and the record are atomic."""
-        init = len(pod.init_containers) if init_containers is None else init_containers
-        demand = demand_of_allocation(self.plugins, allocation, init)
+        demand = demand_of_allocation(self.plugins, allocation, pod.run_order)
         with self._lock:
             verdict = self._verdict(pod.namespace, pod.name, demand)
             if verdict.fits and demand:

@@ -11,7 +11,9 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
    pod's devices to another); otherwise Allocate is refused, saying why.
 2. **Which containers.** Each container request of the kubelet takes the pod's next container whose entry in
    the kind's to-allocate annotation is not empty (init containers first, HAMi's positional order), and the
-   number of device IDs the kubelet gives must equal the number of devices the scheduler placed.
+   number of device IDs the kubelet gives must equal the number of devices the scheduler placed. The kubelet
+   calls for init containers in spec order, native sidecars (`restartPolicy: Always`) among them, then for the
+   app containers; a sidecar's entry sits at its position among the init containers, so it gets its own share.
 3. **What the container gets.** The vendor's `hami_allocate` (e.g. create a partition), then its
    `hami_container_edits` (env, mounts, device nodes, CDI names) with the vendor's isolation library as the
    daemon installed it (`hami.node.hooklib`), as they are.

@@ -19,7 +19,7 @@ from hami.cluster.port import KubeObject, meta
 from hami.dra.claims import share_of
 from hami.dra.slices import device_name, hashed_device_name
 from hami.fitting import effective_grants
-from hami.model import ContainerDevice, ContainerPlacement
+from hami.model import NO_INIT, ContainerDevice, ContainerPlacement
 from hami.scheduler.state import ClusterState, NodeRecord, PodRecord
 
 __all__ = ["ClaimTracker", "claim_key"]
@@ -106,9 +106,9 @@ class ClaimTracker:
             key=key,
             uid=str(meta(claim).get("uid") or ""),
             node=node,
-            init_containers=0,
+            order=NO_INIT,
             allocation=allocated,
-            grants=effective_grants(allocated, 0),
+            grants=effective_grants(allocated, NO_INIT),
             decided=True,
         )
 

@@ -356,7 +356,7 @@ class Extender:
         pod, quota = decision.pod, self.quota
         with undo.part():
             if quota is not None:
-                verdict = quota.reserve(pod, decision.allocation, len(pod.init_containers))
+                verdict = quota.reserve(pod, decision.allocation)
                 if not verdict.fits:
                     return verdict.reason
                 undo.add(lambda: quota.release(pod.namespace, pod.name), "the quota reservation")

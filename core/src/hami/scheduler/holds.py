@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from hami.cluster.port import KubeObject, meta, pod_key
 from hami.codec import AnnotationError, decode_pod_devices, encode_pod_devices
 from hami.lifecycle import TERMINAL_PHASES
-from hami.model import ContainerPlacement
+from hami.model import NO_INIT, ContainerPlacement, RunOrder
 from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 
 __all__ = ["HOLD_ANNOTATION", "Hold", "HoldBook", "hold_key"]
@@ -55,7 +55,8 @@ class Hold:
     victims: tuple[tuple[str, str], ...]
     """(namespace/name, UID) of each pod evicted for the preemptor."""
     allocation: Mapping[str, tuple[ContainerPlacement, ...]]
-    init_containers: int = 0
+    order: RunOrder = NO_INIT
+    """The preemptor's run order (`hami.model.RunOrder`): its hold counts as the pod will."""
 
     @property
     def key(self) -> str:
@@ -107,7 +108,7 @@ class Hold:
             until=until,
             victims=victims,
             allocation=allocation,
-            init_containers=len(spec.get("initContainers") or ()),
+            order=RunOrder.of_spec(spec),
         )
 
 
@@ -133,7 +134,7 @@ class HoldBook:
 
     def _count(self, hold: Hold) -> None:
         self.state.assume(
-            hold.namespace, hold.name + HOLD_SUFFIX, hold.uid, hold.node, hold.init_containers, hold.allocation,
+            hold.namespace, hold.name + HOLD_SUFFIX, hold.uid, hold.node, hold.order, hold.allocation,
             priority=hold.priority,
         )  # fmt: skip
         record = self.state.nodes.get(hold.node)

@@ -197,7 +197,7 @@ class Preempting:
             until=time.time() + self.hold_seconds,
             victims=tuple((v.key, v.uid) for v in choice.victims),
             allocation=dict(choice.allocation),
-            init_containers=len(pod.init_containers),
+            order=pod.run_order,
         )
         if not self.dry_run:
             self.holds.put(hold)

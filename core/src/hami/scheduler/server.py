@@ -82,6 +82,7 @@ class _Container(_Edge):
     resources: _Resources | None = None
     env: list[_EnvVar] | None = None
     securityContext: _SecurityContext | None = None  # noqa: N815
+    restartPolicy: str | None = None  # noqa: N815  (`Always` on an init container: a native sidecar)
 
 
 class _PodSpec(_Edge):

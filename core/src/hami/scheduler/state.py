@@ -36,7 +36,7 @@ from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
 from hami.lifecycle import TERMINAL_PHASES
-from hami.model import ContainerPlacement, Pod, cpu_memory_requests
+from hami.model import ContainerPlacement, Pod, RunOrder, cpu_memory_requests
 from hami.plugins import VendorPlugins
 from hami.scheduler.changes import ChangeLog
 from hami.scheduler.nodes import NodeReader, NodeRecord, NodeTotals
@@ -232,7 +232,7 @@ class ClusterState:
                 record.bound = True
 
     def assume(
-        self, namespace: str, name: str, uid: str, node: str, init_containers: int,
+        self, namespace: str, name: str, uid: str, node: str, order: RunOrder,
         allocation: Mapping[str, tuple[ContainerPlacement, ...]], annotations: Mapping[str, str] | None = None,
         priority: int = 0, labels: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
@@ -244,9 +244,9 @@ class ClusterState:
             key=pod_key(namespace, name),
             uid=uid,
             node=node,
-            init_containers=init_containers,
+            order=order,
             allocation=dict(allocation),
-            grants=effective_grants(allocation, init_containers),
+            grants=effective_grants(allocation, order),
             annotations=dict(annotations or {}),
             assumed=True,
             decided=True,
@@ -274,7 +274,7 @@ class ClusterState:
         try:
             with self.lock:
                 self.assume(
-                    pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
+                    pod.namespace, pod.name, pod.uid, node, pod.run_order, decision.allocation,
                     decision.annotations, pod.priority, pod.labels,
                 )  # fmt: skip
                 self.set_cpu_memory(key, node, pod.cpu_request, pod.memory_request)

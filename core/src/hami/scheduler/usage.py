@@ -25,7 +25,7 @@ from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.codec import AnnotationError, decode_pod_devices
 from hami.fitting import Grant, effective_grants
 from hami.lifecycle import BIND_PHASE, TERMINAL_PHASES
-from hami.model import ContainerPlacement, DeviceKind, PlacedPod
+from hami.model import ContainerPlacement, DeviceKind, PlacedPod, RunOrder
 from hami.signing import SIGNATURE_ANNOTATION, PlacementKeys, SignatureError, changed
 
 __all__ = ["VGPU_NODE_ANNOTATION", "PodRecord", "PodUsage", "awaits_allocation"]
@@ -40,11 +40,12 @@ class PodRecord:
     key: str
     uid: str
     node: str
-    init_containers: int
+    order: RunOrder
+    """Which of the pod's containers hold devices at the same time (its init containers and native sidecars)."""
     allocation: dict[str, tuple[ContainerPlacement, ...]]
     """kind → positional placements, as the allocated annotations (or the filter's assumption) say."""
     grants: dict[str, dict[str, Grant]] = field(default_factory=dict)
-    """kind → device UUID → effective grant (the init-container rule applied)."""
+    """kind → device UUID → effective grant (`order`'s rule applied)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """The pod's annotations; for an assumed pod, those the filter wrote with its decision."""
     phase: str = ""
@@ -130,14 +131,14 @@ class PodUsage:
             allocation[kind.common_word] = placements
         if not allocation:
             return None
-        init = len(spec.get("initContainers") or ())
+        order = RunOrder.of_spec(spec)
         return PodRecord(
             key=pod_key(str(m.get("namespace") or "default"), str(m.get("name"))),
             uid=str(m.get("uid") or ""),
             node=node,
-            init_containers=init,
+            order=order,
             allocation=allocation,
-            grants=effective_grants(allocation, init),
+            grants=effective_grants(allocation, order),
             annotations=annotations,
             phase=phase,
             bound=bool(spec.get("nodeName")),

@@ -21,6 +21,7 @@ from typing import Any
 
 from hami.errors import PluginError, RequestError
 from hami.model import (
+    NO_INIT,
     Container,
     ContainerPlacement,
     ContainerRequest,
@@ -317,7 +318,7 @@ def check_preemption_makes_room(fixture: VendorFixture, plugins: VendorPlugins) 
                         key = f"victims/{view.name}-{usage.device.id}-{i}"
                         grant = Grant(max(slots, 1), memory, cores)
                         state.pods[key] = PodRecord(
-                            key, f"uid-{key}", view.name, 0, {}, grants={kind: {usage.device.id: grant}}
+                            key, f"uid-{key}", view.name, NO_INIT, {}, grants={kind: {usage.device.id: grant}}
                         )
                         record.pods.add(key)
             pod = Pod(name="urgent", uid="uid-urgent", containers=(Container(name="main"),), priority=1)

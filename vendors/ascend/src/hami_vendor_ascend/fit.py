@@ -295,7 +295,7 @@ class AscendFitter:
         return None
 
     def _score(self, node: NodeView, placement: Sequence[ContainerPlacement]) -> float:
-        score = node_score(node, placement, len(self.pod.init_containers))
+        score = node_score(node, placement, self.pod.run_order)
         if not self.topology:
             return score
         bonus = network_bonus(node, placement)

@@ -113,7 +113,7 @@ class MthreadsFitter(TopologyFitter):
             if fit.placement is None:
                 reasons.append(fit.reason)
                 continue
-            score = node_score(node, fit.placement, len(pod.init_containers))
+            score = node_score(node, fit.placement, pod.run_order)
             fits.append((score, usage.device.index, fit))
         if not fits:
             why = reasons[0] if len(set(reasons)) == 1 else "; ".join(sorted(set(reasons)))

@@ -210,7 +210,7 @@ class NvidiaFitter:
         return NodeFit(
             node=node.name,
             placement=tuple(placement),
-            score=node_score(node, placement),
+            score=node_score(node, placement, self.pod.run_order),
             pod_annotations={MIG_ALLOCATIONS_ANNOTATION: reserved},
         )
 

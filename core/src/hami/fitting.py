@@ -245,12 +245,9 @@ def pod_peaks(placement: Sequence[ContainerPlacement], order: RunOrder) -> dict[
     order (`RunOrder.peak`: the larger of the init phase's peak, an init container with the sidecars started
     before it, and the steady state, sidecars plus app containers), a container on the device taking one slot.
     `placement` is positional, init containers first."""
-    by_device: dict[str, list[tuple[int, tuple[int, int, int]]]] = {}
-    for index, devices in enumerate(placement):
-        for d in devices:
-            by_device.setdefault(d.uuid, []).append((index, (1, d.usedmem, d.usedcores)))
-    peak = order.peak
-    return {uuid: peak(amounts) for uuid, amounts in by_device.items()}
+    return order.peaks(
+        (index, d.uuid, (1, d.usedmem, d.usedcores)) for index, devices in enumerate(placement) for d in devices
+    )
 
 
 def node_score(node: NodeView, placement: Sequence[ContainerPlacement], order: RunOrder = NO_INIT) -> float:

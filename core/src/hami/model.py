@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -292,6 +292,8 @@ class DeviceUsage(BaseModel):
 # --------------------------------------------------------------------------------------------------------
 
 
+_K = TypeVar("_K")
+
 SIDECAR_RESTART_POLICY = "Always"
 """An init container's `restartPolicy` that makes it a native sidecar (Kubernetes 1.29 and later)."""
 
@@ -348,25 +350,40 @@ class RunOrder:
 
         `amounts` are (position, amount) pairs in ascending position, every amount of the same length (e.g.
         slots, MiB, cores); a position left out holds nothing. Nothing given is the empty tuple."""
-        started: list[int] | None = None  # the sidecars started so far
-        peak: list[int] = []
-        apps: list[int] = []
-        for index, amount in amounts:
-            if started is None:
-                started, peak, apps = [0] * len(amount), [0] * len(amount), [0] * len(amount)
-            if index >= self.init:
-                for k, v in enumerate(amount):
-                    apps[k] += v
-            elif index in self.sidecars:
-                for k, v in enumerate(amount):
-                    started[k] += v
-                    peak[k] = max(peak[k], started[k])
-            else:
-                for k, v in enumerate(amount):
-                    peak[k] = max(peak[k], started[k] + v)
-        if started is None:
-            return ()
-        return tuple(max(p, s + a) for p, s, a in zip(peak, started, apps, strict=True))
+        return self.peaks((index, None, amount) for index, amount in amounts).get(None, ())
+
+    def peaks(self, amounts: Iterable[tuple[int, _K, Sequence[int]]]) -> dict[_K, tuple[int, ...]]:
+        """`peak` for several things at once (e.g. each device a pod uses), in one pass: (position, key, amount)
+        triples in ascending position, the amounts of one key all of the same length; the peak per key given."""
+        started: dict[_K, list[int]] = {}  # per key, the sidecars started so far
+        peak: dict[_K, list[int]] = {}  # per key, the init phase's peak so far
+        apps: dict[_K, list[int]] = {}
+        init, sidecars = self.init, self.sidecars
+        for index, key, amount in amounts:
+            if index >= init:
+                total = apps.get(key)
+                if total is None:
+                    apps[key] = list(amount)
+                else:
+                    for k, v in enumerate(amount):
+                        total[k] += v
+                continue
+            on = started.setdefault(key, [0] * len(amount))
+            top = peak.setdefault(key, [0] * len(amount))
+            sidecar = index in sidecars
+            for k, v in enumerate(amount):
+                if sidecar:
+                    on[k] += v
+                    top[k] = max(top[k], on[k])
+                else:
+                    top[k] = max(top[k], on[k] + v)
+        out = {key: tuple(total) for key, total in apps.items() if key not in peak}
+        for key, top in peak.items():
+            on, total = started[key], apps.get(key)
+            out[key] = tuple(
+                max(p, s + (total[k] if total else 0)) for k, (p, s) in enumerate(zip(top, on, strict=True))
+            )
+        return out
 
 
 NO_INIT = RunOrder()
@@ -421,6 +438,8 @@ class Pod(_Model):
     @property
     def run_order(self) -> RunOrder:
         """Which of `all_containers` hold devices at the same time (`RunOrder`)."""
+        if not self.init_containers:
+            return NO_INIT
         return RunOrder(
             len(self.init_containers),
             frozenset(i for i, c in enumerate(self.init_containers) if c.restart_policy == SIDECAR_RESTART_POLICY),

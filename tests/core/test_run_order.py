@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.fitting import pod_peaks
-from hami.model import NO_INIT, Container, ContainerDevice, Pod, RunOrder, host_requests
+from hami.model import NO_INIT, Container, ContainerDevice, Pod, RunOrder, cpu_memory_requests
 
 # ------------------------------------------------------------------------------------------------- the rule
 
@@ -169,9 +169,9 @@ def test_kube_scheduler_counts_a_sidecars_cpu_and_memory_with_the_app_containers
         ],
         "containers": [container("app", "1", "2Gi")],
     }
-    assert host_requests(the_spec) == (2500, 2304)
+    assert cpu_memory_requests(the_spec) == (2500, 2304)
     del the_spec["initContainers"][0]["restartPolicy"]  # a plain init container: done before the others start
-    assert host_requests(the_spec) == (2000, 2048)
+    assert cpu_memory_requests(the_spec) == (2000, 2048)
 
 
 def test_pod_peaks_counts_a_sidecar_on_a_device_as_one_more_container() -> None:

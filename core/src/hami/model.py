@@ -355,10 +355,18 @@ class RunOrder:
     def peaks(self, amounts: Iterable[tuple[int, _K, Sequence[int]]]) -> dict[_K, tuple[int, ...]]:
         """`peak` for several things at once (e.g. each device a pod uses), in one pass: (position, key, amount)
         triples in ascending position, the amounts of one key all of the same length; the peak per key given."""
+        init, sidecars = self.init, self.sidecars
+        if not init:  # every container at once (most pods; this runs for every node fitted): the sum
+            sums: dict[_K, tuple[int, ...]] = {}
+            for _, key, amount in amounts:
+                so_far = sums.get(key)
+                sums[key] = (
+                    tuple(amount) if so_far is None else tuple([t + v for t, v in zip(so_far, amount, strict=True)])
+                )
+            return sums
         started: dict[_K, list[int]] = {}  # per key, the sidecars started so far
         peak: dict[_K, list[int]] = {}  # per key, the init phase's peak so far
         apps: dict[_K, list[int]] = {}
-        init, sidecars = self.init, self.sidecars
         for index, key, amount in amounts:
             if index >= init:
                 total = apps.get(key)

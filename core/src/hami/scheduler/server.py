@@ -304,7 +304,9 @@ _NAME = re.compile(DNS_SUBDOMAIN)
 _VALID_NAMES: set[str] = set()
 """Node names found valid, up to `_VALID_NAMES_KEPT`: every filter of the NodeNames form names the same nodes, and a
 set's one look-up per name costs a fraction of a regular expression's match."""
-_VALID_NAMES_KEPT = 65_536
+_VALID_NAMES_KEPT = 16_384
+"""More than a cluster's nodes (5,000 is Kubernetes' tested limit), and at most about 5 MB of names however they
+are chosen: once full, the set starts again empty."""
 
 
 def _check_names(names: list[str], key: str) -> None:

@@ -181,6 +181,18 @@ def test_bind_assigns_the_node_once(kube: KubeCluster, api: FakeApiServer) -> No
     assert api.cluster.get("pods", "p", "ns1")["spec"]["nodeName"] == "node-a"
 
 
+def test_a_binding_carries_annotations_and_labels_onto_the_pod(kube: KubeCluster, api: FakeApiServer) -> None:
+    kube.create("nodes", {"metadata": {"name": "node-a"}})
+    pod = kube.create("pods", {"metadata": {"name": "p", "annotations": {"keep": "1", "over": "0"}}, "spec": {}})
+    kube.bind("default", "p", meta(pod)["uid"], "node-a", annotations={"over": "2", "new": "3"}, labels={"l": "v"})
+    bound = api.cluster.get("pods", "p", "default")
+    assert (bound["spec"]["nodeName"], meta(bound)["annotations"]) == ("node-a", {"keep": "1", "over": "2", "new": "3"})
+    assert meta(bound)["labels"] == {"l": "v"}
+    binding = api.calls("POST", "/binding")[-1]
+    assert binding.body["metadata"]["annotations"] == {"over": "2", "new": "3"}
+    assert binding.body["metadata"]["labels"] == {"l": "v"}
+
+
 def test_bind_of_a_recreated_pod_conflicts_on_its_uid(kube: KubeCluster, api: FakeApiServer) -> None:
     kube.create("nodes", {"metadata": {"name": "node-a"}})
     old = kube.create("pods", {"metadata": {"name": "p"}, "spec": {}})

@@ -178,7 +178,7 @@ def test_bind_failure_releases_the_lock(harness: Harness) -> None:
     harness.start()
     harness.filter("p1")
 
-    def refused(*args: Any) -> None:
+    def refused(*args: Any, **kwargs: Any) -> None:
         raise ClusterError("the API server refused the Binding")
 
     harness.cluster.bind = refused  # type: ignore[method-assign]
@@ -365,6 +365,11 @@ class _RefusesPlacements(MemoryCluster):
             raise ClusterError("the API server is down for pods")
         return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
 
+    def bind(self, namespace: str, name: str, uid: str, node: str, **kwargs: Any) -> None:
+        if (kwargs.get("annotations") or {}).get("hami.io/vgpu-node"):  # a Binding carrying the placement
+            raise ClusterError("the API server is down for pods")
+        super().bind(namespace, name, uid, node, **kwargs)
+
 
 AT_BIND = ExtenderSettings(bind_lock_wait_seconds=0.5, record_at_bind=True)
 """Decisions written with the bind (`record_at_bind`, as `hami scheduler` does)."""
@@ -492,7 +497,7 @@ def test_without_pass_over_binpack_sends_the_burst_to_one_node(harness: Harness)
 
 
 class _CountsPodPatches(MemoryCluster):
-    """Records every patch of a pod's metadata (its annotations)."""
+    """Records every write of a pod's metadata (its annotations): a patch, or a Binding carrying annotations."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -503,9 +508,18 @@ class _CountsPodPatches(MemoryCluster):
             self.pod_patches.append(dict(kwargs.get("annotations") or {}))
         return super().patch_metadata(resource, name, namespace, **kwargs)  # type: ignore[arg-type]
 
+    def bind(self, namespace: str, name: str, uid: str, node: str, **kwargs: Any) -> None:
+        if kwargs.get("annotations"):
+            self.pod_patches.append(dict(kwargs["annotations"]))
+        super().bind(namespace, name, uid, node, **kwargs)
+
 
 def test_at_bind_the_filter_writes_nothing_and_the_bind_writes_placement_and_phase_in_one_patch() -> None:
+    """The one write is the Binding's: kube-apiserver sets its annotations and labels on the pod in the write that
+    sets its node, so no view of the pod has the placement without the node or the node without the placement."""
     cluster = _CountsPodPatches()
+    views: list[dict[str, Any]] = []
+    cluster.watch("pods", cluster.resource_version(), lambda event: views.append(event.object))
     h = Harness(AT_BIND, cluster=cluster)
     try:
         h.add_node(gpu_node("node-a", gpus=1))
@@ -524,6 +538,40 @@ def test_at_bind_the_filter_writes_nothing_and_the_bind_writes_placement_and_pha
         h.flush()
         assert h.service is not None
         assert h.service.state.pods["default/p1"].bound
+        (bound,) = [v for v in views if (v.get("spec") or {}).get("nodeName")]
+        assert meta(bound)["annotations"]["hami.io/vgpu-devices-to-allocate"] == "GPU-node-a-0,NVIDIA,3000,30:;"
+        assert meta(bound)["labels"]["hami.io/vgpu-node"] == "node-a"
+        assert all("hami.io/vgpu-node" not in (meta(v).get("annotations") or {}) for v in views if v is not bound)
+    finally:
+        h.stop()
+
+
+def test_an_api_server_that_drops_a_bindings_labels_gets_the_label_patched_and_the_placement_before_binding() -> None:
+    """Before 1.35 (or with PodTopologyLabelsAdmission off) kube-apiserver keeps a Binding's annotations but not its
+    labels: the scheduler sees the bound pod without its `hami.io/vgpu-node` label, patches it, and from then on
+    patches the placement (label included) before the Binding, as HAMi does."""
+    cluster = _CountsPodPatches()
+    cluster.copies_binding_labels = False
+    h = Harness(AT_BIND, cluster=cluster)
+    try:
+        h.add_node(gpu_node("node-a", gpus=2))
+        h.add_pod(gpu_pod("p1", mem=3000))
+        h.add_pod(gpu_pod("p2", mem=3000))
+        h.start()
+        side = FakeNodeSide(cluster)
+        assert h.filter("p1")["NodeNames"] == ["node-a"]
+        assert h.bind("p1", "node-a") == {"Error": ""}
+        h.flush()
+        assert meta(h.cluster.get("pods", "p1", "default"))["labels"]["hami.io/vgpu-node"] == "node-a"
+        assert h.service is not None
+        assert not h.service.extender.binder.binding_copies_labels
+        assert side.served == ["p1"]
+        written = len(cluster.pod_patches)
+        assert h.filter("p2")["NodeNames"] == ["node-a"]
+        assert h.bind("p2", "node-a") == {"Error": ""}
+        assert cluster.pod_patches[written][BIND_PHASE] == "allocating"  # the placement patched, then bound
+        assert meta(h.cluster.get("pods", "p2", "default"))["labels"]["hami.io/vgpu-node"] == "node-a"
+        assert meta(h.cluster.get("pods", "p2", "default"))["annotations"]["hami.io/vgpu-node"] == "node-a"
     finally:
         h.stop()
 

@@ -223,6 +223,9 @@ def test_with_preemption_off_the_preempt_verb_returns_kube_schedulers_candidates
     try:
         victims = {"n1": {"Pods": [{"UID": "uid-a"}], "NumPDBViolations": 0}}
         assert h.post("preempt", {"NodeNameToMetaVictims": victims}) == (200, {"NodeNameToMetaVictims": victims})
+        full = {"Pod": urgent(), "NodeNameToVictims": {"n1": {"Pods": [urgent()]}}, "NodeNameToMetaVictims": [1]}
+        assert h.post("preempt", full) == (200, {"NodeNameToMetaVictims": {}})  # not a map: no candidate
+        assert h.post("preempt", None, raw=b"[]")[0] == 400
     finally:
         h.stop()
 

@@ -357,10 +357,23 @@ class KubeCluster:
         )
         return patched
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         binding_meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             binding_meta["uid"] = uid  # precondition: a recreated pod of the same name is not bound
+        if annotations:
+            binding_meta["annotations"] = dict(annotations)
+        if labels:
+            binding_meta["labels"] = dict(labels)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

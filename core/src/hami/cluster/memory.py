@@ -76,6 +76,8 @@ class MemoryCluster:
         self._store: dict[str, dict[tuple[str, str], KubeObject]] = {}
         self._subs: list[_Subscription] = []
         self.events: list[KubeObject] = []
+        self.copies_binding_labels = True
+        """Whether `bind` sets the Binding's labels on the pod (kube-apiserver's PodTopologyLabelsAdmission)."""
 
     # ---------------------------------------------------------------------------------- internals
 
@@ -237,7 +239,19 @@ class MemoryCluster:
                         values[key] = value
             return self._bump(resource, obj, "MODIFIED")
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """As kube-apiserver 1.35 binds (its PodTopologyLabelsAdmission on, the default): the Binding's annotations
+        and labels merged into the pod's in the write that sets its node; `copies_binding_labels = False` drops the
+        labels, as an API server with that feature off does."""
         with self._lock:
             pod = self._find("pods", name, namespace)
             if uid and meta(pod).get("uid") != uid:
@@ -250,6 +264,10 @@ class MemoryCluster:
             obj = copy.deepcopy(pod)
             obj["spec"]["nodeName"] = node
             obj.setdefault("status", {})["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+            carried = {"annotations": annotations, "labels": labels if self.copies_binding_labels else None}
+            for field, values in carried.items():
+                if values:
+                    obj["metadata"].setdefault(field, {}).update(values)
             self._bump("pods", obj, "MODIFIED")
 
     def record_event(self, obj: KubeObject, reason: str, message: str, *, warning: bool = False) -> None:

@@ -122,8 +122,20 @@ class Cluster(Protocol):
         """Merge annotations and labels (None removes a key); with `resource_version`, only if unchanged."""
         ...
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding to `node`; ConflictError if the pod is already bound or its UID differs."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create the pod's Binding to `node`; ConflictError if the pod is already bound or its UID differs. The
+        Binding carries `annotations` and `labels`: kube-apiserver merges its annotations into the pod's in the
+        same write that sets the node (BindingREST's setPodNodeAndMetadata), and its labels too where the
+        PodTopologyLabelsAdmission feature is on (beta, on by default from 1.35; before, they are dropped)."""
         ...
 
     def record_event(self, obj: KubeObject, reason: str, message: str, *, warning: bool = False) -> None:

@@ -1,14 +1,19 @@
-"""Bind: the node lock, the pod's bind phase (and, with `record_at_bind`, its placement), then the Binding; and
-the release of node locks whose owner no longer needs them.
+"""Bind: the node lock, then the Binding carrying the pod's bind phase (and, with `record_at_bind`, its placement);
+and the release of node locks whose owner no longer needs them.
 
 A bind takes the node lock for the pod (and the vendors' own node locks of the kinds it was placed with,
-`DeviceKind.node_lock`), waiting up to `bind_lock_wait_seconds` for a holder to finish; marks
-`hami.io/bind-phase: allocating` (with `record_at_bind`, in the same patch as the decision's placement, so the
-node side never sees a bound pod without its placement); and creates the Binding. Any failure releases the lock
-and is reported in the answer; a decision not yet written when a bind fails is taken back, so that
-kube-scheduler's next filter of the pod decides afresh. What the scheduler's own state knows wins over the
-request: a pod it knows bound is not bound again, and a bind for another UID than the one placed is refused
-before anything is locked or written.
+`DeviceKind.node_lock`), waiting up to `bind_lock_wait_seconds` for a holder to finish, then creates the Binding
+with `hami.io/bind-phase: allocating` and `hami.io/bind-time` (with `record_at_bind`, also the decision's placement
+annotations and its `hami.io/vgpu-node` label) in its metadata: kube-apiserver sets a Binding's annotations on the
+pod in the same write as its node (BindingREST's setPodNodeAndMetadata, k8s.io/kubernetes
+pkg/registry/core/pod/storage, at 1.35.4 as long before), so the node side never sees a bound pod without its
+placement, and the pod is written once instead of twice. A Binding's labels are set too only from 1.35 with
+PodTopologyLabelsAdmission on (its default): a pod seen bound without its label is given it by a patch
+(`observe_pod`), and later binds patch the placement before the Binding, as HAMi does. Any failure releases the
+lock, marks the bind phase failed and is reported in the answer; a decision not yet written when a bind fails is
+taken back, so that kube-scheduler's next filter of the pod decides afresh. What the scheduler's own state knows
+wins over the request: a pod it knows bound is not bound again, and a bind for another UID than the one placed is
+refused before anything is locked or written.
 
 A lock is released by its holder's node daemon once Allocate ends; one whose owner is gone, replaced, placed
 elsewhere or finished is released here (`release_finished_locks`, driven by the service's watches), and a bind
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from hami.cluster.locks import NodeBusy, NodeLocks, VendorLock, VendorLockBusy, vendor_locks_of
-from hami.cluster.port import Cluster, ClusterError, NotFoundError, meta, pod_key
+from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta, pod_key
 from hami.codec import NodeLock
 from hami.errors import HamiError
 from hami.lifecycle import BIND_PHASE, BIND_TIME
@@ -39,7 +44,7 @@ from hami.plugins import VendorPlugins
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import PlacementWriter
 from hami.scheduler.settings import ExtenderSettings
-from hami.scheduler.state import ClusterState
+from hami.scheduler.state import VGPU_NODE_ANNOTATION, ClusterState
 from hami.transaction import Transaction
 
 __all__ = ["BindResult", "Binder"]
@@ -82,6 +87,10 @@ class Binder:
             wait_for_node=self._wait_for_node,
             known=self._known_node,
         )
+        self.binding_copies_labels = True
+        """Whether kube-apiserver sets a Binding's labels on the pod (`bound_without_label` finds out otherwise)."""
+        self._labels_carried: dict[str, str] = {}  # pods bound with their placement label on the Binding: their node
+        self._carried_lock = threading.Lock()
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindResult:
         """Bind the pod to `node` (the caller has checked that this replica leads and is synced)."""
@@ -131,22 +140,32 @@ class Binder:
             return BindResult(error=f"cannot lock node {node}: {exc}")
         self.on_lock_wait(waited)
         phase = {BIND_PHASE: "allocating", BIND_TIME: str(int(time.time()))}
-        written = pending is None
+        # The Binding carries the bind phase and, with `record_at_bind`, the placement (its label too, where the
+        # API server copies a Binding's labels): one write of the pod, atomic with its node.
+        carried = pending is None or self.binding_copies_labels
+        written = pending is None  # the placement (written by the filter without `record_at_bind`)
         try:
             with Transaction() as undo:
                 if locking:
                     undo.add(lambda: self.locks.release(node, namespace, name, vendor_locks), "the node locks")
-                if pending is not None:
+                if pending is not None and not carried:  # its label would be lost: patched before the Binding
                     self.writer.write(pending.decision, also=phase)
-                else:
-                    self.cluster.patch_metadata("pods", name, namespace, annotations=phase)
-                written = True
+                    written = True
                 undo.add(lambda: self._mark_bind_failed(namespace, name), "the bind phase")
-                self.cluster.bind(namespace, name, uid, node)
+                if pending is None:
+                    self.cluster.bind(namespace, name, uid, node, annotations=phase)
+                elif carried:
+                    annotations, labels = self.writer.placement(pending.decision, also=phase)
+                    self._await_label(pod_key(namespace, name), node, undo)
+                    self.cluster.bind(namespace, name, uid, node, annotations=annotations, labels=labels)
+                else:
+                    self.cluster.bind(namespace, name, uid, node)
+                written = True
         except ClusterError as exc:
             if not written:
+                carrier = " (the Binding carrying it failed)" if carried else ""  # nothing of it was written
                 return BindResult(
-                    error=f"could not record the placement of {namespace}/{name} on {node}: {exc}; "
+                    error=f"could not record the placement of {namespace}/{name} on {node}{carrier}: {exc}; "
                     "kube-scheduler will retry the pod",
                     lock_wait=waited,
                 )
@@ -158,6 +177,46 @@ class Binder:
             raise
         self.state.mark_bound(namespace, name, node)
         return BindResult(lock_wait=waited, recorded=True)
+
+    def _await_label(self, key: str, node: str, undo: Transaction) -> None:
+        """Check the pod's label once the watch shows it bound to `node` (`observe_pod`)."""
+        with self._carried_lock:
+            self._labels_carried[key] = node
+        undo.add(lambda: self._forget_label(key), "the label check")
+
+    def _forget_label(self, key: str) -> None:
+        with self._carried_lock:
+            self._labels_carried.pop(key, None)
+
+    def observe_pod(self, pod: KubeObject, *, deleted: bool = False) -> None:
+        """A pod's watch event: a pod bound with its placement label on the Binding whose label did not come
+        through (an API server that drops a Binding's labels: before 1.35, or PodTopologyLabelsAdmission off) is
+        given the label by a patch, and later binds patch the placement before binding, as HAMi does."""
+        m = meta(pod)
+        key = pod_key(str(m.get("namespace") or "default"), str(m.get("name")))
+        with self._carried_lock:
+            node = self._labels_carried.get(key)
+            if node is None:
+                return
+            if not deleted and (pod.get("spec") or {}).get("nodeName") != node:
+                return  # a view from before the Binding
+            del self._labels_carried[key]
+        if deleted or (m.get("labels") or {}).get(VGPU_NODE_ANNOTATION) == node:
+            return
+        if self.binding_copies_labels:
+            log.warning(
+                "the API server did not set the Binding's labels on pod %s: the placement label %s is patched "
+                "from now on (kube-apiserver copies a Binding's labels from 1.35, PodTopologyLabelsAdmission)",
+                key,
+                VGPU_NODE_ANNOTATION,
+            )
+            self.binding_copies_labels = False
+        try:
+            self.cluster.patch_metadata(
+                "pods", str(m.get("name")), key.split("/", 1)[0], labels={VGPU_NODE_ANNOTATION: node}
+            )
+        except ClusterError as exc:
+            log.warning("could not label pod %s with its node: %s", key, exc)
 
     def _known_binding(self, namespace: str, name: str, uid: str, node: str) -> BindResult | None:
         """The answer the scheduler's own state gives a bind before anything is locked or written, or None to go on.

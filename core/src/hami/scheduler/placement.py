@@ -4,8 +4,8 @@ A decision is written as one patch of the pod's metadata: the `hami.io/vgpu-node
 decision time, each kind's `…-to-allocate` and `…-allocated` annotations, the vendors' own pod annotations (the
 chosen node's fits carry them), and with placement keys (`hami.signing`) the signature over what the node side
 will trust. Without `record_at_bind` the filter writes it before it answers (`record`, which undoes the filter's
-steps when the write fails); with it the bind does, adding the bind phase to the same patch
-(`hami.scheduler.binding`). A placement abandoned after it was written is removed again (`withdraw`).
+steps when the write fails); with it the bind's Binding carries it with the bind phase (`placement`,
+`hami.scheduler.binding`). A placement abandoned after it was written is removed again (`withdraw`).
 
 Owns these writes and nothing of the decision itself: which node, which devices and what is counted belong to
 the filter (`hami.scheduler.extender`) and the state (`hami.scheduler.state`).
@@ -55,15 +55,25 @@ class PlacementWriter:
         return ""
 
     def write(self, decision: Decision, *, also: Mapping[str, str] | None = None) -> None:
-        """Write the placement and the vendors' pod annotations (`NodeFit.pod_annotations`); on a clash of
-        keys, the placement's own annotations win. With placement keys, the same write signs the placement
-        (`hami.signing`): the allocated annotations and the vendors' ones, for this pod's UID on its node. `also`:
-        annotations written in the same patch but not signed (the bind phase, with `record_at_bind`)."""
+        """Write the placement (`placement`) as one patch of the pod's metadata."""
+        pod = decision.pod
+        annotations, labels = self.placement(decision, also=also)
+        patched = self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations=annotations, labels=labels)
+        self.state.note_own_write(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
+
+    def placement(
+        self, decision: Decision, *, also: Mapping[str, str] | None = None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The pod annotations and labels that record the decision: the placement and the vendors' pod annotations
+        (`NodeFit.pod_annotations`; on a clash of keys, the placement's own annotations win). With placement keys,
+        they include the signature (`hami.signing`) over the allocated annotations and the vendors' ones, for
+        this pod's UID on its node. `also`: annotations written with them but not signed (the bind phase, with
+        `record_at_bind`, which the bind carries on the Binding: `hami.scheduler.binding`)."""
         pod, node = decision.pod, decision.node
-        annotations: dict[str, str | None] = dict(decision.annotations)
+        annotations: dict[str, str] = dict(decision.annotations)
         annotations.update(also or {})
         annotations.update({VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))})
-        signed: dict[str, str] = {k: v for k, v in decision.annotations.items() if v is not None}
+        signed: dict[str, str] = dict(decision.annotations)
         for kind, placements in decision.allocation.items():
             keys = self.plugins.kind(kind).annotations
             value = encode_pod_devices(placements)
@@ -74,10 +84,7 @@ class PlacementWriter:
         signer = self.state.usage.signer
         if signer is not None:
             annotations[SIGNATURE_ANNOTATION] = signer.sign(SignedPlacement(pod.uid, node, signed))
-        patched = self.cluster.patch_metadata(
-            "pods", pod.name, pod.namespace, annotations=annotations, labels={VGPU_NODE_ANNOTATION: node}
-        )
-        self.state.note_own_write(pod.namespace, pod.name, pod.uid, meta(patched).get("resourceVersion"))
+        return annotations, {VGPU_NODE_ANNOTATION: node}
 
     def withdraw(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""

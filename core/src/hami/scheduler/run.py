@@ -102,7 +102,7 @@ def run_scheduler(
             bind_lock_wait_seconds=settings.bind_lock_wait_seconds,
             handshake_interval_seconds=settings.handshake_interval_seconds,
             dra_driver=settings.dra_driver,
-            # Decisions are written with the bind's patch, after the node lock: no API call on the filter's path.
+            # Decisions are written with the bind's Binding, after the node lock: no API call on the filter's path.
             # Late watch views of a pod (an extender restarted during a burst, tests/e2e/test_nvidia_pods.py) do
             # not undo an assumed decision: `ClusterState.set_pod` ignores views older than what it counted.
             record_at_bind=True,

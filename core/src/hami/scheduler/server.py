@@ -1,13 +1,16 @@
 """The scheduler extender's HTTP face: kube-scheduler's filter, prioritize, bind and preempt verbs, health and
 readiness.
 
-Owns the wire format of protocol.md section 4 and its validation at the edge. Each verb's body is parsed once,
-straight from its bytes, into a typed model of exactly the fields the extender uses (`ExtenderArgs`,
-`BindingArgs`: the pod's name, namespace, UID, labels, annotations, node name, scheduler name and its
-containers' names, resources, literal env and privileged flag; the nodes' names); every other field is skipped
-unread. Keys come in PascalCase (or lowercase, from old kube-schedulers) and answers go out in PascalCase; with
-`nodeCacheCapable: true` only node names travel, otherwise node lists (answered with the chosen nodes' names,
-all kube-scheduler reads of them). Names must be Kubernetes names (DNS subdomains; a namespace a DNS label),
+Owns the wire format of protocol.md section 4 and its validation at the edge. Each verb's body is decoded once,
+straight from its bytes and validated as it is read (msgspec: no generic JSON objects are built, and the first
+wrong value ends the decoding, so a body costs about its own size), into a typed model of exactly the fields the
+extender uses (`ExtenderArgs`, `BindingArgs`: the pod's name, namespace, UID, labels, annotations, node name,
+scheduler name, priority, preemption policy and its containers' names, resources, literal env and privileged
+flag; the nodes' names, and of a full Node its labels, annotations, capacity and allocatable); every other field
+is skipped unread. The Node objects of the full-Nodes form are kept as sent, each decoded only when read (an
+autoscaler's simulation reads them all; an answer carries the chosen ones as given). Keys come in PascalCase (or
+lowercase, from old kube-schedulers) and answers go out in PascalCase; with `nodeCacheCapable: true` only node
+names travel, otherwise node lists. Names must be Kubernetes names (DNS subdomains; a namespace a DNS label),
 strings must be valid Unicode (a lone surrogate is not JSON here). Anything else is a 400 that names the field,
 so nothing a client sends reaches the extender's state or the API server's URLs.
 
@@ -18,18 +21,20 @@ so nothing a client sends reaches the extender's state or the API server's URLs.
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 import time
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar, overload
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from hami.front import JsonServer
 from hami.scheduler.extender import Extender
 
-__all__ = ["BindingArgs", "ExtenderApp", "ExtenderArgs", "ExtenderServer", "MAX_BODY_BYTES", "bad_request"]
+__all__ = ["BadBody", "BindingArgs", "ExtenderApp", "ExtenderArgs", "ExtenderServer", "MAX_BODY_BYTES", "parse"]
 
 log = logging.getLogger(__name__)
 
@@ -39,27 +44,23 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 Response = tuple[int, Any]
 
 # ---------------------------------------------------------------------------------------------- edge models
+# msgspec decodes a body straight into these Structs, validating as it reads: no generic object is built for
+# what the model holds, unknown fields are skipped unread, and the first wrong value ends the decoding (a body
+# of a million wrong values costs one error, not a million). `\Z`, not `$`: Python's `$` also matches before a
+# trailing newline.
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-Name = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)]
-Namespace = Annotated[str, StringConstraints(pattern=DNS_LABEL)]
-
-
-def _quantity(value: Any) -> Any:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-Quantity = Annotated[str, BeforeValidator(_quantity)]
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
+Name = Annotated[str, msgspec.Meta(pattern=DNS_SUBDOMAIN)]
+Namespace = Annotated[str, msgspec.Meta(pattern=DNS_LABEL)]
+Quantity = str | int
 """A resource quantity: a string as the API serialises it (a bare integer is taken as one too)."""
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+NotEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-def _alias(*names: str) -> Any:
-    return Field(default=None, validation_alias=AliasChoices(*names))
-
-
-class _Edge(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+class _Edge(msgspec.Struct, kw_only=True, omit_defaults=True):
+    pass
 
 
 class _EnvVar(_Edge):
@@ -71,6 +72,13 @@ class _EnvVar(_Edge):
 class _Resources(_Edge):
     limits: dict[str, Quantity] | None = None
     requests: dict[str, Quantity] | None = None
+
+    def __post_init__(self) -> None:
+        for quantities in (self.limits, self.requests):
+            if quantities is not None:
+                for key, value in quantities.items():
+                    if isinstance(value, int):
+                        quantities[key] = str(value)
 
 
 class _SecurityContext(_Edge):
@@ -90,7 +98,7 @@ class _PodSpec(_Edge):
     schedulerName: str | None = None  # noqa: N815
     containers: list[_Container] | None = None
     initContainers: list[_Container] | None = None  # noqa: N815
-    priority: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # an int32, as the API has it
+    priority: Int32 | None = None  # an int32, as the API has it
     preemptionPolicy: Literal["Never", "PreemptLowerPriority"] | None = None  # noqa: N815
 
 
@@ -111,82 +119,247 @@ class PodArg(_Edge):
 
     def as_object(self) -> dict[str, Any]:
         """The pod as the API serialises it, with only these fields."""
-        return self.model_dump(exclude_none=True)
+        obj: dict[str, Any] = msgspec.to_builtins(self)
+        return obj
 
 
 class _NodeMeta(_Edge):
-    model_config = ConfigDict(extra="allow", frozen=True)
     name: Name
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
 
 
 class _NodeStatus(_Edge):
-    model_config = ConfigDict(extra="allow", frozen=True)
-    capacity: dict[str, str | int] | None = None
-    allocatable: dict[str, str | int] | None = None
+    capacity: dict[str, Quantity] | None = None
+    allocatable: dict[str, Quantity] | None = None
 
 
 class _Node(_Edge):
-    """A Node of the full-Nodes form, kept whole (`Extender.filter` reads an autoscaler's template nodes from it):
-    what the scheduler reads of it is checked here, so that a malformed one is a 400 naming the field."""
+    """What the scheduler reads of a Node of the full-Nodes form (an autoscaler's template nodes are fitted from
+    it), checked here so that a malformed one is a 400 naming the field; the Node itself is kept as sent
+    (`ExtenderArgs.node_objects`)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
     metadata: _NodeMeta
     status: _NodeStatus | None = None
 
 
 class _NodeList(_Edge):
-    items: list[_Node] | None = _alias("items", "Items")
+    items: list[_Node] | UnsetType | None = UNSET
+    Items: list[_Node] | UnsetType | None = UNSET
+
+    def names(self) -> list[str]:
+        items = self.items if self.items is not UNSET else self.Items
+        return [n.metadata.name for n in items or ()]
 
 
-class ExtenderArgs(_Edge):
+class _RawNodeList(_Edge):
+    items: list[msgspec.Raw] | UnsetType | None = UNSET
+    Items: list[msgspec.Raw] | UnsetType | None = UNSET
+
+
+class _RawNodesWire(_Edge):
+    """The full-Nodes form's Nodes as their bytes (each a view of the body, nothing decoded), read once the body
+    has passed `_ExtenderWire`."""
+
+    Nodes: _RawNodeList | UnsetType | None = UNSET
+    nodes: _RawNodeList | UnsetType | None = UNSET
+
+
+class BadBody(Exception):
+    """A body that is not JSON or not the verb's model: the message names the field and what is wrong."""
+
+
+def _first(*candidates: tuple[str, Any], required: bool = False) -> Any:
+    """The value of the first of a field's spellings that the body has (as kube-schedulers old and new spell it)."""
+    for _, value in candidates:
+        if value is not UNSET:
+            return value
+    if required:
+        raise BadBody(f"{candidates[0][0]}: Field required")
+    return None
+
+
+class _ExtenderWire(_Edge):
+    Pod: PodArg | UnsetType = UNSET
+    pod: PodArg | UnsetType = UNSET
+    Nodes: _NodeList | UnsetType | None = UNSET
+    nodes: _NodeList | UnsetType | None = UNSET
+    NodeNames: list[str] | UnsetType | None = UNSET  # each a Name: `_check_names`
+    nodenames: list[str] | UnsetType | None = UNSET
+    nodeNames: list[str] | UnsetType | None = UNSET  # noqa: N815
+
+
+class _BindingWire(_Edge):
+    PodName: Name | UnsetType = UNSET
+    podName: Name | UnsetType = UNSET  # noqa: N815
+    podname: Name | UnsetType = UNSET
+    PodNamespace: Namespace | UnsetType = UNSET
+    podNamespace: Namespace | UnsetType = UNSET  # noqa: N815
+    podnamespace: Namespace | UnsetType = UNSET
+    PodUID: NotEmpty | UnsetType = UNSET
+    podUID: NotEmpty | UnsetType = UNSET  # noqa: N815
+    poduid: NotEmpty | UnsetType = UNSET
+    Node: Name | UnsetType = UNSET
+    node: Name | UnsetType = UNSET
+
+
+class _PreemptWire(_Edge):
+    """kube-scheduler's ExtenderPreemptionArgs: only the victims' UIDs by node, which a nodeCacheCapable
+    kube-scheduler sends (the Pod and the full victims, `NodeNameToVictims`, are skipped unread)."""
+
+    NodeNameToMetaVictims: Any = None
+
+
+class _GivenNodes(Sequence[dict[str, Any]]):
+    """The Node objects of the full-Nodes form, each decoded from its bytes when first read: an ordinary filter
+    reads the chosen node's alone, an autoscaler's simulation all of them."""
+
+    def __init__(self, raws: list[msgspec.Raw], names: list[str]) -> None:
+        self._raws = raws
+        self._names = names  # each Node's name, as `_ExtenderWire` read it
+        self._decoded: dict[int, dict[str, Any]] = {}
+
+    def named(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The Nodes of these names (the last one sent of a name sent twice)."""
+        where = {name: index for index, name in enumerate(self._names)}
+        return [self[where[name]] for name in names]
+
+    def __len__(self) -> int:
+        return len(self._raws)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | Sequence[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = range(len(self))[index]
+        if index not in self._decoded:
+            self._decoded[index] = _OBJECT.decode(self._raws[index])
+        return self._decoded[index]
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
     """The body of filter and prioritize (kube-scheduler's ExtenderArgs)."""
 
-    pod: PodArg = Field(validation_alias=AliasChoices("Pod", "pod"))
-    nodes: _NodeList | None = _alias("Nodes", "nodes")
-    node_names: list[Name] | None = _alias("NodeNames", "nodenames", "nodeNames")
-
-    def node_objects(self) -> list[dict[str, Any]] | None:
-        """The Node objects of the full-Nodes form as sent (None in the NodeNames form)."""
-        if self.nodes is None:
-            return None
-        return [n.model_dump(exclude_none=True) for n in self.nodes.items or ()]
+    pod: PodArg
+    nodes: _NodeList | None = None
+    node_names: list[str] | None = None
+    body: bytes | bytearray = field(default=b"", repr=False, compare=False)
 
     def candidates(self) -> tuple[list[str], bool]:
         """The candidate node names, once each, and whether they came as a node list."""
         if self.nodes is not None:
-            return list(dict.fromkeys(n.metadata.name for n in self.nodes.items or ())), True
+            return list(dict.fromkeys(self.nodes.names())), True
         return list(dict.fromkeys(self.node_names or ())), False
 
+    def node_objects(self) -> Sequence[dict[str, Any]] | None:
+        """The Node objects of the full-Nodes form as sent, decoded as they are read (None in the NodeNames
+        form)."""
+        if self.nodes is None:
+            return None
+        wire = _decode(_RAW_NODES, self.body)  # the body passed `_ExtenderWire`: the same spellings are there
+        listed = _first(("Nodes", wire.Nodes), ("nodes", wire.nodes))
+        raws = _first(("items", listed.items), ("Items", listed.Items)) if listed is not None else None
+        return _GivenNodes(raws or [], self.nodes.names())
 
-class BindingArgs(_Edge):
+    @classmethod
+    def decode(cls, body: bytes | bytearray) -> ExtenderArgs:
+        w = _decode(_EXTENDER, body)
+        nodes = _first(("Nodes", w.Nodes), ("nodes", w.nodes))
+        spelled = (("NodeNames", w.NodeNames), ("nodenames", w.nodenames), ("nodeNames", w.nodeNames))
+        names = _first(*spelled)
+        if names:
+            _check_names(names, next(key for key, value in spelled if value is not UNSET))
+        return cls(_first(("Pod", w.Pod), ("pod", w.pod), required=True), nodes, names, body)
+
+
+@dataclass(frozen=True)
+class BindingArgs:
     """The body of bind (kube-scheduler's ExtenderBindingArgs)."""
 
-    pod_name: Name = Field(validation_alias=AliasChoices("PodName", "podName", "podname"))
-    pod_namespace: Namespace = Field(validation_alias=AliasChoices("PodNamespace", "podNamespace", "podnamespace"))
-    pod_uid: str = Field(validation_alias=AliasChoices("PodUID", "podUID", "poduid"), min_length=1)
-    node: Name = Field(validation_alias=AliasChoices("Node", "node"))
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @classmethod
+    def decode(cls, body: bytes | bytearray) -> BindingArgs:
+        w = _decode(_BINDING, body)
+        return cls(
+            _first(("PodName", w.PodName), ("podName", w.podName), ("podname", w.podname), required=True),
+            _first(
+                ("PodNamespace", w.PodNamespace),
+                ("podNamespace", w.podNamespace),
+                ("podnamespace", w.podnamespace),
+                required=True,
+            ),
+            _first(("PodUID", w.PodUID), ("podUID", w.podUID), ("poduid", w.poduid), required=True),
+            _first(("Node", w.Node), ("node", w.node), required=True),
+        )
 
 
-Model = TypeVar("Model", bound=BaseModel)
+_NAME = re.compile(DNS_SUBDOMAIN)
+_VALID_NAMES: set[str] = set()
+"""Node names found valid, up to `_VALID_NAMES_KEPT`: every filter of the NodeNames form names the same nodes, and a
+set's one look-up per name costs a fraction of a regular expression's match."""
+_VALID_NAMES_KEPT = 16_384
+"""More than a cluster's nodes (5,000 is Kubernetes' tested limit), and at most about 5 MB of names however they
+are chosen: once full, the set starts again empty."""
 
 
-def bad_request(exc: ValidationError, limit: int = 3) -> str:
-    """What is wrong with a body, field by field (`Pod.metadata.name: String should match pattern ...`)."""
-    parts = []
-    for error in exc.errors(include_url=False)[:limit]:
-        where = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "json_invalid":
-            parts.append(f"the body is not JSON: {error['msg'].removeprefix('Invalid JSON: ')}")
-        else:
-            parts.append(f"{where or 'the body'}: {error['msg']}")
-    more = exc.error_count() - limit
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+def _check_names(names: list[str], key: str) -> None:
+    """BadBody naming the first of `names` that is not a Kubernetes name (a DNS subdomain)."""
+    if _VALID_NAMES.issuperset(names):
+        return
+    for index, name in enumerate(names):
+        if name not in _VALID_NAMES:
+            if not _NAME.match(name):
+                raise BadBody(f"{key}.{index}: Expected `str` matching regex {DNS_SUBDOMAIN!r}")
+            if len(_VALID_NAMES) >= _VALID_NAMES_KEPT:
+                _VALID_NAMES.clear()
+            _VALID_NAMES.add(name)
 
 
-def _parse(model: type[Model], body: bytes) -> Model:
-    return model.model_validate_json(body)
+_EXTENDER = msgspec.json.Decoder(_ExtenderWire)
+_RAW_NODES = msgspec.json.Decoder(_RawNodesWire)
+_BINDING = msgspec.json.Decoder(_BindingWire)
+_PREEMPT = msgspec.json.Decoder(_PreemptWire)
+_OBJECT = msgspec.json.Decoder(dict[str, Any])
+Wire = TypeVar("Wire")
+_WHERE = re.compile(r"(?s)(.*) - at `\$(.*)`")
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_MISSING = re.compile(r"Object missing required field `(.*)`")
+
+
+def _decode(decoder: msgspec.json.Decoder[Wire], body: bytes | bytearray) -> Wire:
+    """`body` decoded by `decoder`, or BadBody saying where and what is wrong (`Pod.spec.containers.0: ...`)."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        message, where = str(exc), ""
+        if found := _WHERE.fullmatch(message):
+            message, where = found.group(1), re.sub(r"\[(\d+)\]", r".\1", found.group(2)).lstrip(".")
+        if missing := _MISSING.fullmatch(message):
+            where, message = ".".join(filter(None, (where, missing.group(1)))), "Field required"
+        raise BadBody(f"{where or 'the body'}: {message}") from None
+    except RecursionError:  # msgspec's own depth limit, in a part decoded as any JSON (`valueFrom`)
+        raise BadBody("the body is nested too deeply") from None
+    except msgspec.DecodeError as exc:
+        message = str(exc).removeprefix("JSON is malformed: ")
+        if "surrogate" not in message and _SURROGATE.search(body):  # msgspec can call one "truncated"
+            message += " (a \\uD800-\\uDFFF escape must be half of a surrogate pair: a lone surrogate is not text)"
+        raise BadBody(f"the body is not JSON: {message}") from None
+
+
+Model = TypeVar("Model", ExtenderArgs, BindingArgs)
+
+
+def parse(model: type[Model], body: bytes | bytearray) -> Model:
+    """`body` as `model`, or BadBody."""
+    return model.decode(body)
 
 
 class ExtenderApp:
@@ -213,8 +386,8 @@ class ExtenderApp:
             return None
         start = time.perf_counter()
         try:
-            args = _parse(ExtenderArgs, body)
-        except ValidationError:
+            args = parse(ExtenderArgs, body)
+        except BadBody:
             return None
         m = args.pod.metadata
         if not self.extender.filters_at_once(m.namespace or "default", m.name, m.uid or ""):
@@ -243,13 +416,13 @@ class ExtenderApp:
         start = time.perf_counter()
         try:
             if verb == "bind":
-                return 200, self._bind(_parse(BindingArgs, body))
+                return 200, self._bind(parse(BindingArgs, body))
             if verb == "preempt":
-                return self._preempt(body)
-            args = _parse(ExtenderArgs, body)
+                return 200, self._preempt(_decode(_PREEMPT, body))
+            args = parse(ExtenderArgs, body)
             return 200, (self._filter(args) if verb == "filter" else self._prioritize(args))
-        except ValidationError as exc:
-            return 400, {"Error": f"{verb}: {bad_request(exc)}"}
+        except BadBody as exc:
+            return 400, {"Error": f"{verb}: {exc}"}
         finally:
             self.observe(verb, time.perf_counter() - start)
 
@@ -260,8 +433,8 @@ class ExtenderApp:
         chosen = names if result.passthrough else ([result.node] if result.node else [])
         answer: dict[str, Any] = {"FailedNodes": result.failed, "FailedAndUnresolvableNodes": {}, "Error": result.error}
         if as_list:
-            objects = {str(n["metadata"]["name"]): n for n in given or ()}  # the Nodes chosen, as given (as HAMi)
-            answer["Nodes"] = {"metadata": {}, "items": [objects[n] for n in chosen]}
+            assert isinstance(given, _GivenNodes)
+            answer["Nodes"] = {"metadata": {}, "items": given.named(chosen)}  # the Nodes chosen, as given (as HAMi)
             answer["NodeNames"] = None
         else:
             answer["Nodes"] = None
@@ -273,22 +446,14 @@ class ExtenderApp:
         scores = self.extender.prioritizer.prioritize(args.pod.as_object(), names)
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
 
-    def _preempt(self, body: bytes) -> Response:
+    def _preempt(self, args: _PreemptWire) -> dict[str, Any]:
         """kube-scheduler's preempt verb (ExtenderPreemptionArgs → ExtenderPreemptionResult). With HAMi's own
         preemption on (`hami.scheduler.preempting`) no node is a candidate: kube-scheduler, counting only device
         slots, must not evict pods HAMi did not choose. Off: kube-scheduler's candidates come back unchanged."""
-        try:
-            args = json.loads(body or b"null")
-        except ValueError as exc:
-            return 400, {"Error": f"preempt: the body is not JSON: {exc}"}
-        if not isinstance(args, dict):
-            return 400, {"Error": "preempt: the body must be a JSON object (ExtenderPreemptionArgs)"}
         if self.extender.preempting is not None:
-            return 200, {"NodeNameToMetaVictims": {}}
-        meta_victims = args.get("NodeNameToMetaVictims")  # what a nodeCacheCapable kube-scheduler sends
-        if not isinstance(meta_victims, dict):
-            meta_victims = {}
-        return 200, {"NodeNameToMetaVictims": meta_victims}
+            return {"NodeNameToMetaVictims": {}}
+        meta_victims = args.NodeNameToMetaVictims  # what a nodeCacheCapable kube-scheduler sends
+        return {"NodeNameToMetaVictims": meta_victims if isinstance(meta_victims, dict) else {}}
 
     def _bind(self, args: BindingArgs) -> dict[str, Any]:
         result = self.extender.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)

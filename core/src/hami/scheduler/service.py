@@ -262,6 +262,7 @@ class SchedulerService:
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
         if self.extender.preempting is not None:
             self.extender.preempting.holds.pod_changed(event.object, deleted=event.type == "DELETED")
+        self.extender.binder.observe_pod(event.object, deleted=event.type == "DELETED")
         if event.type == "DELETED":
             self.state.remove_pod(namespace, name)
             self.extender.pending.forget(namespace, name, m.get("resourceVersion"))

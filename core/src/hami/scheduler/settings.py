@@ -40,9 +40,9 @@ class ExtenderSettings(BaseModel):
     )
     record_at_bind: bool = Field(
         default=False,
-        description="write each decision's annotations with the bind's own patch of the pod, after the node lock "
-        "(`hami scheduler` does): no API call on the filter's path and one write per pod fewer; False: before the "
-        "filter answers",
+        description="write each decision's annotations with the bind, on the Binding itself after the node lock "
+        "(`hami scheduler` does): no API call on the filter's path, and the pod written once, with its node; False: "
+        "before the filter answers",
     )
 
     preemption_enabled: bool = Field(

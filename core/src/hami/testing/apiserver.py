@@ -550,7 +550,8 @@ def _handler(api: ClusterApiServer) -> type[BaseHTTPRequestHandler]:
             if m.get("name") != name:
                 raise ApiError(400, "BadRequest", "the Binding's name does not match the pod's")
             target = body.get("target") or {}
-            cluster.bind(ns, name, m.get("uid") or "", target.get("name") or "")
+            carried = {k: v for k in ("annotations", "labels") if isinstance(v := m.get(k), dict)}
+            cluster.bind(ns, name, m.get("uid") or "", target.get("name") or "", **carried)
             return 201, status_body(201, "", "")
 
         @staticmethod

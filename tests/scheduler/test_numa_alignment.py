@@ -189,3 +189,18 @@ def test_hygon_best_effort_and_absent_still_place_across_numa_nodes(hygon: Harne
     hygon.add_pod(dcu_pod("soft", 2, {ALIGN: "best-effort"}))
     assert hygon.filter("soft")["NodeNames"] == ["dcu-a"]
     assert placed_numa(hygon, "soft", DCU_PLACED, dcu_numa("dcu-a")) == [{0, 1}]
+
+
+def test_best_effort_prefers_a_node_where_the_container_fits_on_one_numa_node(nvidia: Harness) -> None:
+    # binpack (the default node policy) takes the fuller node-a, whose free GPUs sit on two NUMA nodes
+    nvidia.add_node(split_node("node-b"))
+    nvidia.flush()
+    nvidia.add_pod(gpu_pod("plain", gpu=2, mem=1000))
+    assert nvidia.filter("plain")["NodeNames"] == ["node-a"]
+    nvidia.cluster.delete("pods", "plain", "default")
+    nvidia.flush()
+    nvidia.add_pod(gpu_pod("aligned", gpu=2, mem=1000, annotations={ALIGN: "best-effort"}))
+    answer = nvidia.filter("aligned")
+    assert answer["NodeNames"] == ["node-b"]
+    assert answer["FailedNodes"] == {}  # node-a could take it: it was passed over, not refused
+    assert placed_numa(nvidia, "aligned", NVIDIA_PLACED, nvidia_numa("node-b")) in ([{0}], [{1}])

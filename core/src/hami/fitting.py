@@ -423,16 +423,17 @@ class ShareFitter:
 
         The extension point for a vendor's own device choice: override it in a subclass (calling this one for
         the policy's order when useful) and the feasibility checks, accounting, selectors and refusal reasons
-        stay the fitter's. Called once per container with at least `count` candidates; must return exactly
-        `count` distinct ones, or none when the vendor's rules allow no set of them (the node then does not fit,
-        saying so), and must not modify them. This implementation applies the device policy in
-        ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
-        ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
-        use grows the node's expected fragmentation least), ``usage`` (the devices the node daemon measured least
-        busy, `hami.measured`, an unknown one as half busy; the emptiest by grant among equals). Except for the last
-        two, the order is HAMi's
-        (`hami_device_order`, walked from its end): on equal scores the highest NUMA node, then the device
-        latest in HAMi's list (at first the registration order: the highest index).
+        stay the fitter's. Called once per container with at least `count` candidates (for a pod asking
+        ``hami.io/numa-alignment``, again with each NUMA node's candidates when the first choice spans NUMA nodes:
+        it must not keep state between calls); must return exactly `count` distinct ones, or none when the
+        vendor's rules allow no set of them (the node then does not fit, saying so), and must not modify them.
+        This implementation applies the device policy in ``context.policy``: ``binpack``/``best-fit`` (the
+        fullest devices first) or ``spread`` (the emptiest), ``numa`` (all devices on one NUMA node when one has
+        enough), ``fragmentation-aware`` (the devices whose use grows the node's expected fragmentation least),
+        ``usage`` (the devices the node daemon measured least busy, `hami.measured`, an unknown one as half busy;
+        the emptiest by grant among equals). Except for the last two, the order is HAMi's (`hami_device_order`,
+        walked from its end): on equal scores the highest NUMA node, then the device latest in HAMi's list (at
+        first the registration order: the highest index).
         """
         policy = context.policy
         if "usage" in policy.device:

@@ -13,7 +13,7 @@ Allocate serves the scheduler's placement whatever IDs the kubelet gives (`hami.
 * when the kubelet offers no ID on some placed device (its Topology Manager keeps the container to another NUMA
   node), ``strict`` refuses: the kubelet fails the pod's admission with the message, rather than start it beside
   CPUs of another NUMA node; ``best-effort`` logs it and answers as without the annotation (HAMi's best-effort
-  keeps the kubelet's own choice too). HAMi v2.11 can instead ask its scheduler to move the placement onto the
+  keeps the kubelet's own choice too). HAMi after v2.10 can instead ask its scheduler to move the placement onto the
   offered devices (its ``/refit``); this project does not (docs/hami-compatibility.md).
 
 A pod whose annotation cannot be read, or which cannot be found, gets today's answer: Allocate, which follows,

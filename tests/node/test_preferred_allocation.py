@@ -69,8 +69,8 @@ def test_strict_fails_the_admission_when_the_topology_manager_offers_another_num
     assert refused.value.details == (
         "pod default/p container c0 asks hami.io/numa-alignment: strict, and the kubelet offers only devices on "
         "NUMA node 1 (where its Topology Manager put the container's CPUs), none on SCR-0, SCR-2, which the "
-        "scheduler placed it on: not starting it misaligned. Delete the pod so the scheduler places it again, or "
-        "write best-effort to start it anyway"
+        "scheduler placed it on: not starting it misaligned. Create the pod again so the scheduler places it anew "
+        "(with best-effort it would start misaligned)"
     )
     assert pod_annotations(cluster, "p")[BIND_PHASE] == "allocating"  # never allocated: nothing to undo
 

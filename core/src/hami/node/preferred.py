@@ -94,7 +94,7 @@ def aligned_preference(
     raise MisalignedError(
         f"{who} asks {NUMA_ALIGNMENT_ANNOTATION}: strict, and the kubelet offers only {where} (where its Topology "
         f"Manager put the container's CPUs), none on {placed}, which the scheduler placed it on: not starting it "
-        "misaligned. Delete the pod so the scheduler places it again, or write best-effort to start it anyway"
+        "misaligned. Create the pod again so the scheduler places it anew (with best-effort it would start misaligned)"
     )
 
 

@@ -125,7 +125,7 @@ def main() -> None:
         cluster.create("pods", obj)
         per_node[n].append((f"running-{i}", device))
     texts = {n: metrics_text(n, args.devices_per_node, per_node[n]) for n in names}
-    host = VendorPlugins.load()
+    plugins = VendorPlugins.load()
     built = time.perf_counter() - started
 
     collector = UsageCollector("http://{node}/metrics", cluster, fetch=lambda url, _timeout: texts[url.split("/")[2]])
@@ -140,7 +140,7 @@ def main() -> None:
     round_peak = (tracemalloc.get_traced_memory()[1] - base) / MIB
     tracemalloc.stop()
 
-    source = DashboardSource(cluster, host, max_age=3600.0)
+    source = DashboardSource(cluster, plugins, max_age=3600.0)
     t0 = time.perf_counter()
     source.read()
     cold_read_ms = (time.perf_counter() - t0) * 1000

@@ -49,12 +49,12 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="hami-dra-bench-"))
     script = write_script(work / "script.json", {"Scripted": scripted_devices(args.devices, count=1000, devmem=81920)})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
-    inventories = {inv.kind: inv for inv in host.discover()["scripted"]}
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    inventories = {inv.kind: inv for inv in plugins.discover()["scripted"]}
     rounds = max(args.rounds, 10)
     start = time.perf_counter()
     for _ in range(rounds):
-        build_slice(host, NODE, DRIVER, inventories)
+        build_slice(plugins, NODE, DRIVER, inventories)
     slice_us = (time.perf_counter() - start) / rounds * 1e6
 
     cluster = MemoryCluster()
@@ -65,10 +65,10 @@ def main() -> None:
             "metadata": {"name": f"p{i}", "namespace": "bench", "annotations": {allocated: held}},
             "spec": {"nodeName": NODE, "containers": [{"name": "c"}]}, "status": {"phase": "Running"},
         })  # fmt: skip
-    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
+    publisher = SlicePublisher(cluster, plugins, NODE, DRIVER)
     publisher.sync(inventories)
     plugin = DraPlugin(
-        cluster, host, NODE, DRIVER, lambda: publisher.devices,
+        cluster, plugins, NODE, DRIVER, lambda: publisher.devices,
         plugin_dir=work / "plugins", registry_dir=work / "registry", cdi_dir=work / "cdi",
     )  # fmt: skip
     loop = asyncio.new_event_loop()

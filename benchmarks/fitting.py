@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="nodes per hook call (the extender's batch size)")
     parser.add_argument("--calls", type=int, default=3000)
     args = parser.parse_args()
-    host = VendorPlugins.load()
+    plugins = VendorPlugins.load()
     views = nodes(args.batch, args.devices_per_node, seed=1)
     result: dict[str, object] = {"batch": args.batch, "devices_per_node": args.devices_per_node}
     for device_policy in ("spread", "binpack"):
@@ -63,9 +63,9 @@ def main() -> None:
         times = []
         for i in range(args.calls):
             p = pod(i)
-            requests = host.pod_requests(p)["NVIDIA"]
+            requests = plugins.pod_requests(p)["NVIDIA"]
             started = time.process_time()
-            fits = host.fit_nodes("NVIDIA", p, requests, views, policy)
+            fits = plugins.fit_nodes("NVIDIA", p, requests, views, policy)
             times.append(time.process_time() - started)
             assert all(f.placement is not None for f in fits), fits
         per_node = 1e6 * statistics.median(times) / args.batch

@@ -77,7 +77,7 @@ def serve(at_bind: bool) -> None:
         state = h.service.extender.state
         with state.lock:
             pods = sorted([k, r.node, r.assumed, r.bound] for k, r in state.pods.items())
-            hosts = sorted([k, list(v)] for k, v in state.host_usage.items())
+            hosts = sorted([k, list(v)] for k, v in state.cpu_memory.items())
         locks = sorted(
             [meta(n)["name"], (meta(n).get("annotations") or {}).get(LOCK_ANNOTATION)]
             for n in h.cluster.list("nodes")[0]

@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="only the JSON line")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    host = VendorPlugins.load(disabled=())
-    state = ClusterState(host)
+    plugins = VendorPlugins.load(disabled=())
+    state = ClusterState(plugins)
     pods = 0
     for n in range(args.nodes):
         name = f"node-{n:04d}"
@@ -99,17 +99,17 @@ def main() -> None:
             },
         }
     )
-    requests = host.pod_requests(urgent)
+    requests = plugins.pod_requests(urgent)
     policy = SchedulingPolicy()
     names = sorted(state.nodes)
-    selector = VictimSelector(host, state)
+    selector = VictimSelector(plugins, state)
     fit_times, select_times = [], []
     victims = 0
     for _ in range(max(5, args.selections // 10)):
         started = time.perf_counter()
         with state.lock:
             views = [state.nodes[n].views["NVIDIA"] for n in names]
-            host.fit_nodes("NVIDIA", urgent, requests["NVIDIA"], views, policy)
+            plugins.fit_nodes("NVIDIA", urgent, requests["NVIDIA"], views, policy)
         fit_times.append((time.perf_counter() - started) * 1000)
     cold_times = []
     for _ in range(3):

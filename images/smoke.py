@@ -1,7 +1,8 @@
 """The image's smoke run (images/build.sh runs it inside the built image with the image's own Python).
 
-Checks what an operator relies on first: every vendor plugin loads, each of the seven ships its isolation library
-in the image (compiled in the image's build stage), and `hami node --simulated-inventory` serves a
+Checks what an operator relies on first: every vendor plugin loads, each of the eight that isolate in the container
+ships its isolation library in the image (compiled in the image's build stage) while the five that share by the
+device's own partitioning name none, and `hami node --simulated-inventory` serves a
 device to a kubelet. The kubelet is the project's fake (`hami.testing.kubelet`) and the API server the in-memory
 one (`hami.testing.apiserver`), both from the installed hami-core; `hami node` runs as its own process, as in a pod.
 Prints one JSON line; exits non-zero saying what failed.
@@ -17,10 +18,11 @@ import time
 from importlib import resources
 from pathlib import Path
 
-VENDORS = {
-    "nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax",
-    "amd", "kunlun", "vastai", "enflame", "awsneuron", "biren",
-}  # fmt: skip
+ISOLATING = {"nvidia", "ascend", "cambricon", "hygon", "iluvatar", "mthreads", "metax", "amd"}
+# These share a device by its own partitioning (or whole devices), with no library in the container: a library
+# named by one of them is as wrong as a missing one of the eight.
+PARTITIONING = {"kunlun", "vastai", "enflame", "awsneuron", "biren"}
+VENDORS = ISOLATING | PARTITIONING
 INVENTORY = """\
 nodes:
   - name: smoke-node
@@ -45,8 +47,12 @@ def check_vendors() -> dict[str, str]:
     libraries: dict[str, str] = {}
     for name, vendor in sorted(loaded.items()):
         library = vendor["isolation_library"]
+        if name not in ISOLATING:
+            if library and name in PARTITIONING:
+                fail(f"vendor {name} names the isolation library {library}; it shares by partitioning, with none")
+            continue
         if not library:
-            fail(f"vendor {name} names no isolation library; each of the seven ships one")
+            fail(f"vendor {name} names no isolation library; each of the eight isolating vendors ships one")
         package = vendor["distribution"].replace("hami-vendor-", "hami_vendor_").replace("-", "_")
         path = resources.files(package) / "lib" / library
         if not path.is_file():

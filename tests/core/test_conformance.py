@@ -222,7 +222,7 @@ def test_a_container_asking_for_nothing_must_get_nothing() -> None:
     def always(kind: DeviceKind) -> ContainerRequest:
         return ContainerRequest(kind=kind.common_word, count=1)
 
-    # the host only asks about containers mentioning the kind, so this plugin survives that check …
+    # the core only asks about containers mentioning the kind, so this plugin survives that check …
     run_check(fixture(plugin(hami_container_request=always)), "empty_container_asks_nothing")
     # … but not the fixture's examples
     assert "read" in failing("requests_from_resources", plugin(hami_container_request=always))

@@ -125,8 +125,8 @@ def test_the_walk_through_plugin_loads_strictly_with_every_hook_it_describes(
     monkeypatch.syspath_prepend(str(project / "src"))
     plugin = importlib.import_module("hami_vendor_tinyaccel.plugin")
     try:
-        host = VendorPlugins.from_plugins({"tinyaccel": plugin}, config={"tinyaccel": {}}, strict=True)
-        hooks = set(host.vendor("tinyaccel").hooks)
+        plugins = VendorPlugins.from_plugins({"tinyaccel": plugin}, config={"tinyaccel": {}}, strict=True)
+        hooks = set(plugins.vendor("tinyaccel").hooks)
     finally:
         for module in [m for m in sys.modules if m.startswith("hami_vendor_tinyaccel")]:
             del sys.modules[module]

@@ -1,4 +1,4 @@
-"""The plugin host: loading, refusing broken plugins, disabling, routing hooks to the owning vendor."""
+"""The vendor plugins (`hami.plugins`): loading, refusing broken plugins, disabling, routing hooks to the owner."""
 
 from __future__ import annotations
 
@@ -80,11 +80,11 @@ def source(name: str, plugin: object, distribution: str | None = None) -> Plugin
 
 
 def test_installed_vendors_all_load_with_their_distributions() -> None:
-    host = VendorPlugins.load(disabled=())
-    loaded = {v.name: v.distribution for v in host.vendors}
+    plugins = VendorPlugins.load(disabled=())
+    loaded = {v.name: v.distribution for v in plugins.vendors}
     assert set(loaded) >= ALL_VENDORS
     assert loaded["nvidia"] == "hami-vendor-nvidia"
-    assert not host.failed
+    assert not plugins.failed
 
 
 def test_plugin_whose_import_fails_is_skipped_and_named(caplog: pytest.LogCaptureFixture) -> None:
@@ -93,10 +93,10 @@ def test_plugin_whose_import_fails_is_skipped_and_named(caplog: pytest.LogCaptur
 
     sources = [s if s.name != "ascend" else dataclasses.replace(s, load=broken) for s in installed_sources()]
     with caplog.at_level(logging.ERROR, logger="hami.plugins"):
-        host = VendorPlugins.load(sources=sources, disabled=())
-    assert {v.name for v in host.vendors} >= ALL_VENDORS - {"ascend"}
-    assert "ascend" not in {v.name for v in host.vendors}
-    (failure,) = host.failed
+        plugins = VendorPlugins.load(sources=sources, disabled=())
+    assert {v.name for v in plugins.vendors} >= ALL_VENDORS - {"ascend"}
+    assert "ascend" not in {v.name for v in plugins.vendors}
+    (failure,) = plugins.failed
     assert failure.entry_point == "ascend"
     assert failure.distribution == "hami-vendor-ascend"
     assert "libfoo.so" in failure.error
@@ -110,9 +110,9 @@ def test_misspelled_hook_is_refused_with_a_suggestion() -> None:
 
     bad = make_plugin("typo", "TYPO", "typo.example.com", hami_fit_node=hami_fit_node)
     good = make_plugin("fine", "FINE", "fine.example.com")
-    host = VendorPlugins.load(sources=[source("typo", bad), source("fine", good)], disabled=())
-    assert [v.name for v in host.vendors] == ["fine"]
-    assert "hami_fit_node is not a hook of the contract; did you mean hami_fit_nodes?" in host.failed[0].error
+    plugins = VendorPlugins.load(sources=[source("typo", bad), source("fine", good)], disabled=())
+    assert [v.name for v in plugins.vendors] == ["fine"]
+    assert "hami_fit_node is not a hook of the contract; did you mean hami_fit_nodes?" in plugins.failed[0].error
 
 
 def test_hook_with_an_argument_the_spec_lacks_is_refused() -> None:
@@ -121,9 +121,9 @@ def test_hook_with_an_argument_the_spec_lacks_is_refused() -> None:
         return None
 
     bad = make_plugin("args", "ARGS", "args.example.com", hami_container_request=hami_container_request)
-    host = VendorPlugins.load(sources=[source("args", bad)], disabled=())
-    assert not host.vendors
-    assert "gpu_count" in host.failed[0].error
+    plugins = VendorPlugins.load(sources=[source("args", bad)], disabled=())
+    assert not plugins.vendors
+    assert "gpu_count" in plugins.failed[0].error
 
 
 def test_strict_loading_raises_instead_of_skipping() -> None:
@@ -134,27 +134,27 @@ def test_strict_loading_raises_instead_of_skipping() -> None:
 
 def test_disabled_vendors_env_switches_vendors_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HAMI_DISABLED_VENDORS", "nvidia, hygon")
-    host = VendorPlugins.load()
-    names = {v.name for v in host.vendors}
+    plugins = VendorPlugins.load()
+    names = {v.name for v in plugins.vendors}
     assert "nvidia" not in names
     assert "hygon" not in names
-    assert {d.entry_point for d in host.disabled} == {"nvidia", "hygon"}
+    assert {d.entry_point for d in plugins.disabled} == {"nvidia", "hygon"}
     assert ALL_VENDORS - {"nvidia", "hygon"} <= names
 
 
 def test_second_vendor_claiming_a_resource_is_refused() -> None:
     first = make_plugin("first", "ONE", "same.example.com")
     second = make_plugin("second", "TWO", "same.example.com")
-    host = VendorPlugins.load(sources=[source("first", first), source("second", second)], disabled=())
-    assert [v.name for v in host.vendors] == ["first"]
-    assert "resource same.example.com/dev is already claimed by kind ONE" in host.failed[0].error
+    plugins = VendorPlugins.load(sources=[source("first", first), source("second", second)], disabled=())
+    assert [v.name for v in plugins.vendors] == ["first"]
+    assert "resource same.example.com/dev is already claimed by kind ONE" in plugins.failed[0].error
 
 
 def test_second_vendor_with_the_same_common_word_is_refused() -> None:
     first = make_plugin("first", "ACC", "one.example.com")
     second = make_plugin("second", "ACC", "two.example.com")
-    host = VendorPlugins.load(sources=[source("first", first), source("second", second)], disabled=())
-    assert "device kind 'ACC' is already served by vendor first" in host.failed[0].error
+    plugins = VendorPlugins.load(sources=[source("first", first), source("second", second)], disabled=())
+    assert "device kind 'ACC' is already served by vendor first" in plugins.failed[0].error
 
 
 def test_vendor_info_of_the_wrong_type_is_refused() -> None:
@@ -162,8 +162,8 @@ def test_vendor_info_of_the_wrong_type_is_refused() -> None:
     def hami_vendor_info() -> dict[str, str]:
         return {"name": "dicty"}
 
-    host = VendorPlugins.load(sources=[source("dicty", module("dicty", hami_vendor_info=hami_vendor_info))])
-    assert "returned dict, not VendorInfo" in host.failed[0].error
+    plugins = VendorPlugins.load(sources=[source("dicty", module("dicty", hami_vendor_info=hami_vendor_info))])
+    assert "returned dict, not VendorInfo" in plugins.failed[0].error
 
 
 class _Settings(BaseModel):
@@ -176,8 +176,8 @@ def test_invalid_vendor_configuration_is_a_config_error_naming_the_vendor() -> N
         return _Settings.model_validate(raw)
 
     plugin = make_plugin("conf", "CONF", "conf.example.com", hami_vendor_settings=hami_vendor_settings)
-    host = VendorPlugins.load(sources=[source("conf", plugin)], config={"conf": {"split": 4}})
-    assert host.vendor("conf").settings == _Settings(split=4)
+    plugins = VendorPlugins.load(sources=[source("conf", plugin)], config={"conf": {"split": 4}})
+    assert plugins.vendor("conf").settings == _Settings(split=4)
     with pytest.raises(ConfigError, match=r"vendors\.conf\.split: Input should be a valid integer"):
         VendorPlugins.load(sources=[source("conf", plugin)], config={"conf": {"split": "many"}})
 
@@ -195,10 +195,10 @@ def test_routed_hooks_reach_only_the_owning_vendor() -> None:
 
     a = make_plugin("alpha", "ALPHA", "alpha.example.com", hami_container_request=requester("alpha"))
     b = make_plugin("beta", "BETA", "beta.example.com", hami_container_request=requester("beta"))
-    host = VendorPlugins.from_plugins({"alpha": a, "beta": b})
+    plugins = VendorPlugins.from_plugins({"alpha": a, "beta": b})
     container = Container(name="c", limits={"beta.example.com/dev": "1"})
     pod = Pod(name="p", containers=(container,))
-    assert host.pod_requests(pod) == {"BETA": [ContainerRequest(kind="BETA", count=1)]}
+    assert plugins.pod_requests(pod) == {"BETA": [ContainerRequest(kind="BETA", count=1)]}
     assert calls == ["beta"]
 
 
@@ -208,20 +208,20 @@ def test_pod_requests_are_positional_with_init_containers_first() -> None:
         return ContainerRequest(kind=kind.common_word, count=int(container.limits[kind.resources.count]))
 
     plugin = make_plugin("pos", "POS", "pos.example.com", hami_container_request=hami_container_request)
-    host = VendorPlugins.from_plugins({"pos": plugin})
+    plugins = VendorPlugins.from_plugins({"pos": plugin})
     pod = Pod(
         name="p",
         init_containers=(Container(name="init", limits={"pos.example.com/dev": "2"}),),
         containers=(Container(name="a"), Container(name="b", limits={"pos.example.com/dev": "1"})),
     )
-    requests = host.pod_requests(pod)["POS"]
+    requests = plugins.pod_requests(pod)["POS"]
     assert [r.count if r else None for r in requests] == [2, None, 1]
 
 
 def test_fit_on_a_vendor_without_fitting_refuses_every_node_with_a_reason() -> None:
     plugin = make_plugin("nofit", "NOFIT", "nofit.example.com")
-    host = VendorPlugins.from_plugins({"nofit": plugin})
-    fits = host.fit_nodes("NOFIT", Pod(name="p"), [None], [NodeView(name="n1")], SchedulingPolicy())
+    plugins = VendorPlugins.from_plugins({"nofit": plugin})
+    fits = plugins.fit_nodes("NOFIT", Pod(name="p"), [None], [NodeView(name="n1")], SchedulingPolicy())
     assert fits[0].reason == "vendor nofit cannot place NOFIT devices yet"
 
 
@@ -236,16 +236,16 @@ def test_a_plugin_added_later_does_not_receive_calls_routed_to_an_earlier_one() 
 
         return hami_container_request
 
-    host = VendorPlugins.from_plugins(
+    plugins = VendorPlugins.from_plugins(
         {"a": make_plugin("a", "A", "a.example.com", hami_container_request=requester("a"))}
     )
     pod = Pod(name="p", containers=(Container(name="c", limits={"a.example.com/dev": "1"}),))
-    host.pod_requests(pod)
-    host.add(
+    plugins.pod_requests(pod)
+    plugins.add(
         make_plugin("b", "B", "b.example.com", hami_container_request=requester("b")),
         source("b", None),
     )
-    host.pod_requests(pod)
+    plugins.pod_requests(pod)
     assert calls == ["a", "a"]
 
 
@@ -265,9 +265,9 @@ def test_allocate_answers_of_every_accepted_shape_become_an_allocation(answer: A
     def hami_allocate(devices: Any) -> Any:
         return answer
 
-    host = VendorPlugins.from_plugins({"dev": make_plugin("dev", "DEV", "dev.example", hami_allocate=hami_allocate)})
+    plugins = VendorPlugins.from_plugins({"dev": make_plugin("dev", "DEV", "dev.example", hami_allocate=hami_allocate)})
     recorded = (ContainerDevice(uuid="D-0", type="DEV"),)
-    assert host.allocate("DEV", Pod(name="p"), 0, recorded) == expected
+    assert plugins.allocate("DEV", Pod(name="p"), 0, recorded) == expected
 
 
 def test_container_edits_are_given_the_installed_library_only_when_they_ask_for_it() -> None:
@@ -278,12 +278,12 @@ def test_container_edits_are_given_the_installed_library_only_when_they_ask_for_
         seen.append(library)
         return ContainerEdits()
 
-    host = VendorPlugins.from_plugins(
+    plugins = VendorPlugins.from_plugins(
         {"dev": make_plugin("dev", "DEV", "dev.example", hami_container_edits=hami_container_edits)}
     )
     library = IsolationLibrary(path="/hooks/dev/libdev.so", preload_path="/hooks/dev/ld.so.preload")
-    host.container_edits("DEV", Pod(name="p"), 0, (), library)
-    host.container_edits("DEV", Pod(name="p"), 0, ())
+    plugins.container_edits("DEV", Pod(name="p"), 0, (), library)
+    plugins.container_edits("DEV", Pod(name="p"), 0, ())
     assert seen == [library, None]
 
     @hookimpl
@@ -299,13 +299,13 @@ def test_container_edits_are_given_the_installed_library_only_when_they_ask_for_
 def test_a_vendor_without_container_edits_is_warned_about_once_when_its_devices_are_given(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    host = VendorPlugins.from_plugins({"bare": make_plugin("bare", "BARE", "bare.example")})
+    plugins = VendorPlugins.from_plugins({"bare": make_plugin("bare", "BARE", "bare.example")})
     placed = (ContainerDevice(uuid="B-0", type="BARE"),)
     with caplog.at_level(logging.WARNING, logger="hami.plugins"):
-        assert host.container_edits("BARE", Pod(name="p"), 0, ()) == ContainerEdits()  # nothing placed: no warning
+        assert plugins.container_edits("BARE", Pod(name="p"), 0, ()) == ContainerEdits()  # nothing placed: no warning
         assert caplog.records == []
-        assert host.container_edits("BARE", Pod(name="p"), 0, placed) == ContainerEdits()
-        host.container_edits("BARE", Pod(name="q"), 0, placed)
+        assert plugins.container_edits("BARE", Pod(name="p"), 0, placed) == ContainerEdits()
+        plugins.container_edits("BARE", Pod(name="q"), 0, placed)
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
     assert record.getMessage().startswith("vendor bare (")

@@ -149,7 +149,7 @@ def test_an_inventory_kind_no_vendor_serves_is_warned_with_the_nearest_kind(tmp_
         setup=[],
         workdir=tmp_path / "work",
     )
-    demo.host = VendorPlugins.load()
+    demo.plugins = VendorPlugins.load()
     (warning,) = demo._unserved_kinds()
     assert warning.startswith("  warning: inv.yaml: node n1 lists NVIDA devices, but no loaded vendor serves that kind")
     assert "(did you mean 'NVIDIA'?)" in warning

@@ -38,7 +38,7 @@ def inventory(*devices: dict[str, Any], node: str = NODE, **extra: Any) -> dict[
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> VendorPlugins:
+def plugins(tmp_path: Path) -> VendorPlugins:
     # The scripted vendor's own discovery would report SCR-* devices: the inventory's SIM-* prove it is not asked.
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
     return VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
@@ -139,14 +139,14 @@ def test_unreadable_and_non_yaml_files_say_so(tmp_path: Path) -> None:
         simulated.load_inventory(tmp_path / "bad.yaml")
 
 
-def test_a_node_the_file_does_not_list_is_named_with_those_it_lists(tmp_path: Path, host: VendorPlugins) -> None:
+def test_a_node_the_file_does_not_list_is_named_with_those_it_lists(tmp_path: Path, plugins: VendorPlugins) -> None:
     path = write(tmp_path / "inv.yaml", inventory({"kind": "Scripted", "id": "SIM", "devmem": 1}, node="elsewhere"))
     with pytest.raises(ConfigError, match=r"lists no node 'node-a' \(it lists elsewhere\)"):
-        simulated.discover(path, NODE, host)
+        simulated.discover(path, NODE, plugins)
 
 
 def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
-    tmp_path: Path, host: VendorPlugins, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, plugins: VendorPlugins, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(
         tmp_path / "inv.yaml",
@@ -157,7 +157,7 @@ def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
             annotations={"example.com/topology": {"a": 1}, "example.com/plain": "text"},
         ),
     )
-    found = simulated.discover(path, NODE, host)
+    found = simulated.discover(path, NODE, plugins)
     assert list(found) == ["scripted"]
     assert [(i.kind, [d.id for d in i.devices]) for i in found["scripted"]] == [
         ("Scripted", ["SIM"]),
@@ -170,7 +170,7 @@ def test_discovery_groups_kinds_by_vendor_and_skips_kinds_nobody_serves(
 
 
 def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_published(
-    tmp_path: Path, host: VendorPlugins, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, plugins: VendorPlugins, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(
         tmp_path / "inv.yaml",
@@ -185,8 +185,8 @@ def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_
     def record(kind: str, devices: Any, driver: Any) -> None:
         handed.append((kind, [d.id for d in devices], dict(driver)))
 
-    monkeypatch.setattr(host, "simulated_devices", record)
-    found = simulated.discover(path, NODE, host)
+    monkeypatch.setattr(plugins, "simulated_devices", record)
+    found = simulated.discover(path, NODE, plugins)
     assert handed == [
         ("Scripted", ["SIM-0", "SIM-1", "BARE"], {"SIM-0": {"slot": 7}, "SIM-1": {"slot": 8}, "BARE": {}}),
         ("ScriptedLegacy", ["LEG"], {"LEG": {"slot": 9}}),
@@ -195,15 +195,15 @@ def test_each_vendor_is_handed_its_devices_and_their_driver_facts_which_are_not_
 
 
 def test_a_vendor_refusing_its_driver_facts_is_logged_and_its_devices_still_served(
-    tmp_path: Path, host: VendorPlugins, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, plugins: VendorPlugins, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path / "inv.yaml", inventory({"kind": "Scripted", "id": "SIM", "devmem": 1}))
 
     def refuse(kind: str, devices: Any, driver: Any) -> None:
         raise HamiError("device SIM has no driver.slot (an integer) in the simulated inventory: add it")
 
-    monkeypatch.setattr(host, "simulated_devices", refuse)
-    found = simulated.discover(path, NODE, host)
+    monkeypatch.setattr(plugins, "simulated_devices", refuse)
+    found = simulated.discover(path, NODE, plugins)
     assert [d.id for d in found["scripted"][0].devices] == ["SIM"]
     assert f"{path}, node node-a, the Scripted devices' driver facts: device SIM has no driver.slot" in caplog.text
 
@@ -230,7 +230,7 @@ def test_the_node_flag_and_the_config_key_set_the_inventory(tmp_path: Path) -> N
 
 @pytest.fixture
 def daemon_world(
-    tmp_path: Path, host: VendorPlugins
+    tmp_path: Path, plugins: VendorPlugins
 ) -> Iterator[tuple[Path, MemoryCluster, FakeKubelet, DaemonThread]]:
     path = write(
         tmp_path / "inv.yaml",
@@ -249,7 +249,7 @@ def daemon_world(
             kubelet_poll_seconds=0.05,
             simulated_inventory=path,
         )
-        daemon = DaemonThread(settings, host, cluster).start()
+        daemon = DaemonThread(settings, plugins, cluster).start()
         try:
             yield path, cluster, kubelet, daemon
         finally:

@@ -56,13 +56,13 @@ class Loop:
 def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     scripted_vendor.RELEASED.clear()
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2, count=3, devmem=8192)})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE, "uid": "n-1"}})
-    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
-    publisher.sync({inv.kind: inv for inv in host.discover()["scripted"]})
+    publisher = SlicePublisher(cluster, plugins, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in plugins.discover()["scripted"]})
     plugin = DraPlugin(
-        cluster, host, NODE, DRIVER, lambda: publisher.devices,
+        cluster, plugins, NODE, DRIVER, lambda: publisher.devices,
         plugin_dir=tmp_path / "plugins", registry_dir=tmp_path / "registry", cdi_dir=tmp_path / "cdi",
     )  # fmt: skip
     loop = Loop()
@@ -203,8 +203,8 @@ def test_a_whole_device_takes_all_its_memory_and_cores(world: dict[str, Any]) ->
     devices = scripted_devices(2, count=1)
     write_script(world["script"], {"Scripted": devices})
     plugin: DraPlugin = world["plugin"]
-    publisher = SlicePublisher(world["cluster"], plugin.host, NODE, DRIVER)
-    publisher.sync({inv.kind: inv for inv in plugin.host.discover()["scripted"]})
+    publisher = SlicePublisher(world["cluster"], plugin.plugins, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in plugin.plugins.discover()["scripted"]})
     plugin.devices = lambda: publisher.devices
     _claim(world["cluster"], "whole", [{"device": "scripted-0"}])
     assert _prepare(world["stub"], "whole").claims["uid-whole"].error == ""
@@ -227,17 +227,17 @@ def test_two_shares_of_one_device_in_one_claim_are_refused(world: dict[str, Any]
 def test_a_tenant_erasing_its_served_pods_annotations_does_not_free_its_device(tmp_path: Path) -> None:
     """The tenant owns its pod's annotations; the daemon's own record of what it served is what counts."""
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     cluster.create("pods", {
         "metadata": {"name": "tenant", "namespace": "team", "uid": "tenant-uid", "annotations": {}},
         "spec": {"nodeName": NODE, "containers": [{"name": "c"}]}, "status": {"phase": "Running"},
     })  # fmt: skip
-    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
-    publisher.sync({inv.kind: inv for inv in host.discover()["scripted"]})
+    publisher = SlicePublisher(cluster, plugins, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in plugins.discover()["scripted"]})
     served = [("pod team/tenant", "tenant-uid", (ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=7000),))]
     plugin = DraPlugin(
-        cluster, host, NODE, DRIVER, lambda: publisher.devices, served=lambda: served,
+        cluster, plugins, NODE, DRIVER, lambda: publisher.devices, served=lambda: served,
         plugin_dir=tmp_path / "p", registry_dir=tmp_path / "r", cdi_dir=tmp_path / "cdi",
     )  # fmt: skip
     _claim(cluster, "grab", [_share("scripted-0", "2Gi", "0")])
@@ -251,7 +251,7 @@ def test_under_signing_a_pending_pod_counts_by_its_signed_placement(tmp_path: Pa
     (directory / "current").write_bytes(b"k" * 32)
     keys = PlacementKeys.from_directory(directory)
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(1, count=3, devmem=8192)})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     cluster = MemoryCluster()
     signed = encode_pod_devices([(ContainerDevice(uuid="SCR-0", type="Scripted", usedmem=7000),)])
     signature = keys.sign(SignedPlacement("pending-uid", NODE, {ALLOCATED: signed}))
@@ -262,10 +262,10 @@ def test_under_signing_a_pending_pod_counts_by_its_signed_placement(tmp_path: Pa
                      "annotations": {ALLOCATED: forged, SIGNATURE_ANNOTATION: signature}},
         "spec": {"nodeName": NODE, "containers": [{"name": "c"}]}, "status": {"phase": "Pending"},
     })  # fmt: skip
-    publisher = SlicePublisher(cluster, host, NODE, DRIVER)
-    publisher.sync({inv.kind: inv for inv in host.discover()["scripted"]})
+    publisher = SlicePublisher(cluster, plugins, NODE, DRIVER)
+    publisher.sync({inv.kind: inv for inv in plugins.discover()["scripted"]})
     plugin = DraPlugin(
-        cluster, host, NODE, DRIVER, lambda: publisher.devices, placement_keys=keys,
+        cluster, plugins, NODE, DRIVER, lambda: publisher.devices, placement_keys=keys,
         plugin_dir=tmp_path / "p", registry_dir=tmp_path / "r", cdi_dir=tmp_path / "cdi",
     )  # fmt: skip
     _claim(cluster, "grab", [_share("scripted-0", "2Gi", "0")])
@@ -315,8 +315,8 @@ result_values = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_claim_status_is_read_or_refused_with_a_reason(tmp_path: Path, status: dict[str, Any]) -> None:
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
-    devices = {p.name: p for p in published_devices(host, {i.kind: i for i in host.discover()["scripted"]})}
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    devices = {p.name: p for p in published_devices(plugins, {i.kind: i for i in plugins.discover()["scripted"]})}
     claim = {"metadata": {"name": "c", "namespace": "n", "uid": "u"}, "status": status}
     try:
         shares = claim_shares(claim, DRIVER, NODE, devices)

@@ -45,13 +45,13 @@ def _host(script: Path, plugin: object = scripted_vendor) -> VendorPlugins:
     return VendorPlugins.from_plugins({"scripted": plugin}, config={"scripted": {"script": str(script)}})
 
 
-def _inventories(host: VendorPlugins) -> dict[str, Any]:
-    return {inv.kind: inv for inv in host.discover()["scripted"]}
+def _inventories(plugins: VendorPlugins) -> dict[str, Any]:
+    return {inv.kind: inv for inv in plugins.discover()["scripted"]}
 
 
 def test_one_entry_per_healthy_device_with_core_attributes_and_share_policies(script: Path) -> None:
-    host = _host(script)
-    obj = build_slice(host, NODE, "hami.io", _inventories(host))
+    plugins = _host(script)
+    obj = build_slice(plugins, NODE, "hami.io", _inventories(plugins))
     spec = obj["spec"]
     assert obj["apiVersion"] == "resource.k8s.io/v1"
     assert obj["metadata"]["name"] == slice_name(NODE, "hami.io")
@@ -79,8 +79,8 @@ def test_unhealthy_devices_are_left_out_and_a_single_slot_device_is_not_shared(s
     devices[1]["health"] = False
     devices[2]["count"] = 1
     write_script(script, {"Scripted": devices})
-    host = _host(script)
-    spec = build_slice(host, NODE, "hami.io", _inventories(host))["spec"]
+    plugins = _host(script)
+    spec = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]
     assert [d["name"] for d in spec["devices"]] == ["scripted-0", "scripted-2"]
     whole = spec["devices"][1]
     assert "allowMultipleAllocations" not in whole
@@ -95,16 +95,18 @@ def test_a_device_the_vendor_does_not_publish_stays_out_of_the_slice(script: Pat
     module = types.ModuleType("partitioned_vendor")
     module.__dict__.update({k: v for k, v in vars(scripted_vendor).items() if k.startswith("hami_")})
     module.hami_dra_device = hami_dra_device  # type: ignore[attr-defined]
-    host = _host(script, module)
-    assert [d["name"] for d in build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"]] == [
+    plugins = _host(script, module)
+    assert [d["name"] for d in build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"]] == [
         "scripted-1"
     ]
 
 
 def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
     write_script(script, {"ScriptedCap": [{"id": "CAP-0", "count": 2, "devmem": 5000}]})
-    host = _host(script)
-    memory = build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"][0]["capacity"]["hami.io/memory"]
+    plugins = _host(script)
+    memory = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"][0]["capacity"][
+        "hami.io/memory"
+    ]
     # 1024 MiB units: the whole device is 4 units, and shares are multiples of one.
     assert memory == {
         "value": "4096Mi",
@@ -113,8 +115,8 @@ def test_the_memory_unit_of_the_kind_is_the_step(script: Path) -> None:
 
 
 def test_the_vendor_hook_adds_attributes_and_partition_sizes_but_cannot_override_core(script: Path) -> None:
-    host = _host(script, _topology_vendor())
-    devices = build_slice(host, NODE, "hami.io", _inventories(host))["spec"]["devices"]
+    plugins = _host(script, _topology_vendor())
+    devices = build_slice(plugins, NODE, "hami.io", _inventories(plugins))["spec"]["devices"]
     assert devices[0]["attributes"]["pcieRoot"] == {"string": "pci0000:00"}
     assert devices[0]["attributes"]["uuid"] == {"string": "SCR-0"}  # core's, not the vendor's "forged"
     assert "bad name!" not in devices[0]["attributes"]
@@ -132,22 +134,22 @@ def test_dra_device_facts_are_validated() -> None:
 
 
 def test_the_publisher_creates_keeps_and_updates_the_slice_on_health_change(script: Path) -> None:
-    host = _host(script)
+    plugins = _host(script)
     cluster = MemoryCluster()
     node = cluster.create("nodes", {"metadata": {"name": NODE, "uid": "node-uid-1"}})
-    publisher = SlicePublisher(cluster, host, NODE)
-    assert publisher.sync(_inventories(host)) is True
+    publisher = SlicePublisher(cluster, plugins, NODE)
+    assert publisher.sync(_inventories(plugins)) is True
     stored = cluster.get("resourceslices", slice_name(NODE, "hami.io"))
     assert stored["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}
     ]
-    assert publisher.sync(_inventories(host)) is False  # nothing changed: nothing written
+    assert publisher.sync(_inventories(plugins)) is False  # nothing changed: nothing written
     assert set(publisher.devices) == {"scripted-0", "scripted-1"}
 
     devices = scripted_devices(2)
     devices[0]["health"] = False
     write_script(script, {"Scripted": devices})
-    assert publisher.sync(_inventories(host)) is True
+    assert publisher.sync(_inventories(plugins)) is True
     spec = cluster.get("resourceslices", slice_name(NODE, "hami.io"))["spec"]
     assert spec["pool"]["generation"] == 2
     assert [d["name"] for d in spec["devices"]] == ["scripted-1"]
@@ -155,25 +157,25 @@ def test_the_publisher_creates_keeps_and_updates_the_slice_on_health_change(scri
 
 
 def test_a_stored_slice_in_canonical_form_is_not_rewritten(script: Path) -> None:
-    host = _host(script)
+    plugins = _host(script)
     cluster = MemoryCluster()
-    publisher = SlicePublisher(cluster, host, NODE)
-    publisher.sync(_inventories(host))
+    publisher = SlicePublisher(cluster, plugins, NODE)
+    publisher.sync(_inventories(plugins))
     stored = cluster.get("resourceslices", publisher.name)
     text = json.dumps(stored).replace('"8192Mi"', '"8Gi"')  # what the API server writes back
     stored = json.loads(text)
     stored["spec"]["perDeviceNodeSelection"] = False  # a field the server defaults
     cluster.replace("resourceslices", stored)
-    assert publisher.sync(_inventories(host)) is False
+    assert publisher.sync(_inventories(plugins)) is False
 
 
 def test_an_attribute_the_vendor_no_longer_gives_is_removed_from_the_stored_slice(script: Path) -> None:
-    host = _host(script)
+    plugins = _host(script)
     cluster = MemoryCluster()
-    publisher = SlicePublisher(cluster, host, NODE)
-    publisher.sync(_inventories(host))
+    publisher = SlicePublisher(cluster, plugins, NODE)
+    publisher.sync(_inventories(plugins))
     stored = cluster.get("resourceslices", publisher.name)
     stored["spec"]["devices"][0]["attributes"]["pcieRoot"] = {"string": "stale"}  # as an earlier version wrote
     cluster.replace("resourceslices", stored)
-    assert publisher.sync(_inventories(host)) is True
+    assert publisher.sync(_inventories(plugins)) is True
     assert "pcieRoot" not in cluster.get("resourceslices", publisher.name)["spec"]["devices"][0]["attributes"]

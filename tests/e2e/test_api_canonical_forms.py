@@ -35,8 +35,8 @@ def test_fractions_and_binary_units_are_still_refused(raw: str) -> None:
 def test_a_capacity_in_canonical_form_counts_its_devices() -> None:
     from hami.plugins import VendorPlugins
 
-    host = VendorPlugins.load()
-    kind = next(k for v in host.vendors for k in v.info.kinds if k.common_word == "MLU")
+    plugins = VendorPlugins.load()
+    kind = next(k for v in plugins.vendors for k in v.info.kinds if k.common_word == "MLU")
     node = {
         "metadata": {"name": "n"},
         "status": {"capacity": {"cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "2k"}},

@@ -184,8 +184,8 @@ def test_a_dsmlu_share_runs_with_its_profile_and_cambricons_env(
     # the node daemon's hami_* families carry both cards and the container's limit on its card
     with urllib.request.urlopen(f"http://127.0.0.1:{mlu_node.metrics_port}/metrics", timeout=10) as response:
         families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
-    host = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
-    assert host >= {f"MLU-{u}" for u in UUIDS}
+    plugins = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
+    assert plugins >= {f"MLU-{u}" for u in UUIDS}
     (limit,) = [s for s in families["hami_vgpu_memory_limit_bytes"].samples if s.labels["pod"] == "mlu"]
     assert (limit.labels["device_uuid"], limit.value) == (device.uuid, 4096 * MIB)
 

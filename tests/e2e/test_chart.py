@@ -155,8 +155,8 @@ def test_the_kube_scheduler_configuration_hands_every_vendor_resource_to_the_ext
     assert "prioritizeVerb" not in extender, "HAMi scores inside filter"
     managed = {m["name"] for m in extender["managedResources"]}
     assert all(m["ignoredByScheduler"] for m in extender["managedResources"])
-    host = VendorPlugins.load()
-    for vendor in host.vendors:
+    plugins = VendorPlugins.load()
+    for vendor in plugins.vendors:
         if vendor.name == "exampleaccel":
             continue
         for kind in vendor.info.kinds:
@@ -173,8 +173,8 @@ def test_the_rendered_configuration_is_accepted_by_every_service(binaries: Binar
     assert config.scheduler.listen == "127.0.0.1:8888", "the extender is reachable from kube-scheduler's container only"
     assert config.scheduler.dashboard_listen == "0.0.0.0:8090"
     assert config.scheduler.dashboard_node_metrics == "http://{address}:9394/metrics"
-    host = VendorPlugins.load(config=config.vendors)
-    assert host.failed == []
+    plugins = VendorPlugins.load(config=config.vendors)
+    assert plugins.failed == []
     assert validate_webhook_section(config.webhook).enabled
     NodeSettings.model_validate({**config.node, "nodeName": "n"})
 

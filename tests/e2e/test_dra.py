@@ -559,18 +559,18 @@ def test_every_vendor_publishes_shares_that_kube_scheduler_allocates_and_the_plu
     kube-scheduler allocates a 1 GiB share of each kind (rounded up as the vendor's fitting allows: its memory
     step, or the next Ascend vNPU template), and the plugin prepares each share into CDI edits from that vendor's
     allocation and container-edits hooks."""
-    host = VendorPlugins.load()
-    vendors = {v.name: v for v in host.vendors if v.name in {*OTHER_VENDORS.split(","), "nvidia"}}
+    plugins = VendorPlugins.load()
+    vendors = {v.name: v for v in plugins.vendors if v.name in {*OTHER_VENDORS.split(","), "nvidia"}}
     assert len(vendors) == 7, sorted(vendors)
     # the vendors this test does not exercise (whole-card kinds without shares) are switched off in the chart
-    others = {v.name for v in host.vendors} - set(vendors) - {"exampleaccel"}
+    others = {v.name for v in plugins.vendors} - set(vendors) - {"exampleaccel"}
     chart = render_chart(
         binaries.helm, ROOT / "charts" / "hami", "hami", "hami-system", binaries.kubernetes_version,
         **{"dra.enabled": "true", **{f"vendors.{v}.enabled": "true" for v in vendors},
            **{f"vendors.{v}.enabled": "false" for v in others}},
     )  # fmt: skip
     classes = {o["metadata"]["name"]: o for o in chart if o["kind"] == "DeviceClass"}
-    kinds = {k.common_word for k in host.kinds if host.owner(k.common_word).name in vendors}
+    kinds = {k.common_word for k in plugins.kinds if plugins.owner(k.common_word).name in vendors}
     assert set(classes) == {f"{k.lower()}.hami.io" for k in kinds}, "one DeviceClass per kind of every vendor"
     for obj in classes.values():
         dra.admin.apply(obj)

@@ -112,8 +112,8 @@ def test_an_sgpu_share_runs_with_hamis_annotations_and_moore_threads_env(
     # the node daemon's hami_* families carry both GPUs and the container's limit on its GPU
     with urllib.request.urlopen(f"http://127.0.0.1:{mt_node.metrics_port}/metrics", timeout=10) as response:
         families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
-    host = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
-    assert host >= set(UUIDS)
+    plugins = {s.labels["device_uuid"] for s in families["hami_host_gpu_memory_used_bytes"].samples}
+    assert plugins >= set(UUIDS)
     (limit,) = [s for s in families["hami_vgpu_memory_limit_bytes"].samples if s.labels["pod"] == "sgpu"]
     assert (limit.labels["device_uuid"], limit.value) == (device.uuid, 8192 * 2**20)
     stack.admin.delete("Pod", "sgpu", ns)

@@ -61,11 +61,11 @@ def test_install_puts_each_library_under_a_versioned_path_naming_the_final_paths
 
 
 def test_a_second_install_rewrites_no_build(tmp_path: Path) -> None:
-    host = VendorPlugins.load()
-    first = install.install(host, tmp_path, ["nvidia"])
+    plugins = VendorPlugins.load()
+    first = install.install(plugins, tmp_path, ["nvidia"])
     build = tmp_path / first[0].build.lstrip("/")
     before = build.stat().st_mtime_ns, build.stat().st_ino
-    second = install.install(host, tmp_path, ["nvidia"])
+    second = install.install(plugins, tmp_path, ["nvidia"])
     assert second == first
     assert (build.stat().st_mtime_ns, build.stat().st_ino) == before
 

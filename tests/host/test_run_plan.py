@@ -80,9 +80,9 @@ def vendor(tmp_path: Path) -> Iterator[ModuleType]:
 
 
 def _plan(vendor: ModuleType, tmp_path: Path, flags: dict[str, Any] | None = None, confined: bool = False) -> Any:
-    host = VendorPlugins.from_plugins({"fakeaccel": vendor})
+    plugins = VendorPlugins.from_plugins({"fakeaccel": vendor})
     values = {"--vendor": "fakeaccel", "--device": "3", "--memory": "512", "COMMAND": ["app"], **(flags or {})}
-    return plan(parse_request(values), host, tmp_path / "state", confined=confined, environ={"PATH": "/bin"})
+    return plan(parse_request(values), plugins, tmp_path / "state", confined=confined, environ={"PATH": "/bin"})
 
 
 def test_mount_paths_become_the_runs_host_paths(vendor: ModuleType, tmp_path: Path) -> None:

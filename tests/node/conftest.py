@@ -24,7 +24,7 @@ def script(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(script: Path) -> VendorPlugins:
+def plugins(script: Path) -> VendorPlugins:
     return VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
 
 
@@ -57,12 +57,12 @@ def settings(kubelet: FakeKubelet, tmp_path: Path) -> NodeSettings:
 
 @pytest.fixture
 def start_daemon(
-    settings: NodeSettings, host: VendorPlugins, cluster: MemoryCluster
+    settings: NodeSettings, plugins: VendorPlugins, cluster: MemoryCluster
 ) -> Iterator[Callable[..., DaemonThread]]:
     started: list[DaemonThread] = []
 
     def start(**changes: object) -> DaemonThread:
-        daemon = DaemonThread(settings.model_copy(update=changes), host, cluster).start()
+        daemon = DaemonThread(settings.model_copy(update=changes), plugins, cluster).start()
         started.append(daemon)
         return daemon
 

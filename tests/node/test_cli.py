@@ -52,18 +52,20 @@ def test_the_daemon_refuses_to_start_without_a_node_name() -> None:
     assert "hami: hami node needs this node's name: pass --node-name or set NODE_NAME" in done.stderr
 
 
-def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings, host: VendorPlugins) -> None:
+def test_a_metrics_port_in_use_is_a_clear_start_up_error(settings: NodeSettings, plugins: VendorPlugins) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        daemon = NodeDaemon(settings.model_copy(update={"metrics_listen": f"127.0.0.1:{port}"}), host, MemoryCluster())
+        daemon = NodeDaemon(
+            settings.model_copy(update={"metrics_listen": f"127.0.0.1:{port}"}), plugins, MemoryCluster()
+        )
         with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"):
             asyncio.run(daemon.serve(asyncio.Event()))
 
 
 def test_at_start_up_the_vendors_are_told_which_pods_are_still_on_the_node(
-    settings: NodeSettings, host: VendorPlugins
+    settings: NodeSettings, plugins: VendorPlugins
 ) -> None:
     # `hami_reconcile`: a restarted daemon lets each vendor undo what it made for pods deleted while it was down
     cluster = MemoryCluster()
@@ -74,7 +76,7 @@ def test_at_start_up_the_vendors_are_told_which_pods_are_still_on_the_node(
         spec = {"metadata": {"name": name, "namespace": "default"}, "spec": {"nodeName": node}}
         cluster.create("pods", {**spec, "status": {"phase": phase}})
     scripted_vendor.RECONCILED.clear()
-    NodeDaemon(settings, host, cluster)._start_up()
+    NodeDaemon(settings, plugins, cluster)._start_up()
     assert scripted_vendor.RECONCILED
     assert all(pods == ["here", "pending"] for _, pods in scripted_vendor.RECONCILED)
-    assert sorted(kind for kind, _ in scripted_vendor.RECONCILED) == sorted(k.common_word for k in host.kinds)
+    assert sorted(kind for kind, _ in scripted_vendor.RECONCILED) == sorted(k.common_word for k in plugins.kinds)

@@ -44,7 +44,7 @@ def test_restart_removes_every_socket_and_serves_a_new_kubelet_sock(kubelet: Fak
 
 def test_the_daemon_waits_for_a_kubelet_that_is_not_there_yet(tmp_path: Path, cluster: MemoryCluster) -> None:
     script = write_script(tmp_path / "script.json", {"Scripted": [{"id": "SCR-0", "count": 2}]})
-    host = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
+    plugins = VendorPlugins.from_plugins({"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}})
     late = FakeKubelet()  # its directory exists, its kubelet.sock not yet
     settings = NodeSettings(
         node_name=NODE,
@@ -54,7 +54,7 @@ def test_the_daemon_waits_for_a_kubelet_that_is_not_there_yet(tmp_path: Path, cl
         discovery_interval_seconds=0.05,
         kubelet_poll_seconds=0.05,
     )
-    daemon = DaemonThread(settings, host, cluster).start()
+    daemon = DaemonThread(settings, plugins, cluster).start()
     try:
         late.start()
         assert late.wait_for_registration("scripted.example/accel").generation == 1

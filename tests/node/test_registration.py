@@ -20,21 +20,23 @@ REGISTER = "hami.io/node-scripted-register"
 HANDSHAKE = "hami.io/node-handshake-scripted"
 
 
-def registrar(cluster: MemoryCluster, host: VendorPlugins) -> NodeRegistrar:
-    return NodeRegistrar(cluster, host, NODE, clock=lambda: datetime(2025, 6, 7, 8, 9, 10, 123456))
+def registrar(cluster: MemoryCluster, plugins: VendorPlugins) -> NodeRegistrar:
+    return NodeRegistrar(cluster, plugins, NODE, clock=lambda: datetime(2025, 6, 7, 8, 9, 10, 123456))
 
 
 def inventory(kind: str, *devices: Device, **annotations: str) -> dict[str, NodeInventory]:
     return {kind: NodeInventory(kind=kind, devices=devices, annotations=annotations)}
 
 
-def test_each_register_format_is_written_as_the_scheduler_reads_it(cluster: MemoryCluster, host: VendorPlugins) -> None:
+def test_each_register_format_is_written_as_the_scheduler_reads_it(
+    cluster: MemoryCluster, plugins: VendorPlugins
+) -> None:
     found = {
         **inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192, type="Scripted-X", numa=1)),
         **inventory("ScriptedLegacy", Device(id="LEG-0", count=4, devmem=4096, type="Legacy-Y", index=0)),
         **inventory("ScriptedCap", Device(id="CAP-0", devmem=2048), **{"example.com/extra": "from-the-vendor"}),
     }
-    written = registrar(cluster, host).sync(found)
+    written = registrar(cluster, plugins).sync(found)
     got = node_annotations(cluster, NODE)
     assert got[REGISTER] == (
         '[{"id":"SCR-0","count":10,"devmem":8192,"devcore":100,"type":"Scripted-X","numa":1,"health":true,"index":0}]'
@@ -46,8 +48,8 @@ def test_each_register_format_is_written_as_the_scheduler_reads_it(cluster: Memo
     assert set(written) == set(got)
 
 
-def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, host: VendorPlugins) -> None:
-    r = registrar(cluster, host)
+def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, plugins: VendorPlugins) -> None:
+    r = registrar(cluster, plugins)
     found = inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192))
     r.sync(found)
     version = meta(cluster.get("nodes", NODE))["resourceVersion"]
@@ -56,9 +58,9 @@ def test_an_unchanged_node_is_not_written_again(cluster: MemoryCluster, host: Ve
 
 
 def test_a_requesting_or_deleted_handshake_is_answered_with_the_register(
-    cluster: MemoryCluster, host: VendorPlugins
+    cluster: MemoryCluster, plugins: VendorPlugins
 ) -> None:
-    r = registrar(cluster, host)
+    r = registrar(cluster, plugins)
     found = inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192))
     r.sync(found)
     for state in ("Requesting", "Deleted"):

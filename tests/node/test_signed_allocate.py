@@ -125,12 +125,12 @@ def test_without_keys_the_daemon_serves_as_hami_does(
 
 
 def test_the_scheduler_and_the_daemon_agree_on_the_signature(
-    keys: PlacementKeys, start_daemon: StartDaemon, kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorPlugins
+    keys: PlacementKeys, start_daemon: StartDaemon, kubelet: FakeKubelet, cluster: MemoryCluster, plugins: VendorPlugins
 ) -> None:
     start_daemon()
     eventually(lambda: node_annotations(cluster, NODE).get("hami.io/node-scripted-register"), what="registered")
     scheduler = Harness(cluster=cluster)
-    scheduler.host = host
+    scheduler.plugins = plugins
     scheduler.start()
     try:
         limits = {"scripted.example/accel": "1", "scripted.example/accel-memory": "1500"}

@@ -15,12 +15,12 @@ from hami.testing.kubelet import FakeKubelet
 
 
 def test_a_pod_scheduled_by_the_extender_is_allocated_by_the_daemon(
-    start_daemon: Callable[..., DaemonThread], kubelet: FakeKubelet, cluster: MemoryCluster, host: VendorPlugins
+    start_daemon: Callable[..., DaemonThread], kubelet: FakeKubelet, cluster: MemoryCluster, plugins: VendorPlugins
 ) -> None:
     start_daemon()
     eventually(lambda: node_annotations(cluster, NODE).get("hami.io/node-scripted-register"), what="registered")
     scheduler = Harness(cluster=cluster)
-    scheduler.host = host
+    scheduler.plugins = plugins
     scheduler.start()
     try:
         limits = {"scripted.example/accel": "2", "scripted.example/accel-memory": "1500"}

@@ -308,13 +308,13 @@ def test_nodes_of_models_the_pod_does_not_select_are_fitted_last() -> None:
     for i in range(7):
         assert h.filter(f"busy-{i}", [f"a100-{i}"])["NodeNames"] == [f"a100-{i}"]
     fitted: list[list[str]] = []
-    fit_nodes = h.host.fit_nodes
+    fit_nodes = h.plugins.fit_nodes
 
     def counting(kind: str, pod: Any, requests: Any, views: Any, policy: Any) -> Any:
         fitted.append([v.name for v in views])
         return fit_nodes(kind, pod, requests, views, policy)
 
-    h.host.fit_nodes = counting  # type: ignore[method-assign]
+    h.plugins.fit_nodes = counting  # type: ignore[method-assign]
     assert h.filter("picky")["NodeNames"] == ["h100"]
     assert fitted[0][0] == "h100"
     assert len(fitted) == 1

@@ -47,7 +47,7 @@ def scripted_pod(name: str, memory: int = 1000) -> dict[str, Any]:
 @pytest.fixture
 def reserving(harness: Harness, tmp_path: Path) -> Harness:
     script = write_script(tmp_path / "script.json", {"Scripted": scripted_devices(2)}, reserve=True)
-    harness.host = VendorPlugins.from_plugins(
+    harness.plugins = VendorPlugins.from_plugins(
         {"scripted": scripted_vendor}, config={"scripted": {"script": str(script)}}
     )
     harness.add_node(scripted_node("node-a"))
@@ -122,13 +122,13 @@ def test_a_deleted_pod_leaves_the_node_view_and_frees_its_reservation(reserving:
 def test_the_placements_own_annotations_win_over_a_fits(reserving: Harness) -> None:
     assert reserving.service is not None
     extender = reserving.service.extender
-    original = extender.host.fit_nodes
+    original = extender.plugins.fit_nodes
 
     def clashing(*args: Any, **kwargs: Any) -> Any:
         fits = original(*args, **kwargs)
         return [f.model_copy(update={"pod_annotations": {ALLOCATED: "bogus", "hami.io/vgpu-node": "x"}}) for f in fits]
 
-    extender.host.fit_nodes = clashing  # type: ignore[method-assign]
+    extender.plugins.fit_nodes = clashing  # type: ignore[method-assign]
     result: FilterResult = extender.filter(reserving.cluster.get("pods", "first", "default"), ["node-a"])
     assert result.node == "node-a"
     got = annotations_of(reserving, "first")

@@ -18,7 +18,7 @@ NODES = [f"node-{i:02d}" for i in range(20)]
 def fitted_nodes(harness: Harness) -> list[list[str]]:
     """The node names of every hook call the scheduler makes to fit a pod, in order."""
     calls: list[list[str]] = []
-    real = harness.host.fit_nodes
+    real = harness.plugins.fit_nodes
 
     def fit_nodes(
         kind: str, pod: Pod, requests: Sequence[ContainerRequest | None], nodes: Sequence[NodeView], policy: Any
@@ -26,18 +26,18 @@ def fitted_nodes(harness: Harness) -> list[list[str]]:
         calls.append([n.name for n in nodes])
         return real(kind, pod, requests, nodes, policy)
 
-    harness.host.fit_nodes = fit_nodes  # type: ignore[method-assign]
+    harness.plugins.fit_nodes = fit_nodes  # type: ignore[method-assign]
     return calls
 
 
 def not_reusable(harness: Harness) -> None:
     """NVIDIA as a vendor that does not declare its fits reusable."""
-    real = harness.host.kind
+    real = harness.plugins.kind
 
     def kind(word: str) -> DeviceKind:
         return real(word).model_copy(update={"reusable_fits": False})
 
-    harness.host.kind = kind  # type: ignore[method-assign]
+    harness.plugins.kind = kind  # type: ignore[method-assign]
 
 
 @pytest.fixture

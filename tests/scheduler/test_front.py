@@ -54,7 +54,7 @@ def snapshot(h: Harness) -> Any:
     state = h.service.extender.state
     with state.lock:
         pods = sorted((k, r.node, r.assumed, r.bound) for k, r in state.pods.items())
-        hosts = sorted(state.host_usage.items())
+        requested = sorted(state.cpu_memory.items())
     nodes = sorted(
         (meta(n)["name"], (meta(n).get("annotations") or {}).get(LOCK_ANNOTATION)) for n in h.cluster.list("nodes")[0]
     )
@@ -62,7 +62,7 @@ def snapshot(h: Harness) -> Any:
     with ledger._lock:
         usage = sorted((ns, sorted(pods_.keys())) for ns, pods_ in ledger._usage.items())
     cluster_pods = sorted(meta(p)["name"] for p in h.cluster.list("pods")[0])
-    return pods, hosts, nodes, usage, cluster_pods
+    return pods, requested, nodes, usage, cluster_pods
 
 
 # ------------------------------------------------------------------------------------------------ fuzzing

@@ -48,7 +48,7 @@ def handshake_of(h: Harness, name: str) -> str:
 
 def keeper_at(h: Harness, now: list[datetime]) -> HandshakeKeeper:
     assert h.service is not None
-    return HandshakeKeeper(h.cluster, h.host, h.service.state, clock=lambda: now[0])
+    return HandshakeKeeper(h.cluster, h.plugins, h.service.state, clock=lambda: now[0])
 
 
 def test_the_rule_is_hamis() -> None:
@@ -185,6 +185,6 @@ def test_nodes_without_the_kind_are_left_alone(harness: Harness) -> None:
     harness.add_node({"metadata": {"name": "cpu", "annotations": {}}, "status": {}})
     harness.start()
     assert harness.service is not None
-    keeper = HandshakeKeeper(harness.cluster, harness.host, harness.service.state)
+    keeper = HandshakeKeeper(harness.cluster, harness.plugins, harness.service.state)
     assert keeper.round() == {}
     assert KEY not in (meta(harness.cluster.get("nodes", "cpu")).get("annotations") or {})

@@ -337,9 +337,9 @@ def test_two_replicas_with_the_same_hostname_and_no_pod_name_never_both_lead(
     monkeypatch.delenv("POD_NAME", raising=False)
     monkeypatch.setattr("socket.gethostname", lambda: "same-host")
     cluster = MemoryCluster()
-    host = VendorPlugins.load(disabled=())
+    plugins = VendorPlugins.load(disabled=())
     config = LeaderElectionConfig(enabled=True)
-    replicas = [SchedulerService(cluster, host, leader_election=config) for _ in range(2)]
+    replicas = [SchedulerService(cluster, plugins, leader_election=config) for _ in range(2)]
     identities = [r.identity for r in replicas]
     assert identities[0] != identities[1]
     assert all(i.startswith("same-host_") for i in identities)

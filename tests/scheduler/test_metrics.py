@@ -73,7 +73,7 @@ def metrics_for(h: Harness) -> SchedulerMetrics:
     if h.service is None:
         h.start()
     assert h.service is not None
-    return SchedulerMetrics(h.service.state, h.host)
+    return SchedulerMetrics(h.service.state, h.plugins)
 
 
 def test_devices_show_with_exact_limits_and_zero_usage_before_any_pod(harness: Harness) -> None:
@@ -323,11 +323,11 @@ def test_a_given_registry_receives_the_metrics(harness: Harness) -> None:
     harness.start()
     assert harness.service is not None
     registry = CollectorRegistry()
-    SchedulerMetrics(harness.service.state, harness.host, registry)
+    SchedulerMetrics(harness.service.state, harness.plugins, registry)
     text = generate_latest(registry).decode()
     assert 'hami_gpu_memory_limit_bytes{device_index="0"' in text
     with pytest.raises(ValueError, match="Duplicated timeseries"):
-        SchedulerMetrics(harness.service.state, harness.host, registry)
+        SchedulerMetrics(harness.service.state, harness.plugins, registry)
 
 
 def test_every_scrape_is_consistent_while_filters_run(harness: Harness) -> None:

@@ -235,7 +235,7 @@ def test_hami_status_shows_the_hold_and_counts_its_room() -> None:
         cluster.evict = lambda namespace, name, uid="": None  # type: ignore[method-assign]  # victims slow to go
         h.add_pod(urgent())
         preempt(h, "urgent")
-        status = status_of(cluster.list("nodes")[0], cluster.list("pods")[0], h.host)
+        status = status_of(cluster.list("nodes")[0], cluster.list("pods")[0], h.plugins)
         (hold,) = status.holds
         assert (hold.node, hold.victims, hold.leaving, hold.memory) == ("n1", ("default/a",), ("default/a",), 8 * GIB)
         card = status.device("GPU-n1-0")

@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 from scheduler_harness import Harness, gpu_node, gpu_pod
 
 from hami.cluster import meta
+from hami.plugins import VendorPlugins
+from hami.scheduler.changes import ChangeLog
 from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.ranking import Rankings
+from hami.scheduler.state import ClusterState
 
 NODES = [("a100-0", "NVIDIA-A100"), ("a100-1", "NVIDIA-A100"), ("h100-0", "NVIDIA-H100"), ("h100-1", "NVIDIA-H100")]
 
@@ -108,3 +111,33 @@ def test_a_filter_of_a_known_shape_evaluates_only_the_nodes_changed_since() -> N
         assert rankings.rebuilds == 1
     finally:
         h.stop()
+
+
+def test_a_ranking_kept_across_a_rebuilt_state_is_rebuilt_with_it() -> None:
+    # `ClusterState.replay` restarts the change log: a ranking current to any position handed out before must be
+    # rebuilt from the new nodes, never brought up to date from the entries appended since (they start again)
+    state = ClusterState(VendorPlugins.load(disabled=()))
+    for i in range(6):
+        state.set_node(gpu_node(f"old{i}", gpus=2))
+    rankings = Rankings(state)
+    built = rankings.current(1, lambda name: (None, 0.0, 0))
+    assert set(built.ranked) == {f"old{i}" for i in range(6)}
+    before = state.changes.position
+    state.replay([gpu_node("new0", gpus=2), gpu_node("new1", gpus=2)], [])
+    assert state.changes.position > before, "positions only grow, across restarts"
+    assert state.changes.since(before) is None, "a reader current to before the restart rebuilds"
+    after = rankings.current(1, lambda name: (None, 0.0, 0))
+    assert set(after.ranked) == {"new0", "new1"}
+    assert rankings.rebuilds == 2
+
+
+def test_every_position_from_before_a_restart_reads_as_dropped() -> None:
+    log = ChangeLog()
+    for name in ["a", "b", "c", "a"]:
+        log.append(name)
+    handed = list(range(log.position + 1))
+    log.restart()
+    assert all(log.since(p) is None for p in handed)
+    log.append("d")
+    assert log.since(log.position - 1) == {"d"}
+    assert log.position > handed[-1]

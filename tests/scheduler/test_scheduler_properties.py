@@ -188,7 +188,7 @@ def test_two_replicas_only_the_leader_decides_and_a_successor_sees_its_decisions
         first.add_pod(gpu_pod(f"p{i}", mem=4000))
     election = LeaderElectionConfig(enabled=True, namespace="kube-system", lease_duration_seconds=0.75)
     replicas = [
-        SchedulerService(first.cluster, first.host, ExtenderSettings(), election, identity=f"replica-{i}").start()
+        SchedulerService(first.cluster, first.plugins, ExtenderSettings(), election, identity=f"replica-{i}").start()
         for i in range(2)
     ]
     try:

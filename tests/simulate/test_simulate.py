@@ -114,8 +114,8 @@ def states(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     original = engine.ClusterState
 
     class Recording(original):  # type: ignore[misc, valid-type]
-        def __init__(self, host: object) -> None:
-            super().__init__(host)
+        def __init__(self, plugins: object) -> None:
+            super().__init__(plugins)
             made.append(self)
 
     monkeypatch.setattr(engine, "ClusterState", Recording)

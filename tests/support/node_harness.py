@@ -161,8 +161,8 @@ def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> An
 class DaemonThread:
     """`NodeDaemon` on its own event loop in a thread."""
 
-    def __init__(self, settings: NodeSettings, host: VendorPlugins, cluster: Cluster) -> None:
-        self.daemon = NodeDaemon(settings, host, cluster)
+    def __init__(self, settings: NodeSettings, plugins: VendorPlugins, cluster: Cluster) -> None:
+        self.daemon = NodeDaemon(settings, plugins, cluster)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()

@@ -102,7 +102,7 @@ class Harness:
 
     def __init__(self, settings: ExtenderSettings | None = None, cluster: MemoryCluster | None = None) -> None:
         self.cluster = cluster or MemoryCluster()
-        self.host = VendorPlugins.load(disabled=())
+        self.plugins = VendorPlugins.load(disabled=())
         # decisions written before the filter answers, as `hami scheduler` writes them
         self.settings = settings or ExtenderSettings(bind_lock_wait_seconds=0.5)
         self.service: SchedulerService | None = None
@@ -110,7 +110,7 @@ class Harness:
         self._conn: http.client.HTTPConnection | None = None
 
     def start(self) -> Harness:
-        self.service = SchedulerService(self.cluster, self.host, self.settings).start()
+        self.service = SchedulerService(self.cluster, self.plugins, self.settings).start()
         deadline = time.monotonic() + 30
         while not self.service.ready and time.monotonic() < deadline:  # its first list replayed, as /readyz says
             time.sleep(0.005)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from webhook_kit import SERVICE_DNS, Webhook, apply_patch, container, gpu, pod, review, vendor_host
+from webhook_kit import SERVICE_DNS, Webhook, apply_patch, container, gpu, pod, review, vendor_plugins
 
 from hami.webhook.server import MAX_BODY_BYTES, WebhookApp, WebhookServer
 
@@ -153,7 +153,7 @@ def test_body_cut_short_ends_the_connection_and_the_server_goes_on(webhook: Webh
 
 
 def test_body_cut_short_ends_the_connection_over_plain_http(webhook: Webhook) -> None:
-    server = WebhookServer(WebhookApp(webhook.host), ("127.0.0.1", 0)).start()
+    server = WebhookServer(WebhookApp(webhook.plugins), ("127.0.0.1", 0)).start()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
             raw.sendall(b'POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"kind":')
@@ -196,7 +196,7 @@ def test_keep_alive_connection_serves_several_reviews(webhook: Webhook) -> None:
 # ------------------------------------------------------------------------------------------------ fuzz
 
 
-APP = WebhookApp(vendor_host())
+APP = WebhookApp(vendor_plugins())
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

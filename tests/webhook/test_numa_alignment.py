@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from webhook_kit import Webhook, container, gpu, pod, review, vendor_host
+from webhook_kit import Webhook, container, gpu, pod, review, vendor_plugins
 
 from hami.numaalign import NUMA_ALIGNMENT_ANNOTATION as ALIGN
 from hami.numaalign import NumaAlignmentError, parse_numa_alignment
@@ -46,7 +46,7 @@ def test_a_pod_for_another_scheduler_is_left_alone_whatever_it_says(webhook: Web
     assert result.allowed
 
 
-APP = WebhookApp(vendor_host())
+APP = WebhookApp(vendor_plugins())
 NEAR = st.text(alphabet=st.sampled_from(list("strictbefoSTRICTBEFO-\u0130 \t\n\x85\xa0\u2000\u3000\x1c")), max_size=14)
 
 

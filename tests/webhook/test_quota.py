@@ -315,7 +315,7 @@ def test_pods_placed_by_the_real_scheduler_count_against_admission(tls_dir: Path
 def test_ledger_start_reads_what_already_exists(webhook: Webhook) -> None:
     webhook.add_quota("gpu-quota", NS, {GPUMEM: "10000", GPUCORES: "200"})
     webhook.running_pod(running("old", container("c0", gpu(2, 3000, 10))))
-    fresh = QuotaLedger(webhook.cluster, webhook.host).start()
+    fresh = QuotaLedger(webhook.cluster, webhook.plugins).start()
     try:
         assert fresh.ready
         assert fresh.limits(NS) == {"gpu-quota": {GPUMEM: 10000, GPUCORES: 200}}

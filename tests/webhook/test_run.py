@@ -112,7 +112,9 @@ def test_a_hosted_webhook_is_ready_only_when_its_hosting_process_is(tls_dir: Pat
     w = Webhook(tls_dir, tls_bundle)
     others = threading.Event()
     tls = TLSConfig(cert_file=str(tls_dir / "tls.crt"), key_file=str(tls_dir / "tls.key"))
-    w.running = start_webhook(w.cluster, w.host, WebhookConfig(listen="127.0.0.1:0", tls=tls), also_ready=others.is_set)
+    w.running = start_webhook(
+        w.cluster, w.plugins, WebhookConfig(listen="127.0.0.1:0", tls=tls), also_ready=others.is_set
+    )
     try:
         assert w.request("GET", "/readyz")[0] == 503
         others.set()

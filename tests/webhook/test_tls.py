@@ -198,6 +198,6 @@ def test_half_written_pair_is_served_once_both_files_are_there(webhook: Webhook,
 def test_webhook_without_usable_certificate_files_does_not_start(webhook: Webhook, tmp_path: Path) -> None:
     missing = TLSConfig(cert_file=str(tmp_path / "nope.crt"), key_file=str(tmp_path / "nope.key"))
     with pytest.raises(ConfigError, match="hami webhook certs"):
-        start_webhook(webhook.cluster, webhook.host, WebhookConfig(listen="127.0.0.1:0", tls=missing))
+        start_webhook(webhook.cluster, webhook.plugins, WebhookConfig(listen="127.0.0.1:0", tls=missing))
     with pytest.raises(ConfigError, match="HTTPS only"):
-        start_webhook(webhook.cluster, webhook.host, WebhookConfig(listen="127.0.0.1:0"))
+        start_webhook(webhook.cluster, webhook.plugins, WebhookConfig(listen="127.0.0.1:0"))

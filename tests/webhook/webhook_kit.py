@@ -120,12 +120,12 @@ class OtherVendor:
         return AdmissionEdit(runtime_class_name="other-runtime")
 
 
-def vendor_host() -> VendorPlugins:
+def vendor_plugins() -> VendorPlugins:
     """Every installed vendor (NVIDIA, Ascend, Cambricon, Hygon, ...) plus the two test vendors."""
-    host = VendorPlugins.load(disabled=())
+    plugins = VendorPlugins.load(disabled=())
     for name, plugin in (("testaccel", DefaultingVendor()), ("otheraccel", OtherVendor())):
-        host.add(plugin, PluginSource(name, "tests", "0", lambda p=plugin: p), strict=True)  # type: ignore[misc]
-    return host
+        plugins.add(plugin, PluginSource(name, "tests", "0", lambda p=plugin: p), strict=True)  # type: ignore[misc]
+    return plugins
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -298,13 +298,17 @@ class Webhook:
     """The webhook served over HTTPS from `start_webhook` on an in-memory cluster with a quota ledger."""
 
     def __init__(
-        self, tls_dir: Path, bundle: CertBundle, cluster: MemoryCluster | None = None, host: VendorPlugins | None = None
+        self,
+        tls_dir: Path,
+        bundle: CertBundle,
+        cluster: MemoryCluster | None = None,
+        plugins: VendorPlugins | None = None,
     ) -> None:
         self.tls_dir = tls_dir
         self.bundle = bundle
         self.ca_file = tls_dir / "ca.crt"
         self.cluster = cluster or MemoryCluster()
-        self.host = host or vendor_host()
+        self.plugins = plugins or vendor_plugins()
         self.running: RunningWebhook | None = None
 
     def start(self, **settings: Any) -> Webhook:
@@ -313,7 +317,7 @@ class Webhook:
             tls=TLSConfig(cert_file=str(self.tls_dir / "tls.crt"), key_file=str(self.tls_dir / "tls.key")),
             **settings,
         )
-        self.running = start_webhook(self.cluster, self.host, config)
+        self.running = start_webhook(self.cluster, self.plugins, config)
         return self
 
     def stop(self) -> None:

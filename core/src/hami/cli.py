@@ -27,7 +27,7 @@ __all__ = ["main"]
 SERVICES = frozenset({"scheduler", "webhook", "node", "dashboard"})
 
 
-def vendors_report(host: VendorPlugins) -> dict[str, Any]:
+def vendors_report(plugins: VendorPlugins) -> dict[str, Any]:
     """What `hami vendors --json` prints: loaded, failed and disabled vendors."""
     return {
         "vendors": [
@@ -40,13 +40,13 @@ def vendors_report(host: VendorPlugins) -> dict[str, Any]:
                 "hooks": list(v.hooks),
                 "kinds": [k.model_dump(mode="json") for k in v.info.kinds],
             }
-            for v in host.vendors
+            for v in plugins.vendors
         ],
         "failed": [
             {"name": f.entry_point, "distribution": f.distribution, "version": f.version, "error": f.error}
-            for f in host.failed
+            for f in plugins.failed
         ],
-        "disabled": [{"name": d.entry_point, "distribution": d.distribution} for d in host.disabled],
+        "disabled": [{"name": d.entry_point, "distribution": d.distribution} for d in plugins.disabled],
     }
 
 
@@ -73,8 +73,8 @@ def _cmd_vendors(args: argparse.Namespace) -> int:
     from hami.config import load_config
 
     vendors = load_config(args.config).vendors if args.config else None  # each plugin checks its own section
-    host = VendorPlugins.load(config=vendors)
-    report = vendors_report(host)
+    plugins = VendorPlugins.load(config=vendors)
+    report = vendors_report(plugins)
     if args.json:
         print(json.dumps(report, indent=2 if sys.stdout.isatty() else None))
     else:

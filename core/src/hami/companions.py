@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hami.cluster.port import Cluster
 from hami.config import HamiConfig, parse_address
-from hami.scheduler.run import Companion, Hosting, Running, run_scheduler
+from hami.scheduler.run import Companion, Running, SchedulerParts, run_scheduler
 
 if TYPE_CHECKING:
     from hami.dashboard.app import DashboardServer
@@ -48,18 +48,18 @@ def companions_of(config: HamiConfig) -> list[Companion]:
     if settings.dashboard_listen:
         address = parse_address(settings.dashboard_listen)
 
-        def dashboard(hosting: Hosting) -> Running:
+        def dashboard(parts: SchedulerParts) -> Running:
             from hami.dashboard.cli import start_dashboard
             from hami.dashboard.source import Sample
 
             def sample() -> Sample:
                 # from the scheduler's watched state: no list of every node and pod every 30 s
-                memory_used, memory_total, cores_used, cores_total, pods = hosting.totals()
-                return Sample(time.time(), memory_used, memory_total, cores_used, cores_total, pods, hosting.waiting())
+                memory_used, memory_total, cores_used, cores_total, pods = parts.totals()
+                return Sample(time.time(), memory_used, memory_total, cores_used, cores_total, pods, parts.waiting())
 
             server, source = start_dashboard(
-                hosting.cluster,
-                hosting.host,
+                parts.cluster,
+                parts.plugins,
                 address,
                 node_metrics=settings.dashboard_node_metrics,
                 prometheus=settings.dashboard_prometheus,
@@ -74,12 +74,12 @@ def companions_of(config: HamiConfig) -> list[Companion]:
 
         webhook_settings = validate_webhook_section(config.webhook)
 
-        def webhook(hosting: Hosting) -> Running:
+        def webhook(parts: SchedulerParts) -> Running:
             from hami.webhook.run import start_webhook
 
             # The webhook's /readyz (the chart's readiness probe) speaks for the whole process.
             return start_webhook(
-                hosting.cluster, hosting.host, webhook_settings, ledger=hosting.ledger, also_ready=hosting.ready
+                parts.cluster, parts.plugins, webhook_settings, ledger=parts.ledger, also_ready=parts.ready
             )
 
         companions.append(webhook)

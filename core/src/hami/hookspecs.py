@@ -46,6 +46,7 @@ from hami.model import (
     DeviceProcess,
     DeviceReading,
     DraDevice,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -61,7 +62,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 BROADCAST_HOOKS = ("hami_vendor_info", "hami_vendor_settings", "hami_discover_devices", "hami_doctor_checks")
-"""Hooks the host calls on every vendor. Every other hook is routed by device kind."""
+"""Hooks the core calls on every vendor. Every other hook is routed by device kind."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def hami_vendor_info() -> VendorInfo:
 
     Required. Called once when the plugin loads; the answer must not change afterwards.
 
-    :returns: a `hami.model.VendorInfo`. Names must be unique across installed vendors; the host refuses
+    :returns: a `hami.model.VendorInfo`. Names must be unique across installed vendors; the core refuses
         the later of two plugins that claim the same vendor name, common word or resource name.
     """
 
@@ -363,6 +364,24 @@ def hami_device_processes(kind: DeviceKind, settings: Any) -> Sequence[DevicePro
 
 
 @hookspec(firstresult=True)
+def hami_drm_usage_source(kind: DeviceKind, settings: Any) -> DrmUsageSource | None:
+    """Where the kernel's DRM client statistics describe this node's devices of `kind`, and what in them counts.
+
+    Routed, optional, node daemon only. For a vendor whose kernel driver is a DRM driver that publishes the
+    per-client keys of Linux's ``Documentation/gpu/drm-usage-stats.rst`` in ``/proc/<pid>/fdinfo/<fd>``. The node
+    daemon's backstop then reads the served containers' processes' open DRM files (`hami.drmfdinfo`): their memory in
+    `memory_regions`, as the device's, where `hami_device_processes` answers None (the management library has no
+    per-process memory), and the busy time of `engines`, as the devices' busy share the Node publishes. Answer only
+    what your driver is known to publish (its documentation, or a check on the hardware): a region or engine the
+    driver does not fill in reads as nothing used. Give the devices by their PCI address (sysfs's form, as
+    ``drm-pdev`` names them) → `Device.id`; embed `hami.drmfdinfo.DrmFdinfo` in your settings to offer the same
+    ``drmFdinfo`` options as the other vendors and build the answer with its ``source``.
+
+    :returns: the source, or None where the vendor does not read fdinfo (not a DRM driver, turned off, no devices).
+    """
+
+
+@hookspec(firstresult=True)
 def hami_device_readings(kind: DeviceKind, settings: Any) -> Sequence[DeviceReading] | None:
     """What the management library reads from this node's devices of `kind` now: memory in use, busy share, power,
     temperatures, the driver's version.
@@ -417,5 +436,5 @@ def hami_doctor_checks(settings: Any, grant: Grant | None) -> list[Finding]:
     :param grant: None on a node; in a container, the grant the isolation library reads.
     :returns: one `hami.findings.Finding` per check (ok, warning or failed, with the one thing to do). A
         missing driver, a tool printing something unexpected or a permission error is a finding, never an exception:
-        the host turns an exception into a failed finding naming the vendor, and reports it as a bug.
+        the core turns an exception into a failed finding naming the vendor, and reports it as a bug.
     """

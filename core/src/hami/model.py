@@ -51,7 +51,7 @@ __all__ = [
     "ResourceNames",
     "SchedulingPolicy",
     "VendorInfo",
-    "host_requests",
+    "cpu_memory_requests",
 ]
 
 MiB = Annotated[int, Field(ge=0, description="device memory in MiB")]
@@ -348,7 +348,7 @@ class Pod(_Model):
             scheduler_name=str(spec.get("schedulerName") or ""),
             priority=_priority(spec.get("priority")),
             preemption_policy=str(spec.get("preemptionPolicy") or ""),
-            **dict(zip(("cpu_request", "memory_request"), host_requests(spec), strict=True)),
+            **dict(zip(("cpu_request", "memory_request"), cpu_memory_requests(spec), strict=True)),
         )
 
 
@@ -364,7 +364,7 @@ def _priority(value: object) -> int:
         return 0
 
 
-def host_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+def cpu_memory_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
     """A pod's CPU (millicores) and memory (MiB) requests as kube-scheduler counts them: the sum of its
     containers, or its largest init container if that is larger. Requests default to limits; unreadable
     quantities count as zero (the API server has validated them)."""
@@ -662,6 +662,25 @@ class DeviceProcess(_Model):
     device_uuid: str = Field(min_length=1, description="the device's id, as discovery reports it (`Device.id`)")
     pid: int = Field(gt=0, description="the process id in the host's PID namespace")
     used_bytes: int = Field(ge=0, description="device memory the process holds")
+
+
+class DrmUsageSource(_Model):
+    """Where the kernel's DRM client statistics (``/proc/<pid>/fdinfo/<fd>``, `hami.drmfdinfo`) describe a vendor's
+    devices, and what in them counts (`hami_drm_usage_source`): the node daemon's backstop reads the memory of the
+    served containers' DRM clients there where the management library gives none per process, and the busy share of
+    the devices from the engines' busy time."""
+
+    drivers: tuple[str, ...] = Field(min_length=1, description="the ``drm-driver`` names of the vendor's devices")
+    devices: Mapping[str, str] = Field(
+        description="the devices' PCI addresses as ``drm-pdev`` gives them, in sysfs's form (``0000:3b:00.0``) → "
+        "their ids (`Device.id`)"
+    )
+    memory_regions: tuple[str, ...] = Field(
+        default=(), description="the regions that are the device's own memory (``vram``); none: no memory figure"
+    )
+    engines: tuple[str, ...] = Field(
+        default=(), description="the engines whose busy time makes the device busy; none: no busy share"
+    )
 
 
 class DeviceReading(_Model):

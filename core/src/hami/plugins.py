@@ -1,4 +1,4 @@
-"""The plugin host: loads vendor plugins and is the only place that calls into their hooks.
+"""The vendor plugins: loads them and is the only place that calls into their hooks.
 
 Loading (`VendorPlugins.load`) reads every entry point of the group ``hami.vendors``. A plugin whose import
 fails, whose hooks do not match the contract (a misspelled hook name, an argument the specification does not
@@ -41,6 +41,7 @@ from hami.model import (
     DeviceProcess,
     DeviceReading,
     DraDevice,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -141,19 +142,19 @@ class VendorPlugins:
         if disabled is None:
             disabled = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()]
         off = set(disabled)
-        host = cls(pm=_new_manager())
+        loaded = cls(pm=_new_manager())
         for source in installed_sources() if sources is None else sources:
             if source.name in off:
                 log.info("vendor %s (%s) disabled by %s", source.name, source.distribution, DISABLE_ENV)
-                host.disabled.append(DisabledVendor(source.name, source.distribution))
+                loaded.disabled.append(DisabledVendor(source.name, source.distribution))
                 continue
             try:
                 plugin = source.load()
-            except Exception as exc:  # a broken plugin must not take the host down
-                host._fail(source, f"import failed: {type(exc).__name__}: {exc}", strict)
+            except Exception as exc:  # a broken plugin must not take the others down
+                loaded._fail(source, f"import failed: {type(exc).__name__}: {exc}", strict)
                 continue
-            host.add(plugin, source, config=config, strict=strict)
-        return host
+            loaded.add(plugin, source, config=config, strict=strict)
+        return loaded
 
     @classmethod
     def from_plugins(
@@ -163,12 +164,12 @@ class VendorPlugins:
         config: Mapping[str, Mapping[str, Any]] | None = None,
         strict: bool = True,
     ) -> VendorPlugins:
-        """A host over plugin objects given directly (tests, the conformance kit, the demo)."""
-        host = cls(pm=_new_manager())
+        """The plugins of objects given directly (tests, the conformance kit, the demo)."""
+        loaded = cls(pm=_new_manager())
         for name, plugin in plugins.items():
             source = PluginSource(name, getattr(plugin, "__name__", name), "", _constant(plugin))
-            host.add(plugin, source, config=config, strict=strict)
-        return host
+            loaded.add(plugin, source, config=config, strict=strict)
+        return loaded
 
     def add(
         self,
@@ -397,6 +398,12 @@ class VendorPlugins:
         vendor does not say (no hook, or not this round)."""
         result = self._routed(common_word, "hami_device_processes")
         return None if result is None else list(result)
+
+    def drm_usage_source(self, common_word: str) -> DrmUsageSource | None:
+        """Where the kernel's DRM client statistics describe the devices of kind `common_word`
+        (`hami_drm_usage_source`); None when the vendor reads none."""
+        result: DrmUsageSource | None = self._routed(common_word, "hami_drm_usage_source")
+        return result
 
     def device_readings(self, common_word: str) -> list[DeviceReading] | None:
         """What the management library reads from this node's devices of kind `common_word` now

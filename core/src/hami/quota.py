@@ -119,7 +119,7 @@ class PodDemand:
 
 
 def demand_of_requests(
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     requests: Mapping[str, Sequence[ContainerRequest | None]],
     container_names: Sequence[str],
     init_containers: int,
@@ -129,7 +129,7 @@ def demand_of_requests(
     amounts: dict[str, int] = {}
     detail: dict[str, str] = {}
     for kind_word, per_container in requests.items():
-        for qk in _keys_of(host, kind_word):
+        for qk in _keys_of(plugins, kind_word):
             init_peak, init_where, app_sum, app_where = 0, "", 0, []
             for index, request in enumerate(per_container):
                 if request is None:
@@ -156,7 +156,7 @@ def demand_of_requests(
 
 
 def demand_of_allocation(
-    host: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
+    plugins: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], init_containers: int
 ) -> PodDemand:
     """What a placed pod takes: per device, max(peak of init containers, sum of app containers) (the scheduler's
     own accounting), summed over its devices."""
@@ -164,16 +164,16 @@ def demand_of_allocation(
     detail: dict[str, str] = {}
     grants = effective_grants({k: tuple(v) for k, v in allocation.items()}, init_containers)
     for kind_word, by_device in grants.items():
-        for qk in _keys_of(host, kind_word):
+        for qk in _keys_of(plugins, kind_word):
             per_device = [g.memory if qk.memory else g.cores for g in by_device.values()]
             amounts[qk.key] = sum(per_device)
             detail[qk.key] = f"{len(per_device)} device(s) placed: " + " + ".join(qk.describe(v) for v in per_device)
     return PodDemand(amounts, detail)
 
 
-def _keys_of(host: VendorPlugins, kind_word: str) -> list[QuotaKey]:
+def _keys_of(plugins: VendorPlugins, kind_word: str) -> list[QuotaKey]:
     try:
-        return quota_keys(host.kind(kind_word))
+        return quota_keys(plugins.kind(kind_word))
     except KeyError:
         return []
 
@@ -231,11 +231,11 @@ class QuotaLedger:
     cannot both take the last of a quota.
     """
 
-    def __init__(self, cluster: Cluster, host: VendorPlugins) -> None:
+    def __init__(self, cluster: Cluster, plugins: VendorPlugins) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self._lock = threading.RLock()
-        self._keys: dict[str, QuotaKey] = {qk.key: qk for kind in host.kinds for qk in quota_keys(kind)}
+        self._keys: dict[str, QuotaKey] = {qk.key: qk for kind in plugins.kinds for qk in quota_keys(kind)}
         self._limits: dict[str, dict[str, list[_Limit]]] = {}
         """namespace → quota object name → the device limits it sets."""
         self._usage: dict[str, dict[str, _Usage]] = {}
@@ -339,7 +339,7 @@ class QuotaLedger:
         annotations = m.get("annotations") if isinstance(m.get("annotations"), dict) else {}
         init = len((spec or {}).get("initContainers") or ())
         allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
-        for kind in self.host.kinds:
+        for kind in self.plugins.kinds:
             value = (annotations or {}).get(kind.annotations.allocated)
             if not value:
                 continue
@@ -350,19 +350,19 @@ class QuotaLedger:
         amounts: dict[str, int] = {}
         detail: dict[str, str] = {}
         if allocation:
-            placed = demand_of_allocation(self.host, allocation, init)
+            placed = demand_of_allocation(self.plugins, allocation, init)
             amounts.update(placed.amounts)
             detail.update(placed.detail)
         if (spec or {}).get("nodeName") and self._asks_beyond(spec or {}, allocation):
             try:
                 view = Pod.from_api(pod)
-                requests = {k: v for k, v in self.host.pod_requests(view).items() if k not in allocation}
+                requests = {k: v for k, v in self.plugins.pod_requests(view).items() if k not in allocation}
             except (HamiError, ValueError, TypeError, AttributeError) as exc:
                 log.warning("pod %s/%s: not counting its requests: %s", m.get("namespace"), m.get("name"), exc)
                 requests = {}
             if requests:
                 names = [c.name for c in view.all_containers]
-                bound = demand_of_requests(self.host, requests, names, len(view.init_containers))
+                bound = demand_of_requests(self.plugins, requests, names, len(view.init_containers))
                 amounts.update(bound.amounts)
                 detail.update(bound.detail)
         demand = PodDemand(amounts, detail)
@@ -380,7 +380,7 @@ class QuotaLedger:
                     continue
                 for part in ("limits", "requests"):
                     for resource in resources.get(part) or ():
-                        kind = self.host.kind_of_resource(str(resource))
+                        kind = self.plugins.kind_of_resource(str(resource))
                         if kind is not None and kind.common_word not in allocation:
                             return True
         return False
@@ -478,7 +478,9 @@ class QuotaLedger:
 
     def check(self, pod: Pod, requests: Mapping[str, Sequence[ContainerRequest | None]]) -> QuotaVerdict:
         """Admission: would `pod`, asking `requests` (one per container, init first), fit its namespace's quotas?"""
-        demand = demand_of_requests(self.host, requests, [c.name for c in pod.all_containers], len(pod.init_containers))
+        demand = demand_of_requests(
+            self.plugins, requests, [c.name for c in pod.all_containers], len(pod.init_containers)
+        )
         with self._lock:
             return self._verdict(pod.namespace, pod.name, demand)
 
@@ -488,7 +490,7 @@ class QuotaLedger:
         """Filter: check the chosen placement against the quotas and, when it fits, count it at once (until the
         pod's own annotations arrive through the watch, or `release`). The check and the record are atomic."""
         init = len(pod.init_containers) if init_containers is None else init_containers
-        demand = demand_of_allocation(self.host, allocation, init)
+        demand = demand_of_allocation(self.plugins, allocation, init)
         with self._lock:
             verdict = self._verdict(pod.namespace, pod.name, demand)
             if verdict.fits and demand:

@@ -140,15 +140,15 @@ class ClusterStatus(_Model):
 # --------------------------------------------------------------------------------------------------------
 
 
-def collect_status(cluster: Cluster, host: VendorPlugins, *, now: datetime | None = None) -> ClusterStatus:
+def collect_status(cluster: Cluster, plugins: VendorPlugins, *, now: datetime | None = None) -> ClusterStatus:
     """Read nodes and pods once and account them as the scheduler does."""
     nodes, _ = cluster.list("nodes")
     pods, _ = cluster.list("pods")
-    return status_of(nodes, pods, host, now=now)
+    return status_of(nodes, pods, plugins, now=now)
 
 
 def status_of(
-    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], host: VendorPlugins, *, now: datetime | None = None
+    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], plugins: VendorPlugins, *, now: datetime | None = None
 ) -> ClusterStatus:
     """`ClusterStatus` from listed Node and Pod objects."""
     from hami.scheduler.holds import HoldBook
@@ -156,7 +156,7 @@ def status_of(
 
     now = now or datetime.now(UTC)
     nodes, pods = list(nodes), list(pods)
-    state = ClusterState(host)
+    state = ClusterState(plugins)
     state.replay(nodes, pods)
     counted = len(state.pods)
     book = HoldBook(state, hold_seconds=float("inf"))  # as written: the scheduler may cap a hold it adopts
@@ -415,10 +415,10 @@ def run_status(args: argparse.Namespace) -> int:
     from hami.config import load_config
 
     config = load_config(args.config, {"kubeconfig": args.kubeconfig})
-    host = VendorPlugins.load(config=config.vendors)
+    plugins = VendorPlugins.load(config=config.vendors)
     cluster = connect_cluster(config.kubeconfig, args.context)
     try:
-        status = collect_status(cluster, host)
+        status = collect_status(cluster, plugins)
     finally:
         close = getattr(cluster, "close", None)
         if callable(close):

@@ -11,9 +11,9 @@ is read:
   ``Field(validation_alias="defaultGPUNum")``, or ``AliasChoices("defaultMemory", "defaultMem")`` for a key HAMi
   spelt two ways, the first being the one messages show;
 - settings are frozen once read;
-- it holds one runtime object (an open driver session, the devices last read) for as long as the host that loaded
-  those settings lives, so two hosts (two tests, the simulator beside a daemon) never share one, and creates it on
-  first use under a lock (`VendorSettings.runtime_of`).
+- it holds one runtime object (an open driver session, the devices last read) for as long as the `VendorPlugins`
+  that loaded those settings live, so two of them (two tests, the simulator beside a daemon) never share one, and
+  creates it on first use under a lock (`VendorSettings.runtime_of`).
 
 Also `driver_fact`, how a vendor reads one of the facts a simulated inventory gives in place of its driver
 (`hami_simulated_devices`), with the error that says what to add. Must not hold any vendor's option: those are

@@ -201,7 +201,7 @@ def test_discovery_reads_the_inventory_file(tmp_path: Path) -> None:
     ]
 
 
-def test_discovery_through_the_host(tmp_path: Path) -> None:
+def test_discovery_through_the_plugins(tmp_path: Path) -> None:
     path = _write_inventory(tmp_path, {"devices": [{"uuid": "EXA-0a1b2c3d-0", "memory": 16384}]})
     found = _host(inventory_file=str(path)).discover()
     assert found == {"exampleaccel": _discover(inventory_file=str(path))}
@@ -247,10 +247,10 @@ def test_discovery_of_a_malformed_inventory_logs_why_and_finds_nothing(
 
 
 def test_default_memory_applies_to_a_bare_count() -> None:
-    host = _host(default_memory=2048)
+    plugins = _host(default_memory=2048)
     container = Container(name="main", limits={COUNT: "2"})
     pod = Pod(name="p", containers=(container,))
-    assert host.container_request(KIND, container, pod) == ContainerRequest(kind=KIND, count=2, memory=2048)
+    assert plugins.container_request(KIND, container, pod) == ContainerRequest(kind=KIND, count=2, memory=2048)
 
 
 def test_unreadable_memory_names_the_resource() -> None:
@@ -259,9 +259,11 @@ def test_unreadable_memory_names_the_resource() -> None:
         _host().container_request(KIND, container, Pod(name="p", containers=(container,)))
 
 
-def _fit(host: VendorPlugins, request: ContainerRequest, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def _fit(
+    plugins: VendorPlugins, request: ContainerRequest, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     pod = Pod(name="p", annotations=annotations or {}, containers=(Container(name="main"),))
-    fits = host.fit_nodes(KIND, pod, [request], make_nodes(), SchedulingPolicy())
+    fits = plugins.fit_nodes(KIND, pod, [request], make_nodes(), SchedulingPolicy())
     return {f.node: f.placement[0] if f.placement else f.reason for f in fits}
 
 
@@ -325,7 +327,7 @@ def test_edits_refuse_a_uuid_of_another_format() -> None:
 
 
 def test_a_pod_from_resources_through_fitting_to_edits() -> None:
-    host = _host()
+    plugins = _host()
     pod = Pod(
         name="train",
         init_containers=(Container(name="setup", limits={"cpu": "1"}),),
@@ -334,17 +336,17 @@ def test_a_pod_from_resources_through_fitting_to_edits() -> None:
             Container(name="sidecar", limits={MEMORY: "1024", CORES: "10"}),
         ),
     )
-    requests = host.pod_requests(pod)[KIND]
+    requests = plugins.pod_requests(pod)[KIND]
     assert requests == [
         None,
         ContainerRequest(kind=KIND, count=1, memory=7000, cores=40),
         ContainerRequest(kind=KIND, count=1, memory=1024, cores=10),
     ]
-    fits = {f.node: f for f in host.fit_nodes(KIND, pod, requests, make_nodes(), SchedulingPolicy())}
+    fits = {f.node: f for f in plugins.fit_nodes(KIND, pod, requests, make_nodes(), SchedulingPolicy())}
     placement = fits["node-a"].placement
     assert placement is not None
     assert placement[0] == ()
-    edits = [host.container_edits(KIND, pod, index, devices) for index, devices in enumerate(placement)]
+    edits = [plugins.container_edits(KIND, pod, index, devices) for index, devices in enumerate(placement)]
     assert edits[0].env == {}
     assert edits[1].env["EXAMPLEACCEL_MEMORY_LIMIT_0"] == "7000m"
     assert edits[1].env["EXAMPLEACCEL_CORE_LIMIT"] == "40"

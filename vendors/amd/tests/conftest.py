@@ -57,7 +57,7 @@ def machine(fake_amdsmi: Path, tmp_path: Path) -> Callable[..., Any]:
     return make
 
 
-def amd_host(config: Mapping[str, Any]) -> VendorPlugins:
+def amd_plugins(config: Mapping[str, Any]) -> VendorPlugins:
     return VendorPlugins.from_plugins({"amd": plugin}, config={"amd": dict(config)})
 
 
@@ -66,10 +66,10 @@ class Kit:
     """What the tests use from here (conftest.py cannot be imported under --import-mode=importlib)."""
 
     gpu: Callable[..., Any]
-    host: Callable[[Mapping[str, Any]], VendorPlugins]
+    plugins: Callable[[Mapping[str, Any]], VendorPlugins]
     write_machine: Callable[..., Any]
 
 
 @pytest.fixture
 def amd() -> Kit:
-    return Kit(FAKE.gpu, amd_host, FAKE.write_machine)
+    return Kit(FAKE.gpu, amd_plugins, FAKE.write_machine)

@@ -102,9 +102,9 @@ def make_fixture() -> VendorFixture:
               "hookPath": str(node / "hook")}  # fmt: skip
     edits = [EditCase("AMD", placed((a, 16384, 76)), pod=EDIT_POD),
              EditCase("AMD", placed((a, 16384, 76), (b, 196608, 304)), 1, pod=EDIT_POD)]  # fmt: skip
-    host = VendorPlugins.from_plugins({"amd": plugin}, config={"amd": config})
+    plugins = VendorPlugins.from_plugins({"amd": plugin}, config={"amd": config})
     for case in edits:  # the CU masks are chosen at Allocate, which the node daemon calls before the edits
-        host.allocate("AMD", case.pod, case.container_index, case.placement)
+        plugins.allocate("AMD", case.pod, case.container_index, case.placement)
     return VendorFixture(
         name="amd",
         plugin=plugin,
@@ -119,20 +119,20 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorPlugins:
+def plugins() -> VendorPlugins:
     return VendorPlugins.from_plugins({"amd": plugin}, config={"amd": {}})
 
 
 def fit_one(request: ContainerRequest, devices: list[DeviceUsage], **annotations: str) -> tuple[ContainerDevice, ...]:
     pod = Pod(name="p", annotations=annotations, containers=(Container(name="c"),))
-    (fit,) = host().fit_nodes("AMD", pod, [request], [NodeView(name="n", devices=devices)], SchedulingPolicy())
+    (fit,) = plugins().fit_nodes("AMD", pod, [request], [NodeView(name="n", devices=devices)], SchedulingPolicy())
     assert fit.placement is not None, fit.reason
     return fit.placement[0]
 
 
 def refusal(request: ContainerRequest, devices: list[DeviceUsage], **annotations: str) -> str:
     pod = Pod(name="p", annotations=annotations, containers=(Container(name="c"),))
-    (fit,) = host().fit_nodes("AMD", pod, [request], [NodeView(name="n", devices=devices)], SchedulingPolicy())
+    (fit,) = plugins().fit_nodes("AMD", pod, [request], [NodeView(name="n", devices=devices)], SchedulingPolicy())
     assert fit.placement is None
     return fit.reason
 
@@ -199,7 +199,7 @@ def test_a_memory_only_request_takes_every_compute_unit_so_the_gpu_is_not_shared
 )
 def test_hamis_selectors(annotations, fits):
     pod = Pod(name="p", annotations=annotations, containers=(Container(name="c"),))
-    (fit,) = host().fit_nodes("AMD", pod, [req(memory=100, cores=10)], [NodeView(name="n", devices=[gpu("n", 0)])],
+    (fit,) = plugins().fit_nodes("AMD", pod, [req(memory=100, cores=10)], [NodeView(name="n", devices=[gpu("n", 0)])],
                               SchedulingPolicy())  # fmt: skip
     assert (fit.placement is not None) is fits, fit.reason
 
@@ -208,7 +208,7 @@ def test_a_mutex_pod_takes_only_an_idle_gpu():
     devices = [gpu("n", 0, used=1, usedmem=100, usedcores=10), gpu("n", 1)]
     pod = Pod(name="p", annotations={"hami.io/gpu-scheduler-policy": "mutex"}, containers=(Container(name="c"),))
     policy = SchedulingPolicy(device=("mutex",))
-    (fit,) = host().fit_nodes("AMD", pod, [req(memory=100, cores=10)], [NodeView(name="n", devices=devices)], policy)
+    (fit,) = plugins().fit_nodes("AMD", pod, [req(memory=100, cores=10)], [NodeView(name="n", devices=devices)], policy)
     assert fit.placement is not None
     assert [d.uuid for d in fit.placement[0]] == ["n-gpu1"]
 
@@ -225,5 +225,5 @@ def test_bad_settings_are_refused_by_name():
 def test_a_cores_refusal_names_the_resource():
     container = Container(name="c", limits={COUNT: "1", CORES: "150"})
     with pytest.raises(RequestError) as err:
-        host().container_request("AMD", container, Pod(name="p", containers=(container,)))
+        plugins().container_request("AMD", container, Pod(name="p", containers=(container,)))
     assert err.value.resource == CORES

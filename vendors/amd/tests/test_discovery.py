@@ -23,7 +23,7 @@ from hami_vendor_amd.node import rocr_uuids
 def test_an_mi300x_node_registers_as_hamis_amd_plugin_does(amd, machine):
     a, b = amd.gpu(0), amd.gpu(1, numa=1, socket=1)
     node = machine(a, b)
-    (inventory,) = amd.host(node.config()).discover()["amd"]
+    (inventory,) = amd.plugins(node.config()).discover()["amd"]
     assert inventory.kind == "AMD"
     assert [(d.id, d.index, d.count, d.devmem, d.devcore, d.type, d.numa, d.health, d.vendor, dict(d.custom))
             for d in inventory.devices] == [
@@ -40,7 +40,7 @@ def test_an_mi300x_node_registers_as_hamis_amd_plugin_does(amd, machine):
 
 def test_split_count_is_a_setting_and_a_model_less_gpu_is_amd_gpu(amd, machine):
     node = machine(amd.gpu(0, name=""))
-    (inventory,) = amd.host(node.config(splitCount=4)).discover()["amd"]
+    (inventory,) = amd.plugins(node.config(splitCount=4)).discover()["amd"]
     assert [(d.count, d.type) for d in inventory.devices] == [(4, "amd-gpu")]
 
 
@@ -53,7 +53,7 @@ def test_a_gpu_without_drm_or_kfd_node_is_not_registered_and_the_others_are(amd,
     good, no_drm, no_kfd = amd.gpu(0), amd.gpu(1, drm=False), amd.gpu(2, kfd=False)
     node = machine(good, no_drm, no_kfd)
     with caplog.at_level(logging.WARNING, logger="hami_vendor_amd"):
-        (inventory,) = amd.host(node.config()).discover()["amd"]
+        (inventory,) = amd.plugins(node.config()).discover()["amd"]
     assert [d.id for d in inventory.devices] == [good.uuid]
     assert "no DRM card and render node for 0000:1c:00.0" in caplog.text
     assert "no KFD topology node has render minor 131" in caplog.text
@@ -64,7 +64,7 @@ def test_a_gpu_whose_amd_smi_calls_fail_is_left_out_with_the_call_named(amd, mac
     node = machine(amd.gpu(0), bad)
     monkeypatch.setenv("FAKE_AMDSMI_FAIL_UUID", bad.uuid)
     with caplog.at_level(logging.ERROR, logger="hami_vendor_amd"):
-        (inventory,) = amd.host(node.config()).discover()["amd"]
+        (inventory,) = amd.plugins(node.config()).discover()["amd"]
     assert [d.id for d in inventory.devices] == [amd.gpu(0).uuid]
     assert "AMD GPU 1 is not reported: AMD SMI amdsmi_get_gpu_device_uuid failed with status 2" in caplog.text
 
@@ -72,15 +72,15 @@ def test_a_gpu_whose_amd_smi_calls_fail_is_left_out_with_the_call_named(amd, mac
 def test_numa_is_zero_when_amd_smi_cannot_say(amd, machine, monkeypatch):
     node = machine(amd.gpu(0, numa=3))
     monkeypatch.setenv("FAKE_AMDSMI_FAIL", "amdsmi_topo_get_numa_node_number")
-    (inventory,) = amd.host(node.config()).discover()["amd"]
+    (inventory,) = amd.plugins(node.config()).discover()["amd"]
     assert inventory.devices[0].numa == 0
 
 
 def test_without_amd_smi_the_node_reports_no_gpu_and_says_so_once(amd, machine, tmp_path, caplog):
-    host = amd.host({"amdSmiLibrary": str(tmp_path / "missing" / "libamd_smi.so"), "sysfsRoot": str(tmp_path)})
+    plugins = amd.plugins({"amdSmiLibrary": str(tmp_path / "missing" / "libamd_smi.so"), "sysfsRoot": str(tmp_path)})
     with caplog.at_level(logging.WARNING, logger="hami_vendor_amd"):
-        assert host.discover() == {"amd": []}
-        assert host.discover() == {"amd": []}
+        assert plugins.discover() == {"amd": []}
+        assert plugins.discover() == {"amd": []}
     assert caplog.text.count("this node reports no AMD GPU") == 1
 
 
@@ -88,27 +88,27 @@ def test_amd_smi_that_does_not_initialize_reports_no_gpu(amd, machine, monkeypat
     node = machine(amd.gpu(0))
     monkeypatch.setenv("FAKE_AMDSMI_FAIL", "amdsmi_init")
     with caplog.at_level(logging.WARNING, logger="hami_vendor_amd"):
-        assert amd.host(node.config()).discover() == {"amd": []}
+        assert amd.plugins(node.config()).discover() == {"amd": []}
     assert "amdsmi_init failed with status 18" in caplog.text
 
 
 def test_a_failing_listing_reports_none_until_amd_smi_answers(amd, machine, monkeypatch):
     node = machine(amd.gpu(0))
-    host = amd.host(node.config())
+    plugins = amd.plugins(node.config())
     monkeypatch.setenv("FAKE_AMDSMI_FAIL", "amdsmi_get_processor_handles")
-    assert host.discover() == {"amd": []}
+    assert plugins.discover() == {"amd": []}
     monkeypatch.delenv("FAKE_AMDSMI_FAIL")
-    assert [d.id for d in host.discover()["amd"][0].devices] == [amd.gpu(0).uuid]
+    assert [d.id for d in plugins.discover()["amd"][0].devices] == [amd.gpu(0).uuid]
 
 
 def test_a_placement_naming_another_nodes_gpu_is_refused_with_both_named(amd, machine):
     node = machine(amd.gpu(0))
-    host = amd.host(node.config())
-    host.discover()
+    plugins = amd.plugins(node.config())
+    plugins.discover()
     pod = Pod(name="p", uid="u1", containers=(Container(name="c"),))
     placed = (ContainerDevice(uuid="elsewhere", type="AMD", usedmem=1000, usedcores=10),)
     with pytest.raises(HamiError, match=f"AMD GPU elsewhere is not on this node \\(it has {amd.gpu(0).uuid}\\)"):
-        host.container_edits("AMD", pod, 0, placed)
+        plugins.container_edits("AMD", pod, 0, placed)
 
 
 @given(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 7))

@@ -36,17 +36,17 @@ def grant(uuid: str, memory: int, units: int) -> tuple[ContainerDevice, ...]:
 def node(amd, machine):
     a, b = amd.gpu(0), amd.gpu(1)
     built = machine(a, b)
-    host = amd.host(built.config())
-    host.discover()
-    return host, a, b, built
+    plugins = amd.plugins(built.config())
+    plugins.discover()
+    return plugins, a, b, built
 
 
 def test_a_share_gets_hamis_devices_variables_and_its_own_compute_units(node):
-    host, a, _, built = node
+    plugins, a, _, built = node
     p = pod("u1")
-    allocation = host.allocate("AMD", p, 0, grant(a.uuid, 16384, 76))
+    allocation = plugins.allocate("AMD", p, 0, grant(a.uuid, 16384, 76))
     assert json.loads(allocation.pod_annotations["hami.io/amd-cu-allocated"]) == {a.uuid: "0-75"}
-    edits = host.container_edits("AMD", p, 0, grant(a.uuid, 16384, 76))
+    edits = plugins.container_edits("AMD", p, 0, grant(a.uuid, 16384, 76))
     assert [(d.container_path, d.permissions) for d in edits.devices] == [
         ("/dev/kfd", "rw"), ("/dev/dri/card1", "rw"), ("/dev/dri/renderD129", "rw")]  # fmt: skip
     env = dict(edits.env)
@@ -65,35 +65,37 @@ def test_a_share_gets_hamis_devices_variables_and_its_own_compute_units(node):
 
 
 def test_containers_sharing_a_gpu_get_disjoint_units_and_a_release_frees_them(node):
-    host, a, _, _ = node
+    plugins, a, _, _ = node
     first, second, third = pod("u1"), pod("u2", "x", "y"), pod("u3")
-    host.allocate("AMD", first, 0, grant(a.uuid, 1000, 76))
-    host.allocate("AMD", second, 0, grant(a.uuid, 1000, 100))
-    allocation = host.allocate("AMD", second, 1, grant(a.uuid, 1000, 3))
+    plugins.allocate("AMD", first, 0, grant(a.uuid, 1000, 76))
+    plugins.allocate("AMD", second, 0, grant(a.uuid, 1000, 100))
+    allocation = plugins.allocate("AMD", second, 1, grant(a.uuid, 1000, 3))
     # the pod's annotation merges its containers' units per GPU, as HAMi's plugin writes it
     assert json.loads(allocation.pod_annotations["hami.io/amd-cu-allocated"]) == {a.uuid: "76-178"}
-    assert dict(host.container_edits("AMD", second, 0, grant(a.uuid, 1000, 100)).env)["HSA_CU_MASK"] == "0:76-175"
-    assert dict(host.container_edits("AMD", second, 1, grant(a.uuid, 1000, 3)).env)["HSA_CU_MASK"] == "0:176-178"
-    host.release("AMD", first, [grant(a.uuid, 1000, 76)])
-    host.allocate("AMD", third, 0, grant(a.uuid, 1000, 80))
-    assert dict(host.container_edits("AMD", third, 0, grant(a.uuid, 1000, 80)).env)["HSA_CU_MASK"] == "0:0-75,179-182"
+    assert dict(plugins.container_edits("AMD", second, 0, grant(a.uuid, 1000, 100)).env)["HSA_CU_MASK"] == "0:76-175"
+    assert dict(plugins.container_edits("AMD", second, 1, grant(a.uuid, 1000, 3)).env)["HSA_CU_MASK"] == "0:176-178"
+    plugins.release("AMD", first, [grant(a.uuid, 1000, 76)])
+    plugins.allocate("AMD", third, 0, grant(a.uuid, 1000, 80))
+    assert (
+        dict(plugins.container_edits("AMD", third, 0, grant(a.uuid, 1000, 80)).env)["HSA_CU_MASK"] == "0:0-75,179-182"
+    )
 
 
 def test_a_retried_allocate_finds_the_same_units(node):
-    host, a, _, _ = node
+    plugins, a, _, _ = node
     p = pod("u1")
-    once = host.allocate("AMD", p, 0, grant(a.uuid, 1000, 50))
-    again = host.allocate("AMD", p, 0, grant(a.uuid, 1000, 50))
+    once = plugins.allocate("AMD", p, 0, grant(a.uuid, 1000, 50))
+    again = plugins.allocate("AMD", p, 0, grant(a.uuid, 1000, 50))
     assert once == again
 
 
 def test_several_gpus_are_numbered_in_the_placements_order(node):
-    host, a, b, _ = node
+    plugins, a, b, _ = node
     p = pod("u1")
     placement = (ContainerDevice(uuid=b.uuid, type=MI300X, usedmem=2000, usedcores=304),
                  ContainerDevice(uuid=a.uuid, type=MI300X, usedmem=1000, usedcores=76))  # fmt: skip
-    host.allocate("AMD", p, 0, placement)
-    env = dict(host.container_edits("AMD", p, 0, placement).env)
+    plugins.allocate("AMD", p, 0, placement)
+    env = dict(plugins.container_edits("AMD", p, 0, placement).env)
     assert env["ROCR_VISIBLE_DEVICES"] == "GPU-49a1c06b3b2d8f01,GPU-49a1c06b3b2d8f00"
     assert env["HSA_CU_MASK"] == "0:0-303;1:0-75"
     assert env["HIP_DEVICE_MEMORY_LIMIT"] == "2000m"  # HAMi's variable: the first GPU's
@@ -102,54 +104,56 @@ def test_several_gpus_are_numbered_in_the_placements_order(node):
 
 def test_a_tenants_patched_annotation_does_not_move_anyone_elses_units(node):
     """The record is the node's: a pod claiming units in its own hami.io/amd-cu-allocated changes nothing."""
-    host, a, _, _ = node
+    plugins, a, _, _ = node
     liar = pod("u1", **{"hami.io/amd-cu-allocated": json.dumps({a.uuid: "0-303"})})
-    host.allocate("AMD", liar, 0, grant(a.uuid, 1000, 10))
+    plugins.allocate("AMD", liar, 0, grant(a.uuid, 1000, 10))
     honest = pod("u2")
-    host.allocate("AMD", honest, 0, grant(a.uuid, 1000, 10))
-    assert dict(host.container_edits("AMD", honest, 0, grant(a.uuid, 1000, 10)).env)["HSA_CU_MASK"] == "0:10-19"
+    plugins.allocate("AMD", honest, 0, grant(a.uuid, 1000, 10))
+    assert dict(plugins.container_edits("AMD", honest, 0, grant(a.uuid, 1000, 10)).env)["HSA_CU_MASK"] == "0:10-19"
 
 
 def test_edits_before_allocate_are_refused_under_a_cu_mask(node):
-    host, a, _, _ = node
+    plugins, a, _, _ = node
     with pytest.raises(HamiError, match="Allocate must run first"):
-        host.container_edits("AMD", pod("u9"), 0, grant(a.uuid, 1000, 10))
+        plugins.container_edits("AMD", pod("u9"), 0, grant(a.uuid, 1000, 10))
 
 
 def test_more_units_than_are_free_is_refused_saying_the_views_disagree(node):
-    host, a, _, _ = node
-    host.allocate("AMD", pod("u1"), 0, grant(a.uuid, 1000, 300))
+    plugins, a, _, _ = node
+    plugins.allocate("AMD", pod("u1"), 0, grant(a.uuid, 1000, 300))
     with pytest.raises(HamiError, match="has 4 free compute units on this node and the container was granted 10"):
-        host.allocate("AMD", pod("u2"), 0, grant(a.uuid, 1000, 10))
+        plugins.allocate("AMD", pod("u2"), 0, grant(a.uuid, 1000, 10))
 
 
 def test_after_a_restart_the_units_of_pods_gone_are_free(node):
-    host, a, _, _ = node
+    plugins, a, _, _ = node
     stays, gone = pod("u1"), pod("u2")
-    host.allocate("AMD", stays, 0, grant(a.uuid, 1000, 100))
-    host.allocate("AMD", gone, 0, grant(a.uuid, 1000, 100))
-    host.reconcile("AMD", [stays])
-    host.allocate("AMD", pod("u3"), 0, grant(a.uuid, 1000, 204))
-    assert dict(host.container_edits("AMD", pod("u3"), 0, grant(a.uuid, 1000, 204)).env)["HSA_CU_MASK"] == "0:100-303"
+    plugins.allocate("AMD", stays, 0, grant(a.uuid, 1000, 100))
+    plugins.allocate("AMD", gone, 0, grant(a.uuid, 1000, 100))
+    plugins.reconcile("AMD", [stays])
+    plugins.allocate("AMD", pod("u3"), 0, grant(a.uuid, 1000, 204))
+    assert (
+        dict(plugins.container_edits("AMD", pod("u3"), 0, grant(a.uuid, 1000, 204)).env)["HSA_CU_MASK"] == "0:100-303"
+    )
 
 
 def test_time_slice_mode_limits_device_time_instead_of_masking(amd, machine):
     a = amd.gpu(0)
-    host = amd.host(machine(a).config(coreSplit="time-slice"))
-    host.discover()
+    plugins = amd.plugins(machine(a).config(coreSplit="time-slice"))
+    plugins.discover()
     p = pod("u1")
-    allocation = host.allocate("AMD", p, 0, grant(a.uuid, 1000, 100))  # 33 % of 304 units
+    allocation = plugins.allocate("AMD", p, 0, grant(a.uuid, 1000, 100))  # 33 % of 304 units
     assert not allocation.pod_annotations
-    edits = host.container_edits("AMD", p, 0, grant(a.uuid, 1000, 100))
+    edits = plugins.container_edits("AMD", p, 0, grant(a.uuid, 1000, 100))
     assert "HSA_CU_MASK" not in edits.env
     assert edits.env["HIP_DEVICE_CORE_LIMIT_0"] == "33"
     assert [d.cores for d in parse_grant(the_grant(edits)).devices] == [33]
 
 
 def test_a_host_process_sees_the_placed_gpus_through_rocr(node):
-    host, a, b, _ = node
+    plugins, a, b, _ = node
     placement = grant(b.uuid, 1000, 10) + grant(a.uuid, 1000, 10)
-    assert host.host_environment("AMD", placement, [2, 1]) == {
+    assert plugins.host_environment("AMD", placement, [2, 1]) == {
         "ROCR_VISIBLE_DEVICES": "GPU-49a1c06b3b2d8f01,GPU-49a1c06b3b2d8f00"
     }
 

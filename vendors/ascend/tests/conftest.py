@@ -6,7 +6,7 @@ pretend to be.
 through the ``dcmiLibrary`` setting, so the driver binding loads and calls it exactly as it would the real one. A
 test describes a machine as a list of `Npu` (`Machines`: an eight-NPU 910B3 server, a 310P3 card, a 910C super-pod
 node) and `ascend_node` writes it where the fake reads it (``FAKE_DCMI_CONFIG``) and as ``npu-smi info`` would
-print it (the documented table, two rows per chip), and builds plugin hosts configured for either source.
+print it (the documented table, two rows per chip), and builds `VendorPlugins` configured for either source.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class AscendNode:
     directory: Path
     dcmi: FakeDcmi
     monkeypatch: pytest.MonkeyPatch
-    hosts: list[VendorPlugins] = field(default_factory=list)
+    built: list[VendorPlugins] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.write()
@@ -223,10 +223,10 @@ class AscendNode:
         libraries = {"dcmi": self.dcmi.current, "old-dcmi": self.dcmi.old, "npu-smi": self.directory / "no-libdcmi.so"}
         return {"dcmiLibrary": str(libraries[source]), "npuSmi": str(self.npu_smi), **extra}
 
-    def host(self, source: str = "dcmi", **extra: Any) -> VendorPlugins:
-        host = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": self.config(source, **extra)})
-        self.hosts.append(host)
-        return host
+    def plugins(self, source: str = "dcmi", **extra: Any) -> VendorPlugins:
+        plugins = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": self.config(source, **extra)})
+        self.built.append(plugins)
+        return plugins
 
 
 @pytest.fixture

@@ -179,7 +179,7 @@ def test_every_conformance_check_applies() -> None:
     assert len(run) >= 10
 
 
-def host(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+def plugins(config: Mapping[str, Any] | None = None) -> VendorPlugins:
     return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
 
 
@@ -232,13 +232,13 @@ def test_one_kind_per_chip_with_hami_names() -> None:
 
 def test_core_outside_soft_split_names_resource_and_fix() -> None:
     with pytest.raises(RequestError) as err:
-        read(host(), B3, b3("1", core="30"))
+        read(plugins(), B3, b3("1", core="30"))
     assert err.value.resource == "huawei.com/Ascend910B3-core"
     assert "huawei.com/vnpu-mode: hami-core" in str(err.value)
 
 
 def test_soft_split_as_configured_default() -> None:
-    h = host({"hamiVnpuMode": "hami-core"})
+    h = plugins({"hamiVnpuMode": "hami-core"})
     assert read(h, B3, b3("1", memory="4096", core="30")) == req(memory=4096, cores=30)
     with pytest.raises(RequestError, match="soft-split"):
         read(h, B3, b3("1", core="30"), {"huawei.com/vnpu-mode": "template"})
@@ -246,7 +246,7 @@ def test_soft_split_as_configured_default() -> None:
 
 def test_multi_device_refusal_names_the_partial_resource() -> None:
     with pytest.raises(RequestError) as err:
-        read(host(), B3, b3("2", memory="16384"))
+        read(plugins(), B3, b3("2", memory="16384"))
     assert err.value.resource == "huawei.com/Ascend910B3-memory"
     assert "ask for 1 device" in str(err.value)
 
@@ -259,7 +259,7 @@ def test_whole_card_memory_follows_configured_chip() -> None:
         "aiCore": 20,
         "templates": [{"name": "vir10_3c_32g", "memory": 32768, "aiCore": 10}],
     }
-    h = host({"chips": {B3: chip}})
+    h = plugins({"chips": {B3: chip}})
     assert read(h, B3, b3("2", memory="61440")) == whole(2)
     with pytest.raises(RequestError):
         read(h, B3, b3("2", memory="32768"))  # a template's memory: a share
@@ -267,13 +267,13 @@ def test_whole_card_memory_follows_configured_chip() -> None:
 
 def test_super_pod_pairing_follows_the_configured_chip() -> None:
     chip = {"chipName": "Ascend910", "memoryAllocatable": 65536, "memoryCapacity": 65536, "aiCore": 20}
-    h = host({"chips": {C: chip}})  # superPod not set: dies are placed one by one
+    h = plugins({"chips": {C: chip}})  # superPod not set: dies are placed one by one
     assert read(h, C, res(C, "1")) == whole(1, C)
     assert read(h, C, res(C, "3")) == whole(3, C)
 
 
 def test_the_mode_annotation_does_not_matter_to_other_vendors_pods() -> None:
-    assert read(host(), B3, {"cpu": "1"}, {"huawei.com/vnpu-mode": "nonsense"}) is None
+    assert read(plugins(), B3, {"cpu": "1"}, {"huawei.com/vnpu-mode": "nonsense"}) is None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -290,18 +290,18 @@ def admit(
 
 
 def test_a_single_super_pod_card_is_written_back_as_a_module() -> None:
-    edit = admit(host(), C, res(C, "1"))
+    edit = admit(plugins(), C, res(C, "1"))
     assert dict(edit.limits) == {"huawei.com/Ascend910C": "2"}
-    assert admit(host(), C, res(C, "2")) is None
-    assert dict(admit(host(), C, res(C, memory="65536")).limits) == {"huawei.com/Ascend910C": "2"}
-    assert admit(host(), C, res(C, "1", memory="16384")) is None  # a share of one die
+    assert admit(plugins(), C, res(C, "2")) is None
+    assert dict(admit(plugins(), C, res(C, memory="65536")).limits) == {"huawei.com/Ascend910C": "2"}
+    assert admit(plugins(), C, res(C, "1", memory="16384")) is None  # a share of one die
 
 
 def test_the_configured_runtime_class_is_set() -> None:
-    edit = admit(host({"runtimeClassName": "ascend"}), B3, b3("1", memory="8000"))
+    edit = admit(plugins({"runtimeClassName": "ascend"}), B3, b3("1", memory="8000"))
     assert edit.runtime_class_name == "ascend"
     assert dict(edit.limits) == {}
-    assert admit(host(), B3, b3("1", memory="8000")) is None
+    assert admit(plugins(), B3, b3("1", memory="8000")) is None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -418,4 +418,4 @@ def test_bad_settings_refused(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         AscendSettings.model_validate(raw)
     with pytest.raises(ConfigError, match="ascend"):
-        host(raw)
+        plugins(raw)

@@ -20,7 +20,7 @@ class TestBackstop(BackstopTests):
     @pytest.fixture
     def backstop_node(self, ascend_node: Callable[..., Any], machines: Any) -> BackstopNode:
         node = ascend_node(machines.b3_server(2))
-        return BackstopNode(node.host(), "Ascend910B3", [n.uuid for n in node.npus], "FAKE_DCMI_PROCESSES")
+        return BackstopNode(node.plugins(), "Ascend910B3", [n.uuid for n in node.npus], "FAKE_DCMI_PROCESSES")
 
 
 def test_each_kind_is_answered_with_its_own_chips_processes(
@@ -28,12 +28,12 @@ def test_each_kind_is_answered_with_its_own_chips_processes(
 ) -> None:
     npus = machines.b3_server(1) + machines.p310_cards()
     node = ascend_node(npus)
-    host = node.host()
+    plugins = node.plugins()
     table = tmp_path / "processes"
     table.write_text(f"0 101 {1000 * MiB}\n1 202 {2000 * MiB}\n2 303 {3000 * MiB}\n")
     monkeypatch.setenv("FAKE_DCMI_PROCESSES", str(table))
-    b3 = host.device_processes("Ascend910B3")
-    p310 = host.device_processes("Ascend310P")
+    b3 = plugins.device_processes("Ascend910B3")
+    p310 = plugins.device_processes("Ascend310P")
     assert b3 is not None
     assert p310 is not None
     assert [(p.device_uuid, p.pid, p.used_bytes) for p in b3] == [(npus[0].uuid, 101, 1000 * MiB)]

@@ -20,7 +20,7 @@ NodeFactory = Callable[..., Any]
 
 
 def discover(node: Any, source: str = "dcmi", **settings: Any) -> list[NodeInventory]:
-    return node.host(source, **settings).discover().get("ascend", [])
+    return node.plugins(source, **settings).discover().get("ascend", [])
 
 
 def only(node: Any, source: str = "dcmi", **settings: Any) -> NodeInventory:
@@ -94,11 +94,11 @@ def test_the_older_dcmi_names_give_the_same_register(ascend_node: NodeFactory, m
 
 def test_a_chip_that_turns_unhealthy_is_reported_so_at_the_next_round(ascend_node: NodeFactory, machines: Any) -> None:
     node = ascend_node(machines.b3_server(4))
-    host = node.host()
-    (before,) = host.discover()["ascend"]
+    plugins = node.plugins()
+    (before,) = plugins.discover()["ascend"]
     assert all(d.health for d in before.devices)
     node.set_health(2, 3)  # a critical alarm
-    (after,) = host.discover()["ascend"]
+    (after,) = plugins.discover()["ascend"]
     assert [d.health for d in after.devices] == [True, True, False, True]
 
 
@@ -208,10 +208,10 @@ def test_a_node_without_any_ascend_driver_reports_nothing_and_says_so_once(
 ) -> None:
     node = ascend_node(machines.b3_server(2))
     monkeypatch.setenv("FAKE_DCMI_INIT_FAIL", "1")
-    host = node.host(npuSmi=str(node.directory / "no-such-npu-smi"))
+    plugins = node.plugins(npuSmi=str(node.directory / "no-such-npu-smi"))
     with caplog.at_level(logging.WARNING, "hami_vendor_ascend"):
-        assert host.discover().get("ascend", []) == []
-        assert host.discover().get("ascend", []) == []
+        assert plugins.discover().get("ascend", []) == []
+        assert plugins.discover().get("ascend", []) == []
     said = [r.getMessage() for r in caplog.records if "reports no Ascend devices" in r.getMessage()]
     assert len(said) == 1, said
     assert "dcmi_init failed" in said[0]

@@ -21,7 +21,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DoctorNode:
 def test_a_working_node_reports_dcmi_npu_smi_and_the_device_nodes(ascend_node, machines, node) -> None:
     machine = ascend_node(machines.b3_server(2))
     node.device_nodes(*NODES)
-    found = node.checks(machine.host())
+    found = node.checks(machine.plugins())
     assert found["management library"].status is Status.OK
     assert "2 device(s)" in found["management library"].detail
     assert found["management tool"].status is Status.OK
@@ -30,14 +30,14 @@ def test_a_working_node_reports_dcmi_npu_smi_and_the_device_nodes(ascend_node, m
     assert found["container runtime hook"].status is Status.WARNING  # no runtime configuration readable
     node.runtime_config.write_text('[...runtimes.ascend.options]\nBinaryName = "/usr/local/Ascend/Ascend-Docker-Runtime'
                                    '/ascend-docker-runtime"\n')  # fmt: skip
-    assert node.checks(machine.host())["container runtime hook"].status is Status.OK
+    assert node.checks(machine.plugins())["container runtime hook"].status is Status.OK
     node.runtime_config.write_text("[plugins.cri.containerd]\n")
-    assert node.checks(machine.host())["container runtime hook"].status is Status.FAILED
+    assert node.checks(machine.plugins())["container runtime hook"].status is Status.FAILED
 
 
 def test_without_dcmi_discovery_falls_back_to_npu_smi_and_the_finding_says_so(ascend_node, machines, node) -> None:
     node.device_nodes(*NODES)
-    found = node.checks(ascend_node(machines.b3_server(2)).host("npu-smi"))
+    found = node.checks(ascend_node(machines.b3_server(2)).plugins("npu-smi"))
     assert found["management library"].status is Status.WARNING
     assert "discovery reads npu-smi instead" in found["management library"].detail
 
@@ -46,7 +46,7 @@ def test_no_dcmi_and_a_failing_npu_smi_are_two_failures(ascend_node, machines, n
     node.device_nodes(*NODES)
     machine = ascend_node(machines.b3_server(2))
     npu_smi_writer(machine.directory / "bin", machine.npus, exit_code=3)
-    found = node.checks(machine.host("npu-smi"))
+    found = node.checks(machine.plugins("npu-smi"))
     assert found["management library"].status is Status.FAILED
     assert found["management tool"].status is Status.FAILED
     assert "dcmiLibrary" in found["management library"].fix
@@ -54,12 +54,12 @@ def test_no_dcmi_and_a_failing_npu_smi_are_two_failures(ascend_node, machines, n
 
 def test_npu_smi_printing_garbage_is_a_failure(ascend_node, machines, node) -> None:
     node.device_nodes(*NODES)
-    found = node.checks(ascend_node(machines.b3_server(2)).host(npuSmi=str(node.tool("npu-smi", "\x00garbage\n"))))
+    found = node.checks(ascend_node(machines.b3_server(2)).plugins(npuSmi=str(node.tool("npu-smi", "\x00garbage\n"))))
     assert found["management tool"].status is Status.FAILED
 
 
 def test_in_a_container_npu_smi_showing_the_whole_chip_is_a_failure(ascend_node, machines, node) -> None:
-    host = ascend_node(machines.b3_server(1)).host()
-    found = node.checks(host, Grant((DeviceGrant(16384 << 20, 0),)))
+    plugins = ascend_node(machines.b3_server(1)).plugins()
+    found = node.checks(plugins, Grant((DeviceGrant(16384 << 20, 0),)))
     assert found["memory the tool reports"].status is Status.FAILED
     assert "65536 MiB reported, 16384 MiB granted" in found["memory the tool reports"].detail

@@ -43,8 +43,8 @@ def test_soft_split_mode_publishes_any_memory_in_mib() -> None:
 def test_the_hccs_group_is_published_as_network_id_when_discovery_knows_it() -> None:
     word = "Ascend910B3"
     grouped = _chip_device(word).model_copy(update={"custom": {"NetworkID": 1}})
-    host = _host("template")
-    assert host.dra_device(word, grouped).attributes["networkID"] == 1
-    spec = build_slice(host, "n", "hami.io", {word: NodeInventory(kind=word, devices=(grouped,))})["spec"]
+    plugins = _host("template")
+    assert plugins.dra_device(word, grouped).attributes["networkID"] == 1
+    spec = build_slice(plugins, "n", "hami.io", {word: NodeInventory(kind=word, devices=(grouped,))})["spec"]
     assert spec["devices"][0]["attributes"]["networkID"] == {"int": 1}
-    assert "networkID" not in host.dra_device(word, _chip_device(word)).attributes
+    assert "networkID" not in plugins.dra_device(word, _chip_device(word)).attributes

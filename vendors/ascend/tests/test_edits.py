@@ -44,34 +44,34 @@ def b3(ascend_node: NodeFactory, machines: Any) -> Any:
 
 
 def test_a_template_share_gets_its_physical_id_and_template(b3: Any) -> None:
-    host = b3.host()
-    edits = host.container_edits(B3, pod(), 1, placed((b3.npus[3].uuid, 16384, 0)))
+    plugins = b3.plugins()
+    edits = plugins.container_edits(B3, pod(), 1, placed((b3.npus[3].uuid, 16384, 0)))
     assert dict(edits.env) == {"ASCEND_VISIBLE_DEVICES": "13", "ASCEND_VNPU_SPECS": "vir05_1c_16g"}
     assert edits.mounts == ()
     assert edits.accounting_file is None
 
 
 def test_whole_cards_get_their_physical_ids_in_placement_order_and_no_template(b3: Any) -> None:
-    edits = b3.host().container_edits(B3, pod(), 1, placed((b3.npus[5].uuid, 65536, 0), (b3.npus[2].uuid, 65536, 0)))
+    edits = b3.plugins().container_edits(B3, pod(), 1, placed((b3.npus[5].uuid, 65536, 0), (b3.npus[2].uuid, 65536, 0)))
     assert dict(edits.env) == {"ASCEND_VISIBLE_DEVICES": "15,12"}
 
 
 def test_the_scheduler_s_runtime_annotation_names_a_template_configured_away_since(b3: Any) -> None:
     u = b3.npus[0].uuid
     annotations = {"huawei.com/Ascend910B3": f'[{{"UUID":"{u}","temp":"vir04_custom"}}]'}
-    edits = b3.host().container_edits(B3, pod(annotations), 1, placed((u, 12000, 0)))
+    edits = b3.plugins().container_edits(B3, pod(annotations), 1, placed((u, 12000, 0)))
     assert edits.env["ASCEND_VNPU_SPECS"] == "vir04_custom"
 
 
 def test_a_soft_split_container_gets_the_library_its_limits_and_its_accounting_directory(
     b3: Any, tmp_path: Path
 ) -> None:
-    host = b3.host(hookPath=str(tmp_path / "hook"), libvnpuLogLevel="2")
+    plugins = b3.plugins(hookPath=str(tmp_path / "hook"), libvnpuLogLevel="2")
     library = IsolationLibrary(
         path="/var/lib/hami/ascend/libvnpu.so", preload_path="/var/lib/hami/ascend/ld.so.preload"
     )
     devices = placed((b3.npus[1].uuid, 28672, 40), (b3.npus[2].uuid, 28672, 40))
-    edits = host.container_edits(B3, pod(SOFT), 2, devices, library)
+    edits = plugins.container_edits(B3, pod(SOFT), 2, devices, library)
     directory = tmp_path / "hook" / "containers" / "uid-1234_eval"
     grants = tmp_path / "hook" / "grants" / "uid-1234_eval"
     assert dict(edits.env) == {
@@ -102,8 +102,8 @@ def test_a_soft_split_container_gets_the_library_its_limits_and_its_accounting_d
 def test_an_operator_managed_library_directory_wins_and_without_any_the_hook_path_is_used(b3: Any) -> None:
     devices = placed((b3.npus[0].uuid, 16384, 30))
     library = IsolationLibrary(path="/installed/libvnpu.so", preload_path="/installed/ld.so.preload")
-    managed = b3.host(libraryDir="/opt/vnpu").container_edits(B3, pod(SOFT), 1, devices, library)
-    fallback = b3.host().container_edits(B3, pod(SOFT), 1, devices, None)
+    managed = b3.plugins(libraryDir="/opt/vnpu").container_edits(B3, pod(SOFT), 1, devices, library)
+    fallback = b3.plugins().container_edits(B3, pod(SOFT), 1, devices, None)
     assert [m for m in managed.mounts if "vnpu.so" in m.host_path or "preload" in m.container_path] == [
         Mount(container_path="/opt/vnpu/libvnpu.so", host_path="/opt/vnpu/libvnpu.so"),
         Mount(container_path="/etc/ld.so.preload", host_path="/opt/vnpu/ld.so.preload"),
@@ -114,37 +114,37 @@ def test_an_operator_managed_library_directory_wins_and_without_any_the_hook_pat
 
 
 def test_disabling_the_core_limit_and_the_driver_mounts_are_configurable(b3: Any) -> None:
-    host = b3.host(disableCoreLimit=True, driverMounts=["/usr/local/Ascend/driver"])
-    edits = host.container_edits(B3, pod(SOFT), 1, placed((b3.npus[0].uuid, 16384, 30)))
+    plugins = b3.plugins(disableCoreLimit=True, driverMounts=["/usr/local/Ascend/driver"])
+    edits = plugins.container_edits(B3, pod(SOFT), 1, placed((b3.npus[0].uuid, 16384, 30)))
     assert edits.env["ASCEND_CORE_UTILIZATION_POLICY"] == "disable"
     assert edits.mounts[0] == Mount(container_path="/usr/local/Ascend/driver", host_path="/usr/local/Ascend/driver")
 
 
 def test_a_device_not_on_this_node_is_refused_naming_it(b3: Any) -> None:
     with pytest.raises(HamiError, match="Ascend device NOT-HERE is not on this node"):
-        b3.host().container_edits(B3, pod(), 1, placed(("NOT-HERE", 16384, 0)))
+        b3.plugins().container_edits(B3, pod(), 1, placed(("NOT-HERE", 16384, 0)))
 
 
 def test_a_container_without_devices_gets_nothing(b3: Any) -> None:
-    assert b3.host().container_edits(B3, pod(SOFT), 0, ()).env == {}
+    assert b3.plugins().container_edits(B3, pod(SOFT), 0, ()).env == {}
 
 
 def test_soft_split_allocation_prepares_and_release_removes_the_accounting_directories(b3: Any, tmp_path: Path) -> None:
-    host = b3.host(hookPath=str(tmp_path / "hook"))
+    plugins = b3.plugins(hookPath=str(tmp_path / "hook"))
     devices = placed((b3.npus[0].uuid, 16384, 30))
     directory = tmp_path / "hook" / "containers" / "uid-1234_train"
     directory.mkdir(parents=True)
     (directory / "stale.cache").write_text("from a container that ran before")
-    assert host.allocate(B3, pod(SOFT), 1, devices).devices == devices
+    assert plugins.allocate(B3, pod(SOFT), 1, devices).devices == devices
     assert directory.is_dir()
     assert not any(directory.iterdir())
     assert stat.S_IMODE(directory.stat().st_mode) == 0o777
-    host.release(B3, pod(SOFT), [(), devices, ()])
+    plugins.release(B3, pod(SOFT), [(), devices, ()])
     assert not directory.exists()
-    host.release(B3, pod(SOFT), [(), devices, ()])  # again: nothing left, nothing fails
+    plugins.release(B3, pod(SOFT), [(), devices, ()])  # again: nothing left, nothing fails
 
 
 def test_template_mode_allocation_prepares_nothing(b3: Any, tmp_path: Path) -> None:
-    host = b3.host(hookPath=str(tmp_path / "hook"))
-    host.allocate(B3, pod(), 1, placed((b3.npus[0].uuid, 16384, 0)))
+    plugins = b3.plugins(hookPath=str(tmp_path / "hook"))
+    plugins.allocate(B3, pod(), 1, placed((b3.npus[0].uuid, 16384, 0)))
     assert not (tmp_path / "hook").exists()

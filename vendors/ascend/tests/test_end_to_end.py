@@ -78,7 +78,7 @@ def world_of(ascend_node: Callable[..., Any], machines: Any, tmp_path: Path) -> 
 
     def make(**settings: Any) -> World:
         node = ascend_node(machines.b3_server(4))
-        node_host = node.host(hookPath=str(tmp_path / "hook"), **settings)
+        node_host = node.plugins(hookPath=str(tmp_path / "hook"), **settings)
         cluster = MemoryCluster()
         cluster.create("nodes", {"metadata": {"name": NODE}})
         libraries = IsolationLibraries(tmp_path / "hooks")

@@ -72,13 +72,13 @@ def fit(
     config: Mapping[str, Any] | None = None,
     init: int = 0,
 ) -> dict[str, NodeFit]:
-    host = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
+    plugins = VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": dict(config or {})})
     containers = tuple(Container(name=f"c{i}") for i in range(len(requests)))
     pod = Pod(
         name="p", uid="uid-p", annotations=dict(annotations or {}),
         init_containers=containers[:init], containers=containers[init:],
     )  # fmt: skip
-    fits = host.fit_nodes(kind, pod, list(requests), list(nodes), policy or SchedulingPolicy())
+    fits = plugins.fit_nodes(kind, pod, list(requests), list(nodes), policy or SchedulingPolicy())
     return {f.node: f for f in fits}
 
 

@@ -23,7 +23,7 @@ from hami_vendor_ascend import plugin
 POD = Pod(name="p", namespace="ns", uid="uid-1", containers=(Container(name="main"),))
 
 
-def host(tmp_path: Path) -> VendorPlugins:
+def plugins(tmp_path: Path) -> VendorPlugins:
     config = {"dcmiLibrary": str(tmp_path / "no-libdcmi.so"), "npuSmi": str(tmp_path / "no-npu-smi")}
     return VendorPlugins.from_plugins({"ascend": plugin}, config={"ascend": config})
 
@@ -41,7 +41,7 @@ def whole(*uuids: str) -> tuple[ContainerDevice, ...]:
 
 
 def test_the_inventorys_physical_ids_are_what_the_container_sees(tmp_path: Path) -> None:
-    h = host(tmp_path)
+    h = plugins(tmp_path)
     found = simulated.discover(inventory(tmp_path, [{"phyId": 6}, {"phyId": 7}]), "n", h)
     assert [d.id for d in found["ascend"][0].devices] == ["NPU-sim-4", "NPU-sim-5"]
     edits = h.container_edits("Ascend910B3", POD, 0, whole("NPU-sim-5", "NPU-sim-4"))
@@ -51,7 +51,7 @@ def test_the_inventorys_physical_ids_are_what_the_container_sees(tmp_path: Path)
 def test_a_device_without_a_physical_id_is_logged_by_name_and_refused_at_allocate(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    h = host(tmp_path)
+    h = plugins(tmp_path)
     with caplog.at_level(logging.ERROR):
         found = simulated.discover(inventory(tmp_path, {"phyID": 0}), "n", h)
     assert len(found["ascend"][0].devices) == 2  # still published: the scheduler may place them

@@ -56,7 +56,7 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorPlugins:
+def plugins() -> VendorPlugins:
     return VendorPlugins.from_plugins({"awsneuron": plugin}, config={}, strict=True)
 
 
@@ -69,11 +69,11 @@ def test_the_kind_carries_hamis_names() -> None:
 
 def test_devices_come_from_the_capacity_as_hami_derives_them() -> None:
     # HAMi's own test: an inf2 node, 2 devices of 2 cores each
-    got = host().node_devices(W, {}, "n", {DEVICES: "2", CORES: "4"}, {"node.kubernetes.io/instance-type": "inf2"})
+    got = plugins().node_devices(W, {}, "n", {DEVICES: "2", CORES: "4"}, {"node.kubernetes.io/instance-type": "inf2"})
     assert got is not None
     assert [(d.id, d.index, d.count, d.devmem, d.devcore, dict(d.custom)) for d in got] == [
         (f"n-{W}-{i}", i, 2, 0, 3, {"AWSNodeType": "inf2"}) for i in range(2)]  # fmt: skip
-    assert host().node_devices(W, {}, "n", {"cpu": "8"}, {}) == []
+    assert plugins().node_devices(W, {}, "n", {"cpu": "8"}, {}) == []
 
 
 def pod(*limits: dict[str, str]) -> Pod:
@@ -81,8 +81,8 @@ def pod(*limits: dict[str, str]) -> Pod:
 
 
 def fit(the_pod: Pod, view: NodeView, policy: SchedulingPolicy | None = None) -> tuple[object, dict[str, str]]:
-    requests = host().pod_requests(the_pod).get(W, [])
-    (got,) = host().fit_nodes(W, the_pod, requests, [view], policy or SchedulingPolicy())
+    requests = plugins().pod_requests(the_pod).get(W, [])
+    (got,) = plugins().fit_nodes(W, the_pod, requests, [view], policy or SchedulingPolicy())
     return got.placement, dict(got.pod_annotations)
 
 
@@ -111,7 +111,7 @@ def test_a_run_on_trainium_is_aligned_and_of_one_four_eight_or_sixteen_devices()
     view = busy(node("n", 8, 16), 1, 1)
     placement, _ = fit(pod({DEVICES: "4"}), view)
     assert [d for d, _ in placed(placement)[0]] == [f"n-AWSNeuron-{i}" for i in range(4, 8)]
-    (refused,) = host().fit_nodes(W, pod({DEVICES: "3"}), [req(3)], [node("n", 8, 16)], SchedulingPolicy())
+    (refused,) = plugins().fit_nodes(W, pod({DEVICES: "3"}), [req(3)], [node("n", 8, 16)], SchedulingPolicy())
     assert refused.placement is None
     assert "consecutive indices" in refused.reason
     ring = busy(node("r", 4, 8, "inf2.48xlarge"), 0, 1)
@@ -124,7 +124,9 @@ def test_a_core_request_takes_the_free_core_and_a_device_request_an_idle_device(
     placement, annotations = fit(pod({CORES: "1"}), view)
     assert placed(placement) == [[("n-AWSNeuron-0", 2)]]
     assert annotations["AWS_NEURON_IDS"] == "1"
-    (refused,) = host().fit_nodes(W, pod({DEVICES: "1"}), [req(1)], [busy(node("n", 1, 2), 0, 1)], SchedulingPolicy())
+    (refused,) = plugins().fit_nodes(
+        W, pod({DEVICES: "1"}), [req(1)], [busy(node("n", 1, 2), 0, 1)], SchedulingPolicy()
+    )
     assert refused.reason == "pod: needs 1 AWSNeuron device, 0/1 usable (1 insufficient cores)"
 
 
@@ -141,5 +143,5 @@ def test_selectors_use_hamis_keys(annotations: dict[str, str], chosen: str) -> N
 
 def test_mutex_keeps_a_busy_device_from_a_second_pod() -> None:
     view = busy(node("n", 1, 2), 0, 1)
-    (got,) = host().fit_nodes(W, pod({CORES: "1"}), [req(1, 1)], [view], SchedulingPolicy(device=("mutex",)))
+    (got,) = plugins().fit_nodes(W, pod({CORES: "1"}), [req(1, 1)], [view], SchedulingPolicy(device=("mutex",)))
     assert got.reason == "pod: needs 1 AWSNeuron device, 0/1 usable (1 not idle (mutex))"

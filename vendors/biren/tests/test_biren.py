@@ -70,7 +70,7 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host(config: dict[str, object] | None = None) -> VendorPlugins:
+def plugins(config: dict[str, object] | None = None) -> VendorPlugins:
     return VendorPlugins.from_plugins({"biren": plugin}, config={"biren": config or {}}, strict=True)
 
 
@@ -89,7 +89,7 @@ def test_brml_cards_are_registered_as_birens_plugin_registers_them(
     fake_brml: Path, machine: Callable[..., Path]
 ) -> None:
     machine(*CARDS)
-    (inventory,) = host({"brmlLibrary": str(fake_brml)}).discover()["biren"]
+    (inventory,) = plugins({"brmlLibrary": str(fake_brml)}).discover()["biren"]
     assert inventory == NodeInventory(kind=W, devices=(
         Device(id="card_4", index=0, count=1, devmem=32768, devcore=100, type="BR104", vendor=W),
         Device(id="card_5", index=1, count=1, devmem=32768, devcore=100, type="BR104", vendor=W)))  # fmt: skip
@@ -99,45 +99,45 @@ def test_a_card_brml_cannot_name_is_left_out_and_without_brml_the_node_says_so(
     fake_brml: Path, machine: Callable[..., Path], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     machine(("-", "BR104", 32768, 3), CARDS[0])
-    (inventory,) = host({"brmlLibrary": str(fake_brml)}).discover()["biren"]
+    (inventory,) = plugins({"brmlLibrary": str(fake_brml)}).discover()["biren"]
     assert [d.id for d in inventory.devices] == ["card_4"]
     assert "Biren card 0 is not reported: BRML brmlDeviceGetUUID failed with status 255: Unknown Error" in caplog.text
     monkeypatch.delenv("FAKE_BRML_CONFIG")
-    assert host({"brmlLibrary": str(fake_brml)}).discover()["biren"] == []
+    assert plugins({"brmlLibrary": str(fake_brml)}).discover()["biren"] == []
     assert "BRML brmlInit failed with status 7: Driver Not Loaded: this node reports no Biren card" in caplog.text
 
 
 def test_the_scheduler_gives_every_registered_card_100_cores_as_hami_does() -> None:
     # HAMi's own test register, from Biren's plugin: no cores in it
     raw = '[{"id":"7-0","count":1,"devmem":32768,"type":"Biren","health":true,"devicepairscore":{}}]'
-    (device,) = host().node_devices(W, {"hami.io/node-biren-register": raw}, "n") or []
+    (device,) = plugins().node_devices(W, {"hami.io/node-biren-register": raw}, "n") or []
     assert (device.id, device.count, device.devmem, device.devcore, device.vendor) == ("7-0", 1, 32768, 100, W)
-    assert host().node_devices(W, {"hami.io/node-biren-register": ":"}, "n") == []
-    assert host().node_devices(W, {}, "n") is None  # this daemon publishes the register itself
+    assert plugins().node_devices(W, {"hami.io/node-biren-register": ":"}, "n") == []
+    assert plugins().node_devices(W, {}, "n") is None  # this daemon publishes the register itself
 
 
 def test_a_card_serves_one_container_and_the_grant_counts_nothing() -> None:
     register = encode_node_register([card("n", i).device for i in range(2)])
-    devices = host().node_devices(W, {"hami.io/node-biren-register": register}, "n") or []
+    devices = plugins().node_devices(W, {"hami.io/node-biren-register": register}, "n") or []
     view = NodeView(name="n", devices=[DeviceUsage(device=d) for d in devices])
     pod = Pod(name="p", annotations={"birentech.com/nouse-gpuuuid": "n-card_1"})
-    (fit,) = host().fit_nodes(W, pod, [ContainerRequest(kind=W, count=1)], [view], SchedulingPolicy())
+    (fit,) = plugins().fit_nodes(W, pod, [ContainerRequest(kind=W, count=1)], [view], SchedulingPolicy())
     assert fit.placement == ((ContainerDevice(uuid="n-card_0", type=W, usedmem=0, usedcores=0),),)
     view.devices[0].used = 1
-    (fit,) = host().fit_nodes(W, pod, [ContainerRequest(kind=W, count=1)], [view], SchedulingPolicy())
+    (fit,) = plugins().fit_nodes(W, pod, [ContainerRequest(kind=W, count=1)], [view], SchedulingPolicy())
     assert fit.placement is None
 
 
 def test_container_edits_are_birens_device_nodes_and_cards(fake_brml: Path, machine: Callable[..., Path]) -> None:
     machine(*CARDS)
     pod = Pod(name="p", uid="u")
-    h = host({"brmlLibrary": str(fake_brml), "mountDriDevice": True})
+    h = plugins({"brmlLibrary": str(fake_brml), "mountDriDevice": True})
     edits = h.container_edits(W, pod, 0, placed("card_5", "card_4"))
     assert dict(edits.env) == {"BR_PHY_CARDS": "card_5,card_4"}
     assert [(d.container_path, d.host_path) for d in edits.devices] == [
         ("/dev/biren/card_5", "/dev/biren/card_5"), ("/dev/biren/card_4", "/dev/biren/card_4"),
         ("/dev/dri/renderD128", "/dev/dri/renderD128")]  # fmt: skip
-    cdi = host({"brmlLibrary": str(fake_brml), "cdi": True}).container_edits(W, pod, 0, placed("card_4"))
+    cdi = plugins({"brmlLibrary": str(fake_brml), "cdi": True}).container_edits(W, pod, 0, placed("card_4"))
     assert (cdi.cdi_devices, cdi.devices) == (("birentech.com/gpu=card_4",), ())
     with pytest.raises(HamiError, match="Biren card card_9 is not on this node"):
         h.container_edits(W, pod, 0, placed("card_9"))

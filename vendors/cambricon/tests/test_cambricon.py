@@ -85,9 +85,9 @@ test_conformance = pytest_suite(make_fixture)
 
 
 def read(resources: Mapping[str, str], config: Mapping[str, Any] | None = None) -> ContainerRequest | None:
-    host = VendorPlugins.from_plugins({"cambricon": plugin}, config={"cambricon": dict(config or {})})
+    plugins = VendorPlugins.from_plugins({"cambricon": plugin}, config={"cambricon": dict(config or {})})
     container = Container(name="main", limits=dict(resources))
-    return host.container_request("MLU", container, Pod(name="p", containers=(container,)))
+    return plugins.container_request("MLU", container, Pod(name="p", containers=(container,)))
 
 
 def test_metadata_is_hami_wiring() -> None:

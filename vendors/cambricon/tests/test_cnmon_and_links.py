@@ -98,14 +98,14 @@ def test_no_cndev_and_no_cnmon_reports_nothing_and_says_both(
 
 def test_a_cnmon_node_refuses_shares_and_serves_whole_cards(mlu_node: MachineHost, tmp_path: Path) -> None:
     cnmon = write_cnmon(tmp_path / "bin", cnmon_table(MACHINE[:2]))
-    host = mlu_node(cndevLibrary=NO_CNDEV, cnmonPath=str(cnmon))
-    host.discover()
+    plugins = mlu_node(cndevLibrary=NO_CNDEV, cnmonPath=str(cnmon))
+    plugins.discover()
     share = (ContainerDevice(uuid="MLU-bus-0000-14-00.0", type="MLU", usedmem=1024, usedcores=10),)
     with pytest.raises(HamiError, match=r"reads its cards from cnmon .* no sMLU share can be made"):
-        host.allocate("MLU", POD, 0, share)
+        plugins.allocate("MLU", POD, 0, share)
     whole = (ContainerDevice(uuid="MLU-bus-0000-14-00.0", type="MLU", usedmem=24576, usedcores=100),)
-    host.allocate("MLU", POD, 0, whole)
-    assert host.container_edits("MLU", POD, 0, whole, None).env == {"CAMBRICON_VISIBLE_DEVICES": "1"}
+    plugins.allocate("MLU", POD, 0, whole)
+    assert plugins.container_edits("MLU", POD, 0, whole, None).env == {"CAMBRICON_VISIBLE_DEVICES": "1"}
 
 
 LINES = [*cnmon_table(MACHINE[:2]).splitlines(), "| x |", "|=", "garbage"]
@@ -150,10 +150,10 @@ def test_mlu_link_peers_become_link_scores_published_for_the_scheduler(mlu_node:
 def test_links_that_cannot_be_read_leave_the_card_unlinked_and_served(
     mlu_node: MachineHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    host = mlu_node(linked_machine())
+    plugins = mlu_node(linked_machine())
     monkeypatch.setenv("FAKE_CNDEV_FAIL", "cndevGetMLULinkRemoteInfo")
     with caplog.at_level(logging.ERROR, "hami_vendor_cambricon"):
-        (found,) = host.discover()["cambricon"]
+        (found,) = plugins.discover()["cambricon"]
     assert len(found.devices) == 4
     assert found.link_scores == {}
     assert "MLU 0: its MLU-Link peers cannot be read (CNDev cndevGetMLULinkRemoteInfo failed with code 7" in caplog.text

@@ -39,7 +39,7 @@ def mlu_pod(name: str, limits: dict[str, str], annotations: dict[str, str] | Non
 @dataclass
 class World:
     cluster: MemoryCluster
-    node_host: VendorPlugins
+    node_plugins: VendorPlugins
     scheduler: SchedulerService
     allocator: Allocator
 
@@ -49,15 +49,15 @@ class World:
 
 @pytest.fixture
 def world(mlu_node: Callable[..., VendorPlugins]) -> Iterator[World]:
-    node_host = mlu_node()
+    node_plugins = mlu_node()
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE}})
-    inventories = {i.kind: i for i in node_host.discover()["cambricon"]}
-    NodeRegistrar(cluster, node_host, NODE).sync(inventories)
+    inventories = {i.kind: i for i in node_plugins.discover()["cambricon"]}
+    NodeRegistrar(cluster, node_plugins, NODE).sync(inventories)
     cluster.flush()
     scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"cambricon": plugin})).start()
-    allocator = Allocator(cluster, node_host, NODE, on_served=ServedPods(node_host).record)
-    yield World(cluster, node_host, scheduler, allocator)
+    allocator = Allocator(cluster, node_plugins, NODE, on_served=ServedPods(node_plugins).record)
+    yield World(cluster, node_plugins, scheduler, allocator)
     scheduler.stop()
 
 
@@ -124,7 +124,7 @@ def test_a_dsmlu_lock_of_hamis_scheduler_holds_our_bind_until_it_is_released(wor
 
 def test_an_allocate_that_fails_leaves_neither_lock_behind(world: World) -> None:
     # the card is full of other sMLUs (made outside this scheduler's view): the share cannot be made at Allocate
-    session = Cndev.open(world.node_host.vendor("cambricon").settings.cndev_library)
+    session = Cndev.open(world.node_plugins.vendor("cambricon").settings.cndev_library)
     session.create_instance(0, session.create_profile(0, 90, 1024 * 1024 * 1024), "made-by-an-admin")
     limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vcore": "25", "cambricon.com/mlu.smlu.vmemory": "4"}
     world.cluster.create("pods", mlu_pod("share", limits, {"cambricon.com/use-gpuuuid": UUIDS[0]}))

@@ -48,8 +48,8 @@ UUID0 = "MLU-a1b2c3d4-0000-0000-0000-000000000000"
 
 
 def test_cards_are_read_through_cndev(mlu_node: MachineHost) -> None:
-    host = mlu_node([card("u-0", "MLU370-X8", 24576, 8), card("u-1", "MLU590-H8", 65536, 12, health=0)])
-    (inventory,) = host.discover()["cambricon"]
+    plugins = mlu_node([card("u-0", "MLU370-X8", 24576, 8), card("u-1", "MLU590-H8", 65536, 12, health=0)])
+    (inventory,) = plugins.discover()["cambricon"]
     assert inventory.kind == "MLU"
     assert [(d.id, d.index, d.count, d.devmem, d.devcore, d.type, d.health) for d in inventory.devices] == [
         ("MLU-u-0", 0, 100, 24576, 100, "MLU370-X8", True),
@@ -78,13 +78,13 @@ def test_older_drivers_without_memory_v2_give_the_same_cards(mlu_node: MachineHo
 def test_a_failing_cndev_call_reports_nothing_and_says_which(
     mlu_node: MachineHost, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    host = mlu_node()
+    plugins = mlu_node()
     monkeypatch.setenv("FAKE_CNDEV_FAIL", "cndevGetCardHealthState")
     with caplog.at_level(logging.WARNING, "hami_vendor_cambricon"):
-        assert host.discover()["cambricon"] == []
+        assert plugins.discover()["cambricon"] == []
     assert "cndevGetCardHealthState failed with code 7 (unknown)" in caplog.text
     monkeypatch.delenv("FAKE_CNDEV_FAIL")
-    (inventory,) = host.discover()["cambricon"]  # the session is reopened and the cards are back
+    (inventory,) = plugins.discover()["cambricon"]  # the session is reopened and the cards are back
     assert len(inventory.devices) == 4
 
 
@@ -197,9 +197,9 @@ def test_core_rules_still_apply_exclusive_memory_and_selectors() -> None:
 
 
 def test_allocation_resolves_hami_capacity_names_and_marks_the_pod_assigned(mlu_node: MachineHost) -> None:
-    host = mlu_node()
+    plugins = mlu_node()
     placed = (ContainerDevice(uuid="mlu-1-cambricon-mlu-2", type="MLU", usedmem=1024, usedcores=25),)
-    allocation = host.allocate("MLU", pod(), 0, placed)
+    allocation = plugins.allocate("MLU", pod(), 0, placed)
     assert [d.uuid for d in allocation.devices] == ["MLU-a1b2c3d4-0000-0000-0000-000000000002"]
     assert allocation.devices[0].usedmem == 1024
     assert allocation.pod_annotations == {
@@ -209,22 +209,22 @@ def test_allocation_resolves_hami_capacity_names_and_marks_the_pod_assigned(mlu_
     }
     assert allocation.node_annotations == {"cambricon.com/dsmlu.lock": None}  # HAMi's MLU node lock, released
     real = (ContainerDevice(uuid=UUID0, type="MLU"),)
-    assert host.allocate("MLU", pod(), 0, real).devices == real
+    assert plugins.allocate("MLU", pod(), 0, real).devices == real
 
 
 def test_a_card_not_on_the_node_is_refused_with_what_it_has(mlu_node: MachineHost) -> None:
-    host = mlu_node(four_mlu370()[:1])
+    plugins = mlu_node(four_mlu370()[:1])
     with pytest.raises(HamiError, match=r"MLU-gone is not on this node .*MLU-a1b2"):
-        host.allocate("MLU", pod(), 0, (ContainerDevice(uuid="MLU-gone", type="MLU"),))
+        plugins.allocate("MLU", pod(), 0, (ContainerDevice(uuid="MLU-gone", type="MLU"),))
     with pytest.raises(HamiError, match="mlu-1-cambricon-mlu-3 is not on this node"):
-        host.container_edits("MLU", pod(), 0, (ContainerDevice(uuid="mlu-1-cambricon-mlu-3", type="MLU"),), None)
+        plugins.container_edits("MLU", pod(), 0, (ContainerDevice(uuid="mlu-1-cambricon-mlu-3", type="MLU"),), None)
 
 
 def test_container_edits_are_cambricons_device_plugin_answer(mlu_node: MachineHost) -> None:
-    host = mlu_node(cnmonPath="/usr/bin/cnmon")
+    plugins = mlu_node(cnmonPath="/usr/bin/cnmon")
     placed = (ContainerDevice(uuid="MLU-a1b2c3d4-0000-0000-0000-000000000001", type="MLU"),
               ContainerDevice(uuid="MLU-a1b2c3d4-0000-0000-0000-000000000003", type="MLU"))  # fmt: skip
-    edits = host.container_edits("MLU", pod(), 0, placed, None)
+    edits = plugins.container_edits("MLU", pod(), 0, placed, None)
     assert edits.env == {"CAMBRICON_VISIBLE_DEVICES": "1,3"}
     assert edits.devices == (
         DeviceNode(container_path="/dev/cambricon_dev1", host_path="/dev/cambricon_dev1"),
@@ -237,14 +237,14 @@ def test_container_edits_are_cambricons_device_plugin_answer(mlu_node: MachineHo
 
 def test_a_tenants_own_profile_annotation_changes_nothing_the_container_gets(mlu_node: MachineHost) -> None:
     # The tenant patches its pod's profile to claim a whole other card; the node serves the placement only.
-    host = mlu_node()
+    plugins = mlu_node()
     tenant = pod(annotations={"CAMBRICON_DSMLU_PROFILE": "3_100_96", "CAMBRICON_DSMLU_ASSIGNED": "true"})
     placed = (ContainerDevice(uuid="MLU-a1b2c3d4-0000-0000-0000-000000000001", type="MLU", usedmem=256, usedcores=10),)
-    host.allocate("MLU", tenant, 0, placed)
-    edits = host.container_edits("MLU", tenant, 0, placed, None)
+    plugins.allocate("MLU", tenant, 0, placed)
+    edits = plugins.container_edits("MLU", tenant, 0, placed, None)
     assert edits.env == {"VIRTUAL_DEVICES": "/dev/cambricon_dev1,/dev/cambricon_ipcm1,/dev/cambricon-caps/cap_dev1_mi1"}
     assert "/dev/cambricon_dev3" not in {d.host_path for d in edits.devices}
-    (made,) = Cndev.open(host.vendor("cambricon").settings.cndev_library).instances(1)
+    (made,) = Cndev.open(plugins.vendor("cambricon").settings.cndev_library).instances(1)
     assert (made.quota, made.memory_bytes) == (10, 256 * 1024 * 1024)  # the placement's share, not the profile's
 
 

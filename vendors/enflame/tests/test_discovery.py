@@ -56,12 +56,12 @@ DEV ID 1
 """
 
 
-def host(config: dict[str, object]) -> VendorPlugins:
+def plugins(config: dict[str, object]) -> VendorPlugins:
     return VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": config}, strict=True)
 
 
 def discovered(config: dict[str, object]) -> list[NodeInventory]:
-    return host(config).discover()["enflame"]
+    return plugins(config).discover()["enflame"]
 
 
 def test_efml_reports_every_gcu_as_a_whole_card(fake_efml: Path, machine: Callable[..., Path]) -> None:
@@ -135,7 +135,7 @@ def test_container_edits_name_the_cards_by_efml_index_whatever_name_the_placemen
     fake_efml: Path, machine: Callable[..., Path]
 ) -> None:
     machine(S60, S60_B)
-    h = host({"efmlLibrary": str(fake_efml)})
+    h = plugins({"efmlLibrary": str(fake_efml)})
     h.discover()
     pod = Pod(name="p", uid="u")
     edits = h.container_edits("GCU", pod, 0, (gcu("node-a-GCU-1"), gcu("TR1V57100501")))
@@ -147,6 +147,6 @@ def test_container_edits_name_the_cards_by_efml_index_whatever_name_the_placemen
 
 
 def test_a_host_process_sees_whole_cards_through_the_toolkit_selector() -> None:
-    h = host({})
+    h = plugins({})
     assert h.host_environment("GCU", (gcu("a"), gcu("b")), [3, 1]) == {"ENFLAME_VISIBLE_DEVICES": "3,1"}
     assert h.host_environment("Enflame", (), []) is None

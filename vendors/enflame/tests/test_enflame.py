@@ -99,7 +99,7 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorPlugins:
+def plugins() -> VendorPlugins:
     return VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": {}}, strict=True)
 
 
@@ -117,7 +117,7 @@ def test_kinds_carry_hamis_names_and_keys() -> None:
 
 def admit(limits: Mapping[str, str], requests: Mapping[str, str]) -> dict[str, str]:
     container = Container(name="c", limits=dict(limits), requests=dict(requests))
-    edit = host().admission_defaults(DRS, container, Pod(name="p", containers=(container,)))
+    edit = plugins().admission_defaults(DRS, container, Pod(name="p", containers=(container,)))
     return dict(edit.limits) if edit is not None else {}
 
 
@@ -133,8 +133,8 @@ def test_the_drs_capacity_annotation_gives_hamis_cards() -> None:
         "node-a-enflame-drs-0", 0, 6, 40 * 1024, 100, DRS)  # fmt: skip
     assert device.custom == {"minor": "0", "index": "0", "maxSlice": 6,
                              "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}}  # fmt: skip
-    assert host().node_devices(DRS, {drs.CAPACITY_ANNOTATION: CAPACITY}, "node-a") == [device]
-    assert host().node_devices(GCU, {drs.CAPACITY_ANNOTATION: CAPACITY}, "node-a") is None
+    assert plugins().node_devices(DRS, {drs.CAPACITY_ANNOTATION: CAPACITY}, "node-a") == [device]
+    assert plugins().node_devices(GCU, {drs.CAPACITY_ANNOTATION: CAPACITY}, "node-a") is None
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def drs_pod(*containers: Container, **annotations: str) -> Pod:
 def test_a_drs_fit_writes_hamis_annotations_for_enflames_plugin() -> None:
     pod = drs_pod(Container(name="small", limits={SIZE: "1"}), Container(name="sidecar"),
                   Container(name="big", limits={MEMORY: "20480", CORE: "40"}))  # fmt: skip
-    requests = host().pod_requests(pod)[DRS]
+    requests = plugins().pod_requests(pod)[DRS]
     (idle,) = [n for n in drs_nodes() if n.name == "idle"]
     (fit,) = drs.fit_nodes(plugin.DRS_KIND, pod, requests, [idle], SchedulingPolicy(device=("binpack",)), 42)
     assert fit.placement is not None

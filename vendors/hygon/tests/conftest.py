@@ -6,7 +6,7 @@ and ``libhydmi.so`` (``-DFAKE_DMI``); the plugin is pointed at them through ``ro
 so the binding loads and calls them exactly as the real ones. `hygon_node` writes a machine (a list of `Dcu`)
 where the fakes read it (``FAKE_DTK_CONFIG``; the virtual devices in ``FAKE_DTK_STATE``), as ``hy-smi`` would
 print it (ROCm SMI's ``DCU[i] : field: value`` lines), and as sysfs shows each DCU's DRM nodes; and builds
-plugin hosts reading it from either source.
+`VendorPlugins` reading it from either source.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class HygonNode:
             **extra,
         }
 
-    def host(self, source: str = "rsmi", **extra: Any) -> VendorPlugins:
+    def plugins(self, source: str = "rsmi", **extra: Any) -> VendorPlugins:
         return VendorPlugins.from_plugins({"hygon": plugin}, config={"hygon": self.config(source, **extra)})
 
 

@@ -23,13 +23,13 @@ class TestBackstop(BackstopTests):
     @pytest.fixture
     def backstop_node(self, hygon_node: Callable[..., Any], fakes: Any) -> BackstopNode:
         node = hygon_node(fakes.z100l_server(2))
-        return BackstopNode(node.host(), "DCU", [d.uuid for d in node.dcus], "FAKE_DTK_PROCESSES")
+        return BackstopNode(node.plugins(), "DCU", [d.uuid for d in node.dcus], "FAKE_DTK_PROCESSES")
 
     def test_a_process_on_two_dcus_is_counted_on_each_with_its_vram_there(self, machine: BackstopMachine) -> None:
         child = machine.run(0, 3000, "0::/system.slice/x.service\n")
         with machine.processes_file.open("a") as f:
             f.write(f"1 {child.pid} {5000 * MiB}\n")
-        answer = machine.node.host.device_processes("DCU")
+        answer = machine.node.plugins.device_processes("DCU")
         assert answer is not None
         found = sorted((p.device_uuid, p.pid, p.used_bytes) for p in answer)
         uuids = machine.node.uuids
@@ -41,10 +41,10 @@ class TestBackstopWithAnOlderRocmSmi:
         self, hygon_node: Callable[..., Any], fakes: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         node = hygon_node(fakes.z100l_server(2))
-        host = node.host(rocmSmiLibrary=str(node.dtk.rsmi_old))
+        plugins = node.plugins(rocmSmiLibrary=str(node.dtk.rsmi_old))
         table = tmp_path / "processes"
         table.write_text(f"0 4242 {3000 * MiB}\n1 4242 {5000 * MiB}\n1 4343 {1000 * MiB}\n")
         monkeypatch.setenv("FAKE_DTK_PROCESSES", str(table))
-        answer = host.device_processes("DCU")
+        answer = plugins.device_processes("DCU")
         assert answer is not None
         assert [(p.device_uuid, p.pid, p.used_bytes) for p in answer] == [(node.dcus[1].uuid, 4343, 1000 * MiB)]

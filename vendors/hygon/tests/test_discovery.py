@@ -22,7 +22,7 @@ F = Any
 
 
 def inventory(node: Any, source: str = "rsmi", **extra: object) -> list:  # type: ignore[type-arg]
-    found = node.host(source, **extra).discover()["hygon"]
+    found = node.plugins(source, **extra).discover()["hygon"]
     return list(found[0].devices) if found else []
 
 
@@ -44,10 +44,10 @@ def test_rsmi_discovery_is_hamis_register(fakes: F, hygon_node: MakeNode) -> Non
 
 def test_numa_and_compute_units_come_from_the_driver(fakes: F, hygon_node: MakeNode) -> None:
     node = hygon_node([fakes.Dcu(bus=0x10, serial="A", numa=1, cus=56, card=1)])
-    host = node.host()
-    (device,) = host.discover()["hygon"][0].devices
+    plugins = node.plugins()
+    (device,) = plugins.discover()["hygon"][0].devices
     assert device.numa == 1
-    settings_obj = host.vendors[0].settings
+    settings_obj = plugins.vendors[0].settings
     (dcu,) = runtime_for(settings_obj).devices
     assert dcu.compute_units == 56  # DMI's figure, not the Z100L table's 60
     assert dcu.bdf == "0000:10:00.0"
@@ -55,9 +55,9 @@ def test_numa_and_compute_units_come_from_the_driver(fakes: F, hygon_node: MakeN
 
 def test_without_dmi_compute_units_come_from_the_model(fakes: F, hygon_node: MakeNode) -> None:
     node = hygon_node([fakes.Dcu(bus=0x10, serial="A", cus=56, card=1)])
-    host = node.host("hy-smi")
-    host.discover()
-    (dcu,) = runtime_for(host.vendors[0].settings).devices
+    plugins = node.plugins("hy-smi")
+    plugins.discover()
+    (dcu,) = runtime_for(plugins.vendors[0].settings).devices
     assert dcu.compute_units == 60
 
 
@@ -67,9 +67,9 @@ def test_hy_smi_is_read_where_rocm_smi_is_absent(fakes: F, hygon_node: MakeNode)
     rsmi = inventory(node)
     smi = inventory(node, "hy-smi")
     assert [(d.id, d.devmem, d.type, d.index) for d in smi] == [(d.id, d.devmem, d.type, d.index) for d in rsmi]
-    host = node.host("hy-smi")
-    host.discover()
-    assert runtime_for(host.vendors[0].settings).source == "hy-smi"
+    plugins = node.plugins("hy-smi")
+    plugins.discover()
+    assert runtime_for(plugins.vendors[0].settings).source == "hy-smi"
 
 
 def test_newer_dtk_hcu_lines_are_read(fakes: F) -> None:
@@ -110,9 +110,9 @@ def test_failing_rsmi_call_falls_back_to_hy_smi(
 ) -> None:
     node = hygon_node(fakes.z100l_server(2))
     monkeypatch.setenv("FAKE_DTK_FAIL", "rsmi_dev_serial_number_get")
-    host = node.host()
-    assert [d.id for d in host.discover()["hygon"][0].devices] == ["DCU-PD23010000", "DCU-PD23010001"]
-    assert runtime_for(host.vendors[0].settings).source == "hy-smi"
+    plugins = node.plugins()
+    assert [d.id for d in plugins.discover()["hygon"][0].devices] == ["DCU-PD23010000", "DCU-PD23010001"]
+    assert runtime_for(plugins.vendors[0].settings).source == "hy-smi"
 
 
 def test_device_without_vram_is_not_registered(fakes: F, hygon_node: MakeNode) -> None:
@@ -139,12 +139,12 @@ def test_the_registration_passes_hamis_get_node_resources_rule(fakes: F, hygon_n
 def test_no_driver_no_devices(fakes: F, hygon_node: MakeNode) -> None:
     node = hygon_node(fakes.z100l_server(1))
     (node.directory / "bin" / "hy-smi").unlink()
-    assert node.host("hy-smi").discover().get("hygon", []) == []
+    assert node.plugins("hy-smi").discover().get("hygon", []) == []
 
 
 def test_mode_is_published(fakes: F, hygon_node: MakeNode) -> None:
     node = hygon_node(fakes.z100l_server(1))
-    (found,) = node.host(dcuMode="hami-core").discover()["hygon"]
+    (found,) = node.plugins(dcuMode="hami-core").discover()["hygon"]
     assert found.annotations == {"hami.io/dcu-mode": "hami-core"}
 
 

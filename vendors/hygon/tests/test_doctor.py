@@ -19,7 +19,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DoctorNode:
 def test_a_working_node_reports_rocm_smi_dmi_hy_smi_and_the_device_nodes(hygon_node, fakes, node) -> None:
     machine = hygon_node(fakes.z100l_server(2))
     node.device_nodes("kfd", "dri/renderD128", "dri/renderD129")
-    found = node.checks(machine.host())
+    found = node.checks(machine.plugins())
     assert found["management library"].status is Status.OK
     assert "2 device(s)" in found["management library"].detail
     assert found["virtualization library"].status is Status.OK
@@ -31,7 +31,7 @@ def test_a_working_node_reports_rocm_smi_dmi_hy_smi_and_the_device_nodes(hygon_n
 
 def test_without_the_libraries_hy_smi_carries_discovery_and_dmi_is_a_warning(hygon_node, fakes, node) -> None:
     node.device_nodes("kfd")
-    found = node.checks(hygon_node(fakes.z100l_server(2)).host("hy-smi"))
+    found = node.checks(hygon_node(fakes.z100l_server(2)).plugins("hy-smi"))
     assert found["management library"].status is Status.WARNING
     assert found["virtualization library"].status is Status.WARNING
 
@@ -40,14 +40,14 @@ def test_hy_smi_printing_garbage_is_a_failure(hygon_node, fakes, node) -> None:
     node.device_nodes("kfd")
     machine = hygon_node(fakes.z100l_server(1))
     fakes.write_hy_smi(machine.directory / "bin", "Traceback (most recent call last):\n  nonsense\n")
-    assert node.checks(machine.host())["management tool"].status is Status.FAILED
+    assert node.checks(machine.plugins())["management tool"].status is Status.FAILED
 
 
 def test_in_a_container_hy_smi_is_held_against_the_grant(hygon_node, fakes, node) -> None:
     machine = hygon_node(fakes.z100l_server(1))
     total = machine.dcus[0].total >> 20
-    assert node.checks(machine.host(), Grant((DeviceGrant(total << 20, 0),)))["memory the tool reports"].status is (
+    assert node.checks(machine.plugins(), Grant((DeviceGrant(total << 20, 0),)))["memory the tool reports"].status is (
         Status.OK
     )
-    found = node.checks(machine.host(), Grant((DeviceGrant(1024 << 20, 0),)))
+    found = node.checks(machine.plugins(), Grant((DeviceGrant(1024 << 20, 0),)))
     assert found["memory the tool reports"].status is Status.FAILED

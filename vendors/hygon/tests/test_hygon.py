@@ -119,7 +119,7 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host(config: Mapping[str, Any] | None = None) -> VendorPlugins:
+def plugins(config: Mapping[str, Any] | None = None) -> VendorPlugins:
     return VendorPlugins.from_plugins({"hygon": plugin}, config={"hygon": dict(config or {})})
 
 
@@ -140,13 +140,13 @@ def test_metadata_is_hami_wiring() -> None:
 
 def test_count_under_requests_is_read() -> None:
     container = Container(name="main", requests={COUNT: "1"})
-    assert host().container_request("DCU", container, Pod(name="p", containers=(container,))) == req(
+    assert plugins().container_request("DCU", container, Pod(name="p", containers=(container,))) == req(
         percent=100, cores=100
     )
 
 
 def test_defaults_are_configurable() -> None:
-    h = host({"defaultMem": 8192, "defaultCores": 20})
+    h = plugins({"defaultMem": 8192, "defaultCores": 20})
     container = Container(name="main", limits={COUNT: "1"})
     assert h.container_request("DCU", container, Pod(name="p", containers=(container,))) == req(memory=8192, cores=20)
 
@@ -154,17 +154,17 @@ def test_defaults_are_configurable() -> None:
 def test_refusal_names_resource() -> None:
     container = Container(name="main", limits={COUNT: "1", CORES: "half"})
     with pytest.raises(RequestError) as err:
-        host().container_request("DCU", container, Pod(name="p", containers=(container,)))
+        plugins().container_request("DCU", container, Pod(name="p", containers=(container,)))
     assert err.value.resource == CORES
 
 
 def test_bad_settings_refused() -> None:
     with pytest.raises(ConfigError, match="hygon"):
-        host({"defaultCores": 200})
+        plugins({"defaultCores": 200})
 
 
 def test_type_selectors_are_hamis_substring_rule() -> None:
-    h = host()
+    h = plugins()
     policy = SchedulingPolicy()
     for selectors, fitting in (
         ({"hygon.com/use-dcutype": "k100"}, ["k100"]),

@@ -28,7 +28,7 @@ FACTS = [
 ]
 
 
-def host(tmp_path: Path, **extra: Any) -> VendorPlugins:
+def plugins(tmp_path: Path, **extra: Any) -> VendorPlugins:
     (tmp_path / "sys").mkdir(exist_ok=True)
     config = {
         "rocmSmiLibrary": str(tmp_path / "no-librocm_smi64.so"),
@@ -56,7 +56,7 @@ def share(uuid: str, memory: int = 16384, cores: int = 50) -> tuple[ContainerDev
 
 
 def test_a_vdcu_is_cut_on_the_inventorys_pci_address_and_the_container_gets_its_drm_nodes(tmp_path: Path) -> None:
-    h = host(tmp_path)
+    h = plugins(tmp_path)
     simulated.discover(inventory(tmp_path, FACTS), "n", h)
     h.allocate("DCU", POD, 0, share("DCU-SIM-1"))
     edits = h.container_edits("DCU", POD, 0, share("DCU-SIM-1"))
@@ -70,7 +70,7 @@ def test_a_vdcu_is_cut_on_the_inventorys_pci_address_and_the_container_gets_its_
 
 
 def test_hami_core_mode_edits_name_the_simulated_dcus_drm_nodes(tmp_path: Path) -> None:
-    h = host(tmp_path, dcuMode="hami-core")
+    h = plugins(tmp_path, dcuMode="hami-core")
     simulated.discover(inventory(tmp_path, FACTS), "n", h)
     h.allocate("DCU", POD, 0, share("DCU-SIM-0"))
     edits = h.container_edits("DCU", POD, 0, share("DCU-SIM-0"))
@@ -81,7 +81,7 @@ def test_hami_core_mode_edits_name_the_simulated_dcus_drm_nodes(tmp_path: Path) 
 def test_a_dcu_without_its_drm_nodes_is_logged_by_name_and_refused_at_allocate(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    h = host(tmp_path)
+    h = plugins(tmp_path)
     with caplog.at_level(logging.ERROR):
         simulated.discover(inventory(tmp_path, {"bdf": "0000:31:00.0", "drmCard": "card0"}), "n", h)
     assert "device DCU-SIM-0 has no driver.drmRender (a string) in the simulated inventory: add it" in caplog.text

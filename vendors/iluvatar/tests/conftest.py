@@ -4,7 +4,7 @@
 ``-DFAKE_NOT_IXML``, into another project's ``libixml.so`` (an XML parser); the plugin is pointed at them through
 ``ixmlLibrary``, so the binding loads and calls them exactly as CoreX's. `machine` writes a machine (a list of
 `Chip`) beside a copy of the fake, where it reads it (``fake_ixml.machine``), and the sysfs NUMA node of each chip;
-`iluvatar_host` builds a plugin host reading it.
+`iluvatar_plugins` builds the `VendorPlugins` reading it.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def machine(fake_ixml: FakeIxml, tmp_path: Path) -> Callable[..., Machine]:
     return make
 
 
-def iluvatar_host(config: Mapping[str, Any]) -> VendorPlugins:
+def iluvatar_plugins(config: Mapping[str, Any]) -> VendorPlugins:
     return VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": dict(config)})
 
 
@@ -118,10 +118,10 @@ class Kit:
 
     fake: FakeIxml
     Chip: type[Chip]
-    host: Callable[[Mapping[str, Any]], VendorPlugins]
+    plugins: Callable[[Mapping[str, Any]], VendorPlugins]
     write_machine: Callable[[Path, Path, Sequence[Chip]], Machine]
 
 
 @pytest.fixture
 def ix(fake_ixml: FakeIxml) -> Kit:
-    return Kit(fake_ixml, Chip, iluvatar_host, write_machine)
+    return Kit(fake_ixml, Chip, iluvatar_plugins, write_machine)

@@ -16,4 +16,4 @@ class TestBackstop(BackstopTests):
     def backstop_node(self, ix: Any, tmp_path: Path) -> BackstopNode:
         chips = [ix.Chip(f"GPU-4a1f0c2e-0000-0000-0000-00000000000{i}", minor=i, bus=0x8A + i) for i in range(2)]
         machine = ix.write_machine(tmp_path / "machine", ix.fake.ixml, chips)
-        return BackstopNode(ix.host(machine.config()), "BI-V150", [c.uuid for c in chips], "FAKE_IXML_PROCESSES")
+        return BackstopNode(ix.plugins(machine.config()), "BI-V150", [c.uuid for c in chips], "FAKE_IXML_PROCESSES")

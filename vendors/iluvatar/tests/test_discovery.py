@@ -25,7 +25,7 @@ C = "GPU-1a2b3c4d-0000-4000-8000-00000000000c"
 
 def test_a_bi_v150_board_registers_its_two_chips_as_hami_does(ix, machine):
     node = machine(ix.Chip(A, minor=0, bus=0x8A, numa=0), ix.Chip(B, minor=1, bus=0x8B, numa=1))
-    found = ix.host(node.config()).discover()
+    found = ix.plugins(node.config()).discover()
     (inventory,) = found["iluvatar"]
     assert inventory.kind == "BI-V150"
     assert [(d.id, d.index, d.count, d.devmem, d.devcore, d.type, d.numa, d.health) for d in inventory.devices] == [
@@ -45,7 +45,7 @@ def test_a_bi_v150_board_registers_its_two_chips_as_hami_does(ix, machine):
 def test_each_chip_kind_has_its_own_inventory_and_split_count_is_a_setting(ix, machine):
     node = machine(ix.Chip(A, "Iluvatar MR-V100", 0, 32768, 0x10), ix.Chip(B, "Iluvatar MR-V50", 1, 16384, 0x11),
                    ix.Chip(C, "Iluvatar BI-V100", 2, 32768, 0x12))  # fmt: skip
-    found = {i.kind: i for i in ix.host(node.config(splitCount=4)).discover()["iluvatar"]}
+    found = {i.kind: i for i in ix.plugins(node.config(splitCount=4)).discover()["iluvatar"]}
     assert sorted(found) == ["BI-V100", "MR-V100", "MR-V50"]
     assert [d.id for d in found["MR-V50"].devices] == [B]
     assert found["MR-V50"].devices[0].devmem == 16384
@@ -64,7 +64,7 @@ def test_the_chip_is_read_from_ixmls_name(name, chip):
 def test_a_gpu_of_no_known_chip_is_left_out_and_the_others_served(ix, machine, caplog):
     node = machine(ix.Chip(A, "Iluvatar ZZ-V9"), ix.Chip(B, minor=1, bus=0x8B))
     with caplog.at_level(logging.WARNING, "hami_vendor_iluvatar"):
-        (inventory,) = ix.host(node.config()).discover()["iluvatar"]
+        (inventory,) = ix.plugins(node.config()).discover()["iluvatar"]
     assert [d.id for d in inventory.devices] == [B]
     assert "ZZ-V9" in caplog.text
     assert "not reported" in caplog.text
@@ -73,29 +73,29 @@ def test_a_gpu_of_no_known_chip_is_left_out_and_the_others_served(ix, machine, c
 def test_a_gpu_that_cannot_be_named_is_left_out_with_ixmls_reason(ix, machine, caplog):
     node = machine(ix.Chip("-"), ix.Chip(B, minor=1, bus=0x8B))
     with caplog.at_level(logging.ERROR, "hami_vendor_iluvatar"):
-        (inventory,) = ix.host(node.config()).discover()["iluvatar"]
+        (inventory,) = ix.plugins(node.config()).discover()["iluvatar"]
     assert [d.id for d in inventory.devices] == [B]
     assert "Iluvatar GPU 0 is not reported: ixML nvmlDeviceGetUUID failed: Unknown Error (999)" in caplog.text
 
 
 def test_a_gpu_that_no_longer_answers_is_registered_unhealthy(ix, machine):
     node = machine(ix.Chip(A, healthy=False), ix.Chip(B, minor=1, bus=0x8B))
-    (inventory,) = ix.host(node.config()).discover()["iluvatar"]
+    (inventory,) = ix.plugins(node.config()).discover()["iluvatar"]
     assert [(d.id, d.health) for d in inventory.devices] == [(A, False), (B, True)]
 
 
 def test_without_ixml_the_node_reports_nothing_and_says_why_once(ix, tmp_path, caplog):
-    host = ix.host({"ixmlLibrary": str(tmp_path / "libixml.so")})
+    plugins = ix.plugins({"ixmlLibrary": str(tmp_path / "libixml.so")})
     with caplog.at_level(logging.WARNING, "hami_vendor_iluvatar"):
-        assert host.discover() == {"iluvatar": []}
-        assert host.discover() == {"iluvatar": []}
+        assert plugins.discover() == {"iluvatar": []}
+        assert plugins.discover() == {"iluvatar": []}
     assert caplog.text.count("this node reports no Iluvatar GPU") == 1
 
 
 def test_another_projects_libixml_is_refused_by_name(ix, caplog):
-    host = ix.host({"ixmlLibrary": str(ix.fake.not_ixml)})
+    plugins = ix.plugins({"ixmlLibrary": str(ix.fake.not_ixml)})
     with caplog.at_level(logging.WARNING, "hami_vendor_iluvatar"):
-        assert host.discover() == {"iluvatar": []}
+        assert plugins.discover() == {"iluvatar": []}
     assert "has no nvmlInit_v2: it is not CoreX's ixML" in caplog.text
 
 
@@ -103,20 +103,20 @@ def test_a_driver_that_is_not_loaded_is_ixmls_own_message(ix, tmp_path, caplog, 
     node = ix.write_machine(tmp_path / "m", ix.fake.ixml, [ix.Chip(A)])
     monkeypatch.setenv("FAKE_IXML_FAIL_INIT", "1")
     with caplog.at_level(logging.WARNING, "hami_vendor_iluvatar"):
-        assert ix.host(node.config()).discover() == {"iluvatar": []}
+        assert ix.plugins(node.config()).discover() == {"iluvatar": []}
     assert "ixML nvmlInit_v2 failed: Driver Not Loaded (9)" in caplog.text
 
 
 def test_the_soft_mode_is_published(ix, machine):
     node = machine(ix.Chip(A))
-    (inventory,) = ix.host(node.config(iluvatarMode="hami-core")).discover()["iluvatar"]
+    (inventory,) = ix.plugins(node.config(iluvatarMode="hami-core")).discover()["iluvatar"]
     assert inventory.annotations == {"hami.io/iluvatar-mode": "hami-core"}  # one chip: no links
 
 
 def test_chips_of_two_boards_are_linked_within_their_board_only(ix, machine):
     node = machine(ix.Chip(A, minor=0, bus=0x10, board=0), ix.Chip(B, minor=1, bus=0x11, board=1),
                    ix.Chip(C, minor=2, bus=0x12, board=1))  # fmt: skip
-    (inventory,) = ix.host(node.config()).discover()["iluvatar"]
+    (inventory,) = ix.plugins(node.config()).discover()["iluvatar"]
     assert decode_link_scores(inventory.annotations["hami.io/node-iluvatar-score"]) == {A: {}, B: {C: 100}, C: {B: 100}}
 
 

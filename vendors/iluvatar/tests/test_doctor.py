@@ -20,7 +20,7 @@ def test_a_working_node_reports_ixml_with_its_version_ixsmi_and_the_device_nodes
     m = machine(ix.Chip("GPU-a"), ix.Chip("GPU-b", minor=1))
     node.device_nodes("iluvatar0", "iluvatar1")
     node.tool("ixsmi", "Timestamp: today\n+----+\n")
-    found = node.checks(ix.host(m.config(corexPath=str(node.bin))))
+    found = node.checks(ix.plugins(m.config(corexPath=str(node.bin))))
     library = found["management library"]
     assert library.status is Status.OK
     assert "driver" in library.detail
@@ -32,7 +32,7 @@ def test_a_working_node_reports_ixml_with_its_version_ixsmi_and_the_device_nodes
 def test_another_projects_libixml_is_a_failure_not_a_traceback(ix, machine, node) -> None:
     m = machine(ix.Chip("GPU-a"))
     node.device_nodes("iluvatar0")
-    found = node.checks(ix.host(m.config(ixmlLibrary=str(ix.fake.not_ixml))))
+    found = node.checks(ix.plugins(m.config(ixmlLibrary=str(ix.fake.not_ixml))))
     assert found["management library"].status is Status.FAILED
     assert "ixmlLibrary" in found["management library"].fix
 
@@ -41,10 +41,10 @@ def test_ixsmi_that_fails_is_a_failure(ix, machine, node) -> None:
     m = machine(ix.Chip("GPU-a"))
     node.device_nodes("iluvatar0")
     node.tool("ixsmi", "", 1)
-    assert node.checks(ix.host(m.config()))["management tool"].status is Status.FAILED
+    assert node.checks(ix.plugins(m.config()))["management tool"].status is Status.FAILED
 
 
 def test_in_a_container_the_finding_says_the_tool_is_not_read(ix, machine, node) -> None:
     m = machine(ix.Chip("GPU-a"))
-    found = node.checks(ix.host(m.config()), Grant((DeviceGrant(1 << 30, 0),)))
+    found = node.checks(ix.plugins(m.config()), Grant((DeviceGrant(1 << 30, 0),)))
     assert found["memory the tool reports"].status is Status.WARNING

@@ -27,10 +27,10 @@ def node(ix, machine):
 
 
 def test_gpu_manager_mode_gets_iluvatars_visible_devices_device_nodes_and_corex(ix, node):
-    host = ix.host(node.config())
+    plugins = ix.plugins(node.config())
     placement = placed((A, 8192, 50), (B, 32768, 100))
-    host.allocate("BI-V150", POD, 0, placement)
-    edits = host.container_edits("BI-V150", POD, 0, placement)
+    plugins.allocate("BI-V150", POD, 0, placement)
+    edits = plugins.container_edits("BI-V150", POD, 0, placement)
     assert edits.env == {"IX_VISIBLE_DEVICES": f"{A},{B}", "ILUVATAR_COREX_VISIBLE_DEVICES": f"{A},{B}"}
     assert [(d.container_path, d.host_path) for d in edits.devices] == [
         ("/dev/iluvatar0", "/dev/iluvatar0"),
@@ -47,20 +47,20 @@ def test_gpu_manager_mode_gets_iluvatars_visible_devices_device_nodes_and_corex(
 
 def test_corex_mounts_follow_corex_path_or_are_left_to_the_toolkit(ix, node):
     placement = placed((B, 1024, 10))
-    moved = ix.host(node.config(corexPath="/opt/corex")).container_edits("BI-V150", POD, 0, placement)
+    moved = ix.plugins(node.config(corexPath="/opt/corex")).container_edits("BI-V150", POD, 0, placement)
     assert [m.host_path for m in moved.mounts] == ["/opt/corex/bin", "/opt/corex/lib64"]
-    assert ix.host(node.config(mountCorex=False)).container_edits("BI-V150", POD, 0, placement).mounts == ()
+    assert ix.plugins(node.config(mountCorex=False)).container_edits("BI-V150", POD, 0, placement).mounts == ()
     assert [d.host_path for d in moved.devices] == ["/dev/iluvatar1", "/dev/itrctl"]
 
 
 def test_hami_core_mode_gets_libvcorex_its_accounting_directory_and_a_grant(ix, node):
-    host = ix.host(node.config(iluvatarMode="hami-core", libvcorexLogLevel="2"))
+    plugins = ix.plugins(node.config(iluvatarMode="hami-core", libvcorexLogLevel="2"))
     placement = placed((A, 8192, 50))
-    host.allocate("BI-V150", POD, 1, placement)
+    plugins.allocate("BI-V150", POD, 1, placement)
     hook = node.root / "hook"
     shmem = hook / "containers" / "uid-1_side"
     assert shmem.is_dir()
-    edits = host.container_edits("BI-V150", POD, 1, placement)
+    edits = plugins.container_edits("BI-V150", POD, 1, placement)
     assert edits.env == {
         "IX_VISIBLE_DEVICES": A,
         "ILUVATAR_COREX_VISIBLE_DEVICES": A,
@@ -83,45 +83,47 @@ def test_hami_core_mode_gets_libvcorex_its_accounting_directory_and_a_grant(ix, 
     grant = parse(edits.files[grant_file])
     assert (grant.devices[0].memory_bytes, grant.devices[0].cores, grant.devices[0].uuid) == (8192 << 20, 50, A)
     write_files(edits.files)
-    host.release("BI-V150", POD, [placement])
+    plugins.release("BI-V150", POD, [placement])
     assert not shmem.exists()
     assert not (hook / "grants" / "uid-1_side").exists()
 
 
 def test_a_whole_gpu_has_no_compute_limit(ix, node):
-    edits = ix.host(node.config(iluvatarMode="hami-core")).container_edits("BI-V150", POD, 0, placed((A, 32768, 100)))
+    edits = ix.plugins(node.config(iluvatarMode="hami-core")).container_edits(
+        "BI-V150", POD, 0, placed((A, 32768, 100))
+    )
     assert edits.env["IX_DEVICE_SM_LIMIT_0"] == "0"
 
 
 def test_a_gpu_that_is_not_this_nodes_is_refused_with_the_ones_it_has(ix, node):
     with pytest.raises(HamiError, match=f"GPU-nope is not on this node \\(it has {A}, {B}\\)"):
-        ix.host(node.config()).container_edits("BI-V150", POD, 0, placed(("GPU-nope", 1024, 10)))
+        ix.plugins(node.config()).container_edits("BI-V150", POD, 0, placed(("GPU-nope", 1024, 10)))
 
 
 def test_a_hostile_pod_uid_cannot_reach_outside_the_containers_directory(ix, node):
     """A pod whose UID is `../victim` gets no accounting directory outside `containers/`, and its release deletes
     nothing beside it."""
-    host = ix.host(node.config(iluvatarMode="hami-core"))
+    plugins = ix.plugins(node.config(iluvatarMode="hami-core"))
     victim = node.root / "hook" / "victim_keep"
     victim.mkdir(parents=True)
     hostile = POD.model_copy(update={"uid": "../victim"})
     with pytest.raises(HostPathError):
-        host.allocate("BI-V150", hostile, 0, placed((A, 1024, 10)))
+        plugins.allocate("BI-V150", hostile, 0, placed((A, 1024, 10)))
     with pytest.raises(HostPathError):
-        host.container_edits("BI-V150", hostile, 0, placed((A, 1024, 10)))
-    host.release("BI-V150", hostile, [])
+        plugins.container_edits("BI-V150", hostile, 0, placed((A, 1024, 10)))
+    plugins.release("BI-V150", hostile, [])
     assert victim.is_dir()
 
 
 def test_admission_names_the_container_for_the_gpu_manager_and_makes_multi_gpu_cores_whole(ix, node):
-    host = ix.host({})
+    plugins = ix.plugins({})
     one = Container(name="main", limits={"iluvatar.ai/BI-V150-vgpu": "1", "iluvatar.ai/BI-V150.vMem": "16"})
-    edit = host.admission_defaults("BI-V150", one, Pod(name="p", containers=(one,)))
+    edit = plugins.admission_defaults("BI-V150", one, Pod(name="p", containers=(one,)))
     assert edit is not None
     assert dict(edit.env) == {"SOL_CONTINER_NAME": "main"}
     assert dict(edit.limits) == {}
     two = Container(name="train", limits={"iluvatar.ai/BI-V150-vgpu": "2"}, env={"SOL_CONTINER_NAME": "x"})
-    edit = host.admission_defaults("BI-V150", two, Pod(name="p", containers=(two,)))
+    edit = plugins.admission_defaults("BI-V150", two, Pod(name="p", containers=(two,)))
     assert edit is not None
     assert dict(edit.limits) == {"iluvatar.ai/BI-V150.vCore": "200"}
     assert dict(edit.env) == {}

@@ -127,9 +127,9 @@ test_conformance = pytest_suite(make_fixture)
 
 
 def read(kind: str, resources: Mapping[str, str], config: Mapping[str, Any] | None = None) -> ContainerRequest | None:
-    host = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": dict(config or {})})
+    plugins = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": dict(config or {})})
     container = Container(name="main", limits=dict(resources))
-    return host.container_request(kind, container, Pod(name="p", containers=(container,)))
+    return plugins.container_request(kind, container, Pod(name="p", containers=(container,)))
 
 
 @pytest.mark.parametrize("chip", ["MR-V100", "MR-V50", "BI-V150", "BI-V100"])
@@ -172,21 +172,21 @@ def test_bad_settings_refused() -> None:
 
 
 def test_uuid_selectors_are_hamis():
-    host = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    plugins = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
     for selectors, fitting in (
         ({"hami.io/use-BI-V150-uuid": "GPU-busy-0"}, ["busy"]),
         ({"hami.io/no-use-BI-V150-uuid": "GPU-idle-0,GPU-idle-1"}, ["busy"]),
         ({}, ["idle", "busy"]),
     ):
         pod = Pod(name="p", annotations=selectors, containers=(Container(name="c"),))
-        fits = host.fit_nodes(V150, pod, [req(memory=1024, cores=10)], v150_nodes(), SchedulingPolicy())
+        fits = plugins.fit_nodes(V150, pod, [req(memory=1024, cores=10)], v150_nodes(), SchedulingPolicy())
         assert [f.node for f in fits if f.placement] == fitting, selectors
 
 
 def test_an_exclusive_request_never_shares_a_chip():
-    host = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    plugins = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
     pod = Pod(name="p", containers=(Container(name="c"),))
-    fits = host.fit_nodes(V150, pod, [whole(1)], v150_nodes(), SchedulingPolicy())
+    fits = plugins.fit_nodes(V150, pod, [whole(1)], v150_nodes(), SchedulingPolicy())
     assert [f.node for f in fits if f.placement] == ["idle"]
 
 
@@ -194,7 +194,7 @@ def test_the_topology_policy_keeps_a_boards_chips_together():
     """Two BI-V150 boards (chips 0 and 2 on one, 1 and 3 on the other), chip 2 busy: binpack alone takes chip 2 and
     then (HAMi's order on equal scores) chip 3, across boards; with the topology-aware device policy the pair is on
     one board, by the node's hami.io/node-iluvatar-score."""
-    host = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
+    plugins = VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": {}})
     devices = [gpu("n", 0), gpu("n", 1), gpu("n", 2, 1, 1024, 10), gpu("n", 3)]
     links = {"GPU-n-0": {"GPU-n-2": 100}, "GPU-n-2": {"GPU-n-0": 100}, "GPU-n-1": {"GPU-n-3": 100},
              "GPU-n-3": {"GPU-n-1": 100}}  # fmt: skip
@@ -203,7 +203,7 @@ def test_the_topology_policy_keeps_a_boards_chips_together():
     two = ContainerRequest(kind=V150, count=2, memory=1024, cores=10)
     chosen = {}
     for device_policy in (("binpack",), ("binpack", "topology-aware")):
-        (fit,) = host.fit_nodes(V150, pod, [two], [node], SchedulingPolicy(device=device_policy))
+        (fit,) = plugins.fit_nodes(V150, pod, [two], [node], SchedulingPolicy(device=device_policy))
         assert fit.placement is not None
         chosen[device_policy[-1]] = sorted(d.uuid for d in fit.placement[0])
     assert chosen == {"binpack": ["GPU-n-2", "GPU-n-3"], "topology-aware": ["GPU-n-0", "GPU-n-2"]}

@@ -23,7 +23,7 @@ from hami_vendor_iluvatar import plugin
 POD = Pod(name="p", namespace="ns", uid="uid-1", containers=(Container(name="main"),))
 
 
-def host(tmp_path: Path, **extra: Any) -> VendorPlugins:
+def plugins(tmp_path: Path, **extra: Any) -> VendorPlugins:
     config = {"ixmlLibrary": str(tmp_path / "no-libixml.so"), "hookPath": str(tmp_path / "hook"), **extra}
     return VendorPlugins.from_plugins({"iluvatar": plugin}, config={"iluvatar": config})
 
@@ -41,7 +41,7 @@ def share(uuid: str) -> tuple[ContainerDevice, ...]:
 
 @pytest.mark.parametrize("mode", ["gpu-manager", "hami-core"])
 def test_the_device_node_is_named_by_the_inventorys_minor_number(tmp_path: Path, mode: str) -> None:
-    h = host(tmp_path, iluvatarMode=mode)
+    h = plugins(tmp_path, iluvatarMode=mode)
     simulated.discover(inventory(tmp_path, [{"minor": 2}, {"minor": 3, "busId": "0000:8b:00.0"}]), "n", h)
     h.allocate("BI-V150", POD, 0, share("GPU-sim-1"))
     edits = h.container_edits("BI-V150", POD, 0, share("GPU-sim-1"))
@@ -52,7 +52,7 @@ def test_the_device_node_is_named_by_the_inventorys_minor_number(tmp_path: Path,
 def test_a_gpu_without_a_minor_number_is_logged_by_name_and_refused_at_allocate(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    h = host(tmp_path)
+    h = plugins(tmp_path)
     with caplog.at_level(logging.ERROR):
         simulated.discover(inventory(tmp_path, {}), "n", h)
     assert "device GPU-sim-0 has no driver.minor (an integer) in the simulated inventory: add it" in caplog.text

@@ -92,13 +92,13 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorPlugins:
+def plugins() -> VendorPlugins:
     return VendorPlugins.from_plugins({"kunlun": plugin}, config={"kunlun": {}})
 
 
 def fit(request: ContainerRequest, devices: list[DeviceUsage], policy: str = "binpack", **annotations: str):  # type: ignore[no-untyped-def]
     pod = Pod(name="p", annotations=annotations, containers=(Container(name="c"),))
-    (got,) = host().fit_nodes("XPU", pod, [request], [NodeView(name="n", devices=devices)],
+    (got,) = plugins().fit_nodes("XPU", pod, [request], [NodeView(name="n", devices=devices)],
                               SchedulingPolicy(device=(policy,)))  # fmt: skip
     return got
 
@@ -122,7 +122,7 @@ def test_memory_is_rounded_up_to_the_p800s_partitions(asked, size):
 @pytest.mark.parametrize(("asked", "written"), [("3000", "24576"), ("49152", "49152"), ("60000", "98304")])
 def test_admission_writes_the_partition_size_into_the_memory_limit(asked, written):
     container = Container(name="c", limits={COUNT: "1", MEMORY: asked})
-    edit = host().admission_defaults("XPU", container, Pod(name="p", containers=(container,)))
+    edit = plugins().admission_defaults("XPU", container, Pod(name="p", containers=(container,)))
     assert edit is not None
     assert dict(edit.limits) == {MEMORY: written}
 
@@ -130,7 +130,7 @@ def test_admission_writes_the_partition_size_into_the_memory_limit(asked, writte
 def test_admission_leaves_a_container_without_vxpu_or_memory_alone():
     for limits in ({MEMORY: "3000"}, {COUNT: "1"}):
         container = Container(name="c", limits=limits)
-        assert host().admission_defaults("XPU", container, Pod(name="p", containers=(container,))) is None
+        assert plugins().admission_defaults("XPU", container, Pod(name="p", containers=(container,))) is None
 
 
 def test_an_xpu_is_shared_only_by_vxpus_of_one_size():
@@ -210,7 +210,9 @@ def test_whole_xpus_are_idle_ones_and_the_pod_says_which_indices_for_kunlunxins_
     pod = Pod(name="p", containers=(Container(name="a"), Container(name="b"), Container(name="sidecar")))
     requests = [whole(1), whole(2), None]
     nodes = whole_nodes()
-    fits = {f.node: f for f in host().fit_nodes("kunlun", pod, requests, nodes, SchedulingPolicy(device=("binpack",)))}
+    fits = {
+        f.node: f for f in plugins().fit_nodes("kunlun", pod, requests, nodes, SchedulingPolicy(device=("binpack",)))
+    }
     busy = fits["b"]
     assert busy.placement is not None
     taken = [d.uuid for container in busy.placement for d in container]
@@ -233,8 +235,8 @@ def test_hamis_topology_bonus(busy, taken, score):
 def test_the_node_score_adds_the_bonus_of_the_pods_xpus():
     pod = Pod(name="p", containers=(Container(name="a"),))
     nodes = whole_nodes()
-    fits = host().fit_nodes("kunlun", pod, [whole(1)], nodes, SchedulingPolicy())
-    scores = host().score_nodes("kunlun", pod, fits, {n.name: n for n in nodes}, SchedulingPolicy())
+    fits = plugins().fit_nodes("kunlun", pod, [whole(1)], nodes, SchedulingPolicy())
+    scores = plugins().score_nodes("kunlun", pod, fits, {n.name: n for n in nodes}, SchedulingPolicy())
     assert scores is not None
     for fit in fits:
         assert fit.placement is not None

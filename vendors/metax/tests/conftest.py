@@ -4,7 +4,7 @@ pretend to be.
 `fake_mxsml` compiles ``fake_mxsml/fake_mxsml.c`` once per session; the plugin is pointed at it through
 ``mxsmlLibrary``, so the binding loads and calls it exactly as the real one. `metax_node` writes a machine (a list
 of `Gpu`) where the fake reads it (``FAKE_MXSML_CONFIG``), as ``mx-smi -L`` and ``mx-smi`` print it, and as sysfs
-shows each card's DRM nodes and NUMA node; and builds plugin hosts reading it from either source.
+shows each card's DRM nodes and NUMA node; and builds `VendorPlugins` reading it from either source.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class MetaxNode:
             **extra,
         }
 
-    def host(self, source: str = "mxsml", **extra: Any) -> VendorPlugins:
+    def plugins(self, source: str = "mxsml", **extra: Any) -> VendorPlugins:
         return VendorPlugins.from_plugins({"metax": plugin}, config={"metax": self.config(source, **extra)})
 
 

@@ -35,7 +35,7 @@ def share(uuid: str, memory: int = 16384, cores: int = 30, kind: str = SGPU) -> 
 
 def setup(metax_node: MakeNode, fakes: F, count: int = 4, **extra: Any) -> tuple[Any, Any]:
     node = metax_node(fakes.c500_server(count))
-    h = node.host(**extra)
+    h = node.plugins(**extra)
     h.discover()
     return node, h
 

@@ -16,12 +16,12 @@ class TestBackstop(BackstopTests):
     @pytest.fixture
     def backstop_node(self, metax_node: Callable[..., Any], fakes: Any) -> BackstopNode:
         node = metax_node(fakes.c500_server(2))
-        return BackstopNode(node.host(), "Metax-SGPU", [g.uuid for g in node.gpus], "FAKE_MXSML_PROCESSES")
+        return BackstopNode(node.plugins(), "Metax-SGPU", [g.uuid for g in node.gpus], "FAKE_MXSML_PROCESSES")
 
 
 class TestBackstopOnWholeCards(BackstopTests):
     @pytest.fixture
     def backstop_node(self, metax_node: Callable[..., Any], fakes: Any) -> BackstopNode:
         node = metax_node(fakes.c500_server(2))
-        host = node.host(nodeKind="gpu")
-        return BackstopNode(host, "Metax-GPU", [g.uuid for g in node.gpus], "FAKE_MXSML_PROCESSES")
+        plugins = node.plugins(nodeKind="gpu")
+        return BackstopNode(plugins, "Metax-GPU", [g.uuid for g in node.gpus], "FAKE_MXSML_PROCESSES")

@@ -23,7 +23,7 @@ F = Any
 
 
 def found(node: Any, source: str = "mxsml", **extra: object) -> list[Any]:
-    return list(node.host(source, **extra).discover().get("metax", []))
+    return list(node.plugins(source, **extra).discover().get("metax", []))
 
 
 def sgpu_entries(node: Any, source: str = "mxsml", **extra: object) -> list[dict[str, Any]]:
@@ -102,9 +102,9 @@ def test_mx_smi_is_read_where_mxsml_is_absent(fakes: F, metax_node: MakeNode) ->
     by_tool = sgpu_entries(node, "mx-smi")
     strip = [{k: v for k, v in e.items() if k != "linkZone"} for e in by_library]
     assert by_tool == strip  # the same cards, without MetaXLink (mx-smi reports none)
-    host = node.host("mx-smi")
-    host.discover()
-    assert runtime_for(host.vendors[0].settings).source == "mx-smi"
+    plugins = node.plugins("mx-smi")
+    plugins.discover()
+    assert runtime_for(plugins.vendors[0].settings).source == "mx-smi"
 
 
 def test_malformed_mx_smi_line_names_tool_and_line_and_keeps_the_others(fakes: F) -> None:
@@ -142,10 +142,10 @@ def test_failing_mxsml_call_falls_back_to_mx_smi(
 ) -> None:
     node = metax_node(fakes.c500_server(2))
     monkeypatch.setenv("FAKE_MXSML_FAIL", "mxSmlGetMemoryInfo")
-    host = node.host()
-    (inventory,) = host.discover()["metax"]
+    plugins = node.plugins()
+    (inventory,) = plugins.discover()["metax"]
     assert [d.id for d in inventory.devices] == [g.uuid for g in node.gpus]
-    assert runtime_for(host.vendors[0].settings).source == "mx-smi"
+    assert runtime_for(plugins.vendors[0].settings).source == "mx-smi"
 
 
 def test_no_driver_no_devices(fakes: F, metax_node: MakeNode) -> None:

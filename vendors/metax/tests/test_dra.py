@@ -15,12 +15,12 @@ def _card(zone: object) -> Device:
 
 
 def test_a_linked_card_publishes_its_link_zone() -> None:
-    host = VendorPlugins.from_plugins({"metax": plugin})
-    spec = build_slice(host, "n", "hami.io", {WORD: NodeInventory(kind=WORD, devices=(_card(2),))})["spec"]
+    plugins = VendorPlugins.from_plugins({"metax": plugin})
+    spec = build_slice(plugins, "n", "hami.io", {WORD: NodeInventory(kind=WORD, devices=(_card(2),))})["spec"]
     assert spec["devices"][0]["attributes"]["linkZone"] == {"int": 2}
 
 
 def test_an_unlinked_card_publishes_no_link_zone() -> None:
-    host = VendorPlugins.from_plugins({"metax": plugin})
+    plugins = VendorPlugins.from_plugins({"metax": plugin})
     for zone in (0, None, "1", True):
-        assert "linkZone" not in host.dra_device(WORD, _card(zone)).attributes
+        assert "linkZone" not in plugins.dra_device(WORD, _card(zone)).attributes

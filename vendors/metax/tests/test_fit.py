@@ -33,7 +33,7 @@ QOS, APP, ALLOCATED = (
 BINPACK, SPREAD = SchedulingPolicy(node="binpack"), SchedulingPolicy(node="spread")
 
 
-def host(**config: object) -> VendorPlugins:
+def plugins(**config: object) -> VendorPlugins:
     return VendorPlugins.from_plugins({"metax": plugin}, config={"metax": dict(config)})
 
 
@@ -80,7 +80,7 @@ def fit(
     policy: SchedulingPolicy = BINPACK,
     h: VendorPlugins | None = None,
 ) -> list[NodeFit]:
-    return (h or host()).fit_nodes(request.kind, pod(annotations), [request], nodes, policy)
+    return (h or plugins()).fit_nodes(request.kind, pod(annotations), [request], nodes, policy)
 
 
 # ------------------------------------------------------------------------------------------------ shared cards
@@ -159,7 +159,7 @@ def test_placement_writes_metax_annotations() -> None:
 
 
 def test_topology_aware_score_prefers_placements_that_keep_links_whole() -> None:
-    h = host(sgpuTopologyAware=True)
+    h = plugins(sgpuTopologyAware=True)
     # node a: two idle cards on one link; node b: the same plus two more of another group
     a = node("a", [card(0, 1), card(1, 1)])
     b = node("b", [card(0, 1), card(1, 1), card(2, 2), card(3, 2)])
@@ -172,7 +172,10 @@ def test_topology_aware_score_prefers_placements_that_keep_links_whole() -> None
     assert spread is not None
     assert spread["a"] == fits[0].score - 10000 * 100
     # off by default, and a pod may turn it off
-    assert host().score_nodes(SGPU, pod(), fits, {"a": a, "b": b}, BINPACK) == {"a": fits[0].score, "b": fits[1].score}
+    assert plugins().score_nodes(SGPU, pod(), fits, {"a": a, "b": b}, BINPACK) == {
+        "a": fits[0].score,
+        "b": fits[1].score,
+    }
     off = pod({"metax-tech.com/sgpu-topology-aware": "false"})
     assert h.score_nodes(SGPU, off, fits, {"a": a, "b": b}, BINPACK) == {"a": fits[0].score, "b": fits[1].score}
 
@@ -184,7 +187,7 @@ def test_online_score_counts_the_cards_pods() -> None:
         [placed("x", [("GPU-0", 0)], **{APP: "offline"}), placed("y", [("GPU-0", 0)], **{APP: "offline"})],
     )
     fits = fit([n], req(cores=0), {APP: "online"})
-    scores = host().score_nodes(SGPU, pod({APP: "online"}), fits, {"n": n}, BINPACK)
+    scores = plugins().score_nodes(SGPU, pod({APP: "online"}), fits, {"n": n}, BINPACK)
     assert scores == {"n": fits[0].score - 10000 * 200}
 
 
@@ -215,7 +218,7 @@ def test_whole_card_score_reads_metax_losses_and_scores() -> None:
     a = node("a", [whole(0), whole(1)], **tables)
     b = node("b", [whole(0), whole(1)])
     fits = fit([a, b], req(2, memory=0, cores=100, kind=GPU))
-    h = host()
+    h = plugins()
     assert h.score_nodes(GPU, pod(), fits, {"a": a, "b": b}, BINPACK) == {"a": fits[0].score + 1980, "b": fits[1].score}
     assert h.score_nodes(GPU, pod(), fits, {"a": a, "b": b}, SPREAD) == {"a": fits[0].score + 1990, "b": fits[1].score}
 

@@ -13,9 +13,9 @@ from hami.host.run import parse_request, plan
 def test_hami_run_selects_the_chosen_devices_by_their_host_indices(
     metax_node: Callable[..., Any], fakes: Any, tmp_path: Path
 ) -> None:
-    host = metax_node(fakes.c500_server(4)).host(sgpuMode="hami-core")
+    plugins = metax_node(fakes.c500_server(4)).plugins(sgpuMode="hami-core")
     request = parse_request({"--vendor": "metax", "--device": "3,1", "--memory": "1024", "COMMAND": ["true"]})
-    launch = plan(request, host, tmp_path / "state", confined=False, environ={})
+    launch = plan(request, plugins, tmp_path / "state", confined=False, environ={})
     assert launch.env["MACA_VISIBLE_DEVICES"] == "3,1"  # the container's edits say 0,1: the host's first two devices
     assert launch.edits.env["MACA_VISIBLE_DEVICES"] == "0,1"
     assert launch.edits.env["METAX_VISIBLE_DEVICES"] == "3,1"

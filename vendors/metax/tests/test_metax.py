@@ -162,9 +162,9 @@ def read(
     annotations: Mapping[str, str] | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> ContainerRequest | None:
-    host = VendorPlugins.from_plugins({"metax": plugin}, config={"metax": dict(config or {})})
+    plugins = VendorPlugins.from_plugins({"metax": plugin}, config={"metax": dict(config or {})})
     container = Container(name="main", limits=dict(resources))
-    return host.container_request(
+    return plugins.container_request(
         kind, container, Pod(name="p", annotations=dict(annotations or {}), containers=(container,))
     )
 
@@ -210,11 +210,13 @@ def test_bad_settings_refused() -> None:
 
 
 def test_admission_writes_best_effort_where_no_policy_is_named() -> None:
-    host = VendorPlugins.from_plugins({"metax": plugin})
+    plugins = VendorPlugins.from_plugins({"metax": plugin})
     container = Container(name="main", limits={COUNT: "1"})
 
     def defaults(annotations: dict[str, str]) -> AdmissionEdit | None:
-        return host.admission_defaults(SGPU, container, Pod(name="p", annotations=annotations, containers=(container,)))
+        return plugins.admission_defaults(
+            SGPU, container, Pod(name="p", annotations=annotations, containers=(container,))
+        )
 
     assert defaults({}) == AdmissionEdit(pod_annotations={QOS: "best-effort"})
     assert defaults({QOS: "burst-share"}) is None

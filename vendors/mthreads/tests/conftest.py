@@ -4,7 +4,7 @@ machines they pretend to be.
 `fake_mtml` compiles ``fake_mtml/fake_mtml.c`` once per session; the plugin is pointed at it through
 ``mtmlLibrary``, so the binding loads and calls it exactly as the real one. `mthreads_node` writes a machine (a
 list of `Gpu`) where the fake reads it (``FAKE_MTML_CONFIG``), as ``mthreads-gmi -q`` would print it, and as sysfs
-shows each GPU's DRM nodes; and builds plugin hosts reading it from either source.
+shows each GPU's DRM nodes; and builds `VendorPlugins` reading it from either source.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class MthreadsNode:
             **extra,
         }
 
-    def host(self, source: str = "mtml", **extra: Any) -> VendorPlugins:
+    def plugins(self, source: str = "mtml", **extra: Any) -> VendorPlugins:
         return VendorPlugins.from_plugins({"mthreads": plugin}, config={"mthreads": self.config(source, **extra)})
 
 

@@ -24,7 +24,7 @@ MIB = 1024 * 1024
 
 
 def found(node: Any, source: str = "mtml", **extra: object) -> list[Any]:
-    inventories = node.host(source, **extra).discover()["mthreads"]
+    inventories = node.plugins(source, **extra).discover()["mthreads"]
     return list(inventories[0].devices) if inventories else []
 
 
@@ -48,9 +48,9 @@ def test_mtml_discovery(fakes: F, mthreads_node: MakeNode) -> None:
 
 
 def test_runtime_keeps_paths_pci_address_and_cores(fakes: F, mthreads_node: MakeNode) -> None:
-    host = mthreads_node(fakes.s4000_server(2)).host()
-    host.discover()
-    runtime = runtime_for(host.vendors[0].settings)
+    plugins = mthreads_node(fakes.s4000_server(2)).plugins()
+    plugins.discover()
+    runtime = runtime_for(plugins.vendors[0].settings)
     assert runtime.source == "mtml"
     second = runtime.gpus[1]
     assert (second.bdf, second.cores) == ("0000:3b:00.0", 8)
@@ -64,17 +64,17 @@ def test_runtime_keeps_paths_pci_address_and_cores(fakes: F, mthreads_node: Make
 def test_every_mtml_object_is_freed(fakes: F, mthreads_node: MakeNode, fake_mtml: Any) -> None:
     lib = ctypes.CDLL(str(fake_mtml))  # the same library the binding loaded (one copy per process)
     before = lib.fake_mtml_live_objects()
-    host = mthreads_node(fakes.s4000_server(3)).host()
-    host.discover()
-    host.discover()
+    plugins = mthreads_node(fakes.s4000_server(3)).plugins()
+    plugins.discover()
+    plugins.discover()
     assert lib.fake_mtml_live_objects() == before + 1  # the session's library object; devices and memory freed
-    runtime_for(host.vendors[0].settings).mtml.close()  # type: ignore[union-attr]
+    runtime_for(plugins.vendors[0].settings).mtml.close()  # type: ignore[union-attr]
     assert lib.fake_mtml_live_objects() == before
 
 
 def test_topology_levels_become_link_scores(fakes: F, mthreads_node: MakeNode) -> None:
     gpus = fakes.s4000_server(4)  # 0,1 on one switch (NUMA 0), 2,3 on another (NUMA 1)
-    (inventory,) = mthreads_node(gpus).host().discover()["mthreads"]
+    (inventory,) = mthreads_node(gpus).plugins().discover()["mthreads"]
     scores = decode_link_scores(inventory.annotations[SCORE_ANNOTATION])
     a, b, c, _ = (g.uuid for g in gpus)
     assert scores[a][b] == 50  # MTML_TOPOLOGY_SINGLE
@@ -95,10 +95,10 @@ def test_device_without_uuid_is_left_out_and_others_served(fakes: F, mthreads_no
     gpus = fakes.s4000_server(3)
     gpus[1] = replace(gpus[1], uuid="")
     node = mthreads_node(gpus)
-    host = node.host()
-    devices = list(host.discover()["mthreads"][0].devices)
+    plugins = node.plugins()
+    devices = list(plugins.discover()["mthreads"][0].devices)
     assert [d.id for d in devices] == [gpus[0].uuid, gpus[2].uuid]
-    assert any("empty UUID" in p for p in runtime_for(host.vendors[0].settings).problems)
+    assert any("empty UUID" in p for p in runtime_for(plugins.vendors[0].settings).problems)
 
 
 def test_device_whose_memory_cannot_be_read_is_unhealthy(
@@ -115,9 +115,9 @@ def test_gmi_is_read_where_mtml_is_absent(fakes: F, mthreads_node: MakeNode) -> 
     mtml = found(node)
     tool = found(node, "gmi")
     assert [(d.id, d.devmem, d.type, d.index) for d in tool] == [(d.id, d.devmem, d.type, d.index) for d in mtml]
-    host = node.host("gmi")
-    host.discover()
-    runtime = runtime_for(host.vendors[0].settings)
+    plugins = node.plugins("gmi")
+    plugins.discover()
+    runtime = runtime_for(plugins.vendors[0].settings)
     assert runtime.source == "mthreads-gmi"
     assert runtime.gpus[0].bdf == "0000:3a:00.0"
 
@@ -127,9 +127,9 @@ def test_mtml_failing_at_read_falls_back_to_gmi(
 ) -> None:
     node = mthreads_node(fakes.s4000_server(2))
     monkeypatch.setenv("FAKE_MTML_FAIL", "mtmlLibraryCountDevice")
-    host = node.host()
-    assert len(host.discover()["mthreads"][0].devices) == 2
-    assert runtime_for(host.vendors[0].settings).source == "mthreads-gmi"
+    plugins = node.plugins()
+    assert len(plugins.discover()["mthreads"][0].devices) == 2
+    assert runtime_for(plugins.vendors[0].settings).source == "mthreads-gmi"
 
 
 def test_malformed_gmi_block_names_tool_and_line_and_keeps_the_others(fakes: F) -> None:
@@ -156,7 +156,7 @@ def test_gmi_without_gpu_blocks_is_an_error() -> None:
 
 def test_neither_source_reports_no_gpu(mthreads_node: MakeNode, fakes: F) -> None:
     node = mthreads_node(fakes.s4000_server(1))
-    assert node.host("gmi", mthreadsGmi=str(node.directory / "no-such-tool")).discover()["mthreads"] == []
+    assert node.plugins("gmi", mthreadsGmi=str(node.directory / "no-such-tool")).discover()["mthreads"] == []
 
 
 def test_failing_tool_is_an_error(fakes: F, tmp_path: Any) -> None:

@@ -153,8 +153,8 @@ def test_default_cores_in_gpu_units() -> None:
 
 def admit(*containers: Mapping[str, str]) -> list[Any]:
     pod = Pod(name="p", containers=tuple(Container(name=f"c{i}", limits=dict(c)) for i, c in enumerate(containers)))
-    host = host_of()
-    return [host.admission_defaults(MT, c, pod) for c in pod.containers]
+    plugins = host_of()
+    return [plugins.admission_defaults(MT, c, pod) for c in pod.containers]
 
 
 def test_admission_writes_hamis_whole_gpu_limits() -> None:
@@ -268,13 +268,13 @@ def test_unhealthy_gpu_is_not_used() -> None:
 
 def test_topology_aware_takes_the_gpus_on_one_switch(fakes: F, mthreads_node: Any) -> None:
     gpus = fakes.s4000_server(4)
-    host = mthreads_node(gpus).host()
-    (inventory,) = host.discover()["mthreads"]
+    plugins = mthreads_node(gpus).plugins()
+    (inventory,) = plugins.discover()["mthreads"]
     view = NodeView(name="n", devices=[DeviceUsage(device=d) for d in inventory.devices],
                     annotations=dict(inventory.annotations))  # fmt: skip
     view.devices[0].used, view.devices[0].usedmem = 1, 4096  # spread alone would take gpu 1 and 2 or 3
     pod = Pod(name="p", containers=(Container(name="c"),))
-    (got,) = host.fit_nodes(MT, pod, [whole(2)], [view], SchedulingPolicy(device=("spread", "topology-aware")))
+    (got,) = plugins.fit_nodes(MT, pod, [whole(2)], [view], SchedulingPolicy(device=("spread", "topology-aware")))
     assert got.placement is not None
     assert sorted(d.uuid for d in got.placement[0]) == sorted(g.uuid for g in gpus[2:])
 
@@ -286,11 +286,11 @@ def test_topology_aware_takes_the_gpus_on_one_switch(fakes: F, mthreads_node: An
 
 def test_container_edits_as_moore_threads_plugin(fakes: F, mthreads_node: Any) -> None:
     gpus = fakes.s4000_server(4)
-    host = mthreads_node(gpus).host()
-    host.discover()
+    plugins = mthreads_node(gpus).plugins()
+    plugins.discover()
     placement = (ContainerDevice(uuid=gpus[3].uuid, type=MT, usedmem=4096, usedcores=4),
                  ContainerDevice(uuid=gpus[1].uuid, type=MT, usedmem=4096, usedcores=4))  # fmt: skip
-    edits = host.container_edits(MT, Pod(name="p", uid="u"), 0, placement)
+    edits = plugins.container_edits(MT, Pod(name="p", uid="u"), 0, placement)
     assert dict(edits.env) == {
         "MTHREADS_VISIBLE_DEVICES": "3,1",
         "MTHREADS_DRIVER_CAPABILITIES": "compute,utility",
@@ -308,22 +308,22 @@ def test_container_edits_as_moore_threads_plugin(fakes: F, mthreads_node: Any) -
 
 def test_hamis_capacity_name_is_served_by_index(fakes: F, mthreads_node: Any) -> None:
     gpus = fakes.s4000_server(2)
-    host = mthreads_node(gpus).host()
-    edits = host.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid="node-a-mthreads-1", type=MT),))
+    plugins = mthreads_node(gpus).plugins()
+    edits = plugins.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid="node-a-mthreads-1", type=MT),))
     assert edits.env["MTHREADS_VISIBLE_DEVICES"] == "1"
 
 
 def test_gmi_node_finds_drm_nodes_by_pci_address(fakes: F, mthreads_node: Any) -> None:
     gpus = fakes.s4000_server(2)
-    host = mthreads_node(gpus).host("gmi")
-    edits = host.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid=gpus[1].uuid, type=MT),))
+    plugins = mthreads_node(gpus).plugins("gmi")
+    edits = plugins.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid=gpus[1].uuid, type=MT),))
     assert [d.container_path for d in edits.devices] == ["/dev/mtgpu.1", "/dev/dri/card2", "/dev/dri/renderD129"]
 
 
 def test_unknown_gpu_is_refused_at_allocate(fakes: F, mthreads_node: Any) -> None:
-    host = mthreads_node(fakes.s4000_server(1)).host()
+    plugins = mthreads_node(fakes.s4000_server(1)).plugins()
     with pytest.raises(HamiError, match="is not on this node"):
-        host.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid="GPU-elsewhere", type=MT),))
+        plugins.container_edits(MT, Pod(name="p"), 0, (ContainerDevice(uuid="GPU-elsewhere", type=MT),))
 
 
 def test_custom_driver_capabilities() -> None:

@@ -43,11 +43,11 @@ def test_soft_mode_edits(fakes: F, mthreads_node: Any, tmp_path: Path) -> None:
     gpus = fakes.s4000_server(2)
     node = mthreads_node(gpus)
     hook = tmp_path / "hook"
-    host = node.host(sharingMode="hami-core", hookPath=str(hook), libvmusaLogLevel="2")
+    plugins = node.plugins(sharingMode="hami-core", hookPath=str(hook), libvmusaLogLevel="2")
     library = IsolationLibrary(path="/var/lib/hami/mthreads/libvmusa.so", preload_path="/var/lib/hami/mthreads/preload")
     the_pod = pod()
-    host.allocate(MT, the_pod, 0, share(gpus[1]))
-    edits = host.container_edits(MT, the_pod, 0, share(gpus[1]), library=library)
+    plugins.allocate(MT, the_pod, 0, share(gpus[1]))
+    edits = plugins.container_edits(MT, the_pod, 0, share(gpus[1]), library=library)
     env = dict(edits.env)
     assert env["MTHREADS_VISIBLE_DEVICES"] == "1"
     assert (env["MUSA_DEVICE_MEMORY_LIMIT_0"], env["MUSA_DEVICE_SM_LIMIT_0"]) == ("8192m", "25")
@@ -68,14 +68,14 @@ def test_soft_mode_edits(fakes: F, mthreads_node: Any, tmp_path: Path) -> None:
     # Allocate made the accounting directory, writable by whatever user the container runs as
     assert stat.S_IMODE(accounting.stat().st_mode) == 0o777
     (accounting / "vmusa.cache").write_text("x")
-    host.release(MT, the_pod, [share(gpus[1])])
+    plugins.release(MT, the_pod, [share(gpus[1])])
     assert not accounting.exists()
 
 
 def test_library_dir_is_used_without_an_installed_library(fakes: F, mthreads_node: Any, tmp_path: Path) -> None:
     gpus = fakes.s4000_server(1)
-    host = mthreads_node(gpus).host(sharingMode="hami-core", hookPath=str(tmp_path), libraryDir="/opt/hami/lib")
-    edits = host.container_edits(MT, pod(), 0, share(gpus[0]))
+    plugins = mthreads_node(gpus).plugins(sharingMode="hami-core", hookPath=str(tmp_path), libraryDir="/opt/hami/lib")
+    edits = plugins.container_edits(MT, pod(), 0, share(gpus[0]))
     mounts = {m.container_path: m.host_path for m in edits.mounts}
     assert mounts["/opt/hami/lib/libvmusa.so"] == "/opt/hami/lib/libvmusa.so"
     assert mounts["/etc/ld.so.preload"] == "/opt/hami/lib/ld.so.preload"
@@ -83,9 +83,9 @@ def test_library_dir_is_used_without_an_installed_library(fakes: F, mthreads_nod
 
 def test_sgpu_mode_adds_nothing_of_the_library(fakes: F, mthreads_node: Any, tmp_path: Path) -> None:
     gpus = fakes.s4000_server(1)
-    host = mthreads_node(gpus).host(hookPath=str(tmp_path))
-    host.allocate(MT, pod(), 0, share(gpus[0]))
-    edits = host.container_edits(MT, pod(), 0, share(gpus[0]))
+    plugins = mthreads_node(gpus).plugins(hookPath=str(tmp_path))
+    plugins.allocate(MT, pod(), 0, share(gpus[0]))
+    edits = plugins.container_edits(MT, pod(), 0, share(gpus[0]))
     assert not edits.mounts
     assert not edits.files
     assert not any(k.startswith("MUSA_DEVICE") for k in edits.env)
@@ -94,12 +94,12 @@ def test_sgpu_mode_adds_nothing_of_the_library(fakes: F, mthreads_node: Any, tmp
 
 def test_a_hostile_pod_uid_cannot_name_a_host_path(fakes: F, mthreads_node: Any, tmp_path: Path) -> None:
     gpus = fakes.s4000_server(1)
-    host = mthreads_node(gpus).host(sharingMode="hami-core", hookPath=str(tmp_path / "hook"))
+    plugins = mthreads_node(gpus).plugins(sharingMode="hami-core", hookPath=str(tmp_path / "hook"))
     (tmp_path / "victim").mkdir()
     hostile = pod(uid="../../victim")
     with pytest.raises(HamiError, match="cannot name a host path"):
-        host.allocate(MT, hostile, 0, share(gpus[0]))
+        plugins.allocate(MT, hostile, 0, share(gpus[0]))
     with pytest.raises(HamiError, match="cannot name a host path"):
-        host.container_edits(MT, hostile, 0, share(gpus[0]))
-    host.release(MT, hostile, [share(gpus[0])])
+        plugins.container_edits(MT, hostile, 0, share(gpus[0]))
+    plugins.release(MT, hostile, [share(gpus[0])])
     assert (tmp_path / "victim").exists()

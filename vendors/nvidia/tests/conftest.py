@@ -6,7 +6,7 @@ temporary ``libnvidia-ml.so.1`` (SONAME ``libnvidia-ml.so.1``). The plugin is po
 is then resolved to it by the dynamic loader, exactly as the real driver would be found. A test describes a
 machine as a dict (`Boxes`: an 8×H100 NVLink box, a mixed T4/V100 node, a MIG-mode A100 node) and `gpu_node`
 writes it where the fake reads it (``FAKE_NVML_CONFIG``), with the sysfs NUMA files discovery reads, and
-gives a `GpuNode` to build hosts from and to read back what was asked of the hardware (``FAKE_NVML_LOG``).
+gives a `GpuNode` to build `VendorPlugins` from and to read back what was asked of the hardware (``FAKE_NVML_LOG``).
 """
 
 from __future__ import annotations
@@ -174,13 +174,13 @@ def boxes() -> type[Boxes]:
 
 @dataclass
 class GpuNode:
-    """One fake machine: where its files are, and hosts over the NVIDIA plugin configured to use it."""
+    """One fake machine: where its files are, and the `VendorPlugins` over the NVIDIA plugin configured to use it."""
 
     root: Path
     library: Path
     box: dict[str, Any]
     settings: dict[str, Any] = field(default_factory=dict)
-    hosts: list[VendorPlugins] = field(default_factory=list)
+    built: list[VendorPlugins] = field(default_factory=list)
 
     @property
     def log_path(self) -> Path:
@@ -199,11 +199,11 @@ class GpuNode:
             **extra,
         }
 
-    def host(self, **extra: Any) -> VendorPlugins:
+    def plugins(self, **extra: Any) -> VendorPlugins:
         """A host with the NVIDIA plugin alone, its settings pointing at this machine."""
-        host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": self.config(**extra)})
-        self.hosts.append(host)
-        return host
+        plugins = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": self.config(**extra)})
+        self.built.append(plugins)
+        return plugins
 
     def calls(self) -> list[dict[str, Any]]:
         """What was asked of the hardware (mutations only), in order."""
@@ -217,8 +217,8 @@ class GpuNode:
             f.write(f"{index} {xid}\n")
 
     def close(self) -> None:
-        for host in self.hosts:
-            runtime = host.vendor("nvidia").settings.runtime
+        for plugins in self.built:
+            runtime = plugins.vendor("nvidia").settings.runtime
             if runtime is not None:
                 runtime.close()
 

@@ -16,4 +16,4 @@ class TestBackstop(BackstopTests):
     def backstop_node(self, gpu_node: Callable[..., Any], boxes: Any) -> BackstopNode:
         node = gpu_node(boxes.h100())
         uuids = [str(d["uuid"]) for d in node.box["devices"]]
-        return BackstopNode(node.host(), "NVIDIA", uuids, "FAKE_NVML_PROCESSES")
+        return BackstopNode(node.plugins(), "NVIDIA", uuids, "FAKE_NVML_PROCESSES")

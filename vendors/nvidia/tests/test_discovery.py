@@ -26,7 +26,7 @@ NodeFactory = Callable[..., Any]
 
 
 def inventory(node: Any, **settings: Any) -> NodeInventory:
-    (found,) = node.host(**settings).discover()["nvidia"]
+    (found,) = node.plugins(**settings).discover()["nvidia"]
     return found
 
 
@@ -229,13 +229,13 @@ def test_critical_xid_makes_a_gpu_unhealthy_and_application_xids_do_not(gpu_node
     box["devices"][0]["xids"] = [13]  # graphics engine exception: the application's fault
     box["devices"][2]["xids"] = [79]  # fallen off the bus
     node = gpu_node(box)
-    host = node.host()
-    (found,) = host.discover()["nvidia"]
+    plugins = node.plugins()
+    (found,) = plugins.discover()["nvidia"]
     assert [d.health for d in found.devices] == [True, True, False, True]
     node.xid(3, 48)  # a double-bit ECC error arrives later
-    (again,) = host.discover()["nvidia"]
+    (again,) = plugins.discover()["nvidia"]
     assert [d.health for d in again.devices] == [True, True, False, False]
-    (still,) = host.discover()["nvidia"]
+    (still,) = plugins.discover()["nvidia"]
     assert [d.health for d in still.devices] == [True, True, False, False]  # stays unhealthy
 
 
@@ -248,15 +248,15 @@ def test_health_check_can_be_disabled(gpu_node: NodeFactory, boxes: Any) -> None
 def test_a_lost_gpu_is_reported_unhealthy_with_its_last_known_memory(gpu_node: NodeFactory, boxes: Any) -> None:
     box = boxes.mixed()
     node = gpu_node(box)
-    host = node.host()
-    host.discover()
+    plugins = node.plugins()
+    plugins.discover()
     box["devices"][1]["lost"] = 1
     config = Path(os.environ["FAKE_NVML_CONFIG"])
     config.write_text(json.dumps(box))
     os.utime(config, ns=(1, 1))  # a new modification time: the fake reloads the machine
-    runtime = host.vendor("nvidia").settings.runtime
+    runtime = plugins.vendor("nvidia").settings.runtime
     runtime.close()  # the driver restarted: the next round opens a new session
-    (found,) = host.discover()["nvidia"]
+    (found,) = plugins.discover()["nvidia"]
     lost = found.devices[1]
     assert (lost.health, lost.devmem) == (False, 15360)
 
@@ -270,10 +270,10 @@ def test_a_node_whose_driver_is_not_loaded_reports_nothing_and_says_so_once(
     gpu_node: NodeFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     node = gpu_node({"init_error": 9, "devices": []})
-    host = node.host()
+    plugins = node.plugins()
     with caplog.at_level(logging.INFO, logger="hami_vendor_nvidia"):
-        assert host.discover() == {"nvidia": []}
-        assert host.discover() == {"nvidia": []}
+        assert plugins.discover() == {"nvidia": []}
+        assert plugins.discover() == {"nvidia": []}
     said = [r for r in caplog.records if "no NVML on this node" in r.getMessage()]
     assert len(said) == 1
     assert "Driver Not Loaded" in said[0].getMessage()
@@ -283,9 +283,9 @@ def test_a_missing_nvml_library_reports_nothing(
     gpu_node: NodeFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     node = gpu_node({"devices": []})
-    host = node.host(nvmlLibrary=str(tmp_path / "nowhere" / "libnvidia-ml.so.1"))
+    plugins = node.plugins(nvmlLibrary=str(tmp_path / "nowhere" / "libnvidia-ml.so.1"))
     with caplog.at_level(logging.INFO, logger="hami_vendor_nvidia"):
-        assert host.discover() == {"nvidia": []}
+        assert plugins.discover() == {"nvidia": []}
     assert "no NVML on this node" in caplog.text
 
 
@@ -296,9 +296,9 @@ _DISCOVER = textwrap.dedent(
     import hami_vendor_nvidia.plugin as plugin
     from hami.codec import encode_node_register
     from hami.plugins import VendorPlugins
-    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": json.loads(sys.argv[1])})
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": json.loads(sys.argv[1])})
     for _ in range(2):
-        found = host.discover()["nvidia"]
+        found = plugins.discover()["nvidia"]
     print(encode_node_register(found[0].devices) if found else "none")
     """
 )

@@ -27,7 +27,7 @@ def test_a_working_node_reports_nvml_the_tool_the_driver_and_the_devices(gpu_nod
     machine = gpu_node(boxes.h100())
     node.device_nodes("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm")
     node.tool("nvidia-smi", smi((0, "GPU-a", 81559), (1, "GPU-b", 81559)))
-    found = node.checks(machine.host())
+    found = node.checks(machine.plugins())
     assert found["management library"].status is Status.OK
     assert "driver 550.54.15; 8 device(s)" in found["management library"].detail
     assert str(machine.library) in found["management library"].detail
@@ -42,10 +42,10 @@ def test_a_working_node_reports_nvml_the_tool_the_driver_and_the_devices(gpu_nod
 
 def test_a_driver_newer_than_the_hooks_is_a_failure_and_a_minor_one_a_warning(gpu_node, boxes, node) -> None:
     node.device_nodes("nvidia0")
-    found = node.checks(gpu_node({**boxes.h100(), "cuda": 13000}).host())
+    found = node.checks(gpu_node({**boxes.h100(), "cuda": 13000}).plugins())
     assert found["CUDA driver against the hooks"].status is Status.FAILED
     assert "13.0" in found["CUDA driver against the hooks"].detail
-    found = node.checks(gpu_node({**boxes.h100(), "cuda": 12080}).host())
+    found = node.checks(gpu_node({**boxes.h100(), "cuda": 12080}).plugins())
     assert found["CUDA driver against the hooks"].status is Status.WARNING
 
 
@@ -59,7 +59,7 @@ def test_the_newest_hooked_version_is_the_isolation_librarys_own_table() -> None
 
 def test_a_missing_library_with_device_nodes_present_is_a_failure_naming_the_setting(gpu_node, boxes, node) -> None:
     node.device_nodes("nvidia0", "nvidiactl")
-    found = node.checks(gpu_node(boxes.h100()).host(nvmlLibrary=str(node.dev / "no-such-libnvidia-ml.so.1")))
+    found = node.checks(gpu_node(boxes.h100()).plugins(nvmlLibrary=str(node.dev / "no-such-libnvidia-ml.so.1")))
     library = found["management library"]
     assert library.status is Status.FAILED
     assert "nvmlLibrary" in library.fix
@@ -69,12 +69,12 @@ def test_a_library_that_is_not_nvml_is_a_failure_not_a_traceback(gpu_node, boxes
     node.device_nodes("nvidia0")
     broken = tmp_path / "libnvidia-ml.so.1"
     broken.write_text("not an ELF file")
-    found = node.checks(gpu_node(boxes.h100()).host(nvmlLibrary=str(broken)))
+    found = node.checks(gpu_node(boxes.h100()).plugins(nvmlLibrary=str(broken)))
     assert found["management library"].status is Status.FAILED
 
 
 def test_no_driver_and_no_device_node_is_one_finding_saying_this_is_not_an_nvidia_node(gpu_node, boxes, node) -> None:
-    found = node.checks(gpu_node(boxes.h100()).host(nvmlLibrary="/nonexistent/libnvidia-ml.so.1"))
+    found = node.checks(gpu_node(boxes.h100()).plugins(nvmlLibrary="/nonexistent/libnvidia-ml.so.1"))
     assert list(found) == ["hardware"]
     assert found["hardware"].status is Status.OK
 
@@ -90,7 +90,7 @@ def test_no_driver_and_no_device_node_is_one_finding_saying_this_is_not_an_nvidi
 def test_a_tool_that_fails_or_prints_garbage_is_a_failure(gpu_node, boxes, node, output, exit_code, status) -> None:
     node.device_nodes("nvidia0")
     node.tool("nvidia-smi", output, exit_code)
-    found = node.checks(gpu_node(boxes.h100()).host())
+    found = node.checks(gpu_node(boxes.h100()).plugins())
     assert found["management tool"].status is status
     assert found["management tool"].fix
 
@@ -98,7 +98,7 @@ def test_a_tool_that_fails_or_prints_garbage_is_a_failure(gpu_node, boxes, node,
 def test_a_device_node_this_process_cannot_open_is_a_failure(gpu_node, boxes, node) -> None:
     node.device_nodes("nvidia0")
     (node.dev / "nvidia1").write_text("a regular file where a device should be")
-    found = node.checks(gpu_node(boxes.h100()).host())
+    found = node.checks(gpu_node(boxes.h100()).plugins())
     assert found["device nodes"].status is Status.FAILED
     assert "not a character device" in found["device nodes"].detail
 
@@ -109,7 +109,7 @@ def test_a_grant_directory_others_can_write_is_a_failure(gpu_node, boxes, node, 
     grants = machine.root / "hook" / "vgpu" / "grants" / "uid_main"
     grants.mkdir(parents=True)
     grants.chmod(0o777)
-    found = node.checks(machine.host())
+    found = node.checks(machine.plugins())
     assert found["grant directory"].status is Status.FAILED
     assert "writable by others" in found["grant directory"].detail
 
@@ -120,33 +120,33 @@ def test_a_cdi_specification_lacking_a_gpu_is_a_failure(gpu_node, boxes, node, t
     spec = tmp_path / "doctor" / "etc-cdi"
     spec.mkdir()
     (spec / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: '0'\n")
-    found = node.checks(machine.host())
+    found = node.checks(machine.plugins())
     assert found["CDI specification"].status is Status.FAILED
     (spec / "nvidia.yaml").write_text("kind: [unclosed\n")
-    assert node.checks(machine.host())["CDI specification"].status is Status.FAILED
+    assert node.checks(machine.plugins())["CDI specification"].status is Status.FAILED
 
 
 def test_in_a_container_the_memory_nvidia_smi_reports_is_held_against_the_grant(gpu_node, boxes, node) -> None:
-    host = gpu_node(boxes.h100()).host()
+    plugins = gpu_node(boxes.h100()).plugins()
     grant = Grant((DeviceGrant(3000 << 20, 30, "GPU-a"),))
     node.tool("nvidia-smi", smi((0, "GPU-a", 3000)))
-    assert node.checks(host, grant)["memory the tool reports"].status is Status.OK
+    assert node.checks(plugins, grant)["memory the tool reports"].status is Status.OK
     node.tool("nvidia-smi", smi((0, "GPU-a", 81559)))
-    finding = node.checks(host, grant)["memory the tool reports"]
+    finding = node.checks(plugins, grant)["memory the tool reports"]
     assert finding.status is Status.FAILED
     assert "81559 MiB reported, 3000 MiB granted" in finding.detail
 
 
 def test_the_runtime_for_nvidia_visible_devices_is_looked_for_in_the_runtimes_configuration(gpu_node, boxes, node):
     node.device_nodes("nvidia0")
-    host = gpu_node(boxes.h100()).host()
-    assert node.checks(host)["container runtime hook"].status is Status.WARNING  # no configuration readable
+    plugins = gpu_node(boxes.h100()).plugins()
+    assert node.checks(plugins)["container runtime hook"].status is Status.WARNING  # no configuration readable
     node.runtime_config.write_text(
         '[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "runc"\n'
     )
-    assert node.checks(host)["container runtime hook"].status is Status.FAILED
+    assert node.checks(plugins)["container runtime hook"].status is Status.FAILED
     node.runtime_config.write_text('[...runtimes.nvidia.options]\n  BinaryName = "/usr/bin/nvidia-container-runtime"\n')
-    finding = node.checks(host)["container runtime hook"]
+    finding = node.checks(plugins)["container runtime hook"]
     assert finding.status is Status.OK
     assert "nvidia-container-runtime" in finding.detail
-    assert "container runtime hook" not in node.checks(gpu_node(boxes.h100()).host(deviceListStrategy=["cdi-cri"]))
+    assert "container runtime hook" not in node.checks(gpu_node(boxes.h100()).plugins(deviceListStrategy=["cdi-cri"]))

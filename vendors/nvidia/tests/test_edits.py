@@ -36,8 +36,8 @@ def two_container_pod(**sidecar_env: str) -> Pod:
 
 
 def edits_for(pod: Pod, index: int, devices: tuple[ContainerDevice, ...], **settings: object) -> ContainerEdits:
-    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
-    return host.container_edits("NVIDIA", pod, index, devices)
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
+    return plugins.container_edits("NVIDIA", pod, index, devices)
 
 
 def test_two_container_pod_gets_hamis_env_and_mounts() -> None:
@@ -153,8 +153,8 @@ INSTALLED = IsolationLibrary(
 
 
 def installed_edits(pod: Pod, index: int, devices: tuple[ContainerDevice, ...], **settings: object) -> ContainerEdits:
-    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
-    return host.container_edits("NVIDIA", pod, index, devices, INSTALLED)
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": settings})
+    return plugins.container_edits("NVIDIA", pod, index, devices, INSTALLED)
 
 
 def test_the_library_the_daemon_installed_is_mounted_at_its_own_path_with_its_preload_file() -> None:
@@ -185,13 +185,13 @@ def test_a_configured_library_directory_wins_over_the_installed_library() -> Non
 
 
 def test_the_preload_file_the_daemon_writes_names_where_the_container_finds_the_library(tmp_path: Path) -> None:
-    host = VendorPlugins.from_plugins({"nvidia": plugin})
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin})
     libraries = IsolationLibraries(tmp_path / "hooks")
     build = tmp_path / "build" / "libvgpu.so"
     build.parent.mkdir()
     build.write_bytes(b"\x7fELF stands in for the library built into the wheel")
-    libraries.install(host.vendor("nvidia"), source=build)
-    edits = host.container_edits(
+    libraries.install(plugins.vendor("nvidia"), source=build)
+    edits = plugins.container_edits(
         "NVIDIA", two_container_pod(), 1, (device(GPU_A, 3000, 30),), libraries.for_vendor("nvidia")
     )
     mounts = {m.container_path: m.host_path for m in edits.mounts}
@@ -215,6 +215,6 @@ def test_the_node_daemon_writes_the_grant_and_removes_it_with_the_pod(tmp_path: 
     write_files(edits.files)
     grants = tmp_path / "vgpu" / "grants" / f"{UID}_trainer"
     assert parse((grants / "nvidia.grant").read_text()).devices == (DeviceGrant(3000 << 20, 30, GPU_A),)
-    host = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
-    host.release("NVIDIA", pod, [(), (device(GPU_A, 3000, 30),), ()])
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin}, config={"nvidia": {"hookPath": str(tmp_path)}})
+    plugins.release("NVIDIA", pod, [(), (device(GPU_A, 3000, 30),), ()])
     assert not grants.exists()

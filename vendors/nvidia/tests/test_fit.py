@@ -38,7 +38,7 @@ Usage = Mapping[int, tuple[int, int, int]]
 
 
 def discovered(gpu_node: NodeFactory, box: dict[str, Any]) -> NodeInventory:
-    (found,) = gpu_node(box).host().discover()["nvidia"]
+    (found,) = gpu_node(box).plugins().discover()["nvidia"]
     return found
 
 
@@ -71,10 +71,10 @@ def fit(
     annotations: Mapping[str, str] | None = None,
     device: Sequence[str] = ("spread",),
 ) -> NodeFit:
-    host = VendorPlugins.from_plugins({"nvidia": plugin})
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin})
     containers = tuple(Container(name=f"c{i}") for i in range(len(requests)))
     pod = Pod(name="p", uid="uid-p", annotations=dict(annotations or {}), containers=containers)
-    (result,) = host.fit_nodes("NVIDIA", pod, list(requests), [node], SchedulingPolicy(device=tuple(device)))
+    (result,) = plugins.fit_nodes("NVIDIA", pod, list(requests), [node], SchedulingPolicy(device=tuple(device)))
     return result
 
 
@@ -422,15 +422,15 @@ def test_an_init_container_is_fitted_apart_from_the_app_containers(gpu_node: Nod
     # only GPU 0 has room left: 5000 MiB of it are taken, the others are full
     node = view(inventory, {i: (1, 5000 if i == 0 else size, 0) for i in range(len(inventory.devices))})
     free = size - 5000
-    host = VendorPlugins.from_plugins({"nvidia": plugin})
+    plugins = VendorPlugins.from_plugins({"nvidia": plugin})
     pod = Pod(name="p", uid="uid-p", init_containers=(Container(name="setup"),), containers=(Container(name="main"),))
     requests: list[ContainerRequest | None] = [want(1, free), want(1, free)]
-    (result,) = host.fit_nodes("NVIDIA", pod, requests, [node], SchedulingPolicy())
+    (result,) = plugins.fit_nodes("NVIDIA", pod, requests, [node], SchedulingPolicy())
     assert result.placement is not None, result.reason
     assert [(d.uuid, d.usedmem) for c in result.placement for d in c] == [(inventory.devices[0].id, free)] * 2
     # as two app containers they run at once, and the second does not fit
     apps = Pod(name="q", uid="uid-q", containers=(Container(name="a"), Container(name="b")))
-    (crowded,) = host.fit_nodes("NVIDIA", apps, requests, [node], SchedulingPolicy())
+    (crowded,) = plugins.fit_nodes("NVIDIA", apps, requests, [node], SchedulingPolicy())
     assert crowded.reason.startswith("container b: "), crowded.reason
 
 

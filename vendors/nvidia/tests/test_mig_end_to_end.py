@@ -85,7 +85,7 @@ def world(gpu_node: Callable[..., Any], boxes: Any) -> Iterator[World]:
     machine = gpu_node(boxes.a100_mig())
     cluster = MemoryCluster()
     cluster.create("nodes", {"metadata": {"name": NODE}})
-    node_host = machine.host()
+    node_host = machine.plugins()
     served = ServedPods(node_host)
     scheduler = SchedulerService(cluster, VendorPlugins.from_plugins({"nvidia": plugin})).start()
     w = World(

@@ -67,13 +67,13 @@ def make_fixture() -> VendorFixture:
 test_conformance = pytest_suite(make_fixture)
 
 
-def host() -> VendorPlugins:
+def plugins() -> VendorPlugins:
     return VendorPlugins.from_plugins({"vastai": plugin}, config={"vastai": {}})
 
 
 def fit(count: int, devices: list[DeviceUsage], policy: tuple[str, ...] = ("spread",)) -> list[str] | None:
     pod = Pod(name="p", containers=(Container(name="c"),))
-    (got,) = host().fit_nodes("Vastai", pod, [req(count)], [NodeView(name="n", devices=devices)],
+    (got,) = plugins().fit_nodes("Vastai", pod, [req(count)], [NodeView(name="n", devices=devices)],
                               SchedulingPolicy(device=policy))  # fmt: skip
     return None if got.placement is None else [d.uuid for d in got.placement[0]]
 
@@ -92,16 +92,16 @@ def test_hamis_names():
 
 def test_node_devices_are_the_register_with_cores_read_as_100():
     registered = [Device(id="va-0", index=0, count=4, devmem=16384, devcore=0, type="Vastai", custom={"AIC": "0"})]
-    found = host().node_devices("Vastai", {"hami.io/node-va-register": encode_node_register(registered)})
+    found = plugins().node_devices("Vastai", {"hami.io/node-va-register": encode_node_register(registered)})
     assert found is not None
     assert [(d.id, d.devcore, d.vendor, dict(d.custom)) for d in found] == [("va-0", 100, "Vastai", {"AIC": "0"})]
-    assert host().node_devices("Vastai", {"hami.io/node-va-register": "not json"}) == []
-    assert host().node_devices("Vastai", {}) == []
+    assert plugins().node_devices("Vastai", {"hami.io/node-va-register": "not json"}) == []
+    assert plugins().node_devices("Vastai", {}) == []
 
 
 def test_a_card_is_shared_up_to_its_count_and_a_placement_asks_no_memory_or_cores():
     pod = Pod(name="p", containers=(Container(name="c"),))
-    (got,) = host().fit_nodes("Vastai", pod, [req()], [NodeView(name="n", devices=[card("n", 0, used=3)])],
+    (got,) = plugins().fit_nodes("Vastai", pod, [req()], [NodeView(name="n", devices=[card("n", 0, used=3)])],
                               SchedulingPolicy())  # fmt: skip
     assert got.placement is not None
     assert [(d.uuid, d.type, d.usedmem, d.usedcores) for d in got.placement[0]] == [("n-va-0", "Vastai", 0, 0)]
@@ -134,7 +134,7 @@ def test_the_score_adds_each_containers_share_of_dies_on_one_card(uuids, bonus):
     placement = (tuple(ContainerDevice(uuid=u, type="Vastai") for u in uuids),)
     fits = [NodeFit(node="n", placement=placement, score=7.0)]
     pod = Pod(name="p", containers=(Container(name="c"),))
-    scores = host().score_nodes("Vastai", pod, fits, {"n": NodeView(name="n", devices=devices)}, SchedulingPolicy())
+    scores = plugins().score_nodes("Vastai", pod, fits, {"n": NodeView(name="n", devices=devices)}, SchedulingPolicy())
     assert scores == {"n": 7.0 + bonus}
 
 
@@ -145,4 +145,4 @@ def test_cards_get_no_score_bonus():
     fits = [NodeFit(node="n", placement=placement, score=3.0)]
     view = NodeView(name="n", devices=[card("n", 0, DeviceStrategy="card", AIC="a")])
     pod = Pod(name="p", containers=(Container(name="c"),))
-    assert host().score_nodes("Vastai", pod, fits, {"n": view}, SchedulingPolicy()) == {"n": 3.0}
+    assert plugins().score_nodes("Vastai", pod, fits, {"n": view}, SchedulingPolicy()) == {"n": 3.0}

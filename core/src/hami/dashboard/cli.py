@@ -66,7 +66,7 @@ def add_dashboard_parser(subparsers: argparse._SubParsersAction[argparse.Argumen
 
 def start_dashboard(
     cluster: Cluster,
-    host: object,
+    plugins: object,
     address: tuple[str, int],
     *,
     history_interval: float = 30.0,
@@ -81,7 +81,7 @@ def start_dashboard(
     from hami.dashboard.source import DashboardSource, History
     from hami.dashboard.usage import UsageCollector
 
-    source = DashboardSource(cluster, host, history=History(interval=history_interval), sampler=sampler).start()
+    source = DashboardSource(cluster, plugins, history=History(interval=history_interval), sampler=sampler).start()
     usage = None
     if node_metrics:  # the node daemons scraped in the background, at the history's pace
         usage = UsageCollector(node_metrics, cluster, interval=history_interval).start()
@@ -105,12 +105,12 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"hami dashboard: --listen: {exc}") from None
     config = load_config(args.config, {"kubeconfig": args.kubeconfig})
-    host = VendorPlugins.load(config=config.vendors)
+    plugins = VendorPlugins.load(config=config.vendors)
     cluster = connect_cluster(config.kubeconfig, args.context, component="hami-dashboard")
     try:
         server, source = start_dashboard(
             cluster,
-            host,
+            plugins,
             address,
             history_interval=args.history_interval,
             node_metrics=args.node_metrics,

@@ -95,7 +95,7 @@ def take_snapshot(
     nodes: Iterable[KubeObject],
     pods: Iterable[KubeObject],
     events: Iterable[KubeObject],
-    host: Any,
+    plugins: Any,
     *,
     now: datetime | None = None,
 ) -> Snapshot:
@@ -103,9 +103,9 @@ def take_snapshot(
     nodes, pods = tuple(nodes), tuple(pods)
     vendors: dict[str, str] = {}
     asks: dict[str, tuple[str, str, int]] = {}
-    for kind in getattr(host, "kinds", ()):
+    for kind in getattr(plugins, "kinds", ()):
         word = kind.common_word
-        vendors[word] = host.owner(word).info.display_name
+        vendors[word] = plugins.owner(word).info.display_name
         names = kind.resources
         for role, resource in (
             ("count", names.count),
@@ -115,7 +115,7 @@ def take_snapshot(
         ):
             if resource:
                 asks[resource] = (word, role, names.memory_unit_mib)
-    return Snapshot(now, nodes, pods, tuple(events), status_of(nodes, pods, host, now=now), vendors, asks)
+    return Snapshot(now, nodes, pods, tuple(events), status_of(nodes, pods, plugins, now=now), vendors, asks)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -167,8 +167,8 @@ def run_demo(args: argparse.Namespace) -> int:
             outcome = submit(world, pod)
             outcomes.append(outcome)
             _print_outcome(outcome, say)
-        assert world.host is not None
-        status = collect_status(world.cluster, world.host)
+        assert world.plugins is not None
+        status = collect_status(world.cluster, world.plugins)
         say()
         say("Devices after the demo (the view of `hami status`):")
         say()
@@ -284,8 +284,8 @@ def _notes(world: DemoWorld, outcomes: list[PodOutcome]) -> list[str]:
     at_allocate = [o for o in outcomes if o.outcome == "failed" and o.step == "allocate"]
     if not at_allocate:
         return []
-    assert world.host is not None  # started
-    vendors = sorted({world.host.owner(d.kind).name for o in at_allocate for d in o.devices})
+    assert world.plugins is not None  # started
+    vendors = sorted({world.plugins.owner(d.kind).name for o in at_allocate for d in o.devices})
     pods = ", ".join(o.name for o in at_allocate)
     return [
         f"Note: {len(at_allocate)} pod(s) were placed but failed at Allocate ({pods}). The devices are simulated: "

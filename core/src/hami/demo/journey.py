@@ -296,13 +296,13 @@ def _allocate(world: DemoWorld, pod: dict[str, Any], node: str, outcome: PodOutc
 
 
 def _record_devices(world: DemoWorld, pod: Mapping[str, Any], outcome: PodOutcome, before: Mapping[str, str]) -> None:
-    assert world.host is not None
+    assert world.plugins is not None
     annotations: Mapping[str, str] = meta(pod).get("annotations") or {}
     spec = pod.get("spec") or {}
     names = [str(c.get("name")) for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]]
     registered = _registered_devices(world, outcome.node)
     placement_keys: set[str] = set(STANDARD_ANNOTATIONS)
-    for kind in world.host.kinds:
+    for kind in world.plugins.kinds:
         placement_keys.update(k for k in (kind.annotations.allocated, kind.annotations.to_allocate) if k)
         value = annotations.get(kind.annotations.allocated)
         if not value:

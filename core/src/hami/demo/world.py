@@ -170,7 +170,7 @@ class DemoWorld:
         self.webhook_port = 0
         self.node_metrics_port = 0
         """With loopback aliases, the port every node daemon's metrics listen on (each on its own address)."""
-        self.host: VendorPlugins | None = None
+        self.plugins: VendorPlugins | None = None
         self.base_config: dict[str, Any] = self._config("")
 
     # ---------------------------------------------------------------------------------- configuration
@@ -224,8 +224,8 @@ class DemoWorld:
         """Start every component and wait until all are ready. :raises DemoError: one did not come up."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
-        self.host = VendorPlugins.load(config=self.base_config.get("vendors") or {})
-        for failure in self.host.failed:
+        self.plugins = VendorPlugins.load(config=self.base_config.get("vendors") or {})
+        for failure in self.plugins.failed:
             progress(f"vendor {failure.entry_point} ({failure.distribution}) not loaded: {failure.error}")
         from hami.webhook.certs import generate, write_bundle
 
@@ -247,8 +247,8 @@ class DemoWorld:
     def _unserved_kinds(self) -> list[str]:
         """A warning per inventory kind no loaded vendor serves, with the nearest served kind: a typo such as
         `kind: NVIDA` would otherwise only leave a node with no device (the node daemon's log says why)."""
-        assert self.host is not None
-        served = [kind.common_word for kind in self.host.kinds]
+        assert self.plugins is not None
+        served = [kind.common_word for kind in self.plugins.kinds]
         found = []
         for node in self.inventory.nodes:
             for kind in dict.fromkeys(entry.kind for entry in node.devices):
@@ -327,7 +327,7 @@ class DemoWorld:
         self._spawn("scheduler", ["scheduler", "--config", str(self._write_config("scheduler", raw))])
 
     def _start_node(self, node: SimulatedNode) -> None:
-        assert self.host is not None
+        assert self.plugins is not None
         kubelet = FakeKubelet().start()
         position = self.inventory.nodes.index(node)
         if self.node_metrics_port:
@@ -337,7 +337,7 @@ class DemoWorld:
         self.nodes[node.name] = side
         for kind in dict.fromkeys(entry.kind for entry in node.devices):
             try:
-                served = resources_of(self.host.kind(kind))
+                served = resources_of(self.plugins.kind(kind))
             except KeyError:
                 continue  # no loaded vendor serves it: the daemon says so in its log
             for resource in served:
@@ -375,13 +375,13 @@ class DemoWorld:
 
     def _get(self, url: str, path: str) -> tuple[int, str]:
         host_port = url.split("//", 1)[1]
-        host, port = host_port.rsplit(":", 1)
+        plugins, port = host_port.rsplit(":", 1)
         connection: http.client.HTTPConnection
         if url.startswith("https"):
             context = ssl.create_default_context(cafile=str(self.ca_file))
-            connection = http.client.HTTPSConnection(host, int(port), timeout=5, context=context)
+            connection = http.client.HTTPSConnection(plugins, int(port), timeout=5, context=context)
         else:
-            connection = http.client.HTTPConnection(host, int(port), timeout=5)
+            connection = http.client.HTTPConnection(plugins, int(port), timeout=5)
         try:
             connection.request("GET", path)
             response = connection.getresponse()
@@ -392,10 +392,10 @@ class DemoWorld:
             connection.close()
 
     def _node_published(self, side: NodeSide) -> bool:
-        assert self.host is not None
+        assert self.plugins is not None
         annotations = meta(self.cluster.get("nodes", side.node.name)).get("annotations") or {}
         for kind in set(side.resources.values()):
-            key = self.host.kind(kind).annotations.node_register
+            key = self.plugins.kind(kind).annotations.node_register
             if key and key not in annotations:
                 return False
         return all(side.kubelet.devices(resource) for resource in side.resources)
@@ -409,8 +409,8 @@ class DemoWorld:
 
     def expected_devices(self) -> int:
         """Devices of kinds a loaded vendor serves, over every node of the inventory."""
-        assert self.host is not None
-        kinds = {k.common_word for k in self.host.kinds}
+        assert self.plugins is not None
+        kinds = {k.common_word for k in self.plugins.kinds}
         return sum(entry.repeat for node in self.inventory.nodes for entry in node.devices if entry.kind in kinds)
 
     def _wait_until_ready(self) -> None:

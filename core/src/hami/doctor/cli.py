@@ -109,12 +109,12 @@ def run_doctor(args: argparse.Namespace) -> int:
     config = load_config(path, {"kubeconfig": args.kubeconfig})
     if args.node:
         return _remote(args, config.kubeconfig)
-    host = VendorPlugins.load(config=config.vendors)
+    plugins = VendorPlugins.load(config=config.vendors)
     node = os.environ.get("NODE_NAME") or socket.gethostname()
     if args.container:
         from hami.doctor.container import container_findings
 
-        findings = container_findings(host)
+        findings = container_findings(plugins)
         code = exit_status(findings, strict=args.strict)
         _print(findings, "hami doctor: this container", "container", args.json, code, node)
         return code
@@ -130,9 +130,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     if not args.no_cluster:
         date, allocatable = _cluster_facts(config.kubeconfig, args.context, node)
     findings = node_findings(
-        host, Path(settings.device_plugin_dir), Path(settings.hook_dir), date, allocatable=allocatable
+        plugins, Path(settings.device_plugin_dir), Path(settings.hook_dir), date, allocatable=allocatable
     )
-    findings += [_failed_vendor(f.entry_point, f.error) for f in host.failed]
+    findings += [_failed_vendor(f.entry_point, f.error) for f in plugins.failed]
     code = exit_status(findings, strict=args.strict)
     _print(findings, f"hami doctor: node {node}", "node", args.json, code, node)
     return code

@@ -230,12 +230,12 @@ def children(view: ContainerView) -> Finding:
     return ok(check, "a child with an empty environment (sudo, su -, ssh) loads the library and reads the same grant")
 
 
-def container_findings(host: VendorPlugins, view: ContainerView | None = None) -> list[Finding]:
+def container_findings(plugins: VendorPlugins, view: ContainerView | None = None) -> list[Finding]:
     """Every check of `hami doctor --container`: core's, then each vendor that has a grant here."""
     view = view or ContainerView()
     findings: list[Finding] = []
     findings += probe("grant", lambda: grant(view))
     findings += probe("isolation library", lambda: preload(view))
     findings += probe("children through su/sudo/ssh", lambda: children(view))
-    findings += host.doctor_checks(view.grants.get)
+    findings += plugins.doctor_checks(view.grants.get)
     return findings

@@ -204,11 +204,11 @@ def _loads(library: Path, timeout: float = 10.0) -> str | None:
     return None
 
 
-def preload_files(host: VendorPlugins, hook_dir: Path, *, etc: Path = Path("/etc"), owner: int = 0) -> list[Finding]:
+def preload_files(plugins: VendorPlugins, hook_dir: Path, *, etc: Path = Path("/etc"), owner: int = 0) -> list[Finding]:
     findings = []
     if not hook_dir.is_dir():  # the hook directory's own finding says so; one per vendor would repeat it
-        return [_host_preload(host, etc / "ld.so.preload")]
-    for vendor in host.vendors:
+        return [_host_preload(plugins, etc / "ld.so.preload")]
+    for vendor in plugins.vendors:
         if not vendor.info.isolation_library:
             continue
         check = "ld.so.preload for containers"
@@ -258,7 +258,7 @@ def preload_files(host: VendorPlugins, hook_dir: Path, *, etc: Path = Path("/etc
             )
         else:
             findings.append(_vendor(ok(check, f"{preload} -> {library}, root's, loads"), vendor.name))
-    findings.append(_host_preload(host, etc / "ld.so.preload"))
+    findings.append(_host_preload(plugins, etc / "ld.so.preload"))
     return findings
 
 
@@ -274,7 +274,7 @@ def _library_problem(library: Path, owner: int) -> str | None:
     return _owned_by_root_only(library, st, owner)
 
 
-def _host_preload(host: VendorPlugins, path: Path) -> Finding:
+def _host_preload(plugins: VendorPlugins, path: Path) -> Finding:
     check = "host /etc/ld.so.preload"
     try:
         words = path.read_text().split()
@@ -282,7 +282,7 @@ def _host_preload(host: VendorPlugins, path: Path) -> Finding:
         return ok(check, f"{path} absent: host processes load no isolation library")
     except OSError as exc:
         return warning(check, f"{path}: {exc.strerror}", "run hami doctor as root")
-    names = {v.info.isolation_library for v in host.vendors if v.info.isolation_library}
+    names = {v.info.isolation_library for v in plugins.vendors if v.info.isolation_library}
     ours = [w for w in words if Path(w).name in names]
     if ours:
         return warning(
@@ -404,7 +404,7 @@ def clock(server_date: Callable[[], datetime] | None, now: Callable[[], datetime
 
 
 def node_findings(
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     plugin_dir: Path,
     hook_dir: Path,
     server_date: Callable[[], datetime] | None,
@@ -420,9 +420,9 @@ def node_findings(
     findings += probe("kubelet socket", lambda: kubelet_socket(plugin_dir))
     findings += probe("device plugin registration", lambda: registration(plugin_dir, allocatable))
     findings += probe("hook directory", lambda: hook_directory(hook_dir, owner=owner))
-    findings += probe("ld.so.preload for containers", lambda: preload_files(host, hook_dir, etc=etc, owner=owner))
+    findings += probe("ld.so.preload for containers", lambda: preload_files(plugins, hook_dir, etc=etc, owner=owner))
     findings += probe("cgroup layout", lambda: cgroup_layout(proc))
     findings += probe("placement key", placement_key)
     findings += probe("clock", lambda: clock(server_date))
-    findings += host.doctor_checks(None)
+    findings += plugins.doctor_checks(None)
     return findings

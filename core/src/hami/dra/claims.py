@@ -136,7 +136,7 @@ Authentic = Callable[[Mapping[str, str], str], Mapping[str, str]]
 
 
 def pod_usage(
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     pods: Iterable[KubeObject],
     node: str,
     *,
@@ -165,7 +165,7 @@ def pod_usage(
         if authentic is not None:
             annotations = authentic(annotations, uid)
         who = f"pod {m.get('namespace')}/{m.get('name')}"
-        for kind in host.kinds:
+        for kind in plugins.kinds:
             value = annotations.get(kind.annotations.allocated)
             if not value:
                 continue

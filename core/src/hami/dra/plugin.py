@@ -133,7 +133,7 @@ class DraPlugin:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         node: str,
         driver: str,
         devices: Callable[[], Mapping[str, PublishedDevice]],
@@ -146,7 +146,7 @@ class DraPlugin:
         placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.node = node
         self.driver = driver
         self.devices = devices
@@ -274,7 +274,7 @@ class DraPlugin:
             pods, _ = self.cluster.list("pods")
         except ClusterError as exc:
             raise ClaimError(f"cannot read the pods of node {self.node} to check the claim's devices: {exc}") from None
-        usage = pod_usage(self.host, pods, self.node, served=self.served(), authentic=self._authentic)
+        usage = pod_usage(self.plugins, pods, self.node, served=self.served(), authentic=self._authentic)
         for other in self.prepared():
             for placement in other.placements.values():
                 usage.add(f"claim {other.claim.namespace}/{other.claim.name}", placement)
@@ -304,12 +304,12 @@ class DraPlugin:
         try:
             for kind, group in sorted(by_kind.items()):
                 pod = claim_pod(claim, annotations)
-                allocation = self.host.allocate(kind, pod, 0, tuple(s.placement for s in group))
+                allocation = self.plugins.allocate(kind, pod, 0, tuple(s.placement for s in group))
                 placements[kind] = allocation.devices
                 annotations.update(allocation.pod_annotations)
                 pod = claim_pod(claim, annotations)
-                library = self.library_of(self.host.owner(kind).name)
-                edits = self.host.container_edits(kind, pod, 0, allocation.devices, library)
+                library = self.library_of(self.plugins.owner(kind).name)
+                edits = self.plugins.container_edits(kind, pod, 0, allocation.devices, library)
                 try:
                     write_files(edits.files)
                 except OSError as exc:
@@ -355,7 +355,7 @@ class DraPlugin:
         pod = claim_pod(claim, annotations)
         for kind, placement in placements.items():
             try:
-                self.host.release(kind, pod, [placement])
+                self.plugins.release(kind, pod, [placement])
             except Exception:
                 log.exception("releasing the %s devices of claim %s/%s failed", kind, claim.namespace, claim.name)
         for name in files:

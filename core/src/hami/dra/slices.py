@@ -99,7 +99,7 @@ def slice_name(node: str, driver: str) -> str:
     return f"{node}-{slug}"[:253].rstrip("-.")
 
 
-def published_devices(host: VendorPlugins, inventories: Mapping[str, NodeInventory]) -> list[PublishedDevice]:
+def published_devices(plugins: VendorPlugins, inventories: Mapping[str, NodeInventory]) -> list[PublishedDevice]:
     """The healthy devices of every kind the vendor publishes, named, in a stable order (kind, index, UUID)."""
     out: list[PublishedDevice] = []
     taken: set[str] = set()
@@ -107,7 +107,7 @@ def published_devices(host: VendorPlugins, inventories: Mapping[str, NodeInvento
         for d in sorted(inventories[word].devices, key=lambda d: (d.index, d.id)):
             if not d.health:
                 continue
-            facts = host.dra_device(word, d)
+            facts = plugins.dra_device(word, d)
             if not facts.published:
                 continue
             name = device_name(word, d)
@@ -131,10 +131,10 @@ def _mi(mib: int) -> str:
     return f"{mib}Mi"
 
 
-def _device_entry(host: VendorPlugins, driver: str, published: PublishedDevice) -> dict[str, Any]:
+def _device_entry(plugins: VendorPlugins, driver: str, published: PublishedDevice) -> dict[str, Any]:
     d = published.device
-    kind = host.kind(published.kind)
-    facts = host.dra_device(published.kind, d)
+    kind = plugins.kind(published.kind)
+    facts = plugins.dra_device(published.kind, d)
     attributes: dict[str, DraAttribute] = {}
     for name, value in facts.attributes.items():
         if name in CORE_ATTRIBUTES:
@@ -144,7 +144,7 @@ def _device_entry(host: VendorPlugins, driver: str, published: PublishedDevice) 
         else:
             attributes[name] = value
     attributes.update(
-        kind=published.kind, vendor=host.owner(published.kind).name, model=d.type or published.kind, uuid=d.id,
+        kind=published.kind, vendor=plugins.owner(published.kind).name, model=d.type or published.kind, uuid=d.id,
         index=d.index,
     )  # fmt: skip
     if d.numa >= 0:
@@ -181,7 +181,7 @@ def _device_entry(host: VendorPlugins, driver: str, published: PublishedDevice) 
 
 
 def build_slice(
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     node: str,
     driver: str,
     inventories: Mapping[str, NodeInventory],
@@ -189,7 +189,7 @@ def build_slice(
     node_uid: str = "",
 ) -> KubeObject:
     """The node's ResourceSlice for `driver` (every kind of every vendor in one pool named after the node)."""
-    devices = [_device_entry(host, driver, p) for p in published_devices(host, inventories)]
+    devices = [_device_entry(plugins, driver, p) for p in published_devices(plugins, inventories)]
     metadata: dict[str, Any] = {
         "name": slice_name(node, driver),
         "labels": {"app.kubernetes.io/managed-by": "hami", "hami.io/node": node[:63]},
@@ -213,9 +213,9 @@ class SlicePublisher:
     """Keeps the node's ResourceSlice equal to what discovery found: created, replaced when the devices change
     (a new pool generation), left alone when they do not. Errors are the caller's to log and retry."""
 
-    def __init__(self, cluster: Cluster, host: VendorPlugins, node: str, driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(self, cluster: Cluster, plugins: VendorPlugins, node: str, driver: str = DEFAULT_DRIVER) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.node = node
         self.driver = driver
         self.name = slice_name(node, driver)
@@ -227,7 +227,7 @@ class SlicePublisher:
 
         :raises ClusterError: the slice cannot be read or written.
         """
-        self.devices = {p.name: p for p in published_devices(self.host, inventories)}
+        self.devices = {p.name: p for p in published_devices(self.plugins, inventories)}
         try:
             current: KubeObject | None = self.cluster.get("resourceslices", self.name)
         except NotFoundError:
@@ -236,16 +236,16 @@ class SlicePublisher:
         with contextlib.suppress(ClusterError):  # without it no owner reference; the slice is still right
             node_uid = str(meta(self.cluster.get("nodes", self.node)).get("uid") or "")
         if current is None:
-            first = build_slice(self.host, self.node, self.driver, inventories, 1, node_uid)
+            first = build_slice(self.plugins, self.node, self.driver, inventories, 1, node_uid)
             self.cluster.create("resourceslices", first)
             log.info("published ResourceSlice %s: %d device(s)", self.name, len(self.devices))
             return True
         spec = current.get("spec") or {}
         generation = int((spec.get("pool") or {}).get("generation") or 0)
-        wanted = build_slice(self.host, self.node, self.driver, inventories, generation, node_uid)
+        wanted = build_slice(self.plugins, self.node, self.driver, inventories, generation, node_uid)
         if _same(spec, wanted["spec"]):
             return False
-        wanted = build_slice(self.host, self.node, self.driver, inventories, generation + 1, node_uid)
+        wanted = build_slice(self.plugins, self.node, self.driver, inventories, generation + 1, node_uid)
         wanted["metadata"]["resourceVersion"] = meta(current).get("resourceVersion")
         self.cluster.replace("resourceslices", wanted)
         log.info("ResourceSlice %s updated (generation %d): %d device(s)", self.name, generation + 1, len(self.devices))

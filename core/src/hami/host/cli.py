@@ -16,7 +16,7 @@ __all__ = ["add_host_parsers"]
 _RAW = argparse.RawDescriptionHelpFormatter
 
 
-def _vendor_host(config: str | None, vendor: str) -> Any:
+def _vendor_plugins(config: str | None, vendor: str) -> Any:
     """A host over the one vendor asked for (discovery asks no other driver), or over all to say which exist."""
     from hami.config import load_config
     from hami.plugins import VendorPlugins, installed_sources
@@ -82,9 +82,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.user is not None and not confined:
         raise HamiError("hami run: --user: only root can run a command as another user (without --no-namespace)")
     user = _user(args.user, "hami run")
-    host = _vendor_host(args.config, request.vendor)
+    plugins = _vendor_plugins(args.config, request.vendor)
     state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
-    launch = run.plan(request, host, state, confined=confined, user=user)
+    launch = run.plan(request, plugins, state, confined=confined, user=user)
     if not confined or user is None:
         logging.getLogger("hami.host").warning(
             "hami run: the command runs as %s, who %s: this limits the command, it confines no one (hami run as "
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
             "root" if root and user is None else "the invoking user",
             "can do anything" if root else "can rewrite the grant and drop LD_PRELOAD",
         )
-    run.prepare(launch, host)
+    run.prepare(launch, plugins)
     return run.run(launch)
 
 
@@ -104,10 +104,10 @@ def _cmd_grant(args: argparse.Namespace) -> int:
     try:
         request = _request(args)
         user = _user(args.user, "hami host grant")
-        host = _vendor_host(args.config, request.vendor)
+        plugins = _vendor_plugins(args.config, request.vendor)
         state = Path(args.state_dir) if args.state_dir else run.default_state_dir()
-        launch = run.plan(request, host, state, confined=True, user=user)
-        run.prepare(launch, host)
+        launch = run.plan(request, plugins, state, confined=True, user=user)
+        run.prepare(launch, plugins)
     except HamiError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -139,9 +139,9 @@ def _cmd_install(args: argparse.Namespace) -> int:
         from hami.config import load_config
         from hami.plugins import VendorPlugins
 
-        host = VendorPlugins.load(config=load_config(args.config).vendors)
+        plugins = VendorPlugins.load(config=load_config(args.config).vendors)
         prefix = Path(args.prefix or "/")
-        libraries = install.install(host, prefix, args.vendor or (), args.libdir or install.LIBRARY_ROOT)
+        libraries = install.install(plugins, prefix, args.vendor or (), args.libdir or install.LIBRARY_ROOT)
         written = install.write_cdi(libraries, prefix) if args.write else []
     except HamiError as exc:
         print(exc, file=sys.stderr)

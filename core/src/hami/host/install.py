@@ -70,12 +70,12 @@ def _final(path: Path, prefix: Path) -> str:
 
 
 def install(
-    host: VendorPlugins, prefix: Path, vendors: Sequence[str] = (), library_root: str = LIBRARY_ROOT
+    plugins: VendorPlugins, prefix: Path, vendors: Sequence[str] = (), library_root: str = LIBRARY_ROOT
 ) -> list[HostLibrary]:
     """Install the libraries of the loaded vendors (or of `vendors`) under `prefix` / `library_root` (a package
     uses ``/usr/lib/hami``: ``/usr/local`` is the administrator's). :raises HamiError: a vendor asked for is not
     loaded or ships no library, or the files cannot be written."""
-    loaded = {v.name: v for v in host.vendors}
+    loaded = {v.name: v for v in plugins.vendors}
     unknown = [name for name in vendors if name not in loaded]
     if unknown:
         near = [n for n in (nearest(name, list(loaded)) for name in unknown) if n]

@@ -183,12 +183,12 @@ class Launch:
     removable: list[Path] = field(default_factory=list)
 
 
-def _vendor(host: VendorPlugins, name: str) -> LoadedVendor:
-    names = [v.name for v in host.vendors]
+def _vendor(plugins: VendorPlugins, name: str) -> LoadedVendor:
+    names = [v.name for v in plugins.vendors]
     if name in names:
-        return host.vendor(name)
-    why = next((f"; it failed to load: {f.error}" for f in host.failed if f.entry_point == name), "")
-    why = why or next((" (disabled by HAMI_DISABLED_VENDORS)" for d in host.disabled if d.entry_point == name), "")
+        return plugins.vendor(name)
+    why = next((f"; it failed to load: {f.error}" for f in plugins.failed if f.entry_point == name), "")
+    why = why or next((" (disabled by HAMI_DISABLED_VENDORS)" for d in plugins.disabled if d.entry_point == name), "")
     near = nearest(name, names)
     hint = f" (did you mean {near!r}?)" if near else ""
     raise HamiError(
@@ -212,8 +212,8 @@ def _library(vendor: LoadedVendor) -> Path:
     return source
 
 
-def _devices(host: VendorPlugins, vendor: LoadedVendor, wanted: Sequence[int]) -> list[tuple[NodeInventory, Device]]:
-    inventories = host.discover().get(vendor.name, [])
+def _devices(plugins: VendorPlugins, vendor: LoadedVendor, wanted: Sequence[int]) -> list[tuple[NodeInventory, Device]]:
+    inventories = plugins.discover().get(vendor.name, [])
     found = {device.index: (inventory, device) for inventory in inventories for device in inventory.devices}
     chosen = []
     for index in wanted:
@@ -250,7 +250,7 @@ def _pod(name: str) -> Pod:
 
 def plan(
     request: RunRequest,
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     state_dir: Path,
     *,
     confined: bool,
@@ -259,16 +259,16 @@ def plan(
 ) -> Launch:
     """What running `request` takes: the vendor's edits for it, moved to host paths under `state_dir`.
     Writes nothing. :raises HamiError: the vendor, a device, or the vendor's edits cannot serve the request."""
-    vendor = _vendor(host, request.vendor)
+    vendor = _vendor(plugins, request.vendor)
     _library(vendor)
-    chosen = _devices(host, vendor, request.devices)
+    chosen = _devices(plugins, vendor, request.devices)
     kind = chosen[0][0].kind
     for index, (_, device) in zip(request.devices, chosen, strict=True):
         if device.devmem and request.memory > device.devmem:
             raise HamiError(
                 f"hami run: --memory: {request.memory} MiB is more than device {index} has ({device.devmem} MiB)"
             )
-    cores_of = host.kind(kind).cores_on  # a kind counting compute units grants that share of them
+    cores_of = plugins.kind(kind).cores_on  # a kind counting compute units grants that share of them
     placement = tuple(
         ContainerDevice(uuid=d.id, type=kind, usedmem=request.memory, usedcores=cores_of(request.cores, d))
         for _, d in chosen
@@ -278,7 +278,7 @@ def plan(
     folder = libraries.hook_dir / vendor.name
     stable = folder / Path(vendor.info.isolation_library or "").name
     library = IsolationLibrary(path=str(stable), preload_path=str(folder / "ld.so.preload"))
-    edits = host.container_edits(kind, _pod(name), 0, placement, library)
+    edits = plugins.container_edits(kind, _pod(name), 0, placement, library)
     by_target = {m.container_path: m for m in edits.mounts}
     grant_mount, preload_mount = by_target.get(GRANT_DIR), by_target.get(PRELOAD_PATH)
     if grant_mount is None or preload_mount is None or not edits.accounting_file:
@@ -319,7 +319,7 @@ def plan(
                 value = str(PurePosixPath(base) / rest) if rest else base
                 break
         env[key] = value
-    visible = host.host_environment(kind, placement, [d.index for _, d in chosen])
+    visible = plugins.host_environment(kind, placement, [d.index for _, d in chosen])
     if visible is None:
         raise HamiError(
             f"hami run: vendor {vendor.name} does not say how a host process sees only the chosen "
@@ -387,7 +387,7 @@ def container_flags(launch: Launch) -> list[str]:
 _COMPARED = ("vendor", "devices", "user")
 
 
-def prepare(launch: Launch, host: VendorPlugins) -> None:
+def prepare(launch: Launch, plugins: VendorPlugins) -> None:
     """Write what the command needs before it starts: the library, the grant, the accounting directory, the
     record of the run. A share made before must have asked the same. :raises HamiError: it cannot be written."""
     state = launch.state_dir
@@ -403,7 +403,7 @@ def prepare(launch: Launch, host: VendorPlugins) -> None:
                     f"hami run: --share: {launch.name} was made for {_summary(before)}, not {_summary(launch.record)}"
                     f" ({', '.join(differs)} differ): ask the same, or name another share"
                 )
-        IsolationLibraries(state / "lib").install(host.vendor(launch.vendor))
+        IsolationLibraries(state / "lib").install(plugins.vendor(launch.vendor))
         write_files(launch.files)
         launch.accounting_file.parent.mkdir(mode=0o700, exist_ok=True)
         if launch.user is not None:

@@ -103,7 +103,7 @@ class Allocator:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         node: str,
         *,
         on_served: Callable[[ServedContainer], None] | None = None,
@@ -112,7 +112,7 @@ class Allocator:
         journal: AllocationJournal | None = None,
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.node = node
         self.on_served = on_served or (lambda container: None)
         self.library_of = library_of or (lambda vendor: None)
@@ -159,14 +159,14 @@ class Allocator:
         """The pod the next Allocate of `kind` will serve and its containers still to serve, in order, as (name,
         placement): the signed placement where placements are signed. None when no pod is found or its
         annotations cannot be read (Allocate then says why). For GetPreferredAllocation, which comes first."""
-        key = self.host.kind(kind).annotations.to_allocate
+        key = self.plugins.kind(kind).annotations.to_allocate
         try:
             with self._serial:
                 target = self._find_pod(kind)
             pod = target.pod
             entries = _entries(pod.annotations, key)
             if self.placement_keys is not None:
-                _, signed = self._signed(pod, kind, self.host.kind(kind).annotations.allocated)
+                _, signed = self._signed(pod, kind, self.plugins.kind(kind).annotations.allocated)
                 entries = [signed[i] if e and i < len(signed) else e for i, e in enumerate(entries)]
         except (HamiError, ClusterError) as exc:
             log.debug("GetPreferredAllocation of %s on node %s: no pod to prefer for: %s", kind, self.node, exc)
@@ -177,7 +177,7 @@ class Allocator:
     # ---------------------------------------------------------------------------------- which pod
 
     def _find_pod(self, kind: str, requests: Sequence[Sequence[str]] = ()) -> _Target:
-        key = self.host.kind(kind).annotations.to_allocate
+        key = self.plugins.kind(kind).annotations.to_allocate
         if key is None:
             raise AllocationError(
                 f"{kind} devices are served on the node by the vendor's own device plugin, as in HAMi, not by this "
@@ -326,13 +326,13 @@ class Allocator:
         return _Target(found[0], Pod.from_api(found[0]))
 
     def _needs_any(self, annotations: Mapping[str, str]) -> bool:
-        return any(_has_work(annotations, k.annotations.to_allocate) for k in self.host.kinds)
+        return any(_has_work(annotations, k.annotations.to_allocate) for k in self.plugins.kinds)
 
     # ---------------------------------------------------------------------------------- serving
 
     def _serve(self, kind: str, target: _Target, requests: Sequence[Sequence[str]]) -> list[ContainerEdits]:
         pod = target.pod
-        keys = self.host.kind(kind).annotations
+        keys = self.plugins.kind(kind).annotations
         key = keys.to_allocate
         assert key is not None  # `_find_pod` refuses a kind this daemon does not serve
         entries = _entries(pod.annotations, key)
@@ -364,7 +364,7 @@ class Allocator:
         answers: list[ContainerEdits] = []
         written: dict[str, str] = {}
         node_written: dict[str, str | None] = {}
-        library = self.library_of(self.host.owner(kind).name)
+        library = self.library_of(self.plugins.owner(kind).name)
         for request in requests:
             index = next((i for i, e in enumerate(entries) if e), None)
             if index is None:
@@ -384,13 +384,13 @@ class Allocator:
                     f"container {container} was given {len(request)} {kind} device ID(s) by the kubelet, but the "
                     f"scheduler placed {len(placement)} device(s) for it ({', '.join(d.uuid for d in placement)})"
                 )
-            allocation = self.host.allocate(kind, pod, index, placement)
+            allocation = self.plugins.allocate(kind, pod, index, placement)
             placement = allocation.devices
             if allocation.pod_annotations:
                 written.update(allocation.pod_annotations)
                 pod = pod.model_copy(update={"annotations": {**pod.annotations, **allocation.pod_annotations}})
             node_written.update(allocation.node_annotations)
-            edits = self.host.container_edits(kind, pod, index, placement, library)
+            edits = self.plugins.container_edits(kind, pod, index, placement, library)
             try:
                 write_files(edits.files)  # the grant, before the container can start
             except OSError as exc:
@@ -445,7 +445,7 @@ class Allocator:
     def _write_node_annotations(self, annotations: Mapping[str, str | None]) -> None:
         """The vendors' node annotations of this Allocate (`Allocation.node_annotations`), less the daemon's own."""
         owned = {LOCK_ANNOTATION}
-        for k in self.host.kinds:
+        for k in self.plugins.kinds:
             owned.update(key for key in (k.annotations.node_register, k.annotations.node_handshake) if key)
         wanted = {k: v for k, v in annotations.items() if k not in owned}
         if not wanted:
@@ -466,7 +466,7 @@ class Allocator:
         with contextlib.suppress(Exception):
             self.cluster.record_event(target.obj, "DeviceAllocationFailed", message, warning=True)
         try:  # with the vendor locks bind took with it
-            self.locks.release(self.node, pod.namespace, pod.name, vendor_locks_of(self.host.kinds))
+            self.locks.release(self.node, pod.namespace, pod.name, vendor_locks_of(self.plugins.kinds))
         except Exception:
             log.exception("could not release the lock of node %s held by %s/%s", self.node, pod.namespace, pod.name)
 

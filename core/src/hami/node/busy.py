@@ -2,9 +2,10 @@
 
 Owns measuring each of this node's devices' busy share (percent of the time busy) and writing it to the Node
 annotation `hami.measured.BUSY_ANNOTATION`: the vendor's reading when its management library gives one
-(`hami_device_readings`, checked by `hami.node.monitor.sane_reading`), else the sum of the shares its containers'
-isolation libraries accounted (`hami.node.usage`), else nothing (the device is left out: unknown to the policy,
-not idle).
+(`hami_device_readings`, checked by `hami.node.monitor.sane_reading`), else the busy time the kernel's DRM fdinfo
+counted for the served containers' clients on its engines since the last publish (`hami.node.drmusage`, for the
+vendors that give a DRM source with engines), else the sum of the shares its containers' isolation libraries
+accounted (`hami.node.usage`), else nothing (the device is left out: unknown to the policy, not idle).
 
 Writes are few: the annotation is patched only when a device's share moved by `change_points` or more since the
 last write, when the set of measured devices changed, or when `refresh_seconds` passed (so a scheduler that
@@ -33,8 +34,10 @@ def measure_busy(
     inventories: Mapping[str, NodeInventory],
     readings: Iterable[DeviceReading],
     containers: Iterable[ContainerUsage],
+    drm_busy: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Device id → busy percent for the devices whose share is known (see the module)."""
+    """Device id → busy percent for the devices whose share is known (see the module); `drm_busy`: device id → the
+    busy percent its engines' fdinfo times give (`hami.node.drmusage.busy_between`)."""
     read = {r.device_uuid: r for r in readings}
     summed: dict[str, float] = {}
     for c in containers:
@@ -43,6 +46,8 @@ def measure_busy(
     for inventory in inventories.values():
         for d in inventory.devices:
             measured = sane_reading(read.get(d.id), d).utilization_percent
+            if measured is None and drm_busy and d.id in drm_busy:
+                measured = min(max(drm_busy[d.id], 0.0), 100.0)
             if measured is None and d.id in summed:
                 measured = min(summed[d.id], 100.0)
             if measured is not None:

@@ -14,7 +14,8 @@ these periodic tasks:
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
   the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
 * **busy** (`busyPublishSeconds`, 30 s; 0 turns it off): each device's measured busy share written on the Node
-  when it moved (`hami.node.busy`), for the scheduler's `usage` policy.
+  when it moved (`hami.node.busy`), for the scheduler's `usage` policy; for a vendor that gives a DRM source with
+  engines, the share its engines' fdinfo times show between two publishes, as the backstop's rounds read them.
 
 Blocking work (Kubernetes calls, vendor hooks, file copies) runs in worker threads; Allocate is serialized
 per node by `hami.node.allocate`. The monitor serves metrics from its own thread.
@@ -56,6 +57,7 @@ from hami.node.allocate import Allocator
 from hami.node.backstop import Backstop, BackstopSettings
 from hami.node.busy import BusyPublisher, measure_busy
 from hami.node.devices import ResourceRole, advertised_devices, resources_of
+from hami.node.drmusage import BusyWindow
 from hami.node.hooklib import IsolationLibraries
 from hami.node.journal import AllocationJournal
 from hami.node.kubelet import KubeletSocket, RegistrationError
@@ -127,23 +129,23 @@ class NodeDaemon:
     def __init__(
         self,
         settings: NodeSettings,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         cluster: Cluster,
         *,
         container_usage: ContainerUsageReader | None = None,
         placement_keys: PlacementKeys | None = None,
     ) -> None:
         self.settings = settings
-        self.host = host
+        self.plugins = plugins
         self.cluster = cluster
         self.node = settings.node_name
         self.kubelet = KubeletSocket(settings.device_plugin_dir)
         self.libraries = IsolationLibraries(settings.hook_dir)
-        self.served = ServedPods(host)
+        self.served = ServedPods(plugins)
         self.placement_keys = placement_keys if placement_keys is not None else PlacementKeys.from_environment()
         self.allocator = Allocator(
             cluster,
-            host,
+            plugins,
             self.node,
             on_served=self.served.record,
             library_of=self.libraries.for_vendor,
@@ -164,7 +166,7 @@ class NodeDaemon:
                 "placement verification on: serving only placements signed with the keys in %s",
                 self.placement_keys.source,
             )
-        self.registrar = NodeRegistrar(cluster, host, self.node)
+        self.registrar = NodeRegistrar(cluster, plugins, self.node)
         self.container_usage = container_usage or AccountingReader(self.served.containers)
         self.monitor = NodeMonitor(
             self.node,
@@ -176,20 +178,22 @@ class NodeDaemon:
         self.busy = BusyPublisher(
             cluster,
             self.node,
-            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage()),
+            lambda: measure_busy(self.inventories, self._device_readings(), self.container_usage(), self._drm_busy()),
         )
         self.backstop: Backstop | None = None
+        self._drm_window: BusyWindow | None = None
         if settings.backstop.enabled and settings.simulated_inventory is None:  # simulated devices run nothing
             self.backstop = Backstop(
-                host,
+                plugins,
                 cluster,
                 self.served.containers,
                 settings.backstop,
                 devices=lambda: {d.id for inventory in self.inventories.values() for d in inventory.devices},
             )
             self.monitor.registry.register(self.backstop)
+            self._drm_window = BusyWindow(self.backstop.drm)
         self.inventories: dict[str, NodeInventory] = {}
-        self.plugins: dict[str, ResourcePlugin] = {}
+        self.resource_plugins: dict[str, ResourcePlugin] = {}
         self.metrics: MetricsServer | None = None
         self.discoveries = 0
         """Discovery rounds completed."""
@@ -203,9 +207,9 @@ class NodeDaemon:
         self.dra: DraPlugin | None = None
         """The DRA kubelet plugin (`draDriver` set)."""
         if settings.dra_driver:
-            slices = self.slices = SlicePublisher(cluster, host, self.node, settings.dra_driver)
+            slices = self.slices = SlicePublisher(cluster, plugins, self.node, settings.dra_driver)
             self.dra = DraPlugin(
-                cluster, host, self.node, settings.dra_driver, lambda: slices.devices,
+                cluster, plugins, self.node, settings.dra_driver, lambda: slices.devices,
                 plugin_dir=settings.dra_plugin_dir, registry_dir=settings.plugin_registry_dir,
                 cdi_dir=settings.cdi_dir, library_of=self.libraries.for_vendor, placement_keys=self.placement_keys,
                 served=lambda: [
@@ -227,7 +231,7 @@ class NodeDaemon:
             await asyncio.to_thread(self._start_up)
             log.info(
                 "node daemon for %s: vendors %s; device plugins in %s; metrics on port %d",
-                self.node, ", ".join(v.name for v in self.host.vendors) or "none",
+                self.node, ", ".join(v.name for v in self.plugins.vendors) or "none",
                 self.settings.device_plugin_dir, self.metrics.port,
             )  # fmt: skip
             await self.discover()
@@ -255,13 +259,17 @@ class NodeDaemon:
     async def shutdown(self) -> None:
         """Stop every plugin (in-flight calls get the grace period), remove the sockets, stop the metrics."""
         grace = self.settings.shutdown_grace_seconds
-        await asyncio.gather(*(p.stop(grace) for p in self.plugins.values()), return_exceptions=True)
+        await asyncio.gather(*(p.stop(grace) for p in self.resource_plugins.values()), return_exceptions=True)
         if self.dra is not None:
             await self.dra.stop(grace)
         self._registered.clear()
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+
+    def _drm_busy(self) -> dict[str, float]:
+        """The devices' busy shares from DRM fdinfo since the last publish (the backstop's rounds count them)."""
+        return {} if self._drm_window is None else self._drm_window.shares()
 
     async def publish_busy(self) -> None:
         """One round of publishing the devices' busy shares on the Node (hami.node.busy)."""
@@ -289,13 +297,13 @@ class NodeDaemon:
         found: list[DeviceReading] = []
         for kind in list(self.inventories):
             try:
-                found += self.host.device_readings(kind) or ()
+                found += self.plugins.device_readings(kind) or ()
             except Exception:  # one vendor's failure leaves its devices unknown, not the scrape failed
                 log.exception("reading the %s devices' figures failed", kind)
         return found
 
     def _start_up(self) -> None:
-        for vendor in self.host.vendors:
+        for vendor in self.plugins.vendors:
             try:
                 self.libraries.install(vendor)
             except OSError as exc:
@@ -309,9 +317,9 @@ class NodeDaemon:
             log.warning("cannot list the pods already on node %s (%s); metrics start with none", self.node, exc)
             return
         here = [Pod.from_api(p) for p in pods if node_of(p) == self.node and not finished(p)]
-        for kind in self.host.kinds:
+        for kind in self.plugins.kinds:
             try:
-                self.host.reconcile(kind.common_word, here)
+                self.plugins.reconcile(kind.common_word, here)
             except Exception:  # one vendor's clean-up must not stop the daemon
                 log.exception("reconciling the %s devices of node %s failed", kind.common_word, self.node)
 
@@ -322,9 +330,9 @@ class NodeDaemon:
         file when one is set (None when that file cannot be used this round: the last inventory stays)."""
         path = self.settings.simulated_inventory
         if path is None:
-            return self.host.discover()
+            return self.plugins.discover()
         try:
-            return simulated.discover(path, self.node, self.host)
+            return simulated.discover(path, self.node, self.plugins)
         except ConfigError as exc:
             log.error("%s; keeping the devices found before", exc)
             return None
@@ -339,7 +347,7 @@ class NodeDaemon:
         for vendor, answers in found.items():
             for inventory in answers:
                 try:
-                    owner = self.host.owner(inventory.kind).name
+                    owner = self.plugins.owner(inventory.kind).name
                 except KeyError:
                     owner = None
                 if owner != vendor:
@@ -352,14 +360,14 @@ class NodeDaemon:
         self.inventories = inventories
         created = False
         for word, inventory in sorted(inventories.items()):
-            kind = self.host.kind(word)
+            kind = self.plugins.kind(word)
             for resource in resources_of(kind):
-                plugin = self.plugins.get(resource.name)
+                plugin = self.resource_plugins.get(resource.name)
                 if plugin is None:
                     plugin = ResourcePlugin(
                         resource, self.settings.device_plugin_dir, self.allocator.allocate, self.preference
                     )
-                    self.plugins[resource.name] = plugin
+                    self.resource_plugins[resource.name] = plugin
                     created = True
                 devices = advertised_devices(kind, resource.role, inventory.devices)
                 if await plugin.set_devices(devices) and plugin.serving:
@@ -396,7 +404,7 @@ class NodeDaemon:
                 log.info("the kubelet restarted: registering again")
             self._kubelet = identity
             self._registered.clear()
-        for name, plugin in sorted(self.plugins.items()):
+        for name, plugin in sorted(self.resource_plugins.items()):
             if not plugin.socket_present:
                 if plugin.serving:
                     log.info("the socket of %s was removed: listening again", name)
@@ -471,19 +479,19 @@ def run_node(
     settings: NodeSettings,
     *,
     cluster: Cluster | None = None,
-    host: VendorPlugins | None = None,
+    plugins: VendorPlugins | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT (or `stop` is set, from another thread); returns the exit status."""
-    host = host or VendorPlugins.load(config=config.vendors)
-    for failure in host.failed:
+    plugins = plugins or VendorPlugins.load(config=config.vendors)
+    for failure in plugins.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if settings.simulated_inventory is not None:
         inventory = settings.simulated_inventory
         simulated.load_inventory(inventory).node(settings.node_name, str(inventory))  # a bad file stops us here
         log.info("devices of node %s come from %s, not from the vendors' drivers", settings.node_name, inventory)
     cluster = cluster or connect(config)
-    daemon = NodeDaemon(settings, host, cluster)
+    daemon = NodeDaemon(settings, plugins, cluster)
 
     async def main() -> None:
         done = asyncio.Event()

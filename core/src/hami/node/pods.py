@@ -64,8 +64,8 @@ def finished(obj: KubeObject) -> bool:
 class ServedPods:
     """Served containers by pod UID."""
 
-    def __init__(self, host: VendorPlugins) -> None:
-        self.host = host
+    def __init__(self, plugins: VendorPlugins) -> None:
+        self.plugins = plugins
         self._lock = threading.Lock()
         self._pods: dict[str, list[ServedContainer]] = {}
 
@@ -91,7 +91,7 @@ class ServedPods:
                 continue
             pod = Pod.from_api(obj)
             containers = pod.all_containers
-            for kind in self.host.kinds:
+            for kind in self.plugins.kinds:
                 value = pod.annotations.get(kind.annotations.allocated)
                 if not value:
                     continue
@@ -119,7 +119,7 @@ class ServedPods:
         """Where the vendor put the container's accounting file and grant directory (container edits are
         deterministic)."""
         try:
-            edits = self.host.container_edits(kind, pod, index, devices)
+            edits = self.plugins.container_edits(kind, pod, index, devices)
         except Exception:  # a vendor failing here must not stop the daemon from tracking the pod
             log.warning(
                 "pod %s/%s: cannot tell where container %d's accounting file is", pod.namespace, pod.name, index
@@ -163,6 +163,6 @@ class ServedPods:
                 if e.kind == kind:
                     placements[e.index] = e.devices
             try:
-                self.host.release(kind, pod, placements)
+                self.plugins.release(kind, pod, placements)
             except Exception:  # a vendor's failure must not stop the sweep
                 log.exception("vendor release of %s devices for pod %s/%s failed", kind, first.namespace, first.pod)

@@ -36,10 +36,10 @@ class NodeRegistrar:
     """Keeps one node's register and handshake annotations in step with discovery."""
 
     def __init__(
-        self, cluster: Cluster, host: VendorPlugins, node: str, *, clock: Callable[[], datetime] = datetime.now
+        self, cluster: Cluster, plugins: VendorPlugins, node: str, *, clock: Callable[[], datetime] = datetime.now
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.node = node
         self.clock = clock
         self._reported: set[str] = set()
@@ -49,7 +49,7 @@ class NodeRegistrar:
         """kind → inventory, to the register annotations (and vendor extras) this node should carry."""
         out: dict[str, str] = {}
         for word, inventory in sorted(inventories.items()):
-            kind = self.host.kind(word)
+            kind = self.plugins.kind(word)
             key = kind.annotations.node_register
             if key and not self._own_form(word):
                 if kind.register_format == RegisterFormat.LEGACY:
@@ -62,9 +62,9 @@ class NodeRegistrar:
     def _own_form(self, word: str) -> bool:
         """The vendor publishes kind `word`'s devices in a form of its own (its `hami_node_devices` reads them:
         it answers, if only ``[]``, for a node without them), so the register key is the vendor's to write."""
-        if not self.host.implements(word, "hami_node_devices"):
+        if not self.plugins.implements(word, "hami_node_devices"):
             return False
-        return self.host.node_devices(word, {}, self.node) is not None
+        return self.plugins.node_devices(word, {}, self.node) is not None
 
     def sync(self, inventories: Mapping[str, NodeInventory]) -> dict[str, str]:
         """Patch the node where it differs from `inventories`, answer handshakes; returns what was written.
@@ -77,7 +77,7 @@ class NodeRegistrar:
         reported = encode_handshake(Handshake("Reported", self.clock().replace(microsecond=0)))
         answered = []
         for word in inventories:
-            key = self.host.kind(word).annotations.node_handshake
+            key = self.plugins.kind(word).annotations.node_handshake
             if not key:
                 continue
             if key not in self._reported or not str(current.get(key, "")).startswith("Reported"):

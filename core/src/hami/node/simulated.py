@@ -287,7 +287,7 @@ def _problems(exc: ValidationError, data: Any) -> str:
     return "; ".join(describe_error(error, InventoryFile, label) for error in exc.errors())
 
 
-def discover(path: str | Path, node: str, host: VendorPlugins) -> dict[str, list[NodeInventory]]:
+def discover(path: str | Path, node: str, plugins: VendorPlugins) -> dict[str, list[NodeInventory]]:
     """What `VendorPlugins.discover` would answer on `node`, from the inventory file: vendor → inventories.
 
     Each serving vendor is first handed its devices and their `driver` facts (`VendorPlugins.simulated_devices`);
@@ -295,13 +295,13 @@ def discover(path: str | Path, node: str, host: VendorPlugins) -> dict[str, list
     out, with a warning. :raises ConfigError: the file is unusable or does not list the node."""
     entry = load_inventory(path).node(node, str(path))
     facts = entry.driver_facts()
-    found: dict[str, list[NodeInventory]] = {vendor.name: [] for vendor in host.vendors}
+    found: dict[str, list[NodeInventory]] = {vendor.name: [] for vendor in plugins.vendors}
     extra = entry.published_annotations()  # published with the first kind that is served
     for kind, inventory in entry.inventories().items():
         try:
-            vendor = host.owner(kind).name
+            vendor = plugins.owner(kind).name
         except KeyError:
-            served = [k.common_word for k in host.kinds]
+            served = [k.common_word for k in plugins.kinds]
             near = nearest(kind, served)
             log.warning(
                 "%s lists %s devices on node %s, but no loaded vendor serves that kind%s; served kinds: %s "
@@ -310,7 +310,7 @@ def discover(path: str | Path, node: str, host: VendorPlugins) -> dict[str, list
             )  # fmt: skip
             continue
         try:
-            host.simulated_devices(kind, inventory.devices, facts.get(kind, {}))
+            plugins.simulated_devices(kind, inventory.devices, facts.get(kind, {}))
         except HamiError as exc:
             log.error("%s, node %s, the %s devices' driver facts: %s", path, node, kind, exc)
         found[vendor].append(inventory.model_copy(update={"annotations": extra}) if extra else inventory)

@@ -61,14 +61,14 @@ class Binder:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings,
         pending: PendingDecisions,
         writer: PlacementWriter,
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.state = state
         self.settings = settings
         self.pending = pending
@@ -114,8 +114,8 @@ class Binder:
         DRS, AWS Neuron) takes no node lock, as HAMi takes none for them: no node daemon would release it."""
         started = time.monotonic()
         kinds = self._pod_kinds(namespace, name)
-        vendor_locks = vendor_locks_of(self.host.kind(k) for k in kinds)
-        locking = not kinds or any(self.host.kind(k).annotations.to_allocate is not None for k in kinds)
+        vendor_locks = vendor_locks_of(self.plugins.kind(k) for k in kinds)
+        locking = not kinds or any(self.plugins.kind(k).annotations.to_allocate is not None for k in kinds)
         try:
             waited = (
                 self.locks.acquire(
@@ -186,7 +186,7 @@ class Binder:
             self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "failed"})
 
     def _every_vendor_lock(self) -> list[VendorLock]:
-        return vendor_locks_of(self.host.kinds)
+        return vendor_locks_of(self.plugins.kinds)
 
     def _pod_kinds(self, namespace: str, name: str) -> list[str]:
         """The device kinds the pod was placed with."""
@@ -195,7 +195,7 @@ class Binder:
             kinds = sorted(record.allocation) if record is not None else None
         if kinds is None:  # not seen by this replica's filter (e.g. a restart in between): ask the pod
             try:
-                kinds = sorted(self.host.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
+                kinds = sorted(self.plugins.pod_requests(Pod.from_api(self.cluster.get("pods", name, namespace))))
             except (ClusterError, HamiError, ValueError):
                 kinds = []
         return kinds

@@ -183,16 +183,16 @@ class Candidates:
         others cannot is added to `failed`. The caller holds the state's lock while it reads the batches."""
         kinds = sorted(requests)
         largest = {k: max((r for r in requests[k] if r is not None), key=_size) for k in kinds}
-        host = (pod.cpu_request, pod.memory_request)
+        cpu_memory = (pod.cpu_request, pod.memory_request)
         node_policy = NODE_POLICIES[policy.node]
-        shape = PodShape(tuple(kinds), largest, Shares(largest), host, policy.workload)
+        shape = PodShape(tuple(kinds), largest, Shares(largest), cpu_memory, policy.workload)
         order = node_policy.order(self.state, shape)
         adjust = adjustment(self.state, node_policy, shape, selectors)
         memo_key = self.ids.memo(
             (
                 policy.node,
                 policy.workload.serial if policy.workload is not None else None,
-                host,
+                cpu_memory,
                 tuple((k, r.count, r.memory, r.memory_percentage, r.cores) for k, r in sorted(largest.items())),
             )
         )

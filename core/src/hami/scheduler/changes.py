@@ -46,6 +46,10 @@ class ChangeLog:
         return set(self.entries[position - self.dropped :])
 
     def restart(self) -> None:
-        """Drop every entry and every position handed out so far: every reader rebuilds (the state was rebuilt)."""
-        self.entries.clear()
+        """Drop every entry and every position handed out so far: every reader rebuilds (the state was rebuilt).
+
+        The next position is past every one handed out (`position` itself included), read before the entries are
+        cleared: after them, `position` is only `dropped`, and a reader current to a later position would find
+        the log "unchanged since" and keep what it read of the nodes before the rebuild."""
         self.dropped = self.position + 1
+        self.entries.clear()

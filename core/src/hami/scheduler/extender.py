@@ -22,6 +22,10 @@ answers (`hami.scheduler.placement`). A write that fails undoes the decision, an
 Bind (`hami.scheduler.binding`) takes the node lock for the pod, marks `hami.io/bind-phase: allocating` and
 creates the Binding; this module only answers it when this replica may not decide.
 
+Beside the filter, in their own modules: preemption's part of it (the pod's own hold set aside before the fit,
+victims chosen when nothing fits: `hami.scheduler.preempting`), a gang member's filter (`hami.scheduler.gangs`)
+and the prioritize verb (`hami.scheduler.prioritize`); the filter only calls them.
+
 This module decides; `hami.scheduler.server` speaks HTTP, `hami.scheduler.service` wires watches.
 """
 
@@ -35,20 +39,20 @@ from hami.cluster.port import Cluster, KubeObject, meta, pod_key
 from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
-from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy, host_requests
+from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
 from hami.numaalign import NUMA_ALIGNMENT_ANNOTATION, NumaAlignment, NumaAlignmentError, parse_numa_alignment
 from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
 from hami.scheduler.candidates import Candidates
 from hami.scheduler.gangs import Gangs
-from hami.scheduler.holds import Hold
 from hami.scheduler.pending import PendingDecision, PendingDecisions
 from hami.scheduler.placement import VGPU_TIME, PlacementWriter
-from hami.scheduler.policies import NODE_POLICIES, NodePolicy, ObservedWorkload, PodShape, Shares, node_share
+from hami.scheduler.policies import NODE_POLICIES, NodePolicy, ObservedWorkload
 from hami.scheduler.policy import policy_for
 from hami.scheduler.precedence import Precedence
 from hami.scheduler.preempting import Preempting, Preemption
+from hami.scheduler.prioritize import Prioritizer
 from hami.scheduler.requeue import Requeuer
 from hami.scheduler.settings import ExtenderSettings
 from hami.scheduler.state import TERMINAL_PHASES, ClusterState, Decision, NodeRecord
@@ -80,12 +84,12 @@ class Extender:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         settings: ExtenderSettings | None = None,
     ) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.state = state
         self.settings = settings or ExtenderSettings()
         self.workload = ObservedWorkload()
@@ -93,8 +97,8 @@ class Extender:
         """Which nodes a filter fits, in which order (`hami.scheduler.candidates`)."""
         self.pending = PendingDecisions()
         """Decisions awaiting their bind, and the pods the watch delivered (`record_at_bind`)."""
-        self.writer = PlacementWriter(cluster, host, state)
-        self.binder = Binder(cluster, host, state, self.settings, self.pending, self.writer)
+        self.writer = PlacementWriter(cluster, plugins, state)
+        self.binder = Binder(cluster, plugins, state, self.settings, self.pending, self.writer)
         """Binds, under the node locks (`hami.scheduler.binding`)."""
         self.quota: QuotaLedger | None = None
         """Namespace quotas re-checked at filter time (shared with the webhook), when configured."""
@@ -112,6 +116,8 @@ class Extender:
         """Preemption for pods no node fits (`hami.scheduler.preempting`); None: off."""
         self.gangs = Gangs(self)
         """Pods placed all or nothing with their group (`hami.scheduler.gangs`); the service reports pods to it."""
+        self.prioritizer = Prioritizer(plugins, state, self.settings, lambda: self.workload.profile())
+        """The prioritize verb (`hami.scheduler.prioritize`), planning for the workload this filter learns."""
 
     def filters_at_once(self, namespace: str, name: str, uid: str) -> bool:
         """Whether a filter of this pod waits on nothing but short locks, so that the server may decide on its
@@ -157,7 +163,7 @@ class Extender:
         pod counted, the handshake not read: HAMi's `buildTransientNodeInfo`), the best node chosen by the same
         fit and policies, and nothing counted, reserved or written. A Node with no device of the pod's kinds is
         refused as any unregistered node is; one that cannot be read is refused saying so."""
-        state = ClusterState(self.host)
+        state = ClusterState(self.plugins)
         failed: dict[str, str] = {}
         for node in nodes:
             name = str(meta(node).get("name"))
@@ -166,7 +172,7 @@ class Extender:
             except (AttributeError, TypeError, ValueError, KeyError) as exc:
                 failed[name] = f"the Node object given cannot be read: {exc}"
         settings = self.settings.model_copy(update={"record_at_bind": True, "pass_over_nodes_in_flight": False})
-        alone = Extender(self.cluster, self.host, state, settings)  # its own state and pending: nothing leaves it
+        alone = Extender(self.cluster, self.plugins, state, settings)  # its own state and pending: nothing leaves it
         result = alone._decide(Pod.from_api(pod_obj), [n for n in state.nodes if n not in failed])
         result.failed.update(failed)
         return result
@@ -197,14 +203,14 @@ class Extender:
         """Rank the named nodes, fit the pod onto them batch by batch, commit the decision on the chosen one."""
         unwritten = self.pending.take(pod.namespace, pod.name) is not None  # never written: no withdrawal
         try:
-            requests = self.host.pod_requests(pod)
+            requests = self.plugins.pod_requests(pod)
             policy = policy_for(pod.annotations, self.settings.default_policy())
         except (HamiError, ValueError) as exc:
             return FilterResult(error=f"pod {pod.namespace}/{pod.name}: {exc}")
         if not requests:
             return FilterResult(passthrough=True)
         kinds = sorted(requests)
-        selectors = {k: Selectors(self.host.kind(k), pod) for k in kinds}
+        selectors = {k: Selectors(self.plugins.kind(k), pod) for k in kinds}
         self._observe(pod, requests, selectors)
         if "fragmentation-aware" in (policy.node, *policy.device):
             policy = policy.model_copy(update={"workload": self.workload.profile()})
@@ -224,10 +230,7 @@ class Extender:
                 self.state.remove_pod(pod.namespace, pod.name)
                 if self.quota is not None:
                     self.quota.release(pod.namespace, pod.name)
-            held = None
-            if self.preempting is not None:
-                self.preempting.holds.expire()  # an expired hold's room is free for this pod already
-                held = self.preempting.holds.set_aside(pod.namespace, pod.name)
+            held = self.preempting.set_aside(pod) if self.preempting is not None else None
             decision = self._prefer_aligned(pod, requests, kinds, policy, selectors, node_names)
             if decision is None:
                 batches = self.candidates.batches(pod, requests, policy, selectors, node_names, result.failed)
@@ -237,15 +240,13 @@ class Extender:
                 if withdrawn and not unwritten:
                     self.writer.withdraw(pod)
                 if self.preempting is not None:
-                    self._preempt(pod, requests, policy, node_names, held, result)
+                    result.preemption = self.preempting.refused(pod, requests, policy, node_names, held, result.failed)
                 return result
             refusal = self._commit(undo, decision)
+            if self.preempting is not None:
+                self.preempting.placed(pod, held, counted=refusal is None)
             if refusal is not None:
-                if held is not None and self.preempting is not None:
-                    self.preempting.holds.restore(held)
                 return FilterResult(failed=dict.fromkeys(node_names, refusal))
-            if held is not None and self.preempting is not None:
-                self.preempting.holds.drop(pod.namespace, pod.name)  # placed: the room it held is its own now
         if self.settings.record_at_bind:
             self.pending.put(PendingDecision(decision, undo))
         else:
@@ -254,32 +255,6 @@ class Extender:
                 return FilterResult(error=error)
         result.node = decision.node
         return result
-
-    def _preempt(
-        self,
-        pod: Pod,
-        requests: Mapping[str, list[ContainerRequest | None]],
-        policy: SchedulingPolicy,
-        node_names: Sequence[str],
-        held: Hold | None,
-        result: FilterResult,
-    ) -> None:
-        """No node fits: count the pod's hold again while its victims leave, or preempt for it
-        (`hami.scheduler.preempting`); the refusal of the held node says so. The caller holds the state's lock."""
-        assert self.preempting is not None
-        if held is not None:
-            self.preempting.holds.restore(held)
-            waiting = self.preempting.waiting(pod)
-            if waiting and held.node in result.failed:
-                result.failed[held.node] = waiting
-            return
-        preemption = self.preempting.decide(pod, requests, policy, node_names)
-        if preemption is not None:
-            result.preemption = preemption
-            node, victims = preemption.hold.node, len(preemption.hold.victims)
-            verb = "would evict (dry run)" if preemption.dry_run else "evicting"
-            if node in result.failed:
-                result.failed[node] += f"; preempting: {verb} {victims} lower-priority pod(s) here for this pod"
 
     def _prefer_aligned(
         self,
@@ -332,12 +307,12 @@ class Extender:
                 if not fitted:
                     break
                 views = [r.views[kind] for r in fitted]
-                if self.host.kind(kind).reusable_fits:
+                if self.plugins.kind(kind).reusable_fits:
                     if reuse is None:
                         reuse = self._fit_id(pod, policy)
                     fits = self._reused_fits(kind, pod, requests[kind], fitted, policy, reuse)
                 else:
-                    fits = self.host.fit_nodes(kind, pod, requests[kind], views, policy)
+                    fits = self.plugins.fit_nodes(kind, pod, requests[kind], views, policy)
                 scores = self._scores(kind, pod, fits, {v.name: v for v in views}, policy)
                 for fit in fits:
                     if fit.placement is None:
@@ -392,7 +367,7 @@ class Extender:
             else:
                 missing.append(record)
         if missing:
-            fresh = self.host.fit_nodes(kind, pod, requests, [r.views[kind] for r in missing], policy)
+            fresh = self.plugins.fit_nodes(kind, pod, requests, [r.views[kind] for r in missing], policy)
             by_name = {r.name: r for r in missing}
             for fit in fresh:
                 owner = by_name.get(fit.node)
@@ -404,10 +379,10 @@ class Extender:
     def _scores(
         self, kind: str, pod: Pod, fits: Sequence[NodeFit], views: Mapping[str, object], policy: SchedulingPolicy
     ) -> Mapping[str, float]:
-        if not self.host.implements(kind, "hami_score_nodes"):
+        if not self.plugins.implements(kind, "hami_score_nodes"):
             return {}
         ok = [f for f in fits if f.placement is not None]
-        return self.host.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
+        return self.plugins.score_nodes(kind, pod, ok, views, policy) or {}  # type: ignore[arg-type]
 
     def _commit(self, undo: Transaction, decision: Decision) -> str | None:
         """Count the decision (the quota reservation, then the state's `commit`), each step's undo in `undo`; or the
@@ -422,7 +397,7 @@ class Extender:
             undo.add(self.state.commit(decision), "the assumption and the host usage")
         return None
 
-    # ---------------------------------------------------------------------------------- workload and prioritize
+    # ---------------------------------------------------------------------------------- the learned workload
 
     def _observe(
         self,
@@ -431,7 +406,7 @@ class Extender:
         selectors: Mapping[str, Selectors] | None = None,
     ) -> None:
         if selectors is None:
-            selectors = {k: Selectors(self.host.kind(k), pod) for k in requests}
+            selectors = {k: Selectors(self.plugins.kind(k), pod) for k in requests}
         models = {k: tuple(s.use_type) for k, s in selectors.items()}
         self.workload.observe(requests, pod.cpu_request, pod.memory_request, models)
 
@@ -445,53 +420,13 @@ class Extender:
         for obj in live[-self.workload.window :]:
             try:
                 pod = Pod.from_api(obj)
-                requests = self.host.pod_requests(pod)
+                requests = self.plugins.pod_requests(pod)
             except (HamiError, ValueError):
                 continue  # the filter reports such pods when they are scheduled; here they only teach nothing
             if requests:
                 self._observe(pod, requests)
                 counted += 1
         return counted
-
-    def prioritize(self, pod_obj: KubeObject, node_names: Sequence[str]) -> dict[str, int]:
-        """Scores 0-10 for clusters that configure prioritize: HAMi's node score under binpack and spread.
-
-        Under the fragmentation-aware policy a pod without devices is scored too (configure the extender
-        without managed resources so that kube-scheduler sends every pod): its CPU and memory can strand a
-        node's free devices, and the node where they hurt least scores highest."""
-        pod = Pod.from_api(pod_obj)
-        try:
-            kinds = sorted(self.host.pod_requests(pod))
-            policy = policy_for(pod.annotations, self.settings.default_policy())
-        except (HamiError, ValueError):
-            return {}
-        if not kinds:
-            growth = self.host_only_growth(pod_obj, node_names, policy)
-            if not growth:
-                return {}
-            low, high = min(growth.values()), max(growth.values())
-            spread = (high - low) or 1.0
-            return {n: round(10 * (high - g) / spread) for n, g in growth.items()}
-        scores = {}
-        with self.state.lock:
-            for name in node_names:
-                record = self.state.nodes.get(name)
-                if record is None or any(k not in record.views for k in kinds):
-                    continue
-                share = node_share(record, kinds) / (3 * len(kinds))
-                scores[name] = NODE_POLICIES[policy.node].priority(share)
-        return scores
-
-    def host_only_growth(
-        self, pod_obj: KubeObject, node_names: Sequence[str], policy: SchedulingPolicy | None = None
-    ) -> dict[str, float]:
-        """For a pod without devices under the fragmentation-aware policy: how much placing its CPU and memory
-        on each node grows that node's expected device fragmentation (empty under other policies)."""
-        policy = policy or self.settings.default_policy()
-        workload = self.workload.profile()
-        shape = PodShape((), {}, Shares({}), host_requests(pod_obj.get("spec") or {}), workload)
-        with self.state.lock:
-            return NODE_POLICIES[policy.node].host_only(self.state, shape, node_names)
 
     # ---------------------------------------------------------------------------------- bind
 

@@ -47,7 +47,7 @@ class HandshakeKeeper:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         *,
         interval: float = 30.0,
@@ -56,10 +56,10 @@ class HandshakeKeeper:
         clock: Callable[[], datetime] = datetime.now,
     ) -> None:
         self.cluster = cluster
-        self.keys = sorted({k.annotations.node_handshake for k in host.kinds if k.annotations.node_handshake})
+        self.keys = sorted({k.annotations.node_handshake for k in plugins.kinds if k.annotations.node_handshake})
         self.kinds_of: dict[str, list[tuple[str, str]]] = {}
         """handshake key → (kind, register annotation key) of the kinds that share it."""
-        for kind in host.kinds:
+        for kind in plugins.kinds:
             if kind.annotations.node_handshake:
                 entry = (kind.common_word, kind.annotations.node_register or "")
                 self.kinds_of.setdefault(kind.annotations.node_handshake, []).append(entry)

@@ -359,9 +359,9 @@ class _QuotaCollector(Collector):
 class SchedulerMetrics:
     """The scheduler's metrics in one registry (a private one unless `registry` is given)."""
 
-    def __init__(self, state: ClusterState, host: VendorPlugins, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, state: ClusterState, plugins: VendorPlugins, registry: CollectorRegistry | None = None) -> None:
         self.state = state
-        self.host = host
+        self.plugins = plugins
         self.registry = registry if registry is not None else CollectorRegistry()
         self._state_families = _StateCollector(state)
         self.registry.register(self._state_families)

@@ -35,9 +35,9 @@ VGPU_TIME = "hami.io/vgpu-time"
 class PlacementWriter:
     """Writes decisions onto pods through the cluster port, and tells the state which write counted them."""
 
-    def __init__(self, cluster: Cluster, host: VendorPlugins, state: ClusterState) -> None:
+    def __init__(self, cluster: Cluster, plugins: VendorPlugins, state: ClusterState) -> None:
         self.cluster = cluster
-        self.host = host
+        self.plugins = plugins
         self.state = state
 
     def record(self, undo: Transaction, decision: Decision) -> str:
@@ -65,7 +65,7 @@ class PlacementWriter:
         annotations.update({VGPU_NODE_ANNOTATION: node, VGPU_TIME: str(int(time.time()))})
         signed: dict[str, str] = {k: v for k, v in decision.annotations.items() if v is not None}
         for kind, placements in decision.allocation.items():
-            keys = self.host.kind(kind).annotations
+            keys = self.plugins.kind(kind).annotations
             value = encode_pod_devices(placements)
             if keys.to_allocate is not None:
                 annotations[keys.to_allocate] = value
@@ -82,7 +82,7 @@ class PlacementWriter:
     def withdraw(self, pod: Pod) -> None:
         """Remove an abandoned placement from the pod, so that the watch does not count it again (best effort)."""
         annotations: dict[str, str | None] = {VGPU_NODE_ANNOTATION: None, VGPU_TIME: None, SIGNATURE_ANNOTATION: None}
-        for kind in self.host.kinds:
+        for kind in self.plugins.kinds:
             if kind.annotations.to_allocate is not None:
                 annotations[kind.annotations.to_allocate] = None
             annotations[kind.annotations.allocated] = None

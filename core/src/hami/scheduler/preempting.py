@@ -20,6 +20,10 @@ refuse). kube-scheduler retries the preemptor as pods go; its filter then sets i
 held room, once the victims are gone) and drops the hold when it is placed, or counts the hold again and answers
 that the pod waits for its victims. A hold expires after `preemption_hold_seconds`.
 
+The filter's side of it is here too: before a pod is fitted its own hold is set aside (`set_aside`), and after, a
+placed pod's hold is dropped (`placed`) while a refused one's is counted again or a preemption is chosen for it
+(`refused`); the filter only calls these three.
+
 Owns the order of these steps, their Events, log lines and outcome counts; it does not choose victims.
 """
 
@@ -63,7 +67,7 @@ class Preempting:
     def __init__(
         self,
         cluster: Cluster,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         state: ClusterState,
         *,
         hold_seconds: float = 120.0,
@@ -71,7 +75,7 @@ class Preempting:
     ) -> None:
         self.cluster = cluster
         self.state = state
-        self.selector = VictimSelector(host, state)
+        self.selector = VictimSelector(plugins, state)
         self.holds = HoldBook(state, hold_seconds)
         self.hold_seconds = hold_seconds
         self.dry_run = dry_run
@@ -122,6 +126,47 @@ class Preempting:
             f"preempting: {len(left)} of {len(hold.victims)} evicted pods still hold node {hold.node}'s devices; "
             f"the room is held for this pod for {max(0, round(hold.until - time.time()))} s more"
         )
+
+    def set_aside(self, pod: Pod) -> Hold | None:
+        """Before a filter of `pod` fits it: drop the holds past their time (their room is free for it already),
+        and stop counting the pod's own hold, so that it fits into the room held for it (`placed` ends it)."""
+        self.holds.expire()
+        return self.holds.set_aside(pod.namespace, pod.name)
+
+    def placed(self, pod: Pod, held: Hold | None, counted: bool) -> None:
+        """The filter of `pod` chose a node: `counted`, the decision is counted and the room `held` for it is its
+        own now (the hold is dropped); not counted (the quota refused it), the hold is counted again."""
+        if held is None:
+            return
+        if counted:
+            self.holds.drop(pod.namespace, pod.name)
+        else:
+            self.holds.restore(held)
+
+    def refused(
+        self,
+        pod: Pod,
+        requests: Mapping[str, Sequence[ContainerRequest | None]],
+        policy: SchedulingPolicy,
+        node_names: Sequence[str],
+        held: Hold | None,
+        failed: dict[str, str],
+    ) -> Preemption | None:
+        """No node fits `pod`: count its hold again while its victims leave, or preempt for it (`decide`); the
+        refusal of the node concerned in `failed` says so. Returns the preemption to carry out (`submit`), if any."""
+        if held is not None:
+            self.holds.restore(held)
+            waiting = self.waiting(pod)
+            if waiting and held.node in failed:
+                failed[held.node] = waiting
+            return None
+        preemption = self.decide(pod, requests, policy, node_names)
+        if preemption is not None:
+            node, victims = preemption.hold.node, len(preemption.hold.victims)
+            verb = "would evict (dry run)" if preemption.dry_run else "evicting"
+            if node in failed:
+                failed[node] += f"; preempting: {verb} {victims} lower-priority pod(s) here for this pod"
+        return preemption
 
     def decide(
         self,

@@ -18,39 +18,38 @@ then the fewest victims under a PodDisruptionBudget. A pod whose priority is not
 never a victim; a pod with `preemptionPolicy: Never` preempts nobody; a set that evicts more pods matched by a
 PodDisruptionBudget than the budget allows is never chosen (the Eviction API would refuse it).
 
-Owns choosing; it changes nothing: it reads the `ClusterState` under its lock and copies the views it removes
-victims from. Evicting and holding the room are `hami.scheduler.preempting`'s.
+Owns choosing: the search over nodes and sets, best first, and the vendor's verdict on each. The sets of one
+device, their costs and the budgets' allowance are `hami.scheduler.victimsets`'s. It changes nothing: it reads the
+`ClusterState` under its lock and copies the views it removes victims from. Evicting and holding the room are
+`hami.scheduler.preempting`'s.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from hami.cluster.port import KubeObject, meta, selects
-from hami.model import (
-    ContainerPlacement,
-    ContainerRequest,
-    DeviceUsage,
-    NodeView,
-    Pod,
-    SchedulingPolicy,
-)
+from hami.model import ContainerPlacement, ContainerRequest, DeviceUsage, NodeView, Pod, SchedulingPolicy
 from hami.plugins import VendorPlugins
 from hami.scheduler.state import ClusterState, NodeRecord, PodRecord
+from hami.scheduler.victimsets import (
+    SIZE_LIMIT,
+    Budget,
+    FreeableDevice,
+    Need,
+    Victims,
+    freeable_devices,
+    freeing,
+    without_pods,
+)
 
 __all__ = ["Budget", "Choice", "VictimSelector", "may_preempt"]
 
-SUBSETS_PER_DEVICE = 2048
-"""How many sets of pods one device's enumeration examines before it removes its cheapest pods greedily instead."""
 OPTIONS_TRIED = 32
 """How many per-device sets, best first, the vendor's fitter is asked about before the reprieve fallback (and how
 many nodes the reprieve then judges)."""
-SIZE_LIMIT = 16
-"""The most victims one device's sets are enumerated up to."""
 
 
 def may_preempt(pod: Pod) -> str | None:
@@ -58,37 +57,6 @@ def may_preempt(pod: Pod) -> str | None:
     if pod.preemption_policy == "Never":
         return "its preemptionPolicy is Never"
     return None
-
-
-# ---------------------------------------------------------------------------------- budgets
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A PodDisruptionBudget as preemption needs it: whom it selects and how many of them may go now."""
-
-    namespace: str
-    name: str
-    selector: Mapping[str, Any]
-    allowed: int
-
-    @classmethod
-    def from_api(cls, obj: KubeObject) -> Budget:
-        m, spec = meta(obj), obj.get("spec") or {}
-        allowed = (obj.get("status") or {}).get("disruptionsAllowed")
-        return cls(
-            namespace=str(m.get("namespace") or "default"),
-            name=str(m.get("name") or ""),
-            selector=spec.get("selector") or {},
-            allowed=allowed if isinstance(allowed, int) else 0,
-        )
-
-    def covers(self, record: PodRecord) -> bool:
-        """Whether the budget selects the pod."""
-        return record.key.partition("/")[0] == self.namespace and selects(self.selector, record.labels)
-
-
-# ---------------------------------------------------------------------------------- the choice
 
 
 @dataclass(frozen=True)
@@ -102,175 +70,11 @@ class Choice:
     key: tuple[float, ...]
 
 
-@dataclass
-class _Victims:
-    """The cost terms of sets of pods (`key`) and whether the budgets allow evicting them (`allowed`)."""
-
-    records: Mapping[str, PodRecord]
-    """The pods that may be chosen (or every counted pod: who is eligible was decided before)."""
-    budgets: Sequence[Budget]
-    _covered: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-    def covered(self, key: str) -> tuple[int, ...]:
-        """The indexes of the budgets selecting the pod."""
-        if not self.budgets:
-            return ()
-        found = self._covered.get(key)
-        if found is None:
-            record = self.records[key]
-            found = self._covered[key] = tuple(i for i, b in enumerate(self.budgets) if b.covers(record))
-        return found
-
-    def key(self, keys: Iterable[str]) -> tuple[float, ...]:
-        chosen = [self.records[k] for k in keys]
-        priorities = [r.priority for r in chosen]
-        protected = sum(1 for r in chosen if self.covered(r.key))
-        # the work lost, among sets of as many pods: the sum of their ages, ordered as minus the sum of their
-        # creation times (a pod of unknown age counts as the oldest)
-        return (len(chosen), sum(priorities), max(priorities, default=0), -sum(r.started for r in chosen), protected)
-
-    def allowed(self, keys: Iterable[str]) -> bool:
-        """No budget would see more of its pods evicted than it allows."""
-        if not self.budgets:
-            return True
-        spent: dict[int, int] = {}
-        for k in keys:
-            for i in self.covered(k):
-                spent[i] = spent.get(i, 0) + 1
-                if spent[i] > self.budgets[i].allowed:
-                    return False
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class _Grant:
-    """What one lower-priority pod holds of one device."""
-
-    key: str
-    slots: int
-    memory: int
-    cores: int
-    priority: int
-    started: float
-
-
-@dataclass(frozen=True)
-class _Need:
-    """What one device must have free to serve the pod: a lower bound of the pod's per-device request."""
-
-    memory: Sequence[ContainerRequest]
-    cores: int
-    count: int
-    """How many devices the largest container asks."""
-
-    def deficit(self, usage: DeviceUsage) -> tuple[int, int, int] | None:
-        """What must be freed on the device (containers, MiB, cores) to serve the pod; None when nothing can make
-        it (unhealthy, too small)."""
-        device = usage.device
-        if not device.health or device.count < 1:
-            return None
-        memory = max(r.memory_on(device) for r in self.memory)
-        if memory > device.devmem or self.cores > device.devcore > 0:
-            return None
-        slots = usage.used + 1 - device.count
-        mem = usage.usedmem + memory - device.devmem
-        if self.cores >= 100:
-            return (usage.used, max(mem, usage.usedmem), usage.usedcores)  # an idle device: everybody leaves
-        if self.cores == 0:
-            cores = usage.usedcores - device.devcore + 1 if device.devcore else 0
-        else:
-            cores = usage.usedcores + self.cores - device.devcore
-        return (max(slots, 0), max(mem, 0), max(cores, 0))
-
-    @property
-    def signature(self) -> tuple[object, ...]:
-        return (tuple((r.memory, r.memory_percentage) for r in self.memory), self.cores, self.count)
-
-
-@dataclass(frozen=True)
-class _Device:
-    """A device that evictions could free: the lower-priority grants on it (cheapest first), what must go, and the
-    fewest grants that could cover it."""
-
-    grants: tuple[_Grant, ...]
-    deficit: tuple[int, int, int]
-    lower: int | None
-    priorities: tuple[int, ...]
-    """The grants' priorities, lowest first."""
-    starts: tuple[float, ...]
-    """The grants' creation times, latest first."""
-    first: tuple[float, ...] = ()
-    """`bound(lower)`."""
-
-    @classmethod
-    def of(cls, grants: tuple[_Grant, ...], deficit: tuple[int, int, int]) -> _Device:
-        lower = _lower_bound(grants, deficit)
-        priorities = tuple(sorted(g.priority for g in grants))
-        starts = tuple(sorted((g.started for g in grants), reverse=True))
-        device = cls(grants, deficit, lower, priorities, starts)
-        return replace(device, first=device.bound(lower or 0))
-
-    def bound(self, size: int) -> tuple[float, ...]:
-        """No set of `size` of the grants has a smaller key (`_Victims.key`, its PDB term bounded by 0)."""
-        cheapest = self.priorities[:size]
-        return (size, sum(cheapest), max(cheapest, default=0), -sum(self.starts[:size]), 0)
-
-
-def _without_pods(devices: Sequence[_Device], gone: frozenset[str]) -> list[_Device]:
-    """`devices` with the grants of the `gone` pods left out (best first again)."""
-    kept = []
-    for device in devices:
-        grants = tuple(g for g in device.grants if g.key not in gone)
-        if len(grants) != len(device.grants):
-            device = _Device.of(grants, device.deficit)
-        if device.lower:
-            kept.append(device)
-    kept.sort(key=lambda d: d.first)
-    return kept
-
-
-def _lower_bound(grants: Sequence[_Grant], deficit: tuple[int, int, int]) -> int | None:
-    """The fewest of `grants` that could cover `deficit` (None: all of them cannot)."""
-    if deficit == (0, 0, 0):
-        return 0
-    bound = 0
-    for field_index, needed in enumerate(deficit):
-        if needed <= 0:
-            continue
-        values = sorted((g.slots, g.memory, g.cores)[field_index] for g in grants)
-        total, taken = 0, 0
-        while total < needed and values:
-            total += values.pop()
-            taken += 1
-        if total < needed:
-            return None
-        bound = max(bound, taken)
-    return bound
-
-
-def _freeing(grants: Sequence[_Grant], deficit: tuple[int, int, int], size: int) -> list[frozenset[str]]:
-    """Every set of `size` of `grants` that covers `deficit` (the cheapest pods first; past
-    `SUBSETS_PER_DEVICE` sets, only the greedy one)."""
-    if size == 0:
-        return [frozenset()]
-    found: list[frozenset[str]] = []
-    for examined, combination in enumerate(itertools.combinations(grants, size)):
-        if examined >= SUBSETS_PER_DEVICE:
-            break
-        if (
-            sum(g.slots for g in combination) >= deficit[0]
-            and sum(g.memory for g in combination) >= deficit[1]
-            and sum(g.cores for g in combination) >= deficit[2]
-        ):
-            found.append(frozenset(g.key for g in combination))
-    return found
-
-
 class VictimSelector:
     """Chooses a preemption for a pod over the scheduler's `ClusterState`."""
 
-    def __init__(self, host: VendorPlugins, state: ClusterState) -> None:
-        self.host = host
+    def __init__(self, plugins: VendorPlugins, state: ClusterState) -> None:
+        self.plugins = plugins
         self.state = state
 
     def select(
@@ -294,7 +98,7 @@ class VictimSelector:
             if len(kinds) == 1:
                 asked = [r for r in requests[kinds[0]] if r is not None]
                 if asked:
-                    need = _Need(asked, max(r.cores for r in asked), max(r.count for r in asked))
+                    need = Need(asked, max(r.cores for r in asked), max(r.count for r in asked))
                     choice = self._by_device(pod, requests, kinds[0], policy, records, need, budgets, exclude, own)
                     if choice is not None:
                         return choice
@@ -315,7 +119,7 @@ class VictimSelector:
         kind: str,
         policy: SchedulingPolicy,
         records: Sequence[NodeRecord],
-        need: _Need,
+        need: Need,
         budgets: Sequence[Budget],
         exclude: frozenset[str],
         own: str,
@@ -325,13 +129,13 @@ class VictimSelector:
         that size go back into the heap under their own keys, and the first set popped that the vendor's fitter
         accepts is the best there is."""
         by_name = {r.name: r for r in records}
-        victims = _Victims(self.state.pods, budgets)
+        victims = Victims(self.state.pods, budgets)
         heap: list[tuple[tuple[float, ...], int, str, object, int]] = []
         sequence = itertools.count()
         for record in records:
-            devices = self._devices(record, kind, pod.priority, need)
+            devices = freeable_devices(record, self.state.pods, kind, pod.priority, need)
             if devices and (exclude or own in record.pods):
-                devices = _without_pods(devices, exclude | {own})
+                devices = without_pods(devices, exclude | {own})
             if devices:
                 heap.append((devices[0].first, next(sequence), record.name, devices, 0))
         heapq.heapify(heap)
@@ -341,7 +145,7 @@ class VictimSelector:
                 assert isinstance(listed, list)
                 for device in listed:
                     for size in range(device.lower or 1, SIZE_LIMIT + 1):
-                        sets = [c for c in _freeing(device.grants, device.deficit, size) if victims.allowed(c)]
+                        sets = [c for c in freeing(device.grants, device.deficit, size) if victims.allowed(c)]
                         if sets:
                             options.extend((victims.key(c), name, c) for c in sets)
                             break
@@ -362,34 +166,14 @@ class VictimSelector:
                 if size + 1 < len(item):
                     heapq.heappush(heap, (item[size + 1].first, next(sequence), name, item, size + 1))
                 continue
-            assert isinstance(item, _Device)
+            assert isinstance(item, FreeableDevice)
             size = size or item.lower or 1
-            sets = [c for c in _freeing(item.grants, item.deficit, size) if victims.allowed(c)]
+            sets = [c for c in freeing(item.grants, item.deficit, size) if victims.allowed(c)]
             for chosen in sets:
                 heapq.heappush(heap, (victims.key(chosen), next(sequence), name, chosen, size))
             if not sets and size < min(SIZE_LIMIT, len(item.grants)):
                 heapq.heappush(heap, (item.bound(size + 1), next(sequence), name, item, size + 1))
         return None
-
-    def _devices(self, record: NodeRecord, kind: str, priority: int, need: _Need) -> list[_Device]:
-        """The node's devices that evicting pods below `priority` could free for `need` (kept on the node until it
-        changes, `NodeRecord.memo`)."""
-        slot = ("preemption", kind, priority, need.signature)
-        memo = record.memo.get(slot)
-        if isinstance(memo, list):
-            return memo
-        on_devices = self._grants(record, kind, priority)
-        devices = []
-        for index, usage in enumerate(record.views[kind].devices):
-            deficit = need.deficit(usage)
-            if deficit is None:
-                continue
-            device = _Device.of(tuple(on_devices[index]), deficit)
-            if device.lower:  # None: cannot be freed; 0: free already (the node is refused for another reason)
-                devices.append(device)
-        devices.sort(key=lambda d: d.first)
-        record.remember(slot, devices)
-        return devices
 
     def _first_fit(
         self,
@@ -398,7 +182,7 @@ class VictimSelector:
         kind: str,
         policy: SchedulingPolicy,
         by_name: Mapping[str, NodeRecord],
-        victims: _Victims,
+        victims: Victims,
         options: Sequence[tuple[tuple[float, ...], str, frozenset[str]]],
     ) -> Choice | None:
         """The first of `options` (best first) that the vendor's fitter accepts."""
@@ -410,7 +194,7 @@ class VictimSelector:
 
     @staticmethod
     def _combined(
-        options: list[tuple[tuple[float, ...], str, frozenset[str]]], count: int, victims: _Victims
+        options: list[tuple[tuple[float, ...], str, frozenset[str]]], count: int, victims: Victims
     ) -> list[tuple[tuple[float, ...], str, frozenset[str]]]:
         """For a pod asking `count` devices: per node, the union of the cheapest sets of `count` distinct devices."""
         per_node: dict[str, list[tuple[tuple[float, ...], frozenset[str]]]] = {}
@@ -425,40 +209,14 @@ class VictimSelector:
                     combined.append((victims.key(union), name, union))
         return combined
 
-    # ------------------------------------------------------------------------------ per node
-
-    def _grants(self, record: NodeRecord, kind: str, priority: int) -> list[list[_Grant]]:
-        """Per device of the node's `kind` view (in order), the grants of pods of lower priority than `priority`,
-        cheapest first; kept on the node until it changes (`NodeRecord.memo`)."""
-        slot = ("preemption", kind, priority)
-        memo = record.memo.get(slot)
-        if isinstance(memo, list):
-            return memo
-        index = {u.device.id: i for i, u in enumerate(record.views[kind].devices)}
-        per_device: list[list[_Grant]] = [[] for _ in index]
-        for key in record.pods:
-            victim = self.state.pods.get(key)
-            if victim is None or victim.priority >= priority:
-                continue
-            for device_id, grant in victim.grants.get(kind, {}).items():
-                i = index.get(device_id)
-                if i is not None:
-                    per_device[i].append(
-                        _Grant(key, grant.slots, grant.memory, grant.cores, victim.priority, victim.started)
-                    )
-        for grants in per_device:
-            grants.sort(key=lambda g: (g.priority, -g.started, g.key))
-        record.remember(slot, per_device)
-        return per_device
-
-    def _victims(self, record: NodeRecord, pod: Pod, budgets: Sequence[Budget], exclude: frozenset[str]) -> _Victims:
+    def _victims(self, record: NodeRecord, pod: Pod, budgets: Sequence[Budget], exclude: frozenset[str]) -> Victims:
         """The node's pods of lower priority than `pod`, but `exclude`."""
         records: dict[str, PodRecord] = {}
         for key in record.pods:
             victim = self.state.pods.get(key)
             if victim is not None and key not in exclude and victim.priority < pod.priority:
                 records[key] = victim
-        return _Victims(records, budgets)
+        return Victims(records, budgets)
 
     def _reprieve(
         self,
@@ -467,7 +225,7 @@ class VictimSelector:
         requests: Mapping[str, Sequence[ContainerRequest | None]],
         kinds: Sequence[str],
         policy: SchedulingPolicy,
-        victims: _Victims,
+        victims: Victims,
     ) -> Choice | None:
         """All the node's victims removed, then given back one by one, the most expensive first, while the pod
         still fits; None when it does not fit even without all of them."""
@@ -490,7 +248,7 @@ class VictimSelector:
     def _choice(
         self,
         node: str,
-        victims: _Victims,
+        victims: Victims,
         victim_set: frozenset[str],
         fit: tuple[dict[str, tuple[ContainerPlacement, ...]], dict[str, str]],
     ) -> Choice:
@@ -511,7 +269,7 @@ class VictimSelector:
         annotations: dict[str, str] = {}
         for kind in kinds:
             view = without(record, kind, [self.state.pods[k] for k in removed])
-            fits = self.host.fit_nodes(kind, pod, list(requests[kind]), [view], policy)
+            fits = self.plugins.fit_nodes(kind, pod, list(requests[kind]), [view], policy)
             if not fits or fits[0].placement is None:
                 return None
             allocation[kind] = fits[0].placement

@@ -31,7 +31,7 @@ from hami.scheduler.extender import ExtenderSettings
 from hami.scheduler.server import ExtenderApp, ExtenderServer
 from hami.scheduler.service import SchedulerService
 
-__all__ = ["Companion", "Hosting", "Running", "run_scheduler"]
+__all__ = ["Companion", "Running", "SchedulerParts", "run_scheduler"]
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +54,14 @@ class Running(Protocol):
 
 
 @dataclass(frozen=True)
-class Hosting:
+class SchedulerParts:
     """What the scheduler lends a service it hosts: its cluster connection, vendors and quota ledger (so that
     admission and filter count the same usage), the process's readiness (synced, every listener accepting) for
     the service's own `/readyz`, and figures from its watched state, which a hosted service reads instead of
     listing the cluster."""
 
     cluster: Cluster
-    host: VendorPlugins
+    plugins: VendorPlugins
     ledger: QuotaLedger
     ready: Callable[[], bool]
     totals: Callable[[], tuple[int, int, int, int, int]]
@@ -70,7 +70,7 @@ class Hosting:
     """Pods addressed to a HAMi scheduler that wait for a node."""
 
 
-Companion = Callable[[Hosting], Running]
+Companion = Callable[[SchedulerParts], Running]
 """Starts a service beside the extender; stopped when the scheduler stops."""
 
 
@@ -84,8 +84,8 @@ def run_scheduler(
     """Serve until `stop` is set (or a termination signal arrives); returns the exit status."""
     stop = stop or threading.Event()
     settings = config.scheduler
-    host = VendorPlugins.load(config=config.vendors)
-    for failure in host.failed:
+    plugins = VendorPlugins.load(config=config.vendors)
+    for failure in plugins.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:
         from hami.cluster.kube import connect
@@ -93,7 +93,7 @@ def run_scheduler(
         cluster = connect(config.kubeconfig)
     service = SchedulerService(
         cluster,
-        host,
+        plugins,
         ExtenderSettings(
             node_policy=settings.node_policy,
             device_policy=settings.device_policy,
@@ -144,12 +144,12 @@ def run_scheduler(
     ).start()
     metrics = service.metrics.serve_metrics(parse_address(settings.metrics_listen))
     listening += [server, metrics]
-    hosting = Hosting(
-        cluster, host, service.ledger, ready, totals=service.state.totals, waiting=lambda: service.waiting
+    parts = SchedulerParts(
+        cluster, plugins, service.ledger, ready, totals=service.state.totals, waiting=lambda: service.waiting
     )
     try:
         for companion in companions:
-            started.append(companion(hosting))
+            started.append(companion(parts))
         syncing.result()  # a sync that fails (the API server refuses the lists) fails the start, as before
     except BaseException:
         for running in reversed(started):
@@ -167,7 +167,7 @@ def run_scheduler(
     log.info(
         "scheduler extender serving %s://%s:%d%s (vendors: %s); metrics on :%d",
         scheme, server.server_address[0], server.port, settings.url_prefix or "/",
-        ", ".join(v.name for v in host.vendors) or "none", metrics.port,
+        ", ".join(v.name for v in plugins.vendors) or "none", metrics.port,
     )  # fmt: skip
     previous = _install_signal_handlers(stop)
     try:

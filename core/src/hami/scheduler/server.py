@@ -269,7 +269,7 @@ class ExtenderApp:
 
     def _prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         names, _ = args.candidates()
-        scores = self.extender.prioritize(args.pod.as_object(), names)
+        scores = self.extender.prioritizer.prioritize(args.pod.as_object(), names)
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
 
     def _preempt(self, body: bytes) -> Response:

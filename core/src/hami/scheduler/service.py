@@ -48,7 +48,7 @@ GC_YOUNG_THRESHOLD = 50_000
 @dataclass
 class SchedulerService:
     cluster: Cluster
-    host: VendorPlugins
+    plugins: VendorPlugins
     settings: ExtenderSettings = field(default_factory=ExtenderSettings)
     leader_election: LeaderElectionConfig | None = None
     """None: this replica always leads (a single scheduler)."""
@@ -57,11 +57,11 @@ class SchedulerService:
     identity: str = field(default_factory=process_identity)
 
     def __post_init__(self) -> None:
-        self.state = ClusterState(self.host)
+        self.state = ClusterState(self.plugins)
         self.state.usage.signer = self.placement_keys
         self.state.usage.on_mismatch = self._placement_mismatch
-        self.extender = Extender(self.cluster, self.host, self.state, self.settings)
-        self.metrics = SchedulerMetrics(self.state, self.host)
+        self.extender = Extender(self.cluster, self.plugins, self.state, self.settings)
+        self.metrics = SchedulerMetrics(self.state, self.plugins)
         self.extender.on_filter_result = self.metrics.record_filter
         self.extender.binder.on_lock_wait = self.metrics.observe_lock_wait
         self.elector: LeaderElector | None = None
@@ -87,7 +87,7 @@ class SchedulerService:
         self.extender.requeue = self.requeue
         self._subs: list[Subscription] = []
         self._ready = threading.Event()
-        self.ledger = QuotaLedger(self.cluster, self.host)
+        self.ledger = QuotaLedger(self.cluster, self.plugins)
         self.metrics.watch_quotas(self.ledger)
         """Namespace quotas, shared with a hosted webhook; counting once `start` synced it."""
         self.extender.synced = self._ready.is_set
@@ -100,7 +100,7 @@ class SchedulerService:
         if self.settings.preemption_enabled:
             self.extender.preempting = Preempting(
                 self.cluster,
-                self.host,
+                self.plugins,
                 self.state,
                 hold_seconds=self.settings.preemption_hold_seconds,
                 dry_run=self.settings.preemption_dry_run,
@@ -182,7 +182,7 @@ class SchedulerService:
             self._subs.append(self.cluster.watch("resourceclaims", claim_rv, self._on_claim))
         self.handshake = HandshakeKeeper(
             self.cluster,
-            self.host,
+            self.plugins,
             self.state,
             interval=self.settings.handshake_interval_seconds,
             is_leader=self.extender.is_leader,

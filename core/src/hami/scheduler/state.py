@@ -36,7 +36,7 @@ from hami.cluster.port import KubeObject, meta, pod_key, revision
 from hami.fitting import Grant, effective_grants
 from hami.fragmentation import free_share
 from hami.lifecycle import TERMINAL_PHASES
-from hami.model import ContainerPlacement, Pod, host_requests
+from hami.model import ContainerPlacement, Pod, cpu_memory_requests
 from hami.plugins import VendorPlugins
 from hami.scheduler.changes import ChangeLog
 from hami.scheduler.nodes import NodeReader, NodeRecord, NodeTotals
@@ -68,16 +68,16 @@ class Decision(NamedTuple):
 class ClusterState:
     """Nodes, pods and device usage, kept current by watch events and the filter's decisions."""
 
-    def __init__(self, host: VendorPlugins) -> None:
-        self.host = host
+    def __init__(self, plugins: VendorPlugins) -> None:
+        self.plugins = plugins
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeRecord] = {}
         self.pods: dict[str, PodRecord] = {}
-        self.host_usage: dict[str, tuple[str, int, int]] = {}
+        self.cpu_memory: dict[str, tuple[str, int, int]] = {}
         """pod key → (node, CPU millicores, memory MiB) requested, for every live pod bound or assumed."""
-        self.reader = NodeReader(host)
+        self.reader = NodeReader(plugins)
         """Reads Node objects (`hami.scheduler.nodes`)."""
-        self.usage = PodUsage(host.kinds, self.lock, self.pods)
+        self.usage = PodUsage(plugins.kinds, self.lock, self.pods)
         """Reads what pods use, under signed placements when it has keys (`hami.scheduler.usage`)."""
         self.free_by_model: dict[str, dict[str, int]] = {}
         """kind → device model → free share (thousandths) summed over the cluster's healthy devices, kept
@@ -116,7 +116,7 @@ class ClusterState:
             if old is not None:
                 self._count_free(old, -1)
                 record.pods = old.pods
-                record.host_pods = old.host_pods
+                record.live_pods = old.live_pods
                 record.cpu_requested, record.memory_requested = old.cpu_requested, old.memory_requested
             self.nodes[name] = record
             self.frees += 1
@@ -171,9 +171,9 @@ class ClusterState:
             if record is not None:
                 self._remember(record)
             if node and phase not in TERMINAL_PHASES:
-                self.set_host_usage(key, node, *host_requests(spec))
+                self.set_cpu_memory(key, node, *cpu_memory_requests(spec))
             else:
-                self.set_host_usage(key, "", 0, 0)
+                self.set_cpu_memory(key, "", 0, 0)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         with self.lock:
@@ -182,7 +182,7 @@ class ClusterState:
                 self.frees += 1
             self._forget(key)
             self.usage.forget(key)
-            self.set_host_usage(key, "", 0, 0)
+            self.set_cpu_memory(key, "", 0, 0)
 
     def set_claim(self, key: str, record: PodRecord | None) -> None:
         """Count what a DRA claim holds (`hami.scheduler.claims`) as a pod's placement; None forgets it."""
@@ -193,10 +193,10 @@ class ClusterState:
             if record is not None:
                 self._remember(record)
 
-    def set_host_usage(self, key: str, node: str, cpu: int, memory: int) -> None:
+    def set_cpu_memory(self, key: str, node: str, cpu: int, memory: int) -> None:
         """Count a pod's CPU and memory requests on `node` (an empty node forgets the pod)."""
         with self.lock:
-            previous = self.host_usage.pop(key, None)
+            previous = self.cpu_memory.pop(key, None)
             if previous is not None:
                 if node != previous[0] or cpu < previous[1] or memory < previous[2]:
                     self.frees += 1
@@ -205,7 +205,7 @@ class ClusterState:
                     self._changed(old)
                     old.cpu_requested -= previous[1]
                     old.memory_requested -= previous[2]
-                    old.host_pods.discard(key)
+                    old.live_pods.discard(key)
             if not node:
                 return
             record = self.nodes.get(node)
@@ -214,8 +214,8 @@ class ClusterState:
             self._changed(record)
             record.cpu_requested += cpu
             record.memory_requested += memory
-            record.host_pods.add(key)
-            self.host_usage[key] = (node, cpu, memory)
+            record.live_pods.add(key)
+            self.cpu_memory[key] = (node, cpu, memory)
 
     def note_own_write(self, namespace: str, name: str, uid: str, version: object) -> None:
         """The decision assumed for the pod was written: events older than `version` are views from before it."""
@@ -267,7 +267,7 @@ class ClusterState:
 
         def undo() -> None:
             try:
-                self.set_host_usage(key, "", 0, 0)
+                self.set_cpu_memory(key, "", 0, 0)
             finally:
                 self.remove_pod(pod.namespace, pod.name)
 
@@ -277,7 +277,7 @@ class ClusterState:
                     pod.namespace, pod.name, pod.uid, node, len(pod.init_containers), decision.allocation,
                     decision.annotations, pod.priority, pod.labels,
                 )  # fmt: skip
-                self.set_host_usage(key, node, pod.cpu_request, pod.memory_request)
+                self.set_cpu_memory(key, node, pod.cpu_request, pod.memory_request)
         except BaseException:
             undo()
             raise
@@ -383,7 +383,7 @@ class ClusterState:
             self.nodes.clear()
             self.free_by_model.clear()
             self.pods.clear()
-            self.host_usage.clear()
+            self.cpu_memory.clear()
             for node in nodes:
                 self.set_node(node)
             for pod in pods:

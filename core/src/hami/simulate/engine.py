@@ -132,14 +132,14 @@ def simulate(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     started = time.perf_counter()
-    host = VendorPlugins.from_plugins({"tracegpu": vendor})
+    plugins = VendorPlugins.from_plugins({"tracegpu": vendor})
     cluster = MemoryCluster()
     objects = [cluster.create("nodes", _node_object(n)) for n in nodes]
-    state = ClusterState(host)
+    state = ClusterState(plugins)
     state.replay(objects, [])
     # the usage run: latency-sensitive pods opt in (their annotation), the rest get the cluster's default, binpack
     opt_in = "usage" if policy == "usage" else None
-    extender = Extender(cluster, host, state, ExtenderSettings(node_policy="binpack" if opt_in else policy))
+    extender = Extender(cluster, plugins, state, ExtenderSettings(node_policy="binpack" if opt_in else policy))
     extender.workload = ObservedWorkload() if learn else ObservedWorkload(fixed=workload or workload_of(pods))
 
     names = [n.name for n in nodes]
@@ -177,12 +177,12 @@ def simulate(
             failed["cpu or memory"] += 1
         elif pod.num_gpu == 0:
             # kube-scheduler's own choice (most free CPU), unless the policy scores pods without devices too
-            growth = extender.host_only_growth(_pod_object(index, pod), fits)
+            growth = extender.prioritizer.deviceless_growth(_pod_object(index, pod), fits)
             if growth:
                 chosen = min(fits, key=lambda n: (growth[n], -free_cpu[n], n))
             else:
                 chosen = max(fits, key=lambda n: (free_cpu[n], n))
-            state.set_host_usage(f"sim/{pod.name}-{index}", chosen, pod.cpu_milli, pod.memory_mib)
+            state.set_cpu_memory(f"sim/{pod.name}-{index}", chosen, pod.cpu_milli, pod.memory_mib)
         else:
             result = extender.filter(cluster.create("pods", _pod_object(index, pod, opt_in)), fits)
             chosen = result.node

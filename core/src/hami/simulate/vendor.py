@@ -2,7 +2,7 @@
 
 A plain share-based GPU: HAMi's request rules (`hami.requests`) and core's `ShareFitter`, nothing else, so
 simulations measure the scheduler's policies. It is registered only by the simulator (not as an entry point),
-through the same plugin host and hooks as every vendor.
+through the same `VendorPlugins` and hooks as every vendor.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ def systemd_cgroup(pod_uid: str, container_id: str) -> str:
 class BackstopNode:
     """A vendor's node over its fake management library, as the backstop checks need it."""
 
-    host: VendorPlugins
-    """A plugin host with the vendor's plugin, configured to load the fake."""
+    plugins: VendorPlugins
+    """The vendor plugins with the vendor's plugin, configured to load the fake."""
     kind: str
     """The common word of the devices the tests grant (`ServedContainer.kind`, the hook's routing)."""
     uuids: Sequence[str]
@@ -129,7 +129,7 @@ class BackstopMachine:
     def backstop(self, containers: list[ServedContainer], cluster: Any = None, **settings: Any) -> Backstop:
         config = BackstopSettings(proc_root=self.proc, **settings)
         return Backstop(
-            self.node.host, cluster or MemoryCluster(), lambda: containers, config, devices=lambda: self.node.uuids
+            self.node.plugins, cluster or MemoryCluster(), lambda: containers, config, devices=lambda: self.node.uuids
         )
 
     def stop(self) -> None:
@@ -298,7 +298,7 @@ class BackstopTests:
     def test_the_vendor_reports_every_device_process_with_the_drivers_figure(self, machine: BackstopMachine) -> None:
         a = machine.run(0, 1234, "0::/system.slice/x.service\n")
         b = machine.run(1, 4321, "0::/system.slice/x.service\n")
-        answer = machine.node.host.device_processes(machine.node.kind)
+        answer = machine.node.plugins.device_processes(machine.node.kind)
         assert answer is not None
         found = sorted((p.device_uuid, p.pid, p.used_bytes) for p in answer)
         assert found == sorted([(machine.node.uuids[0], a.pid, 1234 * MiB), (machine.node.uuids[1], b.pid, 4321 * MiB)])

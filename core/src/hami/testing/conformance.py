@@ -88,7 +88,7 @@ class VendorFixture:
     """device kind → single-container requests to fit onto those nodes."""
     edits: Sequence[EditCase] = ()
 
-    def host(self) -> VendorPlugins:
+    def plugins(self) -> VendorPlugins:
         try:
             return VendorPlugins.from_plugins({self.name: self.plugin}, config={self.name: self.config}, strict=True)
         except PluginError as exc:
@@ -137,14 +137,14 @@ _RESOURCE = re.compile(
 
 
 @_check("the plugin loads strictly: every hook it marks is in the contract with matching arguments")
-def check_hooks_match_contract(fixture: VendorFixture, host: VendorPlugins) -> None:
-    if len(host.vendors) != 1 or "hami_vendor_info" not in host.vendors[0].hooks:
+def check_hooks_match_contract(fixture: VendorFixture, plugins: VendorPlugins) -> None:
+    if len(plugins.vendors) != 1 or "hami_vendor_info" not in plugins.vendors[0].hooks:
         raise _fail("the plugin did not load as exactly one vendor implementing hami_vendor_info")
 
 
 @_check("metadata is complete: every kind has valid resource names and the pod annotation keys it needs")
-def check_metadata_complete(fixture: VendorFixture, host: VendorPlugins) -> None:
-    info = host.vendors[0].info
+def check_metadata_complete(fixture: VendorFixture, plugins: VendorPlugins) -> None:
+    info = plugins.vendors[0].info
     for kind in info.kinds:
         for resource in kind.resources.all():
             if not _RESOURCE.match(resource) or resource.split("/")[0].endswith("kubernetes.io"):
@@ -160,8 +160,8 @@ def check_metadata_complete(fixture: VendorFixture, host: VendorPlugins) -> None
 
 
 @_check("names are unique: no resource name, kind or vendor name clashes with another installed vendor")
-def check_metadata_unique(fixture: VendorFixture, host: VendorPlugins) -> None:
-    mine = host.vendors[0]
+def check_metadata_unique(fixture: VendorFixture, plugins: VendorPlugins) -> None:
+    mine = plugins.vendors[0]
     others = [s for s in installed_sources() if s.name != fixture.name and s.distribution != mine.distribution]
     combined = VendorPlugins.load(sources=others, disabled=())
     source = PluginSource(fixture.name, mine.distribution, mine.version, lambda: fixture.plugin)
@@ -184,11 +184,11 @@ def _container(resources: Mapping[str, str]) -> Container:
     material=lambda f: bool(f.requests),
     needs="`requests` (RequestCase examples)",
 )
-def check_requests_from_resources(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_requests_from_resources(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     for case in fixture.requests:
         pod = Pod(name="request-check", annotations=dict(case.annotations), containers=(_container(case.resources),))
         try:
-            got = host.container_request(case.kind, pod.containers[0], pod)
+            got = plugins.container_request(case.kind, pod.containers[0], pod)
         except RequestError as exc:
             if isinstance(case.expect, str) and case.expect in str(exc):
                 continue
@@ -200,10 +200,10 @@ def check_requests_from_resources(fixture: VendorFixture, host: VendorPlugins) -
 
 
 @_check("a container without device resources asks for nothing", hooks=("hami_container_request",))
-def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_empty_container_asks_nothing(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     for resources in ({}, {"cpu": "2", "memory": "4Gi"}):
         pod = Pod(name="empty-check", containers=(_container(resources),))
-        got = host.pod_requests(pod)
+        got = plugins.pod_requests(pod)
         if got:
             raise _fail(f"a container with resources {resources} was read as asking for {got}")
 
@@ -214,14 +214,14 @@ def check_empty_container_asks_nothing(fixture: VendorFixture, host: VendorPlugi
     material=lambda f: bool(f.requests),
     needs="`requests` (RequestCase examples)",
 )
-def check_unit_suffix_refused(fixture: VendorFixture, host: VendorPlugins) -> None:
-    for kind in host.vendors[0].info.kinds:
+def check_unit_suffix_refused(fixture: VendorFixture, plugins: VendorPlugins) -> None:
+    for kind in plugins.vendors[0].info.kinds:
         if not kind.resources.memory:
             continue
         resources = {kind.resources.count: "1", kind.resources.memory: "3Gi"}
         pod = Pod(name="unit-check", containers=(_container(resources),))
         try:
-            got = host.container_request(kind.common_word, pod.containers[0], pod)
+            got = plugins.container_request(kind.common_word, pod.containers[0], pod)
         except RequestError as exc:
             if kind.resources.memory not in str(exc):
                 raise _fail(f"the refusal of {resources} does not name {kind.resources.memory}: {exc}") from None
@@ -241,9 +241,9 @@ def _fit_material(fixture: VendorFixture) -> bool:
 _FIT_NEEDS = "`nodes` and `fit_requests` for the same device kind"
 
 
-def _fits(host: VendorPlugins, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
+def _fits(plugins: VendorPlugins, kind: str, request: ContainerRequest, nodes: list[NodeView]) -> list[NodeFit]:
     pod = Pod(name="fit-check", uid="uid-fit-check", containers=(Container(name="main"),))
-    fits = host.fit_nodes(kind, pod, [request], nodes, SchedulingPolicy())
+    fits = plugins.fit_nodes(kind, pod, [request], nodes, SchedulingPolicy())
     if sorted(f.node for f in fits) != sorted(n.name for n in nodes):
         raise _fail(f"fit answered for nodes {[f.node for f in fits]}, was asked about {[n.name for n in nodes]}")
     return fits
@@ -255,12 +255,12 @@ def _fits(host: VendorPlugins, kind: str, request: ContainerRequest, nodes: list
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_fit_within_capacity(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_fit_within_capacity(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     for kind, requests in fixture.fit_requests.items():
         for request in requests:
             nodes = fixture.nodes[kind]()
             by_name = {n.name: {d.id: d for d in n.devices} for n in nodes}
-            for fit in _fits(host, kind, request, nodes):
+            for fit in _fits(plugins, kind, request, nodes):
                 if fit.placement is None:
                     continue
                 devices = by_name[fit.node]
@@ -290,7 +290,7 @@ def _within(node: str, usage: DeviceUsage, memory: int, cores: int) -> None:
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_preemption_makes_room(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_preemption_makes_room(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     """The fixture's usage as low-priority pods, and one more filling each device's memory: for each request
     no node fits then, the victims `hami.scheduler.preemption` chooses must let the vendor's fit place it, and
     when it chooses none, evicting every pod must not help either."""
@@ -301,7 +301,7 @@ def check_preemption_makes_room(fixture: VendorFixture, host: VendorPlugins) -> 
 
     for kind, requests in fixture.fit_requests.items():
         for request in requests:
-            state = ClusterState(host)
+            state = ClusterState(plugins)
             for view in fixture.nodes[kind]():
                 record = NodeRecord(view.name, view.annotations, view.labels, {kind: view}, totals={kind: NodeTotals()})
                 state.nodes[view.name] = record
@@ -323,19 +323,19 @@ def check_preemption_makes_room(fixture: VendorFixture, host: VendorPlugins) -> 
             pod = Pod(name="urgent", uid="uid-urgent", containers=(Container(name="main"),), priority=1)
             names = sorted(state.nodes)
             views = [state.nodes[n].views[kind] for n in names]
-            if any(f.placement is not None for f in host.fit_nodes(kind, pod, [request], views, SchedulingPolicy())):
+            if any(f.placement is not None for f in plugins.fit_nodes(kind, pod, [request], views, SchedulingPolicy())):
                 continue  # fits as is: the filter places it, nobody is preempted
-            choice = VictimSelector(host, state).select(pod, {kind: [request]}, SchedulingPolicy(), names)
+            choice = VictimSelector(plugins, state).select(pod, {kind: [request]}, SchedulingPolicy(), names)
             if choice is not None:
                 freed = without(state.nodes[choice.node], kind, list(choice.victims))
-                (fit,) = host.fit_nodes(kind, pod, [request], [freed], SchedulingPolicy())
+                (fit,) = plugins.fit_nodes(kind, pod, [request], [freed], SchedulingPolicy())
                 if fit.placement is None:
                     raise _fail(f"{request}: evicting {[v.key for v in choice.victims]} on {choice.node} "
                                 f"leaves it refused: {fit.reason}")  # fmt: skip
                 continue
             for name in names:
                 everyone = [state.pods[k] for k in state.nodes[name].pods]
-                (fit,) = host.fit_nodes(kind, pod, [request], [without(state.nodes[name], kind, everyone)],
+                (fit,) = plugins.fit_nodes(kind, pod, [request], [without(state.nodes[name], kind, everyone)],
                                         SchedulingPolicy())  # fmt: skip
                 if fit.placement is not None:
                     raise _fail(f"{request}: no preemption chosen, yet evicting every pod of {name} makes room")
@@ -347,16 +347,16 @@ def check_preemption_makes_room(fixture: VendorFixture, host: VendorPlugins) -> 
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_fit_order_independent(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_fit_order_independent(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     rng = random.Random(20261130)
     for kind, requests in fixture.fit_requests.items():
         for request in requests:
-            baseline = {f.node: f.fits for f in _fits(host, kind, request, fixture.nodes[kind]())}
+            baseline = {f.node: f.fits for f in _fits(plugins, kind, request, fixture.nodes[kind]())}
             for _ in range(3):
                 nodes = fixture.nodes[kind]()
                 for node in nodes:
                     rng.shuffle(node.devices)
-                shuffled = {f.node: f.fits for f in _fits(host, kind, request, nodes)}
+                shuffled = {f.node: f.fits for f in _fits(plugins, kind, request, nodes)}
                 if shuffled != baseline:
                     changed = sorted(n for n in baseline if baseline[n] != shuffled.get(n))
                     raise _fail(f"{request}: feasibility of {changed} changed when devices were reordered")
@@ -371,12 +371,12 @@ _UNREADABLE = ("Traceback", "object at 0x", "None", "{'", "[<", "Error(")
     material=_fit_material,
     needs=_FIT_NEEDS,
 )
-def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_refusal_reasons_readable(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     for kind in fixture.fit_requests:
         nodes = fixture.nodes[kind]()
         most = max((len(n.devices) for n in nodes), default=0)
         impossible = ContainerRequest(kind=kind, count=min(most + 1, 1024), memory_percentage=100, cores=100)
-        for fit in _fits(host, kind, impossible, nodes):
+        for fit in _fits(plugins, kind, impossible, nodes):
             if fit.placement is not None:
                 raise _fail(f"{fit.node} claims to fit {impossible.count} devices but has at most {most}")
             reason = fit.reason
@@ -395,10 +395,10 @@ def check_refusal_reasons_readable(fixture: VendorFixture, host: VendorPlugins) 
     material=lambda f: bool(f.edits),
     needs="`edits` (EditCase placements)",
 )
-def check_container_edits_deterministic(fixture: VendorFixture, host: VendorPlugins) -> None:
+def check_container_edits_deterministic(fixture: VendorFixture, plugins: VendorPlugins) -> None:
     for case in fixture.edits:
-        first = host.container_edits(case.kind, case.pod, case.container_index, case.placement)
-        second = host.container_edits(case.kind, case.pod, case.container_index, case.placement)
+        first = plugins.container_edits(case.kind, case.pod, case.container_index, case.placement)
+        second = plugins.container_edits(case.kind, case.pod, case.container_index, case.placement)
         if first != second:
             raise _fail(f"edits for {case.placement} differ between two calls:\n{first}\n{second}")
         for mount in first.mounts:
@@ -433,7 +433,7 @@ def applicable(fixture: VendorFixture) -> tuple[list[Check], list[tuple[Check, s
     A reason starting with `NOT_IMPLEMENTED` is a hook the vendor has not written (the check is skipped);
     any other names the fixture material the vendor must add (`pytest_suite` fails the check).
     """
-    hooks = set(fixture.host().vendors[0].hooks)
+    hooks = set(fixture.plugins().vendors[0].hooks)
     run, skipped = [], []
     for check in CHECKS:
         why = _why_not(check, fixture, hooks)
@@ -448,7 +448,7 @@ def run_check(fixture: VendorFixture, name: str) -> None:
     """Run one named check; raises `ConformanceFailure` when the plugin breaks its rule."""
     for check in CHECKS:
         if check.name == name:
-            check.run(fixture, fixture.host())
+            check.run(fixture, fixture.plugins())
             return
     raise KeyError(f"no conformance check named {name!r}; known: {[c.name for c in CHECKS]}")
 
@@ -466,7 +466,7 @@ def pytest_suite(make_fixture: Callable[[], VendorFixture]) -> Callable[[str], N
     def test_conformance(check: str) -> None:
         fixture = make_fixture()
         (found,) = (c for c in CHECKS if c.name == check)
-        why = _why_not(found, fixture, set(fixture.host().vendors[0].hooks))
+        why = _why_not(found, fixture, set(fixture.plugins().vendors[0].hooks))
         if why is None:
             run_check(fixture, check)
         elif why.startswith(NOT_IMPLEMENTED):

@@ -55,7 +55,7 @@ class DoctorNode:
         return path
 
     @staticmethod
-    def checks(host: VendorPlugins, grant: Grant | None = None) -> dict[str, Finding]:
+    def checks(plugins: VendorPlugins, grant: Grant | None = None) -> dict[str, Finding]:
         """The host's vendor findings by check name (in a container when `grant` is given, for every vendor)."""
-        findings: Sequence[Finding] = host.doctor_checks(None if grant is None else (lambda _vendor: grant))
+        findings: Sequence[Finding] = plugins.doctor_checks(None if grant is None else (lambda _vendor: grant))
         return {f.check: f for f in findings}

@@ -131,7 +131,7 @@ _REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 def admit_review(
     review: Any,
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     *,
     settings: AdmissionSettings | None = None,
     quota: QuotaCheck | None = None,
@@ -154,7 +154,7 @@ def admit_review(
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise BadReview("request.uid is missing or not a string")
-    decision = _decide_request(request, host, settings or AdmissionSettings(), quota, namespace_labels)
+    decision = _decide_request(request, plugins, settings or AdmissionSettings(), quota, namespace_labels)
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if decision.allowed:
         response["status"] = {"message": decision.message}
@@ -175,7 +175,7 @@ def admit_review(
 
 def _decide_request(
     request: Mapping[str, Any],
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     settings: AdmissionSettings,
     quota: QuotaCheck | None,
     namespace_labels: LabelsOf | None,
@@ -195,7 +195,7 @@ def _decide_request(
         namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
     namespace = namespace if isinstance(namespace, str) and namespace else "default"
     try:
-        return decide(obj, namespace, host, settings=settings, quota=quota, namespace_labels=namespace_labels)
+        return decide(obj, namespace, plugins, settings=settings, quota=quota, namespace_labels=namespace_labels)
     except Exception as exc:  # a bug here must deny with a reason, not fail the request
         log.exception("admission of a pod in %s failed unexpectedly", namespace)
         return Decision(False, f"hami: internal error while admitting the pod ({type(exc).__name__}: {exc})", 500)
@@ -209,7 +209,7 @@ def _decide_request(
 def decide(
     pod_obj: dict[str, Any],
     namespace: str,
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     *,
     settings: AdmissionSettings | None = None,
     quota: QuotaCheck | None = None,
@@ -240,7 +240,7 @@ def decide(
     ):
         return Decision(True, f"hami: {who} left alone: it names scheduler {scheduler!r}, not {ours!r}")
     try:
-        return _admit(pod_obj, namespace, who, host, settings, quota)
+        return _admit(pod_obj, namespace, who, plugins, settings, quota)
     except _Denied as denial:
         log.info("denied %s: %s", who, denial.message)
         return Decision(False, f"hami: {who} denied: {denial.message}", denial.code)
@@ -250,7 +250,7 @@ def _admit(
     pod_obj: dict[str, Any],
     namespace: str,
     who: str,
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     settings: AdmissionSettings,
     quota: QuotaCheck | None,
 ) -> Decision:
@@ -259,17 +259,17 @@ def _admit(
         numa_alignment(pod.annotations)
     except NumaAlignmentError as exc:
         raise _Denied(str(exc), 400) from None
-    requests = _read_requests(host, pod, "")
-    typos = unknown_resource_warnings(host, pod)
+    requests = _read_requests(plugins, pod, "")
+    typos = unknown_resource_warnings(plugins, pod)
     if not requests:
         return Decision(True, f"hami: {who} left alone: it asks for no shared device", warnings=typos)
     patch = _Patcher(pod_obj)
     changes: list[str] = []
     notes: list[str] = []
-    _apply_vendor_defaults(host, pod, requests, patch, changes, notes)
+    _apply_vendor_defaults(plugins, pod, requests, patch, changes, notes)
     if any(op["path"].startswith("/spec/") for op in patch.ops):
         pod = _view(patch.doc, namespace)
-        requests = _read_requests(host, pod, " after the vendors' defaults")
+        requests = _read_requests(plugins, pod, " after the vendors' defaults")
     privileged = next((c for c in pod.all_containers if c.privileged), None)
     if privileged is not None:
         asked = ", ".join(sorted(requests))
@@ -283,7 +283,7 @@ def _admit(
         for index, container in enumerate(pod.all_containers)
         for kind, per in sorted(requests.items())
         if per[index] is not None
-        for note in share_normalisations(host.kind(kind), container)
+        for note in share_normalisations(plugins.kind(kind), container)
     ]
     spec = patch.doc["spec"]
     before = spec.get("schedulerName")
@@ -307,11 +307,11 @@ def _admit(
     return Decision(True, message, patch=patch.ops, warnings=warnings)
 
 
-def unknown_resource_warnings(host: VendorPlugins, pod: Pod) -> list[str]:
+def unknown_resource_warnings(plugins: VendorPlugins, pod: Pod) -> list[str]:
     """A warning for each resource name under a vendor's domain that no loaded kind answers to but one nearly
     does: a typo such as `nvidia.com/gpumemm` would otherwise be ignored without a word (and the pod given a whole
     device). Only a near miss warns: a name far from every known one may belong to another device plugin."""
-    known = {name for vendor in host.vendors for kind in vendor.info.kinds for name in kind.resources.all()}
+    known = {name for vendor in plugins.vendors for kind in vendor.info.kinds for name in kind.resources.all()}
     by_domain: dict[str, list[str]] = {}
     for name in sorted(known):
         domain, _, local = name.partition("/")
@@ -340,20 +340,20 @@ def _view(pod_obj: Mapping[str, Any], namespace: str) -> Pod:
     return pod.model_copy(update={"namespace": namespace})
 
 
-def _read_requests(host: VendorPlugins, pod: Pod, when: str) -> dict[str, list[ContainerRequest | None]]:
+def _read_requests(plugins: VendorPlugins, pod: Pod, when: str) -> dict[str, list[ContainerRequest | None]]:
     """Every kind the pod asks for → one request (or None) per container, init first; unreadable → denial."""
     containers = pod.all_containers
     out: dict[str, list[ContainerRequest | None]] = {}
     for index, container in enumerate(containers):
         kinds = set()
         for resource in (*container.limits, *container.requests):
-            kind = host.kind_of_resource(resource)
+            kind = plugins.kind_of_resource(resource)
             if kind is not None:
                 kinds.add(kind.common_word)
         for word in sorted(kinds):
-            vendor = host.owner(word).name
+            vendor = plugins.owner(word).name
             try:
-                request = host.container_request(word, container, pod)
+                request = plugins.container_request(word, container, pod)
             except RequestError as exc:
                 raise _Denied(f"container {container.name}{when}: {exc}", 400) from None
             except ValueError as exc:
@@ -372,7 +372,7 @@ def _read_requests(host: VendorPlugins, pod: Pod, when: str) -> dict[str, list[C
 
 
 def _apply_vendor_defaults(
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     pod: Pod,
     requests: Mapping[str, Sequence[ContainerRequest | None]],
     patch: _Patcher,
@@ -389,9 +389,9 @@ def _apply_vendor_defaults(
         for word in sorted(requests):
             if requests[word][index] is None:
                 continue
-            vendor = host.owner(word).name
+            vendor = plugins.owner(word).name
             try:
-                edit = host.admission_defaults(word, container, pod)
+                edit = plugins.admission_defaults(word, container, pod)
             except RequestError as exc:
                 raise _Denied(f"container {container.name}: {exc}", 400) from None
             except Exception as exc:

@@ -55,7 +55,7 @@ class RunningWebhook:
 
 def start_webhook(
     cluster: Cluster,
-    host: VendorPlugins,
+    plugins: VendorPlugins,
     settings: WebhookConfig,
     *,
     ledger: QuotaLedger | None = None,
@@ -73,7 +73,7 @@ def start_webhook(
             "set webhook.tls or --tls-cert/--tls-key; `hami webhook certs` makes a pair"
         )
     owns_ledger = ledger is None
-    ledger = ledger if ledger is not None else QuotaLedger(cluster, host).start()
+    ledger = ledger if ledger is not None else QuotaLedger(cluster, plugins).start()
     namespaces: NamespaceLabels | None
     try:
         namespaces = NamespaceLabels(cluster).start()
@@ -84,7 +84,7 @@ def start_webhook(
             "MutatingWebhookConfiguration's namespaceSelector", exc, "hami.io/webhook=ignore",
         )  # fmt: skip
     app = WebhookApp(
-        host,
+        plugins,
         settings=settings.admission(),
         quota=ledger,
         namespace_labels=namespaces.labels if namespaces is not None else None,
@@ -107,7 +107,7 @@ def start_webhook(
     log.info(
         "admission webhook serving https://%s:%d/mutate for scheduler %s (vendors: %s)",
         server.server_address[0], server.port, settings.scheduler_name,
-        ", ".join(v.name for v in host.vendors) or "none",
+        ", ".join(v.name for v in plugins.vendors) or "none",
     )  # fmt: skip
     return RunningWebhook(server, ledger, namespaces, owns_ledger)
 
@@ -121,14 +121,14 @@ def run_webhook(
 ) -> int:
     """Serve until `stop` is set (or a termination signal arrives); returns the exit status."""
     stop = stop or threading.Event()
-    host = VendorPlugins.load(config=config.vendors)
-    for failure in host.failed:
+    plugins = VendorPlugins.load(config=config.vendors)
+    for failure in plugins.failed:
         log.error("vendor %s (%s) not loaded: %s", failure.entry_point, failure.distribution, failure.error)
     if cluster is None:
         from hami.cluster.kube import connect
 
         cluster = connect(config.kubeconfig)
-    running = start_webhook(cluster, host, settings)
+    running = start_webhook(cluster, plugins, settings)
     previous = _install_signal_handlers(stop)
     try:
         while not stop.wait(0.5):  # wake up: a signal caught by another thread runs its handler only here

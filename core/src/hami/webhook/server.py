@@ -34,11 +34,11 @@ Response = tuple[int, Any]
 
 
 class WebhookApp:
-    """The webhook protocol over the vendor host, a quota view and the namespaces' labels."""
+    """The webhook protocol over the vendor plugins, a quota view and the namespaces' labels."""
 
     def __init__(
         self,
-        host: VendorPlugins,
+        plugins: VendorPlugins,
         *,
         settings: AdmissionSettings | None = None,
         quota: QuotaCheck | None = None,
@@ -47,7 +47,7 @@ class WebhookApp:
         observe: Callable[[bool, float], None] = lambda allowed, seconds: None,
         paths: Sequence[str] = PATHS,
     ) -> None:
-        self.host = host
+        self.plugins = plugins
         self.settings = settings or AdmissionSettings()
         self.quota = quota
         self.namespace_labels = namespace_labels
@@ -72,7 +72,7 @@ class WebhookApp:
         start = time.perf_counter()
         try:
             answer = admit_review(
-                data, self.host, settings=self.settings, quota=self.quota, namespace_labels=self.namespace_labels
+                data, self.plugins, settings=self.settings, quota=self.quota, namespace_labels=self.namespace_labels
             )
         except BadReview as exc:
             return 400, {"error": f"not an AdmissionReview this webhook can answer: {exc}"}

@@ -115,7 +115,7 @@ def hami_vendor_info() -> VendorInfo:
 
 @hookimpl
 def hami_vendor_settings(raw: Mapping[str, Any]) -> ExampleAccelSettings:
-    # A pydantic ValidationError is a ValueError: the host reports it as a configuration error naming the key.
+    # A pydantic ValidationError is a ValueError: the core reports it as a configuration error naming the key.
     return ExampleAccelSettings.model_validate(raw)
 
 

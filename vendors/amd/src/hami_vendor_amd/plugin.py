@@ -13,7 +13,9 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * fitting: core's share fitter with the kind's compute units (`DeviceKind.core_units`: a GPU's ``devcore`` is its
   CU count and a grant's ``usedcores`` is ``floor(percent × CUs / 100)`` units, at least 1, as HAMi's ``Fit``), and
   each placed device's type the GPU's model, as HAMi writes it into ``hami.io/amd-devices-allocated``;
-* allocation, release and container edits (`hami_vendor_amd.edits`, the CU masks in `hami_vendor_amd.cumask`).
+* allocation, release and container edits (`hami_vendor_amd.edits`, the CU masks in `hami_vendor_amd.cumask`);
+* the kernel's DRM client statistics of the GPUs (amdgpu's ``drm-pdev`` → the GPU), which the node daemon's backstop
+  reads for the containers' memory (``drmFdinfo``, `hami_vendor_amd.settings`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -156,6 +159,12 @@ def hami_container_edits(
     pod: Pod, container_index: int, devices: ContainerPlacement, settings: AmdSettings, library: IsolationLibrary | None
 ) -> ContainerEdits:
     return edits.container_edits(settings, pod, container_index, devices, library)
+
+
+@hookimpl
+def hami_drm_usage_source(settings: AmdSettings) -> DrmUsageSource | None:
+    gpus = runtime_for(settings).gpus
+    return settings.drm_fdinfo.source(("amdgpu",), {g.bdf: g.uuid for g in gpus if g.bdf})
 
 
 @hookimpl

@@ -10,6 +10,11 @@ Owns the names, defaults and validation of every AMD option:
 * ``amdSmiLibrary`` (AMD SMI; default ROCm's ``/opt/rocm/lib/libamd_smi.so``, then the loader's search);
   ``sysfsRoot`` (a GPU's DRM nodes are found by its PCI address there, and ROCr's UUID of it in the KFD topology,
   ``class/kfd/kfd/topology/nodes``);
+* ``drmFdinfo`` (core's `hami.drmfdinfo.DrmFdinfo`): the kernel's per-client statistics of amdgpu, a DRM driver
+  that publishes them, read by the node daemon's backstop: on by default for the ``vram`` region, the memory the
+  backstop judges a container by (AMD SMI gives no per-process memory here); no engines by default, as ROCm's
+  compute runs on KFD user queues, which ``drm-engine-*`` does not count (name ``gfx``/``compute`` to publish the
+  busy share of graphics and Vulkan work);
 * the isolation library's ``hookPath`` (accounting and grant directories, and the CU-mask state, ``cu/``),
   ``libraryDir``, ``libhipLogLevel``.
 
@@ -24,6 +29,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from hami.drmfdinfo import DrmFdinfo
 from hami.vendorstate import VendorSettings
 
 __all__ = ["CU_MASK", "TIME_SLICE", "AmdSettings", "CoreSplit"]
@@ -43,3 +49,7 @@ class AmdSettings(VendorSettings):
     hook_path: Path = Path("/usr/local/vgpu/amd")
     library_dir: str | None = None
     libhip_log_level: Literal["", "0", "1", "2", "3", "4"] = ""
+    drm_fdinfo: DrmFdinfo = Field(
+        default=DrmFdinfo(enabled=True, memory_regions=("vram",)),
+        description="the kernel's amdgpu client statistics, for the backstop (hami.drmfdinfo)",
+    )

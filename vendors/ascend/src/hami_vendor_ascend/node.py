@@ -7,9 +7,9 @@ missing driver means, in the words given here), and the chips of the last read, 
 placement's UUIDs into the physical ids the Ascend container runtime wants. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the chips are the inventory's and no driver is asked.
 
-One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded (core's
-`hami.vendorstate.VendorSettings`), so it lives as long as that host and two hosts (two tests) never share one. Reads
-are serialized by `NodeRuntime.lock`.
+One runtime per settings object: `runtime_for(settings)` attaches it to the settings the `VendorPlugins` loaded
+(core's `hami.vendorstate.VendorSettings`), so it lives as long as they do and two of them (two tests) never share
+one. Reads are serialized by `NodeRuntime.lock`.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from hami.testing.hostrun import HostRunTests, HostWorld
 
 @pytest.fixture
 def host_world(mlu_node: Callable[..., Any], tmp_path: Path) -> HostWorld:
-    host = mlu_node([("a1b2c3d4-0000-0000-0000-hostrun00000", "MLU370-X8", 24576, 8, 1)])  # writes the machine
-    fake_cndev = host.vendor("cambricon").settings.cndev_library
+    plugins = mlu_node([("a1b2c3d4-0000-0000-0000-hostrun00000", "MLU370-X8", 24576, 8, 1)])  # writes the machine
+    fake_cndev = plugins.vendor("cambricon").settings.cndev_library
     config = tmp_path / "hami.yaml"
     section = {"cndevLibrary": fake_cndev, "mluMode": "hami-core", "hookPath": str(tmp_path / "hook")}
     config.write_text(json.dumps({"vendors": {"cambricon": section}}))

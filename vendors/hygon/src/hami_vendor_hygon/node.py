@@ -9,7 +9,7 @@ and container edits use to turn a placement's UUIDs into devices. On simulated d
 `hami_simulated_devices`) the devices are the inventory's and no driver is read. For the node-side backstop,
 `NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi).
 
-One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
+One runtime per settings object (`runtime_for`), so that two `VendorPlugins` (two tests) never share one.
 """
 
 from __future__ import annotations

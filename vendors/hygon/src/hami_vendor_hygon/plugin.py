@@ -36,6 +36,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -126,6 +127,13 @@ def hami_reconcile(pods: Sequence[Pod], settings: HygonSettings) -> None:
 @hookimpl
 def hami_device_processes(settings: HygonSettings) -> list[DeviceProcess] | None:
     return runtime_for(settings).processes()
+
+
+@hookimpl
+def hami_drm_usage_source(settings: HygonSettings) -> DrmUsageSource | None:
+    if not settings.drm_fdinfo.enabled:
+        return None
+    return settings.drm_fdinfo.source((), {d.bdf: d.uuid for d in runtime_for(settings).devices if d.bdf})
 
 
 @hookimpl

@@ -10,7 +10,11 @@ Owns the names, defaults and validation of every Hygon option:
   ``hySmi``); the host paths HAMi's DCU plugin uses (``vdevDir`` ``/usr/local/vgpu/dcu``, ``exporterDir``
   ``/etc/vdev``, ``hygonDriverPath`` (``$HYGONPATH``), ``hyhalPath`` ``/opt/hyhal``; ``writableMounts``, HAMi's
   read-write mounts of them, off by default), the sysfs root where a DCU's
-  DRM nodes are found by its PCI address, and the soft mode's (``hookPath``, ``libraryDir``, ``libvdcuLogLevel``).
+  DRM nodes are found by its PCI address, and the soft mode's (``hookPath``, ``libraryDir``, ``libvdcuLogLevel``);
+  ``drmFdinfo`` (core's `hami.drmfdinfo.DrmFdinfo`, off by default): the kernel's per-client statistics of the DCU
+  driver, which is amdgpu-derived but whose fdinfo keys and DRM name are not documented: turned on, ``drivers`` must
+  name what its fdinfo prints as ``drm-driver``. Its memory serves the backstop only where ROCm SMI gives no
+  per-process figure (DCUs read from ``hy-smi``); its engines do not see DTK's compute, which runs on KFD queues.
 
 Read as every vendor's section is (core's `hami.requests.ShareDefaults` on `hami.vendorstate.VendorSettings`):
 HAMi's camelCase or the field's name, a misspelled key refused with its name. The node side's state (the sessions
@@ -25,6 +29,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from hami.drmfdinfo import DrmFdinfo
 from hami.requests import ShareDefaults
 
 __all__ = ["SOFT", "VDCU", "DcuMode", "HygonSettings"]
@@ -55,6 +60,9 @@ class HygonSettings(ShareDefaults):
     hook_path: Path = Field(default=Path("/usr/local/vgpu/dcu-hami-core"))
     library_dir: Path | None = None
     libvdcu_log_level: Literal["", "0", "1", "2", "3", "4"] = Field(default="")
+    drm_fdinfo: DrmFdinfo = Field(
+        default=DrmFdinfo(), description="the kernel's DCU client statistics, for the backstop (hami.drmfdinfo)"
+    )
 
     @property
     def containers_dir(self) -> Path:

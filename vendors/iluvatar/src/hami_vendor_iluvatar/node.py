@@ -8,7 +8,7 @@ nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
 error line naming it; the node keeps serving the others. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. Also the compute processes on
 given GPUs, for the node-side backstop (`NodeRuntime.processes`). One runtime per settings object
-(`runtime_for`), so that two hosts (two tests) never share one.
+(`runtime_for`), so that two `VendorPlugins` (two tests) never share one.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ to turn a placement into cards: a real UUID, or HAMi's capacity-derived name ``<
 card indices.
 
 For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for each (none
-where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts (two tests)
-never share one.
+where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two
+`VendorPlugins` (two tests) never share one.
 """
 
 from __future__ import annotations

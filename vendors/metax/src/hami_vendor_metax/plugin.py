@@ -44,6 +44,7 @@ from hami.model import (
     DeviceKind,
     DeviceProcess,
     DraDevice,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -193,6 +194,14 @@ def hami_device_processes(kind: DeviceKind, settings: MetaxSettings) -> list[Dev
     if kind.common_word != node_kind.common_word:
         return []  # a node serves one kind: the other has no containers here
     return runtime_for(settings).processes()
+
+
+@hookimpl
+def hami_drm_usage_source(kind: DeviceKind, settings: MetaxSettings) -> DrmUsageSource | None:
+    node_kind = GPU if settings.node_kind == "gpu" else SGPU
+    if not settings.drm_fdinfo.enabled or kind.common_word != node_kind.common_word:
+        return None
+    return settings.drm_fdinfo.source((), {c.gpu.bdf: c.uuid for c in runtime_for(settings).cards if c.gpu.bdf})
 
 
 @hookimpl

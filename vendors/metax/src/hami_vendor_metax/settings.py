@@ -14,7 +14,11 @@ Owns the names, defaults and validation of every MetaX option:
   and tool to discover with (``mxsmlLibrary``, ``mxSmi``); the host paths MetaX's device plugins mount
   (``driverPath`` ``/opt/mxdriver``, ``macaPath`` ``/opt/maca``); the sysfs root where a card's DRM nodes and
   NUMA node are found by its PCI address; ``hookPath`` (the node's allocation records, and the soft mode's accounting
-  directories and grants), ``libraryDir`` and ``logLevel`` (the isolation library's).
+  directories and grants), ``libraryDir`` and ``logLevel`` (the isolation library's); ``drmFdinfo`` (core's
+  `hami.drmfdinfo.DrmFdinfo`, off by default): the kernel's per-client statistics of the card's DRM driver, whose
+  fdinfo keys and DRM name MetaX does not document: turned on, ``drivers`` must name what its fdinfo prints as
+  ``drm-driver``. Its memory serves the backstop only where MXSML gives no per-process figure (cards read from
+  ``mx-smi``); its engines, where they count MACA's work, give the cards' busy share.
 
 Read as every vendor's section is (core's `hami.requests.ShareDefaults` on `hami.vendorstate.VendorSettings`):
 HAMi's camelCase or the field's name, a misspelled key refused with its name. The node side's state (the MXSML
@@ -28,6 +32,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from hami.drmfdinfo import DrmFdinfo
 from hami.requests import ShareDefaults
 
 __all__ = ["METAX", "SOFT", "MetaxSettings", "SgpuMode"]
@@ -55,6 +60,9 @@ class MetaxSettings(ShareDefaults):
     hook_path: Path = Path("/usr/local/vgpu/metax")
     library_dir: Path | None = None
     log_level: Literal["", "0", "1", "2", "3", "4"] = ""
+    drm_fdinfo: DrmFdinfo = Field(
+        default=DrmFdinfo(), description="the kernel's card client statistics, for the backstop (hami.drmfdinfo)"
+    )
 
     @property
     def records_dir(self) -> Path:

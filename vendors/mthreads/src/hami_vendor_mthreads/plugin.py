@@ -11,7 +11,9 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   (`hami_vendor_mthreads.fit`);
 * allocation and release: the soft mode's accounting directories (`hami_vendor_mthreads.allocation`);
 * container edits: the device nodes and environment of Moore Threads' device plugin, and in ``hami-core`` mode the
-  isolation library ``libvmusa.so`` (`hami_vendor_mthreads.edits`).
+  isolation library ``libvmusa.so`` (`hami_vendor_mthreads.edits`);
+* the kernel's DRM client statistics of the GPUs (``drm-driver`` ``mtgpu``, ``drm-pdev`` → the GPU), which the node
+  daemon's backstop reads where the operator turned them on (``drmFdinfo``): MTML has no per-process memory.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from hami.model import (
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    DrmUsageSource,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -128,6 +131,14 @@ def hami_container_edits(
     library: IsolationLibrary | None,
 ) -> ContainerEdits:
     return edits.container_edits(settings, devices, pod, container_index, library)
+
+
+@hookimpl
+def hami_drm_usage_source(settings: MthreadsSettings) -> DrmUsageSource | None:
+    if not settings.drm_fdinfo.enabled:
+        return None  # not even MTML is asked
+    gpus = discovery.runtime_for(settings).gpus
+    return settings.drm_fdinfo.source(("mtgpu",), {g.bdf: g.uuid for g in gpus if g.bdf})
 
 
 @hookimpl

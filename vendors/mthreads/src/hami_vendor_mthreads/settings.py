@@ -7,7 +7,10 @@ Owns the names, defaults and validation of every Moore Threads option:
 * node side: ``mtmlLibrary`` (``libmtml.so``; empty: the dynamic loader's, then MUSA's directories),
   ``mthreadsGmi`` (the tool read when MTML cannot be loaded), ``driverCapabilities`` (what the container toolkit
   is told to mount, ``MTHREADS_DRIVER_CAPABILITIES``, ``compute,utility``), ``sysfsRoot`` (where a GPU's DRM
-  nodes are found by its PCI address when MTML cannot name them).
+  nodes are found by its PCI address when MTML cannot name them), ``drmFdinfo`` (core's `hami.drmfdinfo.DrmFdinfo`,
+  off by default: whether mtgpu publishes the kernel's per-client statistics is not documented, and the driver's
+  public source registers no ``show_fdinfo``; on a driver that does, name its memory region to give the node
+  daemon's backstop the containers' memory, which MTML has no call for).
 
 Read as every vendor's section is (core's `hami.vendorstate.VendorSettings`): HAMi's camelCase or the field's name,
 a misspelled key refused with its name. (HAMi gives Moore Threads no ``defaultMem``: memory is always asked.) The
@@ -21,6 +24,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from hami.drmfdinfo import DrmFdinfo
 from hami.vendorstate import VendorSettings
 
 __all__ = ["CORES_PER_GPU", "CORE_UNIT", "SGPU", "SOFT", "MthreadsSettings", "SharingMode"]
@@ -53,3 +57,6 @@ class MthreadsSettings(VendorSettings):
     hook_path: Path = Path("/usr/local/vgpu/mthreads")
     library_dir: Path | None = None
     libvmusa_log_level: Literal["", "0", "1", "2", "3", "4"] = ""
+    drm_fdinfo: DrmFdinfo = Field(
+        default=DrmFdinfo(), description="the kernel's mtgpu client statistics, for the backstop (hami.drmfdinfo)"
+    )

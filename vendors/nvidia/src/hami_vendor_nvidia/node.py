@@ -7,8 +7,8 @@ NVIDIA's device plugin), and the record of MIG instances created for each pod, s
 what allocation made. Also the compute processes on each GPU, for the node-side backstop (`device_processes`),
 and what each GPU reads now (memory in use, busy share, power, temperature) for the node monitor (`device_readings`).
 
-One runtime per settings object: `runtime_for(settings)` attaches it to the settings the host loaded, so it
-lives as long as that host and two hosts (two tests) never share one. Calls into NVML are serialized by the
+One runtime per settings object: `runtime_for(settings)` attaches it to the settings the `VendorPlugins` loaded,
+so it lives as long as they do and two of them (two tests) never share one. Calls into NVML are serialized by the
 session; compound MIG operations take `NodeRuntime.lock`.
 """
 

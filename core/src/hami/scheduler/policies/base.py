@@ -64,7 +64,7 @@ class PodShape:
     largest: Mapping[str, ContainerRequest]
     """kind → the pod's largest container request of that kind."""
     shares: Shares
-    host: tuple[int, int]
+    cpu_memory: tuple[int, int]
     """The pod's CPU (millicores) and memory (MiB) requests."""
     workload: WorkloadProfile | None
     """The request mix to plan for (set when the pod's policy names fragmentation-aware)."""
@@ -111,7 +111,7 @@ class NodePolicy:
         by default (spread)."""
         return round(10 * (1 - share))
 
-    def host_only(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
+    def deviceless(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
         """For a pod without devices: a cost per node of placing its CPU and memory there (lower is better),
         for prioritize. Empty (the default) when the policy has no opinion."""
         return {}

@@ -28,7 +28,7 @@ class FragmentationAware(NodePolicy):
         kind = pod.kinds[0]
         request = pod.largest[kind]
         shares = pod.shares
-        cpu, memory = pod.host
+        cpu, memory = pod.cpu_memory
         workload = pod.workload
         assert workload is not None
 
@@ -69,15 +69,15 @@ class FragmentationAware(NodePolicy):
 
         return charge
 
-    def host_only(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
+    def deviceless(self, state: ClusterState, pod: PodShape, node_names: Iterable[str]) -> dict[str, float]:
         """How much placing the pod's CPU and memory on each node grows that node's expected device
         fragmentation (memoised on the node until its usage changes)."""
         workload = pod.workload
         if workload is None:
             return {}
-        cpu, memory = pod.host
+        cpu, memory = pod.cpu_memory
         growth: dict[str, float] = {}
-        key = ("host-only", workload.serial, cpu, memory)
+        key = ("deviceless", workload.serial, cpu, memory)
         for name in node_names:
             record = state.nodes.get(name)
             if record is None:

@@ -10,7 +10,9 @@ the two phases, not their sum (`pod_peaks`, by `hami.model.RunOrder`'s rule).
 Among the usable devices the device policy chooses (`binpack`, `spread`, `mutex`, `numa`) in HAMi v2.10's order
 (`hami_device_order`), or by what the node daemon measured (`usage`, this project's); app containers of one pod
 see each other's grants, and every refused node gets a reason a
-user can read. The node score is HAMi's.
+user can read. The node score is HAMi's. A pod annotated ``hami.io/numa-alignment`` (`hami.numaalign`) has each
+container of several devices placed on devices of one NUMA node: required (``strict``) or preferred
+(``best-effort``), whatever the device policy and whichever vendor's `choose_devices` (`ShareFitter._choose_aligned`).
 
 Vendor specifics (topology tables, partition profiles, templates) stay in the vendor. `ShareFitter` has two
 extension points: `extra_filter` refuses devices for the vendor's own reasons, and `ShareFitter.choose_devices`
@@ -43,6 +45,7 @@ from hami.model import (
     RunOrder,
     SchedulingPolicy,
 )
+from hami.numaalign import NUMA_ALIGNMENT_ANNOTATION, NumaAlignment, NumaAlignmentError, numa_alignment
 
 __all__ = [
     "CORDON_ANNOTATION",
@@ -382,7 +385,12 @@ class ShareFitter:
             need = self._needs(request)
             return None, f"{need}, {len(usable)}/{len(frees)} usable" + (f" ({detail})" if detail else "")
         self._sort_devices(request, context)
-        chosen = self.choose_devices(usable, request.count, context)
+        if NUMA_ALIGNMENT_ANNOTATION in context.pod.annotations:
+            chosen, unaligned = self._choose_aligned(usable, request.count, context)
+            if unaligned:
+                return None, f"{self._needs(request)}, {len(usable)}/{len(frees)} usable, but {unaligned}"
+        else:
+            chosen = self.choose_devices(usable, request.count, context)
         if not chosen:  # the vendor's rules allow no set of the usable devices (a topology's)
             usable_of = f"{len(usable)}/{len(frees)} usable"
             return None, f"{self._needs(request)}, {usable_of}, but the devices' topology allows no set of them"
@@ -410,16 +418,17 @@ class ShareFitter:
 
         The extension point for a vendor's own device choice: override it in a subclass (calling this one for
         the policy's order when useful) and the feasibility checks, accounting, selectors and refusal reasons
-        stay the fitter's. Called once per container with at least `count` candidates; must return exactly
-        `count` distinct ones, or none when the vendor's rules allow no set of them (the node then does not fit,
-        saying so), and must not modify them. This implementation applies the device policy in
-        ``context.policy``: ``binpack``/``best-fit`` (the fullest devices first) or ``spread`` (the emptiest),
-        ``numa`` (all devices on one NUMA node when one has enough), ``fragmentation-aware`` (the devices whose
-        use grows the node's expected fragmentation least), ``usage`` (the devices the node daemon measured least
-        busy, `hami.measured`, an unknown one as half busy; the emptiest by grant among equals). Except for the last
-        two, the order is HAMi's
-        (`hami_device_order`, walked from its end): on equal scores the highest NUMA node, then the device
-        latest in HAMi's list (at first the registration order: the highest index).
+        stay the fitter's. Called once per container with at least `count` candidates (for a pod asking
+        ``hami.io/numa-alignment``, again with each NUMA node's candidates when the first choice spans NUMA nodes:
+        it must not keep state between calls); must return exactly `count` distinct ones, or none when the
+        vendor's rules allow no set of them (the node then does not fit, saying so), and must not modify them.
+        This implementation applies the device policy in ``context.policy``: ``binpack``/``best-fit`` (the
+        fullest devices first) or ``spread`` (the emptiest), ``numa`` (all devices on one NUMA node when one has
+        enough), ``fragmentation-aware`` (the devices whose use grows the node's expected fragmentation least),
+        ``usage`` (the devices the node daemon measured least busy, `hami.measured`, an unknown one as half busy;
+        the emptiest by grant among equals). Except for the last two, the order is HAMi's (`hami_device_order`,
+        walked from its end): on equal scores the highest NUMA node, then the device latest in HAMi's list (at
+        first the registration order: the highest index).
         """
         policy = context.policy
         if "usage" in policy.device:
@@ -453,6 +462,51 @@ class ShareFitter:
             return walk[:count]
         return list(itertools.islice(ranked, count))
 
+    def _choose_aligned(
+        self, usable: Sequence[Candidate], count: int, context: ChoiceContext
+    ) -> tuple[Sequence[Candidate], str]:
+        """`choose_devices` under the pod's ``hami.io/numa-alignment`` (`hami.numaalign`): the chosen devices,
+        or why the node cannot serve the container.
+
+        A container of one device is aligned whatever it gets. For several, the policy's own choice stands when
+        its devices share one known NUMA node; otherwise the choice is made again among the usable devices of
+        each NUMA node that has enough of them, in the order the policy's walk of the node's list completes
+        them (HAMi's order, as the ``numa`` policy takes them), and the first that gives a set wins. When none
+        does, ``best-effort`` keeps the policy's own choice and ``strict`` refuses the node, saying how many
+        usable devices each NUMA node has. A device whose NUMA node is unknown (-1) is on no NUMA node here."""
+        try:
+            mode = numa_alignment(context.pod.annotations)
+        except NumaAlignmentError as exc:
+            return (), str(exc)
+        chosen = self.choose_devices(usable, count, context)
+        if count < 2 or mode is None or _one_numa_node(chosen):
+            return chosen, ""
+        groups: dict[int, list[Candidate]] = {}
+        for candidate in usable:
+            if candidate.device.numa >= 0:
+                groups.setdefault(candidate.device.numa, []).append(candidate)
+        devices = context.devices
+        walked = {id(devices[i]): at for at, i in enumerate(reversed(context.order))}
+        last = len(walked)
+
+        def completed(group: list[Candidate]) -> tuple[int, int]:
+            return sorted(walked.get(id(c.state), last) for c in group)[count - 1], group[0].device.numa
+
+        for group in sorted((g for g in groups.values() if len(g) >= count), key=completed):
+            within = self.choose_devices(group, count, context)
+            if within:
+                return within, ""
+        if mode is NumaAlignment.BEST_EFFORT:
+            return chosen, ""
+        per = ", ".join(f"{n} on NUMA node {numa}" for numa, n in sorted((k, len(g)) for k, g in groups.items()))
+        unknown = sum(1 for c in usable if c.device.numa < 0)
+        if unknown:
+            per = f"{per}, {unknown} on no known NUMA node" if per else f"{unknown} on no known NUMA node"
+        return (), (
+            f"{NUMA_ALIGNMENT_ANNOTATION}: strict asks for all {count} on one NUMA node, and no NUMA node can "
+            f"serve them (usable: {per})"
+        )
+
     def _counted(self, state: DeviceState, candidate: Candidate | None) -> tuple[int, int] | None:
         """What HAMi's device score counts of a container's request on `state`: only on a device whose
         registered type is the request's type (the kind's common word), else nothing."""
@@ -482,6 +536,12 @@ class ShareFitter:
         context.order[:] = hami_device_order(
             context.devices, order, scores, _hami_policy(context.policy), self.numa_bind
         )
+
+
+def _one_numa_node(chosen: Sequence[Candidate]) -> bool:
+    """Whether the devices share one known NUMA node."""
+    nodes = {c.device.numa for c in chosen}
+    return len(nodes) == 1 and min(nodes) >= 0
 
 
 def _registration_order(devices: Sequence[DeviceUsage]) -> list[int]:

@@ -432,3 +432,34 @@ def test_an_init_container_is_fitted_apart_from_the_app_containers(gpu_node: Nod
     apps = Pod(name="q", uid="uid-q", containers=(Container(name="a"), Container(name="b")))
     (crowded,) = plugins.fit_nodes("NVIDIA", apps, requests, [node], SchedulingPolicy())
     assert crowded.reason.startswith("container b: "), crowded.reason
+
+
+# hami.io/numa-alignment on MIG GPUs (shared GPUs go through core's `ShareFitter`: tests/scheduler)
+
+ALIGN = "hami.io/numa-alignment"
+
+
+def on_numa_nodes(node: NodeView, *numa: int) -> NodeView:
+    devices = [
+        u.model_copy(update={"device": u.device.model_copy(update={"numa": n})})
+        for u, n in zip(node.devices, numa, strict=True)
+    ]
+    return node.model_copy(update={"devices": devices})
+
+
+def test_mig_strict_alignment_refuses_instances_on_two_numa_nodes(a100: NodeInventory) -> None:
+    split = on_numa_nodes(view(a100), 0, 1)
+    refused = fit(split, want(2, 1000), annotations={**MIG, ALIGN: "strict"})
+    assert "hami.io/numa-alignment: strict asks for 2 MIG GPUs on one NUMA node" in refused.reason
+    assert fit(on_numa_nodes(view(a100), 1, 1), want(2, 1000), annotations={**MIG, ALIGN: "strict"}).fits
+
+
+def test_mig_best_effort_alignment_places_across_numa_nodes_when_it_must(a100: NodeInventory) -> None:
+    split = on_numa_nodes(view(a100), 0, 1)
+    assert fit(split, want(2, 1000), annotations={**MIG, ALIGN: "best-effort"}).fits
+
+
+def test_mig_refuses_an_alignment_value_it_cannot_read(a100: NodeInventory) -> None:
+    refused = fit(view(a100), want(1, 1000), annotations={**MIG, ALIGN: "yes"})
+    assert "hami.io/numa-alignment is 'yes'" in refused.reason
+    assert 'write "best-effort"' in refused.reason

@@ -157,6 +157,25 @@ class Allocator:
             )  # fmt: skip
             return edits
 
+    def pending_placements(self, kind: str) -> tuple[Pod, list[tuple[str, ContainerPlacement]]] | None:
+        """The pod the next Allocate of `kind` will serve and its containers still to serve, in order, as (name,
+        placement): the signed placement where placements are signed. None when no pod is found or its
+        annotations cannot be read (Allocate then says why). For GetPreferredAllocation, which comes first."""
+        key = self.plugins.kind(kind).annotations.to_allocate
+        try:
+            with self._serial:
+                target = self._find_pod(kind)
+            pod = target.pod
+            entries = _entries(pod.annotations, key)
+            if self.placement_keys is not None:
+                _, signed = self._signed(pod, kind, self.plugins.kind(kind).annotations.allocated)
+                entries = [signed[i] if e and i < len(signed) else e for i, e in enumerate(entries)]
+        except (HamiError, ClusterError) as exc:
+            log.debug("GetPreferredAllocation of %s on node %s: no pod to prefer for: %s", kind, self.node, exc)
+            return None
+        names = [c.name for c in pod.all_containers]
+        return pod, [(names[i] if i < len(names) else str(i), e) for i, e in enumerate(entries) if e]
+
     # ---------------------------------------------------------------------------------- which pod
 
     def _find_pod(self, kind: str, requests: Sequence[Sequence[str]] = ()) -> _Target:

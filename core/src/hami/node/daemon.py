@@ -64,6 +64,7 @@ from hami.node.kubelet import KubeletSocket, RegistrationError
 from hami.node.monitor import ContainerUsageReader, NodeMonitor
 from hami.node.plugin import ResourcePlugin
 from hami.node.pods import ServedPods, finished, node_of
+from hami.node.preferred import PlacedPreference
 from hami.node.register import NodeRegistrar
 from hami.node.usage import AccountingReader
 from hami.plugins import VendorPlugins
@@ -151,6 +152,8 @@ class NodeDaemon:
             placement_keys=self.placement_keys,
             journal=AllocationJournal(settings.hook_dir / "allocate-journal"),
         )
+        self.preference = PlacedPreference(self.allocator.pending_placements)
+        """GetPreferredAllocation for pods that ask ``hami.io/numa-alignment``."""
         if self.placement_keys is None:
             log.warning(
                 "placement verification is OFF (%s unset): Allocate serves whatever devices a pod's annotations "
@@ -361,7 +364,9 @@ class NodeDaemon:
             for resource in resources_of(kind):
                 plugin = self.resource_plugins.get(resource.name)
                 if plugin is None:
-                    plugin = ResourcePlugin(resource, self.settings.device_plugin_dir, self.allocator.allocate)
+                    plugin = ResourcePlugin(
+                        resource, self.settings.device_plugin_dir, self.allocator.allocate, self.preference
+                    )
                     self.resource_plugins[resource.name] = plugin
                     created = True
                 devices = advertised_devices(kind, resource.role, inventory.devices)

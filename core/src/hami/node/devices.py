@@ -23,7 +23,15 @@ from enum import StrEnum
 
 from hami.model import Device, DeviceKind, RegisterFormat
 
-__all__ = ["AdvertisedDevice", "ResourceRole", "ServedResource", "advertised_devices", "preferred_ids", "resources_of"]
+__all__ = [
+    "AdvertisedDevice",
+    "PreferredRequest",
+    "ResourceRole",
+    "ServedResource",
+    "advertised_devices",
+    "preferred_ids",
+    "resources_of",
+]
 
 
 class ResourceRole(StrEnum):
@@ -59,6 +67,15 @@ class AdvertisedDevice:
     healthy: bool
     numa: int = -1
     """NUMA node, -1 when unknown (sent without topology)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredRequest:
+    """One container of the kubelet's GetPreferredAllocation: the IDs it may have, those it must, how many."""
+
+    available: list[str]
+    must_include: list[str]
+    size: int
 
 
 def resources_of(kind: DeviceKind) -> list[ServedResource]:

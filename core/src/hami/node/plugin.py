@@ -5,8 +5,13 @@ a version number under an `asyncio.Condition`; each stream sends the full list w
 the condition and sends again only when the version moved, so a health change reaches the kubelet at once
 and an unchanged discovery sends nothing. Stopping the plugin wakes every stream and ends it.
 
-Allocate runs the blocking allocation (cluster reads and writes, vendor hooks) in a worker thread so the
-event loop keeps serving other plugins' streams; `hami.node.allocate` serializes allocations per node. An
+GetPreferredAllocation answers from the device list alone (`preferred_ids`), or, for the count resource of a
+daemon given a `prefer` function, from what that function finds of the pod being started (`hami.node.preferred`:
+``hami.io/numa-alignment``), run in a worker thread like Allocate; a `MisalignedError` becomes the RPC's error,
+which the kubelet reports on the pod.
+
+Allocate runs the blocking allocation (cluster reads and writes, vendor hooks) in a worker thread so the event
+loop keeps serving other plugins' streams; `hami.node.allocate` serializes allocations per node. An
 `AllocationError` becomes the RPC's error status with its message, which the kubelet reports on the pod.
 
 Everything here runs on the daemon's event loop; `set_devices` must be called from it.
@@ -25,16 +30,21 @@ import grpc
 
 from hami.model import ContainerEdits
 from hami.node.allocate import AllocationError
-from hami.node.devices import AdvertisedDevice, ResourceRole, ServedResource, preferred_ids
+from hami.node.devices import AdvertisedDevice, PreferredRequest, ResourceRole, ServedResource, preferred_ids
+from hami.node.preferred import MisalignedError
 from hami.node.proto import deviceplugin_pb2 as pb
 from hami.node.proto import deviceplugin_pb2_grpc as pb_grpc
 
-__all__ = ["AllocateFunction", "ResourcePlugin", "to_response"]
+__all__ = ["AllocateFunction", "PreferFunction", "ResourcePlugin", "to_response"]
 
 log = logging.getLogger(__name__)
 
 AllocateFunction = Callable[[str, Sequence[Sequence[str]]], list[ContainerEdits]]
 """(device kind, device IDs per container request) → edits per container; raises `AllocationError`."""
+
+PreferFunction = Callable[[str, Sequence["PreferredRequest"], Mapping[str, AdvertisedDevice]], list[list[str] | None]]
+"""(device kind, the kubelet's container requests, advertised ID → device) → per request the IDs to prefer, or None
+for the daemon's own answer (`preferred_ids`); raises `MisalignedError` to refuse (`hami.node.preferred`)."""
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -67,10 +77,17 @@ def _device(d: AdvertisedDevice) -> pb.Device:
 class ResourcePlugin:
     """The device-plugin server of one resource: its socket, its device list, its streams."""
 
-    def __init__(self, resource: ServedResource, directory: Path, allocate: AllocateFunction) -> None:
+    def __init__(
+        self,
+        resource: ServedResource,
+        directory: Path,
+        allocate: AllocateFunction,
+        prefer: PreferFunction | None = None,
+    ) -> None:
         self.resource = resource
         self.socket_path = directory / resource.socket_name
         self.allocate_function = allocate
+        self.prefer_function = prefer if resource.role == ResourceRole.COUNT else None
         self.devices: tuple[AdvertisedDevice, ...] = ()
         self._physical: Mapping[str, str] = {}
         self._version = 0
@@ -165,14 +182,28 @@ class ResourcePlugin:
         request: pb.PreferredAllocationRequest,
         context: grpc.aio.ServicerContext[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse],
     ) -> pb.PreferredAllocationResponse:
+        requests = [
+            PreferredRequest(list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size)
+            for r in request.container_requests
+        ]
+        preferred: list[list[str] | None] = [None] * len(requests)
+        if self.prefer_function is not None:
+            by_id = {d.id: d for d in self.devices}
+            try:
+                preferred = await asyncio.to_thread(self.prefer_function, self.resource.kind, requests, by_id)
+            except MisalignedError as exc:
+                log.warning("GetPreferredAllocation of %s refused: %s", self.resource.name, exc)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            except Exception:  # a preference is never worth failing the pod for
+                log.exception("GetPreferredAllocation of %s: answering from the device list", self.resource.name)
         return pb.PreferredAllocationResponse(
             container_responses=[
                 pb.ContainerPreferredAllocationResponse(
-                    deviceIDs=preferred_ids(
-                        list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size, self._physical
-                    )
+                    deviceIDs=ids
+                    if ids is not None
+                    else preferred_ids(r.available, r.must_include, r.size, self._physical)
                 )
-                for r in request.container_requests
+                for r, ids in zip(requests, preferred, strict=True)
             ]
         )
 

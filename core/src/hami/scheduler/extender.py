@@ -7,6 +7,9 @@ and its best node is chosen. Only when nothing fits are all candidates examined,
 its reason. A vendor whose fits depend on nothing of the moment (`DeviceKind.reusable_fits`) is asked only for
 the nodes changed since a pod alike (same spec and annotations) was fitted: the others' fits are kept on the node
 until it changes (`NodeRecord.memo`).
+A pod asking ``hami.io/numa-alignment: best-effort`` is first fitted as if it asked ``strict`` (each container of
+several devices on one NUMA node), and over every node as usual only when no node can take it so
+(`Extender._prefer_aligned`): the node policy then chooses among the aligned nodes first.
 The decision (the placement, and the pod annotations the chosen node's fits carry) is counted at once
 (`ClusterState.commit`), so the next pod cannot double-book. `hami scheduler` writes it with the bind
 (`record_at_bind`, `hami.scheduler.pending`): the filter makes no API call (one filter at a time is
@@ -37,6 +40,7 @@ from hami.errors import HamiError
 from hami.fitting import Selectors
 from hami.lifecycle import BIND_PHASE, BIND_TIME
 from hami.model import ContainerPlacement, ContainerRequest, NodeFit, Pod, SchedulingPolicy
+from hami.numaalign import NUMA_ALIGNMENT_ANNOTATION, NumaAlignment, NumaAlignmentError, parse_numa_alignment
 from hami.plugins import VendorPlugins
 from hami.quota import QuotaLedger
 from hami.scheduler.binding import Binder, BindResult
@@ -227,8 +231,11 @@ class Extender:
                 if self.quota is not None:
                     self.quota.release(pod.namespace, pod.name)
             held = self.preempting.set_aside(pod) if self.preempting is not None else None
-            batches = self.candidates.batches(pod, requests, policy, selectors, node_names, result.failed)
-            decision = self._fit_in_batches(pod, requests, kinds, batches, policy, NODE_POLICIES[policy.node], result)
+            decision = self._prefer_aligned(pod, requests, kinds, policy, selectors, node_names)
+            if decision is None:
+                batches = self.candidates.batches(pod, requests, policy, selectors, node_names, result.failed)
+                node_policy = NODE_POLICIES[policy.node]
+                decision = self._fit_in_batches(pod, requests, kinds, batches, policy, node_policy, result)
             if decision is None:
                 if withdrawn and not unwritten:
                     self.writer.withdraw(pod)
@@ -248,6 +255,33 @@ class Extender:
                 return FilterResult(error=error)
         result.node = decision.node
         return result
+
+    def _prefer_aligned(
+        self,
+        pod: Pod,
+        requests: Mapping[str, list[ContainerRequest | None]],
+        kinds: Sequence[str],
+        policy: SchedulingPolicy,
+        selectors: Mapping[str, Selectors],
+        node_names: Sequence[str],
+    ) -> Decision | None:
+        """For a pod asking ``hami.io/numa-alignment: best-effort`` with a container of several devices, the decision
+        among the nodes where each such container fits on one NUMA node (the pod fitted as if it asked ``strict``);
+        None when no node has that, or for any other pod: the filter then decides over every node as usual. The
+        caller holds the state's lock."""
+        value = pod.annotations.get(NUMA_ALIGNMENT_ANNOTATION)
+        if value is None or not any(r is not None and r.count > 1 for per in requests.values() for r in per):
+            return None
+        try:
+            if parse_numa_alignment(value) is not NumaAlignment.BEST_EFFORT:
+                return None
+        except NumaAlignmentError:
+            return None  # the vendors' fits refuse it, saying why
+        strict = pod.model_copy(update={"annotations": {**pod.annotations, NUMA_ALIGNMENT_ANNOTATION: "strict"}})
+        scratch = FilterResult()  # its refusals are not the pod's: the usual pass says why a node cannot take it
+        batches = self.candidates.batches(strict, requests, policy, selectors, node_names, scratch.failed)
+        decision = self._fit_in_batches(strict, requests, kinds, batches, policy, NODE_POLICIES[policy.node], scratch)
+        return None if decision is None else decision._replace(pod=pod)
 
     def _fit_in_batches(
         self,

@@ -402,21 +402,29 @@ class FakeKubelet:
             client = self._clients[path] = PluginClient(path)
         return client
 
-    def start_container(self, resource: str, count: int, *, device_ids: Sequence[str] | None = None) -> ContainerEdits:
+    def start_container(
+        self, resource: str, count: int, *, device_ids: Sequence[str] | None = None, numa_node: int | None = None
+    ) -> ContainerEdits:
         """The kubelet's calls for one container asking for `count` of `resource`; returns its edits.
 
-        Device IDs are chosen among the healthy ones of the latest list (or given as `device_ids`).
-        :raises PluginCallError: the plugin refused the allocation.
+        Device IDs are chosen among the healthy ones of the latest list (or given as `device_ids`); with
+        `numa_node`, among those on that NUMA node only, as the Topology Manager (``single-numa-node``) offers
+        them when it put the container's CPUs there. As the kubelet's device manager, it asks the plugin's
+        `GetPreferredAllocation` only when there is a choice (more IDs offered than wanted).
+        :raises PluginCallError: the plugin refused the allocation (or the preference: the kubelet then fails the
+            pod's admission).
         """
         client = self.client(resource)
         options = self.options(resource) or client.options()
         ids = list(device_ids) if device_ids is not None else None
         if ids is None:
-            healthy = [d.id for d in self.devices(resource) or [] if d.healthy]
+            healthy = [
+                d.id for d in self.devices(resource) or [] if d.healthy and (numa_node is None or numa_node in d.numa)
+            ]
             if len(healthy) < count:
                 raise LookupError(f"fake kubelet: {resource} has {len(healthy)} healthy devices, {count} wanted")
             ids = healthy[:count]
-            if options.get_preferred_allocation_available:
+            if options.get_preferred_allocation_available and len(healthy) > count:
                 ids = client.preferred_allocation(healthy, [], count)
         edits = client.allocate([ids])
         if options.pre_start_required:

@@ -6,7 +6,9 @@ host, a quota view and the namespaces' labels:
 1. a pod or namespace labelled `hami.io/webhook: ignore` is left alone;
 2. a pod without containers is denied;
 3. a pod that names another scheduler is left alone (`default-scheduler`, which the API server fills in
-   before any webhook runs, counts as naming none unless `overwrite_default_scheduler` is off);
+   before any webhook runs, counts as naming none unless `overwrite_default_scheduler` is off); one whose
+   `hami.io/numa-alignment` is neither `best-effort` nor `strict` (`hami.numaalign`) is denied, devices or not,
+   as HAMi denies it;
 4. every init and app container's device resources are read by their vendors (an unreadable value such as
    `nvidia.com/gpumem: 3Gi` is a denial naming the container, the resource and the fix); a pod asking for no
    shared device is left alone;
@@ -46,6 +48,7 @@ from typing import Any, Protocol
 
 from hami.errors import RequestError
 from hami.model import ContainerRequest, Pod
+from hami.numaalign import NumaAlignmentError, numa_alignment
 from hami.plugins import VendorPlugins
 from hami.quota import QuotaVerdict
 from hami.requests import share_normalisations
@@ -252,6 +255,10 @@ def _admit(
     quota: QuotaCheck | None,
 ) -> Decision:
     pod = _view(pod_obj, namespace)
+    try:  # refused here, as HAMi refuses it, so that a typo is seen at once and not as an unschedulable pod
+        numa_alignment(pod.annotations)
+    except NumaAlignmentError as exc:
+        raise _Denied(str(exc), 400) from None
     requests = _read_requests(plugins, pod, "")
     typos = unknown_resource_warnings(plugins, pod)
     if not requests:

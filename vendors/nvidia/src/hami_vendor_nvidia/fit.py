@@ -6,7 +6,9 @@ topology-aware choice):
 * ``nvidia.com/vgpu-mode`` (``hami-core``, ``mig``, ``mps``, or a comma list) limits the GPUs to those
   registered in one of the modes; without it a pod may use any GPU, shared ones first and MIG instances when
   no shared GPU on the node fits it;
-* ``nvidia.com/numa-bind: "true"`` puts all GPUs of a container on one NUMA node, or refuses the node;
+* ``nvidia.com/numa-bind: "true"`` puts all GPUs of a container on one NUMA node, or refuses the node; core's
+  ``hami.io/numa-alignment`` (`hami.numaalign`: ``strict`` requires it, ``best-effort`` prefers it) applies to
+  shared GPUs through `ShareFitter` and to MIG GPUs here, by the same rule;
 * ``hami.io/gpu-scheduler-policy: topology-aware`` picks, among usable GPUs, the least connected one for a
   one-GPU container and the best-connected set for several, from the node's ``hami.io/node-nvidia-score``;
 * a GPU in MIG mode serves a container with one MIG instance: the smallest allowed profile whose memory covers
@@ -45,6 +47,7 @@ from hami.model import (
     Pod,
     SchedulingPolicy,
 )
+from hami.numaalign import NUMA_ALIGNMENT_ANNOTATION, NumaAlignment, NumaAlignmentError, numa_alignment
 from hami.topology import TOPOLOGY_POLICY, TopologyFitter, scores_from_annotation
 from hami_vendor_nvidia.discovery import LINK_SCORE_ANNOTATION, NVLINK_SCORE
 from hami_vendor_nvidia.mig import (
@@ -117,6 +120,13 @@ class NvidiaFitter:
         self.pod = pod
         self.modes = requested_modes(pod)
         self.numa_bind = numa_bind(pod)
+        self.alignment: NumaAlignment | None = None
+        self.alignment_error = ""
+        """Why the pod's ``hami.io/numa-alignment`` cannot be read (MIG GPUs refuse it; shared GPUs, core does)."""
+        try:
+            self.alignment = numa_alignment(pod.annotations)
+        except NumaAlignmentError as exc:
+            self.alignment_error = str(exc)
         self.policy = policy
         self.selectors = Selectors(kind, pod)
         self.shared: ShareFitter = ShareFitter(kind, numa_bind=self.numa_bind)
@@ -235,15 +245,17 @@ class NvidiaFitter:
             elif pick is not None:
                 usable.append((usage, *pick))
         total = sum(1 for u in node.devices if _mode(u) == "mig")
+        if self.alignment_error:
+            return None, self.alignment_error
         if len(usable) < request.count:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0])))
             need = f"needs {request.count} MIG instance{'s' if request.count > 1 else ''} on distinct GPUs"
             return None, f"{need}, {len(usable)}/{total} MIG GPUs usable" + (f" ({detail})" if detail else "")
         chosen = self._choose_mig(usable, request.count, state)
         if chosen is None:
+            asks = NUMA_BIND_ANNOTATION if self.numa_bind else f"{NUMA_ALIGNMENT_ANNOTATION}: strict"
             return None, (
-                f"{NUMA_BIND_ANNOTATION} asks for {request.count} MIG GPUs on one NUMA node, and no NUMA node has "
-                "that many usable"
+                f"{asks} asks for {request.count} MIG GPUs on one NUMA node, and no NUMA node has that many usable"
             )
         out = []
         for position, (usage, profile, where) in enumerate(chosen):
@@ -307,12 +319,16 @@ class NvidiaFitter:
             return (-share if binpack else share, d.index, d.id)
 
         ranked = sorted(usable, key=order)
-        if self.numa_bind and count > 1:
+        if (self.numa_bind or self.alignment is not None) and count > 1:
             groups: dict[int, list[tuple[DeviceUsage, MigProfile, Placement]]] = {}
             for item in ranked:
-                groups.setdefault(item[0].device.numa, []).append(item)
+                if item[0].device.numa >= 0 or self.numa_bind:  # an unknown NUMA node aligns nothing
+                    groups.setdefault(item[0].device.numa, []).append(item)
             whole = [g[:count] for g in groups.values() if len(g) >= count]
-            return whole[0] if whole else None
+            if whole:
+                return whole[0]
+            if self.numa_bind or self.alignment is NumaAlignment.STRICT:
+                return None
         return ranked[:count]
 
 

@@ -255,10 +255,10 @@ def _admit(
     quota: QuotaCheck | None,
 ) -> Decision:
     pod = _view(pod_obj, namespace)
-    try:  # refused here, as HAMi refuses it, so that a typo is seen at once and not as an unschedulable pod
+    try:  # refused here, as HAMi refuses it (403), so that a typo is seen at once and not as an unschedulable pod
         numa_alignment(pod.annotations)
     except NumaAlignmentError as exc:
-        raise _Denied(str(exc), 400) from None
+        raise _Denied(str(exc), 403) from None
     requests = _read_requests(plugins, pod, "")
     typos = unknown_resource_warnings(plugins, pod)
     if not requests:

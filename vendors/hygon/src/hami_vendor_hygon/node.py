@@ -7,7 +7,9 @@ lifecycle (opened on first use, dropped and reopened after a failure), messages 
 once, core's `hami.vendordriver.Said`), and the devices of the last read, which allocation
 and container edits use to turn a placement's UUIDs into devices. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the devices are the inventory's and no driver is read. For the node-side backstop,
-`NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi).
+`NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi); for
+the node monitor, `NodeRuntime.readings`: each DCU's VRAM in use, busy share, power and temperature from ROCm SMI
+(none from hy-smi, whose device lines this node reads give none of them).
 
 One runtime per settings object (`runtime_for`), so that two hosts (two tests) never share one.
 """
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hami.errors import HamiError
-from hami.model import DeviceProcess
+from hami.model import DeviceProcess, DeviceReading
 from hami.vendordriver import DriverReader, DriverWords, Said
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
 from hami_vendor_hygon.hysmi import read_devices
@@ -153,6 +155,22 @@ class NodeRuntime:
             uuid_of = {d.index: d.uuid for d in devices}
             return [DeviceProcess(device_uuid=uuid_of[index], pid=pid, used_bytes=used)
                     for index, pid, used in report.found if index in uuid_of]  # fmt: skip
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What ROCm SMI reads from each of this node's DCUs now; None on simulated devices, without ROCm SMI, or
+        when it fails this round (the monitor then shows the DCUs' figures unknown)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            devices = self.devices if self.rsmi is not None else self.read_devices()
+            rsmi = self.rsmi
+            if rsmi is None:
+                return None
+            try:
+                return [rsmi.readings(d.index, d.uuid) for d in devices]
+            except DtkError as exc:
+                log.warning("cannot read the DCUs' figures this round: %s", exc)
+                return None
 
     def _with_compute_units(self, device: Dcu, dmi: Dmi | None) -> Dcu:
         if dmi is not None:

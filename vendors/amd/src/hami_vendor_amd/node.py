@@ -14,6 +14,9 @@ The inventory is HAMi's JSON register under ``hami.io/node-amd-register``: id = 
 card number, count ``splitCount``, ``devmem`` MiB, ``devcore`` = the GPU's compute units, type = AMD SMI's market
 name (``amd-gpu`` where it gives none), the NUMA node, ``devicevendor`` ``amd`` and ``custominfo.pciBDF``.
 
+For the node monitor, `NodeRuntime.readings`: what AMD SMI reads from each GPU now (VRAM in use, busy share, power,
+temperature); none on simulated devices or without AMD SMI.
+
 On simulated devices (`simulate`) the inventory's devices stand in for AMD SMI's GPUs, their DRM nodes and ROCr UUID
 from each device's ``driver.card``, ``driver.render`` and ``driver.rocrUuid``.
 """
@@ -30,7 +33,7 @@ from typing import Any
 
 from hami import pcidevice
 from hami.errors import HamiError
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords
 from hami.vendorstate import driver_fact
 from hami_vendor_amd.amdsmi import AmdSmi, AmdSmiError
@@ -151,6 +154,19 @@ class NodeRuntime:
                               model=gpu.model, compute_units=gpu.compute_units, memory_mib=gpu.vram_bytes >> 20,
                               numa=gpu.numa, bdf=gpu.bdf))  # fmt: skip
         return out
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What AMD SMI reads from this node's GPUs now; None on simulated devices, without AMD SMI, or when it fails
+        this round (the monitor then shows the GPUs' figures unknown)."""
+        with self.lock:
+            session = None if self.simulated else self.reader.opened()
+            if session is None:
+                return None
+            try:
+                return session.readings()
+            except AmdSmiError as exc:
+                log.warning("cannot read the AMD GPUs' figures this round: %s", exc)
+                return None
 
     def by_uuid(self, uuids: Sequence[str]) -> list[AmdGpu]:
         """The GPUs with these UUIDs (read again when one is not known).

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami.model import DeviceReading
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["ComputeProcesses", "Dcu", "Dmi", "DtkError", "DtkUnavailable", "Rsmi", "VirtualDcu", "bdf_of"]
 
@@ -188,16 +188,7 @@ class Rsmi:
             return out
 
     def _optional(self, name: str, *args: object) -> bool:
-        """Call `name`; False where the library does not support it (or lacks it)."""
-        fn = getattr(self._lib, name, None)
-        if fn is None:
-            return False
-        code = fn(*args)
-        if code == RSMI_STATUS_NOT_SUPPORTED:
-            return False
-        if code != 0:
-            raise DtkError(name, code)
-        return True
+        return optional_call(self._lib, name, *args, unsupported=(RSMI_STATUS_NOT_SUPPORTED,), error=DtkError)
 
     def readings(self, index: int, uuid: str) -> DeviceReading:
         """What ROCm SMI reads from DCU `index` (named `uuid`) now, passed on as read (see the module)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hami.model import DeviceReading
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "sysfs_bus_id"]
 
@@ -146,16 +146,12 @@ class Ixml:
 
     def _optional(self, name: str, *args: object) -> bool:
         """Call `name`; False where ixML does not support it on this GPU (or has lost the GPU, or lacks the call)."""
-        function = getattr(self._lib, name, None)
-        if function is None:
-            return False
+
+        def failed(call: str, code: int) -> IxmlError:
+            return IxmlError(f"ixML {call} failed: {self._reason(code)}")
+
         with self._lock:
-            code = function(*args)
-        if code in (NOT_SUPPORTED, GPU_IS_LOST):
-            return False
-        if code != SUCCESS:
-            raise IxmlError(f"ixML {name} failed: {self._reason(code)}")
-        return True
+            return optional_call(self._lib, name, *args, unsupported=(NOT_SUPPORTED, GPU_IS_LOST), error=failed)
 
     def _text(self, name: str, handle: ctypes.c_void_p) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)

@@ -9,8 +9,9 @@ to turn a placement into cards: a real UUID, or HAMi's capacity-derived name ``<
 card indices.
 
 For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for each (none
-where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two hosts (two tests)
-never share one.
+where the cards come from mx-smi); for the node monitor, `NodeRuntime.readings`: each card's VRAM in use, busy
+share, power and temperature from MXSML (none from mx-smi). One runtime per settings object (`runtime_for`), so
+that two hosts (two tests) never share one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hami.errors import HamiError
-from hami.model import DeviceProcess
+from hami.model import DeviceProcess, DeviceReading
 from hami.pcidevice import numa_node
 from hami.vendordriver import DriverReader, DriverWords
 from hami_vendor_metax.mxsmi import read_devices
@@ -142,6 +143,20 @@ class NodeRuntime:
                 log.warning("cannot read the MetaX GPUs' processes this round: %s", exc)
                 return None
             return found
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What MXSML reads from this node's cards now; None without MXSML, or when it fails this round (the
+        monitor then shows the cards' figures unknown)."""
+        with self.lock:
+            cards = self.cards if self.session is not None else self.read_cards()
+            session = self.session
+            if session is None:
+                return None
+            try:
+                return [session.readings(card.index, card.uuid) for card in cards]
+            except MxsmlError as exc:
+                log.warning("cannot read the MetaX GPUs' figures this round: %s", exc)
+                return None
 
     def cards_of(self, uuids: Sequence[str]) -> list[Card]:
         return [self.card_of(u) for u in uuids]

@@ -24,6 +24,12 @@ The building blocks every vendor's driver binding and node runtime share:
       if optional_call(lib, "rsmi_dev_busy_percent_get", index, byref(busy), unsupported=(2,), error=DtkError):
           ...
 
+- `per_device`: a per-device read (processes, readings) over the devices of the last read, all or nothing: the
+  answers joined, or None when the library fails this round (logged), so that a caller says nothing rather than
+  something half-read::
+
+      return per_device(log, "the DCUs' figures", devices, lambda d: [rsmi.readings(d.index, d.uuid)])
+
 - `Said`: a message about the node's driver logged once, and again only when it changes (a daemon that finds no
   library reads its devices every few seconds; the log says so once).
 - `DriverReader`: the node's library session and the choice of source, said once. A read opens the session when
@@ -44,16 +50,17 @@ Not thread-safe by itself: a vendor's node runtime calls it under its own lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sized
+from collections.abc import Callable, Collection, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
 from hami.vendortool import ToolError
 
-__all__ = ["DriverError", "DriverReader", "DriverUnavailable", "DriverWords", "Said", "optional_call"]
+__all__ = ["DriverError", "DriverReader", "DriverUnavailable", "DriverWords", "Said", "optional_call", "per_device"]
 
 S = TypeVar("S")
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 class DriverError(Exception):
@@ -108,6 +115,21 @@ def optional_call(
     if code in unsupported:
         return False
     raise error(name, code)
+
+
+def per_device(
+    log: logging.Logger, what: str, devices: Iterable[D], read: Callable[[D], Iterable[T]]
+) -> list[T] | None:
+    """`read` over each of `devices`, its answers joined; None when one read fails with a `DriverError` (a warning
+    says ``cannot read <what> this round``): the caller then reports nothing rather than something half-read."""
+    found: list[T] = []
+    try:
+        for device in devices:
+            found += read(device)
+    except DriverError as exc:
+        log.warning("cannot read %s this round: %s", what, exc)
+        return None
+    return found
 
 
 class Said:

@@ -21,7 +21,8 @@ ports joining two cards, published as `LINK_ANNOTATION` (HAMi's link-score form)
 a card whose links cannot be read has none, said in the log.
 
 For the node-side backstop, `device_processes`: each card's processes and the device memory CNDev counts for each
-(``cndevGetProcessInfo``), under the card's UUID; nothing (None) where the cards came from cnmon or CNDev fails.
+(``cndevGetProcessInfo``), under the card's UUID; for the node monitor, `device_readings`: each card's memory in
+use, busy share, power and temperature; both nothing (None) where the cards came from cnmon or CNDev fails.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from hami.codec import encode_link_scores
 from hami.errors import HamiError
-from hami.model import Device, DeviceProcess, NodeInventory
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import Device, DeviceProcess, DeviceReading, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords, per_device
 from hami_vendor_cambricon import cnmon, smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, MluCard
 from hami_vendor_cambricon.fit import LINK_ANNOTATION
 from hami_vendor_cambricon.settings import CambriconSettings
+
+T = TypeVar("T")
 
 __all__ = [
     "CAPACITY_NAME",
@@ -47,6 +51,7 @@ __all__ = [
     "REGISTER_ANNOTATION",
     "NodeRuntime",
     "device_processes",
+    "device_readings",
     "discover",
     "inventory",
     "link_scores",
@@ -172,22 +177,25 @@ class NodeRuntime:
 def device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:
     """Each process on this node's cards and the device memory CNDev counts for it; None without CNDev, or when
     CNDev fails this round (the backstop then checks nothing rather than something half-read)."""
+    return _per_card(settings, "the MLU cards' processes", lambda cndev, card: [
+        DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+        for pid, used in cndev.processes(card.index)])  # fmt: skip
+
+
+def device_readings(settings: CambriconSettings) -> list[DeviceReading] | None:
+    """What CNDev reads from this node's cards now; None without CNDev, or when it fails this round (the monitor
+    then shows the cards' figures unknown)."""
+    return _per_card(settings, "the MLU cards' figures", lambda cndev, card: [cndev.readings(card.index, card.uuid)])
+
+
+def _per_card(settings: CambriconSettings, what: str, read: Callable[[Cndev, MluCard], list[T]]) -> list[T] | None:
     runtime = runtime_for(settings)
     with runtime.lock:
         cards = runtime.cards if runtime.cndev is not None else runtime.read_cards()
         cndev = runtime.cndev
         if cndev is None:
             return None
-        found = []
-        try:
-            for card in cards:
-                if card.uuid:
-                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
-                              for pid, used in cndev.processes(card.index)]  # fmt: skip
-        except CndevError as exc:
-            log.warning("cannot read the MLU cards' processes this round: %s", exc)
-            return None
-        return found
+        return per_device(log, what, [c for c in cards if c.uuid], lambda card: read(cndev, card))
 
 
 def runtime_for(settings: CambriconSettings) -> NodeRuntime:

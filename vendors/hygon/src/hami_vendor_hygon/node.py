@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
-from hami.vendordriver import DriverReader, DriverWords, Said
+from hami.vendordriver import DriverReader, DriverWords, Said, per_device
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
 from hami_vendor_hygon.hysmi import read_devices
 from hami_vendor_hygon.models import compute_units_of, model_of
@@ -166,11 +166,7 @@ class NodeRuntime:
             rsmi = self.rsmi
             if rsmi is None:
                 return None
-            try:
-                return [rsmi.readings(d.index, d.uuid) for d in devices]
-            except DtkError as exc:
-                log.warning("cannot read the DCUs' figures this round: %s", exc)
-                return None
+            return per_device(log, "the DCUs' figures", devices, lambda d: [rsmi.readings(d.index, d.uuid)])
 
     def _with_compute_units(self, device: Dcu, dmi: Dmi | None) -> Dcu:
         if dmi is not None:

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
-from hami.vendordriver import DriverReader, DriverWords
+from hami.vendordriver import DriverReader, DriverWords, per_device
 from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
@@ -130,14 +130,7 @@ class NodeRuntime:
             session = self.session
             if self.simulated is not None or session is None:
                 return None
-            found: list[T] = []
-            try:
-                for gpu in gpus:
-                    found += read(session, gpu)
-            except IxmlError as exc:
-                log.warning("cannot read the Iluvatar GPUs' %s this round: %s", what, exc)
-                return None
-            return found
+            return per_device(log, f"the Iluvatar GPUs' {what}", gpus, lambda gpu: read(session, gpu))
 
     def by_uuid(self, uuids: Sequence[str]) -> list[Gpu]:
         """The GPUs with these UUIDs (read again when one is not known).

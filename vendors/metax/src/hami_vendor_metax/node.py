@@ -19,16 +19,19 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
 from hami.pcidevice import numa_node
-from hami.vendordriver import DriverReader, DriverWords
+from hami.vendordriver import DriverReader, DriverWords, per_device
 from hami_vendor_metax.mxsmi import read_devices
-from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError
+from hami_vendor_metax.mxsml import MetaxGpu, Mxsml
 from hami_vendor_metax.settings import MetaxSettings
+
+T = TypeVar("T")
 
 __all__ = ["CAPACITY_NAME", "Card", "NodeRuntime", "runtime_for"]
 
@@ -130,33 +133,22 @@ class NodeRuntime:
     def processes(self) -> list[DeviceProcess] | None:
         """Each process on this node's cards and the memory MXSML counts for it; None without MXSML, or when it
         fails this round (the backstop then checks nothing rather than something half-read)."""
-        with self.lock:
-            cards = self.cards if self.session is not None else self.read_cards()
-            if self.session is None:
-                return None
-            found = []
-            try:
-                for card in cards:
-                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
-                              for pid, used in self.session.processes(card.index, card.gpu.bdf)]  # fmt: skip
-            except MxsmlError as exc:
-                log.warning("cannot read the MetaX GPUs' processes this round: %s", exc)
-                return None
-            return found
+        return self._per_card("processes", lambda session, card: [
+            DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+            for pid, used in session.processes(card.index, card.gpu.bdf)])  # fmt: skip
 
     def readings(self) -> list[DeviceReading] | None:
-        """What MXSML reads from this node's cards now; None without MXSML, or when it fails this round (the
-        monitor then shows the cards' figures unknown)."""
+        """What MXSML reads from this node's cards now; None as for `processes` (the monitor then shows the cards'
+        figures unknown)."""
+        return self._per_card("figures", lambda session, card: [session.readings(card.index, card.uuid)])
+
+    def _per_card(self, what: str, read: Callable[[Mxsml, Card], list[T]]) -> list[T] | None:
         with self.lock:
             cards = self.cards if self.session is not None else self.read_cards()
             session = self.session
             if session is None:
                 return None
-            try:
-                return [session.readings(card.index, card.uuid) for card in cards]
-            except MxsmlError as exc:
-                log.warning("cannot read the MetaX GPUs' figures this round: %s", exc)
-                return None
+            return per_device(log, f"the MetaX GPUs' {what}", cards, lambda card: read(session, card))
 
     def cards_of(self, uuids: Sequence[str]) -> list[Card]:
         return [self.card_of(u) for u in uuids]

@@ -5,7 +5,8 @@ Owns the GCUs of the last read, which container edits use to turn a placement's 
 (opened on first use, dropped and reopened after a failure), else ``efsmi -q``, and what the node lacks said once.
 A GCU the driver cannot name is left out with an error line naming it; the node keeps serving the others. On
 simulated devices (`NodeRuntime.simulate`, from `hami_simulated_devices`) the GCUs are the inventory's and no
-driver is asked. One runtime per settings object (`runtime_for`).
+driver is asked. For the node monitor, what EFML reads from the GCUs now (`NodeRuntime.readings`). One runtime per
+settings object (`runtime_for`).
 
 The inventory is HAMi's ``GCU`` kind only: whole cards, served to the kubelet as ``enflame.com/gcu`` (one device
 per card), which HAMi's scheduler counts from the node's capacity, naming card ``i`` ``<node>-GCU-<i>``; the cards
@@ -24,8 +25,8 @@ from dataclasses import dataclass, field
 
 from hami import pcidevice
 from hami.errors import HamiError
-from hami.model import Device, NodeInventory
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import Device, DeviceReading, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords, per_device
 from hami_vendor_enflame.efml import Efml, EfmlError, Gcu, read_efsmi
 from hami_vendor_enflame.settings import EnflameSettings
 
@@ -95,6 +96,18 @@ class NodeRuntime:
             )
             for g in report.gcus
         ]
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What EFML reads from this node's GCUs now; None on simulated devices, without EFML (efsmi gives none
+        here), or when it fails this round (the monitor then shows the GCUs' figures unknown)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            gcus = self.gcus if self.reader.session is not None else self.read_gcus()
+            session = self.reader.session
+            if session is None:
+                return None
+            return per_device(log, "the Enflame GCUs' figures", gcus, lambda g: [session.readings(g.index, g.uuid)])
 
     def gcu_of(self, name: str) -> Gcu:
         """The GCU a placement names: its UUID, or HAMi's capacity name ``<node>-GCU-<index>``.

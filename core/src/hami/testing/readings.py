@@ -18,7 +18,8 @@ fixture::
             return ReadingsNode(host=..., kind="MLU", uuids=[...], readings_variable="FAKE_CNDEV_READINGS")
 
 `figures` names the figures the vendor's library documents; the others must stay unknown whatever the fake holds.
-This module only drives the real code: the plugin host's `device_readings` and the real `NodeMonitor`.
+This module only drives the real code: the plugin host's `device_readings`, the real `NodeMonitor`, and the
+dashboard's reader of a node's /metrics (`hami.dashboard.usage.read_metrics`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hami.dashboard.usage import read_metrics
 from hami.node.monitor import NodeMonitor
 from hami.plugins import VendorPlugins
 
-__all__ = ["ALL_FIGURES", "Figures", "ReadingsMachine", "ReadingsNode", "ReadingsTests", "scrape"]
+__all__ = ["ALL_FIGURES", "Figures", "ReadingsMachine", "ReadingsNode", "ReadingsTests", "exposition", "scrape"]
 
 MiB = 1024 * 1024
 ALL_FIGURES = frozenset({"memory", "busy", "power", "temperature"})
@@ -78,9 +80,9 @@ class ReadingsNode:
     """The figures the vendor's library documents (of `ALL_FIGURES`)."""
 
 
-def scrape(host: VendorPlugins, node: str = "node-1") -> dict[str, dict[str, float]]:
-    """family → device_uuid → value, from a monitor over `host`'s discovery and readings, wired as the node daemon
-    wires it (its inventories, the vendors' `device_readings` of each kind)."""
+def exposition(host: VendorPlugins, node: str = "node-1") -> str:
+    """The node daemon's /metrics text from a monitor over `host`'s discovery and readings, wired as the daemon wires
+    it (its inventories, the vendors' `device_readings` of each kind)."""
     inventories = {inv.kind: inv for invs in host.discover().values() for inv in invs}
     monitor = NodeMonitor(
         node,
@@ -88,8 +90,13 @@ def scrape(host: VendorPlugins, node: str = "node-1") -> dict[str, dict[str, flo
         list,
         device_usage=lambda: [r for kind in inventories for r in host.device_readings(kind) or ()],
     )
+    return monitor.render().decode()
+
+
+def scrape(host: VendorPlugins, node: str = "node-1") -> dict[str, dict[str, float]]:
+    """family → device_uuid → value of `exposition`."""
     out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(monitor.render().decode()):
+    for family in text_string_to_metric_families(exposition(host, node)):
         for s in family.samples:
             if "device_uuid" in s.labels:
                 out.setdefault(s.name, {})[s.labels["device_uuid"]] = s.value
@@ -147,6 +154,17 @@ class ReadingsTests:
                     assert self._exported(got, figure, uuid) is None, (uuid, figure)
         if "busy" in node.figures:
             assert got["hami_host_gpu_utilization_ratio"][node.uuids[0]] == 37
+
+    def test_the_dashboard_reads_the_figures_the_monitor_exports(self, machine: ReadingsMachine) -> None:
+        machine.write({0: Figures(20480 * MiB, 37, 251_000, 61), 1: Figures()})
+        usage = read_metrics("node-1", "http://node-1:9394/metrics", exposition(machine.node.host), 0.0)
+        first = usage.devices[machine.node.uuids[0]]
+        shown = {"memory": first.memory_used, "busy": first.utilization, "power": first.power,
+                 "temperature": first.temperature}  # fmt: skip
+        for figure, value in {"memory": 20480, "busy": 37, "power": 251, "temperature": 61}.items():
+            assert shown[figure] == (value if figure in machine.node.figures else None), figure
+        second = usage.devices.get(machine.node.uuids[1])
+        assert second is None or (second.utilization, second.power, second.temperature) == (None, None, None)
 
     def test_a_figure_the_library_does_not_support_is_unknown_not_zero(self, machine: ReadingsMachine) -> None:
         machine.write({0: Figures(), 1: Figures(1024 * MiB, 5, 90_000, 40)})

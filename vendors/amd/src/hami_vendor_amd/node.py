@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from hami import pcidevice
-from hami.errors import HamiError
 from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords
-from hami.vendorstate import driver_fact
+from hami.vendorstate import devices_named, driver_fact
 from hami_vendor_amd.amdsmi import AmdSmi, AmdSmiError
 from hami_vendor_amd.settings import AmdSettings
 
@@ -173,16 +172,7 @@ class NodeRuntime:
 
         :raises HamiError: a UUID is not a GPU of this node."""
         with self.lock:
-            known = {g.uuid: g for g in self.gpus}
-            if any(u not in known for u in uuids):
-                known = {g.uuid: g for g in self.read()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"AMD GPU {', '.join(missing)} is not on this node (it has {', '.join(sorted(known)) or 'no GPU'}):"
-                    " the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.gpus, self.read, what="AMD GPU", name_of=lambda g: g.uuid)
 
 
 def runtime_for(settings: AmdSettings) -> NodeRuntime:

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hami.errors import HamiError
 from hami.model import ContainerEdits, ContainerPlacement, Device, DeviceNode, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_biren.brml import Brml, BrmlError, Card
 from hami_vendor_biren.settings import BirenSettings
 
@@ -86,13 +86,10 @@ class NodeRuntime:
     def card(self, card_id: str) -> Card:
         """:raises HamiError: this node has no such card (read again first)."""
         with self.lock:
-            for cards in (self.cards, None):
-                for card in cards if cards is not None else self.read_cards():
-                    if card.card_id == card_id:
-                        return card
-            known = ", ".join(c.card_id for c in self.cards) or "no Biren card"
-            raise HamiError(f"Biren card {card_id} is not on this node (it has {known}): the pod was placed from an "
-                            "outdated view")  # fmt: skip
+            (card,) = devices_named(
+                [card_id], self.cards, self.read_cards, what="Biren card", name_of=lambda c: c.card_id
+            )
+            return card
 
 
 def runtime_for(settings: BirenSettings) -> NodeRuntime:

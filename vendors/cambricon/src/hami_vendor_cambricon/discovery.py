@@ -28,16 +28,15 @@ use, busy share, power and temperature; both nothing (None) where the cards came
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from hami.codec import encode_link_scores
-from hami.errors import HamiError
 from hami.model import Device, DeviceProcess, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_cambricon import cnmon, smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, MluCard
 from hami_vendor_cambricon.fit import LINK_ANNOTATION
@@ -64,8 +63,6 @@ REGISTER_ANNOTATION = "hami.io/node-cambricon-mlu-register"
 """This project's per-card register (JSON, HAMi's device form); HAMi's own scheduler ignores it."""
 CAPACITY_NAME = "cambricon-mlu"
 """HAMi's capacity-derived card names: ``<node>-cambricon-mlu-<i>``."""
-_CAPACITY_ID = re.compile(r".+-cambricon-mlu-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass
@@ -158,20 +155,19 @@ class NodeRuntime:
 
         :raises HamiError: no card of this node has that name.
         """
+
+        def stand_in(name: str) -> MluCard | None:
+            index = trailing_index(name)
+            if self.cndev is not None or self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
+            return MluCard(index, name, "", 0, 0, True)
+
         with self.lock:
-            for attempt in (self.cards, self.read_cards()):
-                match = _CAPACITY_ID.fullmatch(uuid)
-                for card in attempt:
-                    if card.uuid == uuid or (match and card.index == int(match.group(1))):
-                        return card
-            index = _TRAILING_INDEX.fullmatch(uuid)
-            if self.cndev is None and not self.source and index:
-                self.reader.said(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
-                return MluCard(int(index.group(1)), uuid, "", 0, 0, True)
-            known = ", ".join(c.uuid for c in self.cards) or "no MLU"
-            raise HamiError(
-                f"MLU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
-            )
+            (card,) = devices_named([uuid], self.cards, self.read_cards, what="MLU", name_of=lambda c: c.uuid,
+                                    answers=lambda c, n: c.uuid == n or capacity_index(n, "cambricon-mlu") == c.index,
+                                    stand_in=stand_in)  # fmt: skip
+            return card
 
 
 def device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:

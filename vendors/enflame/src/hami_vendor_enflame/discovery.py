@@ -18,15 +18,14 @@ by Enflame's own DRS device plugin, as in HAMi (`hami_vendor_enflame.drs`).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hami import pcidevice
-from hami.errors import HamiError
 from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named
 from hami_vendor_enflame.efml import Efml, EfmlError, Gcu, read_efsmi
 from hami_vendor_enflame.settings import EnflameSettings
 
@@ -36,7 +35,6 @@ log = logging.getLogger("hami_vendor_enflame")
 
 GCU_WORD = "GCU"
 GCU_REGISTER = "hami.io/node-enflame-gcu-register"
-_CAPACITY_ID = re.compile(r".+-GCU-([0-9]+)")
 WORDS = DriverWords(
     "EFML",
     "the Enflame GCUs",
@@ -113,15 +111,11 @@ class NodeRuntime:
         """The GCU a placement names: its UUID, or HAMi's capacity name ``<node>-GCU-<index>``.
 
         :raises HamiError: no GCU of this node has that name (read again first)."""
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(name)
-            for gcus in (self.gcus, None):
-                for gcu in gcus if gcus is not None else self.read_gcus():
-                    if gcu.uuid == name or (match and gcu.index == int(match.group(1))):
-                        return gcu
-            known = ", ".join(g.uuid for g in self.gcus) or "no Enflame GCU"
-            raise HamiError(f"Enflame GCU {name} is not on this node (it has {known}): the pod was placed from an "
-                            "outdated view")  # fmt: skip
+            (gcu,) = devices_named([name], self.gcus, self.read_gcus, what="Enflame GCU", name_of=lambda g: g.uuid,
+                                   answers=lambda g, n: g.uuid == n or capacity_index(n, "GCU") == g.index)  # fmt: skip
+            return gcu
 
 
 def runtime_for(settings: EnflameSettings) -> NodeRuntime:

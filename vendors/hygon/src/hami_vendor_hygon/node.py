@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
 from hami.vendordriver import DriverReader, DriverWords, Said, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
 from hami_vendor_hygon.hysmi import read_devices
 from hami_vendor_hygon.models import compute_units_of, model_of
@@ -183,16 +183,7 @@ class NodeRuntime:
         :raises HamiError: a UUID is not a DCU of this node.
         """
         with self.lock:
-            known = {d.uuid: d for d in self.devices}
-            if any(u not in known for u in uuids):
-                known = {d.uuid: d for d in self.read_devices()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"Hygon DCU {', '.join(missing)} is not on this node (it has "
-                    f"{', '.join(sorted(known)) or 'no DCU'}): the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.devices, self.read_devices, what="Hygon DCU", name_of=lambda d: d.uuid)
 
 
 def runtime_for(settings: HygonSettings) -> NodeRuntime:

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
 from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError
 from hami_vendor_iluvatar.settings import IluvatarSettings
 
@@ -137,16 +137,7 @@ class NodeRuntime:
 
         :raises HamiError: a UUID is not a GPU of this node."""
         with self.lock:
-            known = {g.uuid: g for g in self.gpus}
-            if any(u not in known for u in uuids):
-                known = {g.uuid: g for g in self.read_gpus()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"Iluvatar GPU {', '.join(missing)} is not on this node (it has "
-                    f"{', '.join(sorted(known)) or 'no GPU'}): the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.gpus, self.read_gpus, what="Iluvatar GPU", name_of=lambda g: g.uuid)
 
 
 def runtime_for(settings: IluvatarSettings) -> NodeRuntime:

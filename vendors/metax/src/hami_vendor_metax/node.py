@@ -17,16 +17,15 @@ that two hosts (two tests) never share one.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from hami.errors import HamiError
 from hami.model import DeviceProcess, DeviceReading
 from hami.pcidevice import numa_node
 from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_metax.mxsmi import read_devices
 from hami_vendor_metax.mxsml import MetaxGpu, Mxsml
 from hami_vendor_metax.settings import MetaxSettings
@@ -39,8 +38,6 @@ log = logging.getLogger("hami_vendor_metax")
 
 CAPACITY_NAME = "metax"
 """HAMi's capacity-derived whole-card names: ``<node>-metax-<i>``."""
-_CAPACITY_ID = re.compile(r".+-metax-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -112,23 +109,19 @@ class NodeRuntime:
 
         :raises HamiError: no card of this node has that name (read again first).
         """
+
+        def stand_in(name: str) -> Card | None:
+            index = trailing_index(name)
+            if self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no MetaX driver on this node: card indices are taken from device names")
+            return Card(MetaxGpu(index, name, "", "", 0, 0))
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(uuid)
-            for attempt in (self.cards, None):
-                cards = attempt if attempt is not None else self.read_cards()
-                for card in cards:
-                    if card.uuid == uuid or (match and card.index == int(match.group(1))):
-                        return card
-            index = _TRAILING_INDEX.fullmatch(uuid)
-            if self.source == "" and index:
-                self.reader.said(
-                    logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names"
-                )
-                return Card(MetaxGpu(int(index.group(1)), uuid, "", "", 0, 0))
-            known = ", ".join(c.uuid for c in self.cards) or "no MetaX GPU"
-            raise HamiError(
-                f"MetaX GPU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
-            )
+            (card,) = devices_named([uuid], self.cards, self.read_cards, what="MetaX GPU", name_of=lambda c: c.uuid,
+                                    answers=lambda c, n: c.uuid == n or capacity_index(n, "metax") == c.index,
+                                    stand_in=stand_in)  # fmt: skip
+            return card
 
     def processes(self) -> list[DeviceProcess] | None:
         """Each process on this node's cards and the memory MXSML counts for it; None without MXSML, or when it

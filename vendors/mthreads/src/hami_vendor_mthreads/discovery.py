@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hami.codec import encode_link_scores
-from hami.errors import HamiError
 from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_mthreads.gmi import read_gpus
 from hami_vendor_mthreads.mtml import MtGpu, Mtml, MtmlError
 from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
@@ -54,8 +54,6 @@ SCORE_ANNOTATION = "hami.io/node-mthreads-score"
 """Link scores between the GPUs (`hami.codec.encode_link_scores`), from MTML's topology levels."""
 CAPACITY_NAME = "mthreads"
 """HAMi's capacity-derived GPU names: ``<node>-mthreads-<i>``."""
-_CAPACITY_ID = re.compile(r".+-mthreads-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 _SEPARATORS = re.compile(r"[\s,:;]+")
 
 
@@ -148,22 +146,25 @@ class NodeRuntime:
 
         :raises HamiError: no GPU of this node has that name.
         """
+
+        def stand_in(name: str) -> MtGpu | None:
+            index = trailing_index(name)
+            if self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names")
+            return MtGpu(index=index, uuid=name, name="")
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(name)
-            for attempt in (self.gpus, None):
-                gpus = self.read_gpus() if attempt is None else attempt
-                for gpu in gpus:
-                    if gpu.uuid == name or (match and gpu.index == int(match.group(1))):
-                        return gpu
-            index = _TRAILING_INDEX.fullmatch(name)
-            if not self.source and index:
-                self.reader.said(
-                    logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names"
-                )
-                return MtGpu(index=int(index.group(1)), uuid=name, name="")
-            known = ", ".join(g.uuid for g in self.gpus) or "no Moore Threads GPU"
-            raise HamiError(f"Moore Threads GPU {name} is not on this node (it has {known}): the pod was placed "
-                            "from an outdated view")  # fmt: skip
+            (gpu,) = devices_named(
+                [name],
+                self.gpus,
+                self.read_gpus,
+                what="Moore Threads GPU",
+                name_of=lambda g: g.uuid,
+                answers=lambda g, n: g.uuid == n or capacity_index(n, "mthreads") == g.index,
+                stand_in=stand_in,
+            )
+            return gpu
 
     def readings(self) -> list[DeviceReading] | None:
         """What MTML reads from this node's GPUs now; None without MTML (mthreads-gmi gives none here), or when it

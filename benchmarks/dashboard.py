@@ -128,7 +128,7 @@ def main() -> None:
         cluster.create("pods", obj)
         per_node[n].append((f"running-{i}", device))
     texts = {n: metrics_text(n, args.devices_per_node, per_node[n]) for n in names}
-    host = VendorPlugins.load()
+    plugins = VendorPlugins.load()
     built = time.perf_counter() - started
 
     collector = UsageCollector("http://{node}/metrics", cluster, fetch=lambda url, _timeout: texts[url.split("/")[2]])
@@ -145,12 +145,12 @@ def main() -> None:
 
     def unheld() -> None:  # the baseline: the same listing and snapshot, the cycle collector running throughout
         items = [cluster.list(resource)[0] for resource in ("nodes", "pods", "events")]
-        take_snapshot(*items, host, now=datetime.now(UTC))
+        take_snapshot(*items, plugins, now=datetime.now(UTC))
 
     cold: dict[str, list[tuple[float, float]]] = {"read": [], "baseline": []}
     for _ in range(args.cold):
         for what, read in (
-            ("read", lambda: DashboardSource(cluster, host, max_age=3600.0).read()),
+            ("read", lambda: DashboardSource(cluster, plugins, max_age=3600.0).read()),
             ("baseline", unheld),
         ):
             gc.collect()
@@ -161,7 +161,7 @@ def main() -> None:
     cold_read_cpu_ms = statistics.median(c for _, c in cold["read"])
     baseline_ms = statistics.median(w for w, _ in cold["baseline"])
     baseline_cpu_ms = statistics.median(c for _, c in cold["baseline"])
-    source = DashboardSource(cluster, host, max_age=3600.0)
+    source = DashboardSource(cluster, plugins, max_age=3600.0)
     source.read()
     with_usage = DashboardApp(source, usage=collector)
     without = DashboardApp(source)

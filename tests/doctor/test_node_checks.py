@@ -91,39 +91,39 @@ def test_the_hook_directory_must_be_roots_and_no_one_elses(tmp_path: Path) -> No
 
 
 def _installed(hook_dir: Path) -> VendorPlugins:
-    host = VendorPlugins.from_plugins({"nvidia": nvidia})
+    plugins = VendorPlugins.from_plugins({"nvidia": nvidia})
     libraries = IsolationLibraries(hook_dir)
-    vendor = host.vendor("nvidia")
+    vendor = plugins.vendor("nvidia")
     if library_source(vendor) is None:
         pytest.skip("the NVIDIA package ships no built libvgpu.so here (make install builds it)")
     libraries.install(vendor)
-    return host
+    return plugins
 
 
 def test_an_installed_preload_file_naming_a_library_that_loads_is_ok(tmp_path: Path) -> None:
-    host = _installed(tmp_path / "hook")
+    plugins = _installed(tmp_path / "hook")
     (tmp_path / "etc").mkdir()
-    findings = checks.preload_files(host, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())
+    findings = checks.preload_files(plugins, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())
     by_check = {(f.vendor, f.check): f for f in findings}
     assert by_check[("nvidia", "ld.so.preload for containers")].status is Status.OK
     assert by_check[("", "host /etc/ld.so.preload")].status is Status.OK
 
 
 def test_a_preload_file_naming_a_broken_library_or_the_hosts_own_naming_ours_is_reported(tmp_path: Path) -> None:
-    host = _installed(tmp_path / "hook")
+    plugins = _installed(tmp_path / "hook")
     library = tmp_path / "hook" / "nvidia" / "libvgpu.so"
     library.unlink()
     library.write_bytes(b"\x7fELF" + b"\0" * 60)  # an ELF header and nothing loadable behind it
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "ld.so.preload").write_text(f"{library}\n")
-    findings = checks.preload_files(host, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())
+    findings = checks.preload_files(plugins, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())
     by_check = {(f.vendor, f.check): f for f in findings}
     broken = by_check[("nvidia", "ld.so.preload for containers")]
     assert broken.status is Status.FAILED
     assert "does not load" in broken.detail
     assert by_check[("", "host /etc/ld.so.preload")].status is Status.WARNING
     library.write_text("not a library")
-    broken = checks.preload_files(host, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())[0]
+    broken = checks.preload_files(plugins, tmp_path / "hook", etc=tmp_path / "etc", owner=os.getuid())[0]
     assert "no ELF header" in broken.detail
 
 
@@ -207,8 +207,8 @@ class _Buggy:
 
 
 def test_a_vendor_whose_checks_raise_gets_one_failed_finding_and_the_others_still_report() -> None:
-    host = VendorPlugins.from_plugins({"buggy": _Buggy(), "nvidia": nvidia})
-    findings = host.doctor_checks(None)
+    plugins = VendorPlugins.from_plugins({"buggy": _Buggy(), "nvidia": nvidia})
+    findings = plugins.doctor_checks(None)
     buggy = [f for f in findings if f.vendor == "buggy"]
     assert len(buggy) == 1
     assert buggy[0].status is Status.FAILED

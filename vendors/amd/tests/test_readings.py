@@ -18,9 +18,9 @@ class TestReadings(ReadingsTests):
     @pytest.fixture
     def readings_node(self, amd: Any, machine: Callable[..., Any]) -> ReadingsNode:
         gpus = [amd.gpu(0), amd.gpu(1)]
-        return ReadingsNode(amd.host(machine(*gpus).config()), "AMD", [g.uuid for g in gpus], "FAKE_AMDSMI_READINGS")
+        return ReadingsNode(amd.plugins(machine(*gpus).config()), "AMD", [g.uuid for g in gpus], "FAKE_AMDSMI_READINGS")
 
 
 def test_a_node_without_amd_smi_reads_nothing(amd: Any, machine: Callable[..., Any], tmp_path: Path) -> None:
-    host = amd.host(machine(amd.gpu(0)).config(amdSmiLibrary=str(tmp_path / "missing.so")))
-    assert host.device_readings("AMD") is None
+    plugins = amd.plugins(machine(amd.gpu(0)).config(amdSmiLibrary=str(tmp_path / "missing.so")))
+    assert plugins.device_readings("AMD") is None

@@ -18,11 +18,11 @@ class TestReadingsOnHbmChips(ReadingsTests):
     @pytest.fixture
     def readings_node(self, ascend_node: Callable[..., Any], machines: Any) -> ReadingsNode:
         node = ascend_node(machines.b3_server(2))
-        return ReadingsNode(node.host(), "Ascend910B3", [n.uuid for n in node.npus], "FAKE_DCMI_READINGS")
+        return ReadingsNode(node.plugins(), "Ascend910B3", [n.uuid for n in node.npus], "FAKE_DCMI_READINGS")
 
 
 class TestReadingsOnDdrChips(ReadingsTests):
     @pytest.fixture
     def readings_node(self, ascend_node: Callable[..., Any], machines: Any) -> ReadingsNode:
         node = ascend_node(machines.p310_cards())
-        return ReadingsNode(node.host(), "Ascend310P", [n.uuid for n in node.npus], "FAKE_DCMI_READINGS")
+        return ReadingsNode(node.plugins(), "Ascend310P", [n.uuid for n in node.npus], "FAKE_DCMI_READINGS")

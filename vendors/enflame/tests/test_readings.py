@@ -36,14 +36,14 @@ def test_the_hbm_temperature_is_the_memory_temperature(
     machine(*GCUS)
     (tmp_path / "readings").write_text("0 - 10 100000 55\n")
     monkeypatch.setenv("FAKE_EFML_READINGS", str(tmp_path / "readings"))
-    host = enflame_host(fake_efml)
-    (first, _) = host.device_readings("GCU") or []
+    plugins = enflame_host(fake_efml)
+    (first, _) = plugins.device_readings("GCU") or []
     assert (first.temperature_celsius, first.memory_temperature_celsius) == (55, 55)
-    assert scrape(host)["hami_device_temperature"][GCUS[0][0]] == 55
+    assert scrape(plugins)["hami_device_temperature"][GCUS[0][0]] == 55
 
 
 def test_a_node_without_efml_reads_nothing(machine: Callable[..., Path], tmp_path: Path) -> None:
     machine(*GCUS)
     config = {"efmlLibrary": str(tmp_path / "absent.so"), "efsmi": str(tmp_path / "no-efsmi")}
-    host = VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": config})
-    assert host.device_readings("GCU") is None
+    plugins = VendorPlugins.from_plugins({"enflame": plugin}, config={"enflame": config})
+    assert plugins.device_readings("GCU") is None

@@ -17,10 +17,10 @@ class TestReadings(ReadingsTests):
     @pytest.fixture
     def readings_node(self, hygon_node: Callable[..., Any], fakes: Any) -> ReadingsNode:
         node = hygon_node(fakes.z100l_server(2))
-        return ReadingsNode(node.host(), "DCU", [d.uuid for d in node.dcus], "FAKE_DTK_READINGS")
+        return ReadingsNode(node.plugins(), "DCU", [d.uuid for d in node.dcus], "FAKE_DTK_READINGS")
 
 
 def test_dcus_read_from_hy_smi_have_no_readings(hygon_node: Callable[..., Any], fakes: Any) -> None:
-    host = hygon_node(fakes.z100l_server(2)).host("hy-smi")
-    assert host.discover()  # the DCUs are served
-    assert host.device_readings("DCU") is None
+    plugins = hygon_node(fakes.z100l_server(2)).plugins("hy-smi")
+    assert plugins.discover()  # the DCUs are served
+    assert plugins.device_readings("DCU") is None

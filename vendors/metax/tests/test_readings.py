@@ -17,17 +17,17 @@ class TestReadings(ReadingsTests):
     @pytest.fixture
     def readings_node(self, metax_node: Callable[..., Any], fakes: Any) -> ReadingsNode:
         node = metax_node(fakes.c500_server(2))
-        return ReadingsNode(node.host(), "Metax-SGPU", [g.uuid for g in node.gpus], "FAKE_MXSML_READINGS")
+        return ReadingsNode(node.plugins(), "Metax-SGPU", [g.uuid for g in node.gpus], "FAKE_MXSML_READINGS")
 
 
 class TestReadingsOnWholeCards(ReadingsTests):
     @pytest.fixture
     def readings_node(self, metax_node: Callable[..., Any], fakes: Any) -> ReadingsNode:
         node = metax_node(fakes.c500_server(2))
-        return ReadingsNode(node.host(nodeKind="gpu"), "Metax-GPU", [g.uuid for g in node.gpus], "FAKE_MXSML_READINGS")
+        return ReadingsNode(node.plugins(nodeKind="gpu"), "Metax-GPU", [g.uuid for g in node.gpus], "FAKE_MXSML_READINGS")
 
 
 def test_cards_read_from_mx_smi_have_no_readings(metax_node: Callable[..., Any], fakes: Any) -> None:
-    host = metax_node(fakes.c500_server(2)).host("mx-smi")
-    assert host.discover()  # the cards are served
-    assert host.device_readings("Metax-SGPU") is None
+    plugins = metax_node(fakes.c500_server(2)).plugins("mx-smi")
+    assert plugins.discover()  # the cards are served
+    assert plugins.device_readings("Metax-SGPU") is None

@@ -133,7 +133,7 @@ class MthreadsNode:
             **extra,
         }
 
-    def host(self, source: str = "mtml", **extra: Any) -> VendorPlugins:
+    def plugins(self, source: str = "mtml", **extra: Any) -> VendorPlugins:
         return VendorPlugins.from_plugins({"mthreads": plugin}, config={"mthreads": self.config(source, **extra)})
 
 

@@ -18,7 +18,7 @@ class TestReadings(ReadingsTests):
     @pytest.fixture
     def readings_node(self, mthreads_node: Callable[..., Any], fakes: Any) -> ReadingsNode:
         node = mthreads_node(fakes.s4000_server(2))
-        return ReadingsNode(node.host(), "Mthreads", [g.uuid for g in node.gpus], "FAKE_MTML_READINGS")
+        return ReadingsNode(node.plugins(), "Mthreads", [g.uuid for g in node.gpus], "FAKE_MTML_READINGS")
 
     def test_every_object_a_reading_opens_is_freed(self, machine: ReadingsMachine, fake_mtml: Any) -> None:
         machine.write({0: Figures(1024 * 2**20, 10, 100_000, 30), 1: Figures()})
@@ -30,6 +30,6 @@ class TestReadings(ReadingsTests):
 
 
 def test_gpus_read_from_mthreads_gmi_have_no_readings(mthreads_node: Callable[..., Any], fakes: Any) -> None:
-    host = mthreads_node(fakes.s4000_server(2)).host("mthreads-gmi")
-    assert host.discover()  # the GPUs are served
-    assert host.device_readings("Mthreads") is None
+    plugins = mthreads_node(fakes.s4000_server(2)).plugins("mthreads-gmi")
+    assert plugins.discover()  # the GPUs are served
+    assert plugins.device_readings("Mthreads") is None

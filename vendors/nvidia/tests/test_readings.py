@@ -17,7 +17,7 @@ def test_nvml_readings_are_exported_in_hami_and_webui_units(gpu_node: NodeFactor
     first, second = box["devices"][0], box["devices"][1]
     first.update(memory_used_mib=20480, utilization=37, power_mw=251500, temperature=61)
     node = gpu_node(box)
-    got = scrape(node.host())
+    got = scrape(node.plugins())
     uuid = first["uuid"]
     assert got["hami_host_gpu_memory_used_bytes"][uuid] == 20480 * 2**20
     assert got["hami_host_gpu_utilization_ratio"][uuid] == 37
@@ -42,7 +42,7 @@ def test_nonsense_from_the_driver_is_unknown_not_zero(gpu_node: NodeFactory, box
     # above the device's memory, a busy share of 4294967295 %, 4.29 MW, 4294967295 °C: what an unsigned -1 reads as
     bad.update(memory_used_mib=10**6, utilization=0xFFFFFFFE, power_mw=0xFFFFFFFF, temperature=0xFFFFFFFF)
     node = gpu_node(box)
-    got = scrape(node.host())
+    got = scrape(node.plugins())
     uuid = bad["uuid"]
     for family in (
         "hami_memory_used",
@@ -60,5 +60,5 @@ def test_nonsense_from_the_driver_is_unknown_not_zero(gpu_node: NodeFactory, box
 
 def test_a_node_without_nvml_reads_nothing(gpu_node: NodeFactory, boxes: Any) -> None:
     node = gpu_node(boxes.h100())
-    host = node.host(nvmlLibrary=str(node.root / "missing.so"))
-    assert host.device_readings("NVIDIA") is None
+    plugins = node.plugins(nvmlLibrary=str(node.root / "missing.so"))
+    assert plugins.device_readings("NVIDIA") is None

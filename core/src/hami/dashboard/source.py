@@ -152,7 +152,7 @@ class DashboardSource:
     def __init__(
         self,
         cluster: Cluster,
-        host: Any,
+        plugins: Any,
         *,
         max_age: float = 1.0,
         answer_seconds: float = 5.0,
@@ -167,7 +167,7 @@ class DashboardSource:
         self.keep_seconds = keep_seconds
         """With a `sampler`: how long a snapshot is kept after the last page read it."""
         self._viewed_at = -float("inf")
-        self.host = host
+        self.plugins = plugins
         self.max_age = max_age
         self.answer_seconds = answer_seconds
         self.history = history or History()
@@ -214,7 +214,7 @@ class DashboardSource:
                 except Exception as exc:  # events are a nicety: a cluster that refuses them still has a dashboard
                     log.debug("events not listed: %s", exc)
                     events = []
-                snapshot = take_snapshot(nodes, pods, events, self.host, now=datetime.now(UTC))
+                snapshot = take_snapshot(nodes, pods, events, self.plugins, now=datetime.now(UTC))
         except Exception as exc:  # an API server that stops answering, refuses, or sends garbage
             error = f"the Kubernetes API server did not answer: {_describe(exc)}"
             log.warning("dashboard: %s", error)

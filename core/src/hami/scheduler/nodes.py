@@ -66,7 +66,7 @@ class NodeRecord:
     """MiB the node offers to pods, None when unknown."""
     cpu_requested: int = 0
     memory_requested: int = 0
-    host_pods: set[str] = field(default_factory=set)
+    live_pods: set[str] = field(default_factory=set)
     """Every live pod on the node (with or without devices), for CPU and memory."""
     in_flight: set[str] = field(default_factory=set)
     """The pods decided onto the node whose allocation has not finished (`awaits_allocation`): a bind to the node
@@ -184,11 +184,11 @@ class _NodeFacts:
 class NodeReader:
     """Reads Node objects through the vendors' kinds."""
 
-    def __init__(self, host: VendorPlugins) -> None:
-        self.host = host
-        self.kinds: list[DeviceKind] = host.kinds
+    def __init__(self, plugins: VendorPlugins) -> None:
+        self.plugins = plugins
+        self.kinds: list[DeviceKind] = plugins.kinds
         self.volatile = frozenset(
-            {LOCK_ANNOTATION} | {k.annotations.node_handshake for k in host.kinds if k.annotations.node_handshake}
+            {LOCK_ANNOTATION} | {k.annotations.node_handshake for k in plugins.kinds if k.annotations.node_handshake}
         )
         """Node annotations that say nothing about its devices: a change of only these keeps the node's record."""
 
@@ -203,8 +203,8 @@ class NodeReader:
         """`devices_of` for a kind whose devices the handshake keeps, over facts read once per node."""
         annotations = facts.annotations
         key = kind.annotations.node_register
-        if self.host.implements(kind.common_word, "hami_node_devices"):
-            own = self.host.node_devices(kind.common_word, annotations, facts.name, facts.capacity, facts.labels)
+        if self.plugins.implements(kind.common_word, "hami_node_devices"):
+            own = self.plugins.node_devices(kind.common_word, annotations, facts.name, facts.capacity, facts.labels)
             if own is not None:
                 return own
         if key and key in annotations:

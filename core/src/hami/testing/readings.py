@@ -68,7 +68,7 @@ class Figures:
 class ReadingsNode:
     """A vendor's node over its fake management library, as the readings checks need it."""
 
-    host: VendorPlugins
+    plugins: VendorPlugins
     """A plugin host with the vendor's plugin, configured to load the fake."""
     kind: str
     """The common word of the devices (the hook's routing)."""
@@ -80,23 +80,23 @@ class ReadingsNode:
     """The figures the vendor's library documents (of `ALL_FIGURES`)."""
 
 
-def exposition(host: VendorPlugins, node: str = "node-1") -> str:
+def exposition(plugins: VendorPlugins, node: str = "node-1") -> str:
     """The node daemon's /metrics text from a monitor over `host`'s discovery and readings, wired as the daemon wires
     it (its inventories, the vendors' `device_readings` of each kind)."""
-    inventories = {inv.kind: inv for invs in host.discover().values() for inv in invs}
+    inventories = {inv.kind: inv for invs in plugins.discover().values() for inv in invs}
     monitor = NodeMonitor(
         node,
         lambda: inventories,
         list,
-        device_usage=lambda: [r for kind in inventories for r in host.device_readings(kind) or ()],
+        device_usage=lambda: [r for kind in inventories for r in plugins.device_readings(kind) or ()],
     )
     return monitor.render().decode()
 
 
-def scrape(host: VendorPlugins, node: str = "node-1") -> dict[str, dict[str, float]]:
+def scrape(plugins: VendorPlugins, node: str = "node-1") -> dict[str, dict[str, float]]:
     """family → device_uuid → value of `exposition`."""
     out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(exposition(host, node)):
+    for family in text_string_to_metric_families(exposition(plugins, node)):
         for s in family.samples:
             if "device_uuid" in s.labels:
                 out.setdefault(s.name, {})[s.labels["device_uuid"]] = s.value
@@ -114,7 +114,7 @@ class ReadingsMachine:
         self.file.write_text("".join(f.line(i) for i, f in sorted(figures.items())))
 
     def scrape(self) -> dict[str, dict[str, float]]:
-        return scrape(self.node.host)
+        return scrape(self.node.plugins)
 
 
 class ReadingsTests:
@@ -157,7 +157,7 @@ class ReadingsTests:
 
     def test_the_dashboard_reads_the_figures_the_monitor_exports(self, machine: ReadingsMachine) -> None:
         machine.write({0: Figures(20480 * MiB, 37, 251_000, 61), 1: Figures()})
-        usage = read_metrics("node-1", "http://node-1:9394/metrics", exposition(machine.node.host), 0.0)
+        usage = read_metrics("node-1", "http://node-1:9394/metrics", exposition(machine.node.plugins), 0.0)
         first = usage.devices[machine.node.uuids[0]]
         shown = {"memory": first.memory_used, "busy": first.utilization, "power": first.power,
                  "temperature": first.temperature}  # fmt: skip

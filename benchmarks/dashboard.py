@@ -3,16 +3,17 @@
     python benchmarks/dashboard.py                  # 1,000 nodes x 8 GPUs, 8,000 running pods
     python benchmarks/dashboard.py --nodes 200 --repeat 5
 
-Builds the in-memory cluster of benchmarks/scheduler.py (pods placed one per device share, creation times set),
-and for every node the text its daemon's `/metrics` would answer: the real `hami.node.monitor` over the node's 8
-devices and the containers placed there, with device readings and container usage (`NodeMonitor.render`). The
-usage collector reads those texts through its `fetch` (no sockets: what is timed is the dashboard's own work), one
-round timed (CPU and wall). Then each page (`/`, `/workloads`, a node, a device, a pod) is served --repeat times
-through `DashboardApp.handle` from a snapshot already read (the source reads the cluster at most once a second;
-one cold read is timed on its own), as the first page after a new snapshot (the figures pages memoise on a snapshot
-forgotten before each), with usage and, as the baseline in the same run, without (no node metrics); then as the
-pages after it (memoised). The budget is 300 ms per page at 1,000 nodes (the first page after a snapshot). The last
-line is one JSON object.
+Builds the in-memory cluster of benchmarks/scheduler.py (pods placed one per device share, creation times set), and
+for every node the text its daemon's `/metrics` would answer: the real `hami.node.monitor` over the node's 8 devices
+and the containers placed there, with device readings and container usage (`NodeMonitor.render`). The usage
+collector reads those texts through its `fetch` (no sockets: what is timed is the dashboard's own work), one round
+timed (CPU and wall). Then each page (`/`, `/workloads`, a node, a device, a pod) is served --repeat times through
+`DashboardApp.handle` from a snapshot already read (the source reads the cluster at most once a second; cold reads
+are timed on their own, wall and CPU, median of --cold, beside a baseline in the same run: the same listing and
+snapshot with Python's cycle collector left running, as before the read held it off), as the first page after a new
+snapshot (the figures pages memoise on a snapshot forgotten before each), with usage and, as the baseline in the
+same run, without (no node metrics); then as the pages after it (memoised). The budget is 300 ms per page at 1,000
+nodes (the first page after a snapshot). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from hami.cluster.port import meta
 from hami.dashboard.app import DashboardApp
 from hami.dashboard.source import DashboardSource
 from hami.dashboard.usage import UsageCollector
+from hami.dashboard.views import take_snapshot
 from hami.model import ContainerDevice, Device, DeviceReading, NodeInventory
 from hami.node.monitor import ContainerUsage, NodeMonitor
 from hami.node.pods import ServedContainer
@@ -108,6 +110,7 @@ def main() -> None:
     parser.add_argument("--devices-per-node", type=int, default=8)
     parser.add_argument("--pods", type=int, default=8000, help="running pods already placed")
     parser.add_argument("--repeat", type=int, default=7, help="times each page is served")
+    parser.add_argument("--cold", type=int, default=3, help="cold reads of the cluster timed, and as many baselines")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -140,10 +143,26 @@ def main() -> None:
     round_peak = (tracemalloc.get_traced_memory()[1] - base) / MIB
     tracemalloc.stop()
 
+    def unheld() -> None:  # the baseline: the same listing and snapshot, the cycle collector running throughout
+        items = [cluster.list(resource)[0] for resource in ("nodes", "pods", "events")]
+        take_snapshot(*items, plugins, now=datetime.now(UTC))
+
+    cold: dict[str, list[tuple[float, float]]] = {"read": [], "baseline": []}
+    for _ in range(args.cold):
+        for what, read in (
+            ("read", lambda: DashboardSource(cluster, plugins, max_age=3600.0).read()),
+            ("baseline", unheld),
+        ):
+            gc.collect()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            read()
+            cold[what].append(((time.perf_counter() - wall0) * 1000, (time.process_time() - cpu0) * 1000))
+    cold_read_ms = statistics.median(w for w, _ in cold["read"])
+    cold_read_cpu_ms = statistics.median(c for _, c in cold["read"])
+    baseline_ms = statistics.median(w for w, _ in cold["baseline"])
+    baseline_cpu_ms = statistics.median(c for _, c in cold["baseline"])
     source = DashboardSource(cluster, plugins, max_age=3600.0)
-    t0 = time.perf_counter()
     source.read()
-    cold_read_ms = (time.perf_counter() - t0) * 1000
     with_usage = DashboardApp(source, usage=collector)
     without = DashboardApp(source)
     first = names[0]
@@ -160,7 +179,11 @@ def main() -> None:
     print(
         f"usage round: {collect_cpu * 1000:.0f} ms CPU, {collect_wall * 1000:.0f} ms wall, peak +{round_peak:.1f} MiB"
     )
-    print(f"cold read of the cluster (nodes, pods, events, accounting): {cold_read_ms:.0f} ms")
+    print(
+        f"cold read of the cluster (nodes, pods, events, accounting), median of {args.cold}: {cold_read_ms:.0f} ms"
+        f" wall, {cold_read_cpu_ms:.0f} ms CPU; with the cycle collector running: {baseline_ms:.0f} ms wall,"
+        f" {baseline_cpu_ms:.0f} ms CPU"
+    )
     print("first page after a new snapshot, with usage and without; then later pages on the same snapshot")
     print(f"{'page':<{width}}  with usage (median / max)   without (median / max)   later (median / max)")
     for p in paths:
@@ -177,6 +200,9 @@ def main() -> None:
         "usage_round_wall_ms": round(collect_wall * 1000, 1),
         "usage_round_peak_mib": round(round_peak, 1),
         "cold_read_ms": round(cold_read_ms, 1),
+        "cold_read_cpu_ms": round(cold_read_cpu_ms, 1),
+        "cold_read_collector_running_ms": round(baseline_ms, 1),
+        "cold_read_collector_running_cpu_ms": round(baseline_cpu_ms, 1),
         "pages_with_usage": usage_pages,
         "pages_without_usage": plain_pages,
         "pages_later_with_usage": warm_pages,

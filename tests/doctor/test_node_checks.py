@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import hami_vendor_nvidia.plugin as nvidia
-from hami import hookimpl
+from hami import hookimpl, vendorchecks
 from hami.doctor import node as checks
 from hami.findings import Finding, Status, exit_status, failed, ok, probe, render, warning
 from hami.model import AnnotationKeys, DeviceKind, ResourceNames, VendorInfo
@@ -242,3 +242,37 @@ def test_with_the_nodes_allocatable_registration_is_judged_by_the_api_servers_re
         assert "the Node's allocatable lists no nvidia.com/gpu" in finding.detail
     finally:
         served.close()
+
+
+def test_library_else_tool_asks_the_vendors_own_checks_only_where_there_is_a_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def own() -> Finding:
+        asked.append("own")
+        return ok("virtualization library", "opened")
+
+    def no_library() -> tuple[str, int]:
+        raise OSError("libvendor.so: cannot open shared object file")
+
+    tool = tmp_path / "vendor-smi"
+    tool.write_text("#!/bin/sh\necho 2\n")
+    tool.chmod(0o755)
+    arguments = {"vendor": "Acme", "library": "libvendor.so", "setting": "vendorLibrary", "library_words": "VML",
+                 "tool_name": "vendor-smi", "read_tool": lambda exe: "2 device(s)", "tool_memory": lambda: [],
+                 "device_patterns": ("acme[0-9]*",), "grants": tmp_path / "grants", "more": [own]}  # fmt: skip
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    monkeypatch.setattr(vendorchecks, "DEV", dev)
+    # no library, no device node: there is no driver here, said once; the vendor's own checks are not asked
+    nothing = vendorchecks.library_else_tool(None, read_library=no_library, command=str(tmp_path / "no-smi"),
+                                             **arguments)  # fmt: skip
+    assert asked == []
+    assert any("Acme" in f.detail + f.fix for f in nothing)
+    # device nodes and the tool, no library: the tool stands in; every check is there, the vendor's own included
+    (dev / "acme0").touch()
+    found = vendorchecks.library_else_tool(None, read_library=no_library, command=str(tool), **arguments)
+    assert asked == ["own"]
+    assert [f.check for f in found][-2:] == ["virtualization library", "grant directory"]
+    assert "vendor-smi" in found[0].detail + found[0].fix

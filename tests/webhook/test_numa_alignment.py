@@ -1,5 +1,6 @@
 """`hami.io/numa-alignment` at admission: HAMi's two values (any case, surrounding whitespace) are admitted; any
-other value is denied with a 403 that says what to write, as HAMi denies it (controller-runtime's Denied), and never answered with a 5xx."""
+other value is denied with a 403 that says what to write, as HAMi denies it (controller-runtime's Denied), and never
+answered with a 5xx."""
 
 from __future__ import annotations
 

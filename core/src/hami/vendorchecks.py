@@ -1,10 +1,11 @@
 """The checks every vendor's `hami_doctor_checks` is made of: the same question asked of each vendor's driver.
 
 Owns how a management library, a command-line tool, device nodes, a CDI specification, a grant directory and a
-tool's memory figure (against a container's grant) are judged, and the wording of each verdict, so seven vendors
-say the same thing the same way. A vendor passes what is its own (how to open its library, which tool, which
-device nodes, which setting names the library) and gets `Finding`s back. Nothing here names a vendor, loads a
-driver or runs a tool of its own accord; each function catches what its callable raises and reports it (a doctor
+tool's memory figure (against a container's grant) are judged, and the wording of each verdict, so seven vendors say
+the same thing the same way. A vendor passes what is its own (how to open its library, which tool, which device
+nodes, which setting names the library) and gets `Finding`s back; a vendor whose node reads its devices from its
+management library, else its tool, gets the whole list from `library_else_tool`. Nothing here names a vendor, loads
+a driver or runs a tool of its own accord; each function catches what its callable raises and reports it (a doctor
 never prints a traceback).
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "loaded_path",
     "runtime_hook",
     "grant_root",
+    "library_else_tool",
     "management_library",
     "tool",
     "tool_memory_against_grant",
@@ -341,3 +343,49 @@ def tool_memory_against_grant(
         )
     shown = ", ".join(f"{t} MiB" for t in totals)
     return ok(check, f"{command} reports {shown}, as granted")
+
+
+def library_else_tool(
+    grant: Grant | None,
+    *,
+    vendor: str,
+    library: str,
+    setting: str,
+    read_library: Callable[[], tuple[str, int]],
+    library_words: str,
+    tool_name: str,
+    command: str,
+    read_tool: Callable[[str], str],
+    tool_memory: Callable[[], Sequence[int]],
+    device_patterns: Sequence[str],
+    grants: Path,
+    more: Sequence[Callable[[], Finding]] = (),
+) -> list[Finding]:
+    """The checks of a vendor whose node reads its devices from its management library, else from its tool.
+
+    In a container (`grant`): the memory per device `tool_memory` reads from the tool (MiB), against the grant. On a
+    node: the library (`management_library`: the file `library`, the setting `setting` that names it,
+    `read_library` opening it and giving where it was loaded from and how many devices it sees); when there is no
+    driver at all (`driver`), only that; else whether the tool stands in for a missing library (`fallback`), the
+    tool (`tool`: `command`, the configured path, read by `read_tool`), the device nodes, the vendor's `more`
+    checks (each called only when there is a driver) and the grant directory `grants`.
+
+    :param vendor: the vendor's name in messages (``Hygon``).
+    :param library_words: the library's name in messages (``ROCm SMI``).
+    :param tool_name: the tool's name in messages (``hy-smi``).
+    """
+    if grant is not None:
+        return [tool_memory_against_grant(tool_name, grant, tool_memory)]
+    found = management_library(library, setting, read_library)
+    nodes = device_nodes(device_patterns)
+    absent = driver(found, device_patterns, vendor)
+    if absent is not None:
+        return absent
+    tool_finding = tool(command, read_tool, needed_for=f"discovery's fallback without {library_words}")
+    return [
+        fallback(found, tool_finding, tool_name),
+        tool_finding,
+        nodes,
+        *(check() for check in more),
+        grant_root(grants),
+    ]

@@ -17,6 +17,19 @@ The building blocks every vendor's driver binding and node runtime share:
           \"\"\"There is no usable DCMI on this host.\"\"\"
 
   and core code that only needs to know "the library is not there" catches `DriverUnavailable`.
+- `optional_call`: one call of a management library whose answer may be "not supported on this device" (a reading
+  the node monitor leaves unknown), True when it answered, False when not supported or not in the library, the
+  vendor's `DriverError` on any other failure::
+
+      if optional_call(lib, "rsmi_dev_busy_percent_get", index, byref(busy), unsupported=(2,), error=DtkError):
+          ...
+
+- `per_device`: a per-device read (processes, readings) over the devices of the last read, all or nothing: the
+  answers joined, or None when the library fails this round (logged), so that a caller says nothing rather than
+  something half-read::
+
+      return per_device(log, "the DCUs' figures", devices, lambda d: [rsmi.readings(d.index, d.uuid)])
+
 - `Said`: a message about the node's driver logged once, and again only when it changes (a daemon that finds no
   library reads its devices every few seconds; the log says so once).
 - `DriverReader`: the node's library session and the choice of source, said once. A read opens the session when
@@ -37,16 +50,17 @@ Not thread-safe by itself: a vendor's node runtime calls it under its own lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Collection, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
 from hami.vendortool import ToolError
 
-__all__ = ["DriverError", "DriverReader", "DriverUnavailable", "DriverWords", "Said"]
+__all__ = ["DriverError", "DriverReader", "DriverUnavailable", "DriverWords", "Said", "optional_call", "per_device"]
 
 S = TypeVar("S")
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 class DriverError(Exception):
@@ -80,6 +94,42 @@ class DriverError(Exception):
 class DriverUnavailable(DriverError):
     """There is no usable management library on this host: it is missing, is not the library it should be, or
     does not initialize (no driver loaded, no device)."""
+
+
+def optional_call(
+    library: object,
+    name: str,
+    *args: object,
+    unsupported: Collection[int],
+    error: Callable[[str, int], DriverError],
+) -> bool:
+    """Call C function `name` of `library` (a ``ctypes.CDLL``) with `args`: True when it succeeded (returned 0),
+    False when the library lacks it or answers one of the `unsupported` codes (the figure is not available on this
+    device), ``error(name, code)`` raised on any other code."""
+    function = getattr(library, name, None)
+    if function is None:
+        return False
+    code = function(*args)
+    if code == 0:
+        return True
+    if code in unsupported:
+        return False
+    raise error(name, code)
+
+
+def per_device(
+    log: logging.Logger, what: str, devices: Iterable[D], read: Callable[[D], Iterable[T]]
+) -> list[T] | None:
+    """`read` over each of `devices`, its answers joined; None when one read fails with a `DriverError` (a warning
+    says ``cannot read <what> this round``): the caller then reports nothing rather than something half-read."""
+    found: list[T] = []
+    try:
+        for device in devices:
+            found += read(device)
+    except DriverError as exc:
+        log.warning("cannot read %s this round: %s", what, exc)
+        return None
+    return found
 
 
 class Said:

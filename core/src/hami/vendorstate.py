@@ -15,24 +15,28 @@ is read:
   that loaded those settings live, so two of them (two tests, the simulator beside a daemon) never share one, and
   creates it on first use under a lock (`VendorSettings.runtime_of`).
 
-Also `driver_fact`, how a vendor reads one of the facts a simulated inventory gives in place of its driver
+Also `devices_named`, how a vendor's node runtime turns the device names of a placement into the devices of its
+last read (read again once when one is not among them, refused with what the node has when one is not there), and
+`driver_fact`, how a vendor reads one of the facts a simulated inventory gives in place of its driver
 (`hami_simulated_devices`), with the error that says what to add. Must not hold any vendor's option: those are
 the vendor's fields.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, PrivateAttr
 
 from hami.errors import HamiError
 
-__all__ = ["VendorSettings", "camel", "driver_fact"]
+__all__ = ["VendorSettings", "camel", "capacity_index", "devices_named", "driver_fact", "trailing_index"]
 
 R = TypeVar("R")
+D = TypeVar("D")
 F = TypeVar("F", int, str)
 _attaching = threading.Lock()
 
@@ -69,6 +73,66 @@ class VendorSettings(BaseModel):
                 self._runtime = make()
             runtime: R = self._runtime
             return runtime
+
+
+_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
+
+
+def capacity_index(name: str, word: str) -> int | None:
+    """The index in HAMi's name for a device it counts from a node's capacity, ``<node>-<word>-<index>``
+    (``gpu-1-metax-3``); None when `name` is not one."""
+    match = re.fullmatch(rf".+-{re.escape(word)}-([0-9]+)", name, re.DOTALL)
+    return int(match.group(1)) if match else None
+
+
+def trailing_index(name: str) -> int | None:
+    """The number after the last ``-`` of `name` (HAMi's capacity names, a simulated inventory's ``<id>-<index>``);
+    None when there is none."""
+    match = _TRAILING_INDEX.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def devices_named(
+    names: Sequence[str],
+    last_read: Sequence[D],
+    read_again: Callable[[], Sequence[D]],
+    *,
+    what: str,
+    name_of: Callable[[D], str],
+    answers: Callable[[D, str], bool] | None = None,
+    stand_in: Callable[[str], D | None] | None = None,
+) -> list[D]:
+    """The devices a placement names, in its order: among `last_read` (the devices of the node's last read), else
+    among those `read_again` reads now (called at most once, and only when a name is not among the last read).
+
+    :param what: the kind of device in messages (``Hygon DCU``).
+    :param name_of: a device's name as this node lists it in a refusal (its UUID).
+    :param answers: whether a device answers to a name; by default when `name_of` is the name (a vendor adds
+        HAMi's capacity names, ``<node>-<kind>-<index>``, here).
+    :param stand_in: a device for a name no device answers to, or None (a node with no driver at all, whose
+        devices are only names).
+    :raises HamiError: a name no device of this node answers to, with what the node has: the pod was placed from an
+        outdated view.
+    """
+    match = answers or (lambda device, name: name_of(device) == name)
+
+    def find(devices: Sequence[D]) -> dict[str, D]:
+        return {n: d for n in names for d in reversed(devices) if match(d, n)}  # reversed: the first one wins
+
+    devices = last_read
+    found = find(devices)
+    if len(found) < len(set(names)):
+        devices = read_again()
+        found = find(devices)
+    for name in names:
+        if name not in found and stand_in is not None and (device := stand_in(name)) is not None:
+            found[name] = device
+    missing = [n for n in names if n not in found]
+    if missing:
+        known = ", ".join(sorted(name_of(d) for d in devices)) or f"no {what}"
+        raise HamiError(f"{what} {', '.join(missing)} is not on this node (it has {known}): the pod was placed from "
+                        "an outdated view")  # fmt: skip
+    return [found[n] for n in names]
 
 
 def driver_fact(driver: Mapping[str, Mapping[str, Any]], device: str, key: str, expected: type[F]) -> F:

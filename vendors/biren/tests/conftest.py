@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_brml" / "fake_brml.c"
 
@@ -27,7 +27,7 @@ def fake_brml(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"the Biren tests build a fake libbiren-ml.so in C: {exc}")
     target = tmp_path_factory.mktemp("fake-brml") / "libbiren-ml.so"
     cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           "-o", str(target), str(SOURCE)]  # fmt: skip
+           f"-I{CSRC}", "-o", str(target), str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         pytest.fail(f"building the fake libbiren-ml.so failed:\n{' '.join(cmd)}\n{done.stderr}")

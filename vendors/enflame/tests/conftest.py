@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_efml" / "fake_efml.c"
 
@@ -23,7 +23,7 @@ SOURCE = Path(__file__).parent / "fake_efml" / "fake_efml.c"
 def build_fake_efml(directory: Path) -> Path:
     target = directory / "libefml.so"
     cmd = [find_compiler(), "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-           "-fvisibility=hidden", "-o", str(target), str(SOURCE)]  # fmt: skip
+           "-fvisibility=hidden", f"-I{CSRC}", "-o", str(target), str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         pytest.fail(f"building the fake libefml.so failed:\n{' '.join(cmd)}\n{done.stderr}")

@@ -20,7 +20,7 @@ import pytest
 
 import hami_vendor_mthreads.plugin as plugin
 from hami.plugins import VendorPlugins
-from hami.testing.sandbox import NoCompilerError, find_compiler
+from hami.testing.sandbox import CSRC, NoCompilerError, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_mtml" / "fake_mtml.c"
 GIB = 1024**3
@@ -34,7 +34,7 @@ def fake_mtml(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"the Moore Threads tests build a fake libmtml.so in C: {exc}")
     target = tmp_path_factory.mktemp("fake-mtml") / "libmtml.so"
     cmd = [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-fvisibility=hidden",
-           "-o", str(target), str(SOURCE)]  # fmt: skip
+           f"-I{CSRC}", "-o", str(target), str(SOURCE)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         pytest.fail(f"building the fake libmtml.so failed:\n{' '.join(cmd)}\n{done.stderr}")

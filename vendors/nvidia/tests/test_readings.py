@@ -7,27 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from hami.node.monitor import NodeMonitor
+from hami.testing.readings import scrape
 
 NodeFactory = Callable[..., Any]
-
-
-def scrape(plugins: Any) -> dict[str, dict[str, float]]:
-    """family → device_uuid → value, from a monitor over `plugins`' discovery and readings, as the daemon wires it."""
-    inventories = {inv.kind: inv for invs in plugins.discover().values() for inv in invs}
-    monitor = NodeMonitor(
-        "gpu-node",
-        lambda: inventories,
-        list,
-        device_usage=lambda: [r for kind in inventories for r in plugins.device_readings(kind) or ()],
-    )
-    out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(monitor.render().decode()):
-        for s in family.samples:
-            out.setdefault(s.name, {})[s.labels["device_uuid"]] = s.value
-    return out
 
 
 def test_nvml_readings_are_exported_in_hami_and_webui_units(gpu_node: NodeFactory, boxes: Any) -> None:

@@ -161,6 +161,26 @@ class NodeReading:
     """What a record is built from, but the lock and handshake annotations: equal inputs, equal record."""
 
 
+class _NodeFacts:
+    """What every kind's reading of one Node object asks: its name, annotations and labels, and its capacity as
+    strings (made once, on first use), so that a node is not taken apart again for each of the vendors' kinds."""
+
+    def __init__(self, node: KubeObject) -> None:
+        m = meta(node)
+        self.node = node
+        self.name = str(m.get("name", "?"))
+        self.annotations: Mapping[str, str] = m.get("annotations") or {}
+        self.labels: Mapping[str, str] = m.get("labels") or {}
+        self._capacity: dict[str, str] | None = None
+
+    @property
+    def capacity(self) -> dict[str, str]:
+        if self._capacity is None:
+            raw = (self.node.get("status") or {}).get("capacity") or {}
+            self._capacity = {str(k): str(v) for k, v in raw.items()}
+        return self._capacity
+
+
 class NodeReader:
     """Reads Node objects through the vendors' kinds."""
 
@@ -174,15 +194,17 @@ class NodeReader:
 
     def devices_of(self, node: KubeObject, kind: DeviceKind) -> list[Device]:
         """The node's devices of `kind`, from its register annotation or its capacity. Malformed → none, logged."""
-        annotations: Mapping[str, str] = meta(node).get("annotations") or {}
-        key = kind.annotations.node_register
-        name = meta(node).get("name", "?")
-        if handshake_dropped(annotations, kind, device_allocatable(node, kind)):
+        facts = _NodeFacts(node)
+        if handshake_dropped(facts.annotations, kind, device_allocatable(node, kind)):
             return []
+        return self._devices(node, kind, facts)
+
+    def _devices(self, node: KubeObject, kind: DeviceKind, facts: _NodeFacts) -> list[Device]:
+        """`devices_of` for a kind whose devices the handshake keeps, over facts read once per node."""
+        annotations = facts.annotations
+        key = kind.annotations.node_register
         if self.plugins.implements(kind.common_word, "hami_node_devices"):
-            capacity = {str(k): str(v) for k, v in ((node.get("status") or {}).get("capacity") or {}).items()}
-            labels = meta(node).get("labels") or {}
-            own = self.plugins.node_devices(kind.common_word, annotations, str(name), capacity, labels)
+            own = self.plugins.node_devices(kind.common_word, annotations, facts.name, facts.capacity, facts.labels)
             if own is not None:
                 return own
         if key and key in annotations:
@@ -191,7 +213,7 @@ class NodeReader:
                     return decode_legacy_register(annotations[key], key)
                 return decode_node_register(annotations[key], key)
             except AnnotationError as exc:
-                log.warning("node %s: ignoring its %s devices: %s", name, kind.common_word, exc)
+                log.warning("node %s: ignoring its %s devices: %s", facts.name, kind.common_word, exc)
                 return []
         if kind.register_format == RegisterFormat.CAPACITY:
             return _devices_from_capacity(node, kind)
@@ -221,8 +243,9 @@ class NodeReader:
     def record(self, node: KubeObject, reading: NodeReading) -> NodeRecord:
         """A new record of the node, its devices read, none of them used yet."""
         views: dict[str, NodeView] = {}
+        facts = _NodeFacts(node)
         for kind in self.kinds:
-            devices = self.devices_of(node, kind)
+            devices = [] if kind.common_word in reading.dropped else self._devices(node, kind, facts)
             if devices:
                 views[kind.common_word] = NodeView(
                     name=reading.name,

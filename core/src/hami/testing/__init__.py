@@ -22,4 +22,7 @@
 - `hami.testing.backstop`: the node-side backstop's checks over a vendor's fake management library
   (`BackstopTests`, with a `backstop_node` fixture giving a `BackstopNode`; the fake's per-process call reads the
   process table of ``csrc/fake_processes.h``).
+- `hami.testing.readings`: the device readings' checks over a vendor's fake management library (`ReadingsTests`,
+  with a `readings_node` fixture giving a `ReadingsNode`; the fake's reading calls answer from the figures of
+  ``csrc/fake_readings.h``), and `scrape`, the node monitor's families over a plugin host.
 """

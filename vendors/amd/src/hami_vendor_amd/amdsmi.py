@@ -8,7 +8,11 @@ the GPUs through ``amdsmi_get_socket_handles`` and ``amdsmi_get_processor_handle
 (``amdsmi_get_gpu_memory_total`` of ``AMDSMI_MEM_TYPE_VRAM``, bytes) and NUMA node
 (``amdsmi_topo_get_numa_node_number``, optional: 0 where the library cannot say). Struct layouts are those of
 ``include/amd_smi/amdsmi.h`` (ROCm/amdsmi); the ASIC buffer is passed larger than the struct, so a library whose
-struct grew at its end is read the same.
+struct grew at its end is read the same. For the node monitor, each GPU's readings (`AmdSmi.readings`):
+``amdsmi_get_gpu_memory_usage`` (VRAM in use, bytes), ``amdsmi_get_gpu_activity`` (``gfx_activity``, percent),
+``amdsmi_get_power_info`` (``current_socket_power`` in watts, else ``average_socket_power``: the header sets the one
+a card does not support to UINT32_MAX) and ``amdsmi_get_temp_metric`` (the edge sensor's current temperature,
+degrees Celsius); a figure the library does not support (``AMDSMI_STATUS_NOT_SUPPORTED``) is None.
 
 The library is loaded by absolute path (``amdSmiLibrary``, else ROCm's ``/opt/rocm/lib``) or by name. A missing
 library, or one that does not initialize, is `AmdSmiUnavailable`; a failing call, `AmdSmiError` naming the call and
@@ -23,7 +27,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["DEFAULT_LIBRARIES", "AmdSmi", "AmdSmiError", "AmdSmiUnavailable", "Gpu", "bdf_text"]
 
@@ -32,6 +37,10 @@ INIT_AMD_GPUS = 1 << 1
 MEM_TYPE_VRAM = 0
 UUID_SIZE = 38  # AMDSMI_GPU_UUID_SIZE
 NOT_SUPPORTED_CU = 0xFFFFFFFF
+STATUS_NOT_SUPPORTED = 2
+UNSUPPORTED_U32 = 0xFFFFFFFF
+TEMPERATURE_TYPE_EDGE = 0
+TEMP_CURRENT = 0
 _MAX_HANDLES = 256
 
 
@@ -43,6 +52,24 @@ class AmdSmiError(DriverError):
 
 class AmdSmiUnavailable(AmdSmiError, DriverUnavailable):
     """AMD SMI cannot be loaded or initialized here (no ROCm, or no amdgpu driver)."""
+
+
+class _EngineUsage(ctypes.Structure):  # amdsmi_engine_usage_t
+    _fields_ = [("gfx_activity", ctypes.c_uint32), ("umc_activity", ctypes.c_uint32),
+                ("mm_activity", ctypes.c_uint32), ("reserved", ctypes.c_uint32 * 13)]  # fmt: skip
+
+
+class _PowerInfo(ctypes.Structure):  # amdsmi_power_info_t
+    _fields_ = [
+        ("socket_power", ctypes.c_uint64),
+        ("current_socket_power", ctypes.c_uint32),
+        ("average_socket_power", ctypes.c_uint32),
+        ("gfx_voltage", ctypes.c_uint64),
+        ("soc_voltage", ctypes.c_uint64),
+        ("mem_voltage", ctypes.c_uint64),
+        ("power_limit", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64 * 18),
+    ]
 
 
 class _AsicInfo(ctypes.Structure):  # amdsmi_asic_info_t
@@ -138,6 +165,46 @@ class AmdSmi:
                 except AmdSmiError as exc:
                     out.append(exc)
             return out
+
+    def readings(self) -> list[DeviceReading]:
+        """What AMD SMI reads from each GPU now (see the module); a GPU that cannot be named is left out.
+
+        :raises AmdSmiError: the GPUs cannot be listed, or a reading fails other than by not being supported."""
+        with self.lock:
+            processors = [p for s in self._handles("amdsmi_get_socket_handles")
+                          for p in self._handles("amdsmi_get_processor_handles", s)]  # fmt: skip
+            out = []
+            for handle in processors:
+                uuid = ctypes.create_string_buffer(UUID_SIZE + 2)
+                length = ctypes.c_uint(UUID_SIZE + 2)
+                if self._optional("amdsmi_get_gpu_device_uuid", handle, ctypes.byref(length), uuid):
+                    out.append(self._reading(handle, uuid.value.decode("ascii", "replace").strip()))
+            return out
+
+    def _optional(self, name: str, *args: object) -> bool:
+        return optional_call(self._lib, name, *args, unsupported=(STATUS_NOT_SUPPORTED,), error=AmdSmiError)
+
+    def _reading(self, handle: ctypes.c_void_p, uuid: str) -> DeviceReading:
+        used, total, celsius = ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_int64(0)
+        usage, power = _EngineUsage(), _PowerInfo()
+        has_used = self._optional("amdsmi_get_gpu_memory_usage", handle, MEM_TYPE_VRAM, ctypes.byref(used))
+        has_total = self._optional("amdsmi_get_gpu_memory_total", handle, MEM_TYPE_VRAM, ctypes.byref(total))
+        has_usage = self._optional("amdsmi_get_gpu_activity", handle, ctypes.byref(usage))
+        has_power = self._optional("amdsmi_get_power_info", handle, ctypes.byref(power))
+        has_celsius = self._optional("amdsmi_get_temp_metric", handle, ctypes.c_int(TEMPERATURE_TYPE_EDGE),
+                                     ctypes.c_int(TEMP_CURRENT), ctypes.byref(celsius))  # fmt: skip
+        watts = None
+        if has_power:
+            given = [w for w in (power.current_socket_power, power.average_socket_power) if w != UNSUPPORTED_U32]
+            watts = float(given[0]) if given else None
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=used.value if has_used else None,
+            memory_total_bytes=total.value if has_total else None,
+            utilization_percent=usage.gfx_activity if has_usage else None,
+            power_watts=watts,
+            temperature_celsius=celsius.value if has_celsius else None,
+        )
 
     def _gpu(self, handle: ctypes.c_void_p) -> Gpu:
         uuid = ctypes.create_string_buffer(UUID_SIZE + 2)

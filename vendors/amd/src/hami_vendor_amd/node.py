@@ -14,6 +14,9 @@ The inventory is HAMi's JSON register under ``hami.io/node-amd-register``: id = 
 card number, count ``splitCount``, ``devmem`` MiB, ``devcore`` = the GPU's compute units, type = AMD SMI's market
 name (``amd-gpu`` where it gives none), the NUMA node, ``devicevendor`` ``amd`` and ``custominfo.pciBDF``.
 
+For the node monitor, `NodeRuntime.readings`: what AMD SMI reads from each GPU now (VRAM in use, busy share, power,
+temperature); none on simulated devices or without AMD SMI.
+
 On simulated devices (`simulate`) the inventory's devices stand in for AMD SMI's GPUs, their DRM nodes and ROCr UUID
 from each device's ``driver.card``, ``driver.render`` and ``driver.rocrUuid``.
 """
@@ -29,10 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from hami import pcidevice
-from hami.errors import HamiError
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords
-from hami.vendorstate import driver_fact
+from hami.vendorstate import devices_named, driver_fact
 from hami_vendor_amd.amdsmi import AmdSmi, AmdSmiError
 from hami_vendor_amd.settings import AmdSettings
 
@@ -152,21 +154,25 @@ class NodeRuntime:
                               numa=gpu.numa, bdf=gpu.bdf))  # fmt: skip
         return out
 
+    def readings(self) -> list[DeviceReading] | None:
+        """What AMD SMI reads from this node's GPUs now; None on simulated devices, without AMD SMI, or when it fails
+        this round (the monitor then shows the GPUs' figures unknown)."""
+        with self.lock:
+            session = None if self.simulated else self.reader.opened()
+            if session is None:
+                return None
+            try:
+                return session.readings()
+            except AmdSmiError as exc:
+                log.warning("cannot read the AMD GPUs' figures this round: %s", exc)
+                return None
+
     def by_uuid(self, uuids: Sequence[str]) -> list[AmdGpu]:
         """The GPUs with these UUIDs (read again when one is not known).
 
         :raises HamiError: a UUID is not a GPU of this node."""
         with self.lock:
-            known = {g.uuid: g for g in self.gpus}
-            if any(u not in known for u in uuids):
-                known = {g.uuid: g for g in self.read()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"AMD GPU {', '.join(missing)} is not on this node (it has {', '.join(sorted(known)) or 'no GPU'}):"
-                    " the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.gpus, self.read, what="AMD GPU", name_of=lambda g: g.uuid)
 
 
 def runtime_for(settings: AmdSettings) -> NodeRuntime:

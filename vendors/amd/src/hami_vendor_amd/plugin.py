@@ -6,7 +6,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   (HAMi has no AMD handshake), selectors ``amd.com/use-gputype`` / ``amd.com/nouse-gputype`` (case-insensitive
   substrings of the model, as HAMi's ``checkAMDType``) and ``amd.com/use-gpu-uuid`` / ``amd.com/nouse-gpu-uuid``;
   settings (`hami_vendor_amd.settings`);
-* discovery through AMD SMI and sysfs (`hami_vendor_amd.node`, the binding in `hami_vendor_amd.amdsmi`);
+* discovery through AMD SMI and sysfs (`hami_vendor_amd.node`, the binding in `hami_vendor_amd.amdsmi`), and each
+  GPU's VRAM in use, busy share, power and temperature for the node monitor (`hami_device_readings`);
 * requests as HAMi's ``GenerateResourceRequests``: only a container with ``amd.com/gpu`` asks for GPUs;
   ``amd.com/gpumem`` in MiB (absent or 0: the whole GPU's memory); ``amd.com/gpucores`` a percentage from 1 to 100
   (absent: 100), anything else refused at admission as HAMi's ``MutateAdmission`` refuses it;
@@ -35,6 +36,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceReading,
     DrmUsageSource,
     IsolationLibrary,
     NodeFit,
@@ -145,6 +147,11 @@ def hami_release(pod: Pod, settings: AmdSettings) -> None:
 @hookimpl
 def hami_reconcile(pods: Sequence[Pod], settings: AmdSettings) -> None:
     edits.reconcile(settings, list(pods))
+
+
+@hookimpl
+def hami_device_readings(settings: AmdSettings) -> list[DeviceReading] | None:
+    return runtime_for(settings).readings()
 
 
 @hookimpl

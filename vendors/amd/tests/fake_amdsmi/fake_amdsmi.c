@@ -11,6 +11,12 @@
  * GPUs of one socket number are that socket's processors, sockets in order of first appearance. FAKE_AMDSMI_FAIL=
  * <function> makes that function answer AMDSMI_STATUS_NOT_SUPPORTED (amdsmi_init: AMDSMI_STATUS_INIT_ERROR), and
  * FAKE_AMDSMI_FAIL_UUID=<uuid> makes every per-GPU call for that GPU fail.
+ *
+ * The readings (amdsmi_get_gpu_memory_usage of VRAM, bytes; amdsmi_get_gpu_activity's gfx_activity, percent;
+ * amdsmi_get_power_info's current_socket_power, watts, average_socket_power UINT32_MAX as on MI300;
+ * amdsmi_get_temp_metric of the edge sensor's current temperature, degrees) answer from the file
+ * $FAKE_AMDSMI_READINGS names (core's fake_readings.h, the device index being the GPU's line; "-":
+ * AMDSMI_STATUS_NOT_SUPPORTED, or nothing in use for the memory).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -18,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_GPU 32
@@ -223,5 +231,78 @@ EXPORT amdsmi_status_t amdsmi_topo_get_numa_node_number(amdsmi_processor_handle 
     GPU_OR_FAIL("amdsmi_topo_get_numa_node_number");
     if (!numa_node) return AMDSMI_STATUS_INVAL;
     *numa_node = g->numa;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+EXPORT amdsmi_status_t amdsmi_get_gpu_memory_usage(amdsmi_processor_handle processor_handle,
+                                                   amdsmi_memory_type_t mem_type, uint64_t *used) {
+    GPU_OR_FAIL("amdsmi_get_gpu_memory_usage");
+    (void)g;
+    struct fake_reading r;
+    if (!used) return AMDSMI_STATUS_INVAL;
+    if (fake_reading("FAKE_AMDSMI_READINGS", at, &r) < 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *used = mem_type != AMDSMI_MEM_TYPE_VRAM || r.memory_used == FAKE_UNSUPPORTED ? 0 : (uint64_t)r.memory_used;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+typedef struct {
+    uint32_t gfx_activity, umc_activity, mm_activity;
+    uint32_t reserved[13];
+} amdsmi_engine_usage_t;
+
+typedef struct {
+    uint64_t socket_power;
+    uint32_t current_socket_power, average_socket_power;
+    uint64_t gfx_voltage, soc_voltage, mem_voltage;
+    uint32_t power_limit;
+    uint64_t reserved[18];
+} amdsmi_power_info_t;
+
+typedef enum { AMDSMI_TEMPERATURE_TYPE_EDGE = 0 } amdsmi_temperature_type_t;
+typedef enum { AMDSMI_TEMP_CURRENT = 0 } amdsmi_temperature_metric_t;
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of GPU `at`, or -1 where the library does not support it. */
+static int figure(int at, int which, long long *out) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_AMDSMI_READINGS", at, &r) < 0) return -1;
+    *out = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    return *out == FAKE_UNSUPPORTED ? -1 : 0;
+}
+
+EXPORT amdsmi_status_t amdsmi_get_gpu_activity(amdsmi_processor_handle processor_handle, amdsmi_engine_usage_t *info) {
+    GPU_OR_FAIL("amdsmi_get_gpu_activity");
+    (void)g;
+    long long busy;
+    if (!info) return AMDSMI_STATUS_INVAL;
+    if (figure(at, 0, &busy) < 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->gfx_activity = (uint32_t)busy;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+EXPORT amdsmi_status_t amdsmi_get_power_info(amdsmi_processor_handle processor_handle, amdsmi_power_info_t *info) {
+    GPU_OR_FAIL("amdsmi_get_power_info");
+    (void)g;
+    long long milliwatts;
+    if (!info) return AMDSMI_STATUS_INVAL;
+    if (figure(at, 1, &milliwatts) < 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->socket_power = (uint64_t)(milliwatts / 1000);
+    info->current_socket_power = (uint32_t)(milliwatts / 1000);
+    info->average_socket_power = UINT32_MAX; /* "unsupported struct members are set to UINT32_MAX" (MI300) */
+    info->power_limit = 750;
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+EXPORT amdsmi_status_t amdsmi_get_temp_metric(amdsmi_processor_handle processor_handle,
+                                              amdsmi_temperature_type_t sensor_type,
+                                              amdsmi_temperature_metric_t metric, int64_t *temperature) {
+    GPU_OR_FAIL("amdsmi_get_temp_metric");
+    (void)g;
+    long long celsius;
+    if (!temperature || sensor_type != AMDSMI_TEMPERATURE_TYPE_EDGE || metric != AMDSMI_TEMP_CURRENT)
+        return AMDSMI_STATUS_INVAL;
+    if (figure(at, 2, &celsius) < 0) return AMDSMI_STATUS_NOT_SUPPORTED;
+    *temperature = celsius;
     return AMDSMI_STATUS_SUCCESS;
 }

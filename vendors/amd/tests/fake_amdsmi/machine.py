@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hami.testing.sandbox import find_compiler
+from hami.testing.sandbox import CSRC, find_compiler
 
 SOURCE = Path(__file__).parent / "fake_amdsmi.c"
 
@@ -26,7 +26,7 @@ def build_fake_amdsmi(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     target = out / "libamd_smi.so"
     cmd = [find_compiler(), "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared",
-           "-fvisibility=hidden", "-o", str(target), str(SOURCE), "-ldl"]  # fmt: skip
+           "-fvisibility=hidden", f"-I{CSRC}", "-o", str(target), str(SOURCE), "-ldl"]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"building the fake libamd_smi.so failed:\n{' '.join(cmd)}\n{done.stderr}")

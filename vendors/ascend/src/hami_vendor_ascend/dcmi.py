@@ -12,7 +12,11 @@ chip ``dcmi_get_device_logic_id``, ``dcmi_get_device_phyid_from_logicid``, ``dcm
 upper-case hex, eight digits each, joined by ``-``), and the memory from ``dcmi_get_device_hbm_info`` (HBM chips)
 or ``dcmi_get_device_memory_info_v3`` (310P's DDR), in MB. For the node-side backstop, a chip's processes:
 ``dcmi_get_device_resource_info`` (``struct dcmi_proc_mem_info``: the host PID and the memory in bytes, the
-device OS's share for the process included; at most 32 processes, DCMI documents).
+device OS's share for the process included; at most 32 processes, DCMI documents). For the node monitor, a chip's
+readings (`Dcmi.readings`): memory in use (``dcmi_get_device_hbm_info``'s ``memory_usage``, or 310P's DDR size less
+``memory_available``, MB), ``dcmi_get_device_utilization_rate`` of the AI cores (input type 2, percent),
+``dcmi_get_device_power_info`` (0.1 W) and ``dcmi_get_device_temperature`` (degrees Celsius); a figure the chip does
+not support (``DCMI_ERR_CODE_NOT_SUPPORT``, -8255) is None.
 
 Loading: ``libdcmi.so`` through the dynamic loader (``LD_LIBRARY_PATH``, ``ldconfig``), then the driver's own
 directory, or the configured path. A missing library raises `DcmiUnavailable`; a failing call `DcmiError` with the
@@ -28,7 +32,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["DRIVER_LIBRARY", "Dcmi", "DcmiError", "DcmiUnavailable", "NpuChip"]
 
@@ -39,6 +44,10 @@ VDIE = 1
 """`enum dcmi_die_type`: NDIE 0, VDIE 1, DDIE 2. HAMi's device UUID is the VDIE id."""
 MAX_CARDS = 64
 MAX_PROCESSES = 32
+NOT_SUPPORT = -8255
+"""DCMI_ERR_CODE_NOT_SUPPORT: the chip cannot give that figure."""
+UTILIZATION_AICORE = 2
+"""``dcmi_get_device_utilization_rate``'s input type for the AI cores."""
 """DCMI reports at most 32 processes per chip (``dcmi_get_device_resource_info``)."""
 
 
@@ -234,6 +243,34 @@ class Dcmi:
         with self._lock:
             self._check("dcmi_get_device_resource_info", card, device, infos, ctypes.byref(count))
         return [(int(p.proc_id), int(p.proc_mem_usage)) for p in infos[: max(0, min(count.value, len(infos)))]]
+
+    def readings(self, card: int, device: int, uuid: str) -> DeviceReading:
+        """What DCMI reads from one chip (named `uuid`) now (see the module).
+
+        :raises DcmiError: a call failed other than by not being supported."""
+
+        def optional(name: str, *args: object) -> bool:
+            return optional_call(self._lib, name, card, device, *args, unsupported=(NOT_SUPPORT,), error=DcmiError)
+
+        busy, tenths, celsius = ctypes.c_uint(0), ctypes.c_int(0), ctypes.c_int(0)
+        hbm, ddr = _HbmInfo(), _MemoryInfo()
+        used = total = None
+        with self._lock:
+            if optional("dcmi_get_device_hbm_info", ctypes.byref(hbm)) and hbm.memory_size:
+                used, total = int(hbm.memory_usage), int(hbm.memory_size)
+            elif optional("dcmi_get_device_memory_info_v3", ctypes.byref(ddr)) and ddr.memory_size:
+                used, total = int(ddr.memory_size) - int(ddr.memory_available), int(ddr.memory_size)
+            has_busy = optional("dcmi_get_device_utilization_rate", UTILIZATION_AICORE, ctypes.byref(busy))
+            has_power = optional("dcmi_get_device_power_info", ctypes.byref(tenths))
+            has_celsius = optional("dcmi_get_device_temperature", ctypes.byref(celsius))
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=None if used is None else used << 20,
+            memory_total_bytes=None if total is None else total << 20,
+            utilization_percent=busy.value if has_busy else None,
+            power_watts=tenths.value / 10 if has_power else None,
+            temperature_celsius=celsius.value if has_celsius else None,
+        )
 
     def _uuid(self, card: int, device: int) -> str | None:
         die = _DieId()

@@ -17,7 +17,8 @@ one `NodeInventory` per chip kind, with exactly the values HAMi v2.10's ``hami.i
   the scheduler's fit requires of a node before it places a soft-split share there.
 
 For the node-side backstop, `device_processes`: the processes on the node's chips of one kind and the memory DCMI
-counts for each (``dcmi_get_device_resource_info``); nothing (None) where the chips come from npu-smi.
+counts for each (``dcmi_get_device_resource_info``); for the node monitor, `device_readings`: each chip's memory in
+use, AI-core busy share, power and temperature; both nothing (None) where the chips come from npu-smi.
 
 A chip without a UUID (a driver that cannot tell its die id) is not reported: a device the scheduler cannot name
 could never be allocated. Nothing here writes to the cluster.
@@ -29,13 +30,14 @@ each with the physical id its ``driver.phyId`` gives (what DCMI would report), s
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from hami.model import Device, DeviceKind, DeviceProcess, NodeInventory
+from hami.model import Device, DeviceKind, DeviceProcess, DeviceReading, NodeInventory
+from hami.vendordriver import per_device
 from hami.vendorstate import driver_fact
 from hami_vendor_ascend.chips import DEFAULT_CHIPS, AscendChip
-from hami_vendor_ascend.dcmi import DcmiError, NpuChip
+from hami_vendor_ascend.dcmi import Dcmi, NpuChip
 from hami_vendor_ascend.node import runtime_for
 from hami_vendor_ascend.settings import AscendSettings
 
@@ -44,6 +46,7 @@ __all__ = [
     "SOFT_SPLIT_NODE_ANNOTATION",
     "common_word_of",
     "device_processes",
+    "device_readings",
     "discover",
     "inventories",
     "network_id",
@@ -51,6 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("hami_vendor_ascend")
+T = TypeVar("T")
 
 SOFT_SPLIT_NODE_ANNOTATION = "hami-vnpu-core"
 """Node annotation of HAMi's Ascend device plugin: "true" when the node serves soft-split (hami-core) pods."""
@@ -144,6 +148,21 @@ def device_processes(settings: AscendSettings, common_word: str) -> list[DeviceP
     """The processes on this node's chips of kind `common_word` (the backstop asks per kind) and the memory DCMI
     counts for each; None without DCMI, or when it fails this round (then nothing is checked rather than
     something half-read)."""
+    return _per_chip(settings, common_word, "processes", lambda dcmi, chip, uuid: [
+        DeviceProcess(device_uuid=uuid, pid=pid, used_bytes=used)
+        for pid, used in dcmi.processes(chip.card_id, chip.device_id)])  # fmt: skip
+
+
+def device_readings(settings: AscendSettings, common_word: str) -> list[DeviceReading] | None:
+    """What DCMI reads from this node's chips of kind `common_word` now; None as for `device_processes` (the
+    monitor then shows the chips' figures unknown)."""
+    return _per_chip(settings, common_word, "figures", lambda dcmi, chip, uuid: [
+        dcmi.readings(chip.card_id, chip.device_id, uuid)])  # fmt: skip
+
+
+def _per_chip(
+    settings: AscendSettings, common_word: str, what: str, read: Callable[[Dcmi, NpuChip, str], list[T]]
+) -> list[T] | None:
     runtime = runtime_for(settings)
     with runtime.lock:
         if runtime.simulated is not None:
@@ -152,16 +171,8 @@ def device_processes(settings: AscendSettings, common_word: str) -> list[DeviceP
         dcmi = runtime.dcmi
         if runtime.source != "dcmi" or dcmi is None:
             return None
-        found = []
-        try:
-            for chip in chips:
-                if chip.uuid and common_word_of(chip.chip_name, settings.chips) == common_word:
-                    found += [DeviceProcess(device_uuid=chip.uuid, pid=pid, used_bytes=used)
-                              for pid, used in dcmi.processes(chip.card_id, chip.device_id)]  # fmt: skip
-        except DcmiError as exc:
-            log.warning("cannot read the Ascend chips' processes this round: %s", exc)
-            return None
-        return found
+        mine = [(c, c.uuid) for c in chips if c.uuid and common_word_of(c.chip_name, settings.chips) == common_word]
+        return per_device(log, f"the Ascend chips' {what}", mine, lambda pair: read(dcmi, pair[0], pair[1]))
 
 
 def simulate(

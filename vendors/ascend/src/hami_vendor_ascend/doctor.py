@@ -19,17 +19,12 @@ from hami_vendor_ascend.settings import AscendSettings
 __all__ = ["checks"]
 
 DEVICE_NODES = ("davinci[0-9]*", "davinci_manager", "devmm_svm", "hisi_hdc")
+PURPOSE = "it mounts the driver and the NPUs' device nodes into containers"
+"""What the runtime hook is for, as the doctor says it."""
 RUNTIME = ("ascend-docker-runtime", "ascend-docker-hook")
 
 
 def checks(settings: AscendSettings, grant: Grant | None) -> list[Finding]:
-    if grant is not None:
-        return [
-            vendorchecks.tool_memory_against_grant(
-                "npu-smi", grant, lambda: [c.memory_mib or 0 for c in npusmi.read_chips(settings.npu_smi)]
-            )
-        ]
-
     def read_dcmi() -> tuple[str, int]:
         session = Dcmi.open(settings.dcmi_library)
         return session.where, len(session.chips())
@@ -38,16 +33,22 @@ def checks(settings: AscendSettings, grant: Grant | None) -> list[Finding]:
         chips = npusmi.read_chips(exe)
         return f"{len(chips)} chip(s): {', '.join(sorted({c.chip_name for c in chips}))}"
 
-    library = vendorchecks.management_library("libdcmi.so", "dcmiLibrary", read_dcmi)
-    nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, DEVICE_NODES, "Ascend")
-    if absent is not None:
-        return absent
-    tool = vendorchecks.tool(settings.npu_smi, read_tool, needed_for="discovery's fallback without DCMI")
-    return [
-        vendorchecks.fallback(library, tool, "npu-smi"),
-        tool,
-        nodes,
-        vendorchecks.runtime_hook(RUNTIME, "it mounts the driver and the NPUs' device nodes into containers"),
-        vendorchecks.grant_root(ContainerDirs(settings.hook_path).grants),
-    ]
+    return vendorchecks.library_else_tool(
+        grant,
+        vendor="Ascend",
+        library="libdcmi.so",
+        setting="dcmiLibrary",
+        read_library=read_dcmi,
+        library_words="DCMI",
+        tool_name="npu-smi",
+        command=settings.npu_smi,
+        read_tool=read_tool,
+        tool_memory=lambda: [c.memory_mib or 0 for c in npusmi.read_chips(settings.npu_smi)],
+        device_patterns=DEVICE_NODES,
+        grants=ContainerDirs(settings.hook_path).grants,
+        more=[
+            lambda: vendorchecks.runtime_hook(
+                RUNTIME, "it mounts the driver and the NPUs' device nodes into containers"
+            )
+        ],
+    )

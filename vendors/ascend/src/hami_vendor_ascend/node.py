@@ -19,8 +19,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hami.errors import HamiError
 from hami.vendordriver import DriverReader, DriverWords
+from hami.vendorstate import devices_named
 from hami_vendor_ascend.dcmi import Dcmi, NpuChip
 from hami_vendor_ascend.npusmi import read_chips
 from hami_vendor_ascend.settings import AscendSettings
@@ -91,16 +91,10 @@ class NodeRuntime:
         :raises HamiError: a UUID is not a chip of this node.
         """
         with self.lock:
-            by_uuid = {c.uuid: c.phy_id for c in self.chips if c.uuid}
-            if any(u not in by_uuid for u in uuids):
-                by_uuid = {c.uuid: c.phy_id for c in self.read_chips() if c.uuid}
-            missing = [u for u in uuids if u not in by_uuid]
-            if missing:
-                raise HamiError(
-                    f"Ascend device {', '.join(missing)} is not on this node (it has "
-                    f"{', '.join(sorted(by_uuid)) or 'no Ascend device'}): the pod was placed from an outdated view"
-                )
-            return [by_uuid[u] for u in uuids]
+            named = [c for c in self.chips if c.uuid]
+            chips = devices_named(uuids, named, lambda: [c for c in self.read_chips() if c.uuid],
+                                  what="Ascend device", name_of=lambda c: c.uuid or "")  # fmt: skip
+            return [c.phy_id for c in chips]
 
 
 def runtime_for(settings: AscendSettings) -> NodeRuntime:

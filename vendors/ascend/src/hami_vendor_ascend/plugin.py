@@ -7,7 +7,8 @@ owns the rule:
   `hami_vendor_ascend.settings`, `hami_vendor_ascend.chips`);
 * discovery through DCMI, with ``npu-smi info`` where DCMI is absent (`hami_vendor_ascend.discovery`, the driver
   binding in `hami_vendor_ascend.dcmi`), and the node-side backstop's view of each chip's processes
-  (`hami_device_processes`, DCMI's ``dcmi_get_device_resource_info``);
+  (`hami_device_processes`, DCMI's ``dcmi_get_device_resource_info``) and of each chip's memory in use, AI-core
+  busy share, power and temperature for the node monitor (`hami_device_readings`);
 * requests and admission defaults: templates or soft split, whole cards for several devices, super-pod modules
   (`hami_vendor_ascend.admission`);
 * fitting on core's share fitter: template rounding, node modes, modules, NetworkID topology
@@ -37,6 +38,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DraDevice,
     IsolationLibrary,
     NodeFit,
@@ -67,6 +69,7 @@ __all__ = [
     "hami_container_edits",
     "hami_container_request",
     "hami_device_processes",
+    "hami_device_readings",
     "hami_discover_devices",
     "hami_doctor_checks",
     "hami_fit_nodes",
@@ -217,6 +220,11 @@ def hami_dra_device(kind: DeviceKind, device: Device, settings: AscendSettings) 
 @hookimpl
 def hami_device_processes(kind: DeviceKind, settings: AscendSettings) -> list[DeviceProcess] | None:
     return discovery.device_processes(settings, kind.common_word)
+
+
+@hookimpl
+def hami_device_readings(kind: DeviceKind, settings: AscendSettings) -> list[DeviceReading] | None:
+    return discovery.device_readings(settings, kind.common_word)
 
 
 @hookimpl

@@ -18,7 +18,11 @@
  *
  * dcmi_get_device_resource_info (the processes on a chip, host PIDs, memory in bytes, at most 32 as DCMI documents)
  * answers from the process table FAKE_DCMI_PROCESSES names (core's fake_processes.h; the device index is the NPU's
- * line in the machine file).
+ * line in the machine file). The readings (dcmi_get_device_hbm_info's memory_usage, or for `ddr` chips
+ * dcmi_get_device_memory_info_v3's size less available, MB; dcmi_get_device_utilization_rate of the AI cores (input
+ * type 2), percent; dcmi_get_device_power_info, 0.1 W; dcmi_get_device_temperature, degrees) answer from the file
+ * FAKE_DCMI_READINGS names (core's fake_readings.h, the device index being the NPU's line; "-":
+ * DCMI_ERR_CODE_NOT_SUPPORT, or the chip's own figure for the memory).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -26,6 +30,7 @@
 #include <string.h>
 
 #include "fake_processes.h"
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_NPUS 64
@@ -216,10 +221,12 @@ EXPORT int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_
     CHECK("dcmi_get_device_hbm_info");
     struct npu *n = find(card_id, device_id);
     if (!n || !hbm_info) return ERR_INVALID;
+    struct fake_reading r;
+    if (fake_reading("FAKE_DCMI_READINGS", (int)(n - g_npus), &r) < 0) return ERR_INVALID;
     memset(hbm_info, 0, sizeof *hbm_info);
     if (n->hbm) {
         hbm_info->memory_size = n->memory;
-        hbm_info->memory_usage = n->memory / 16;
+        hbm_info->memory_usage = r.memory_used == FAKE_UNSUPPORTED ? n->memory / 16 : (unsigned long long)r.memory_used >> 20;
     }
     return OK;
 }
@@ -231,7 +238,50 @@ EXPORT int dcmi_get_device_memory_info_v3(int card_id, int device_id, struct dcm
     memset(memory, 0, sizeof *memory);
     memory->memory_size = n->hbm ? 16384 : n->memory; /* an HBM chip's DDR is not its device memory */
     memory->memory_available = memory->memory_size / 2;
+    struct fake_reading r;
+    if (!n->hbm && fake_reading("FAKE_DCMI_READINGS", (int)(n - g_npus), &r) > 0 && r.memory_used != FAKE_UNSUPPORTED)
+        memory->memory_available = memory->memory_size - (unsigned long long)(r.memory_used >> 20);
     return OK;
+}
+
+#define DCMI_ERR_CODE_NOT_SUPPORT (-8255)
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of the chip at card/device, DCMI_ERR_CODE_NOT_SUPPORT where "-". */
+static int figure(int card_id, int device_id, int which, long long *out) {
+    struct npu *n = find(card_id, device_id);
+    struct fake_reading r;
+    if (!n || !out) return ERR_INVALID;
+    if (fake_reading("FAKE_DCMI_READINGS", (int)(n - g_npus), &r) < 0) return ERR_INVALID;
+    *out = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    return *out == FAKE_UNSUPPORTED ? DCMI_ERR_CODE_NOT_SUPPORT : OK;
+}
+
+EXPORT int dcmi_get_device_utilization_rate(int card_id, int device_id, int input_type, unsigned int *utilization_rate) {
+    CHECK("dcmi_get_device_utilization_rate");
+    long long busy;
+    if (!utilization_rate) return ERR_INVALID;
+    if (input_type != 2) return DCMI_ERR_CODE_NOT_SUPPORT; /* the fake knows the AI cores' share only */
+    int code = figure(card_id, device_id, 0, &busy);
+    if (code == OK) *utilization_rate = (unsigned)busy;
+    return code;
+}
+
+EXPORT int dcmi_get_device_power_info(int card_id, int device_id, int *power) {
+    CHECK("dcmi_get_device_power_info");
+    long long milliwatts;
+    if (!power) return ERR_INVALID;
+    int code = figure(card_id, device_id, 1, &milliwatts);
+    if (code == OK) *power = (int)(milliwatts / 100); /* 0.1 W */
+    return code;
+}
+
+EXPORT int dcmi_get_device_temperature(int card_id, int device_id, int *temperature) {
+    CHECK("dcmi_get_device_temperature");
+    long long celsius;
+    if (!temperature) return ERR_INVALID;
+    int code = figure(card_id, device_id, 2, &celsius);
+    if (code == OK) *temperature = (int)celsius;
+    return code;
 }
 
 struct dcmi_proc_mem_info {

@@ -5,7 +5,11 @@ From Biren's ``brml.h``: ``brmlInit``, ``brmlDeviceGetCount``, and per index ``b
 product name, id, serial, board id, 96 characters each), ``brmlDeviceGetMemoryInfo`` (``brmlMemory_t``: total,
 free, used, in bytes) and ``brmlDeviceGetNodeId`` (the card's device node ``/dev/biren/card_<id>``, the id Biren's
 device plugin registers the card by). ``brmlErrorString`` words every failure, a `BrmlError` on core's
-`hami.vendordriver` pair. The library is loaded by ``brmlLibrary``, or ``libbiren-ml.so`` as the loader finds it.
+`hami.vendordriver` pair. For the node monitor, a card's readings (`Brml.readings`): ``brmlDeviceGetMemoryInfo``
+(used, bytes), ``brmlDeviceGetUtilizationRates`` (``brmlUtilization_t.gpu``, percent), ``brmlDeviceGetPowerUsage``
+(milliwatts) and ``brmlDeviceGetTemperature`` of ``BRML_TEMPERATURE_GPU`` and ``BRML_TEMPERATURE_MEMORY`` (degrees
+Celsius); a figure the card does not support (``BRML_ERROR_NOT_SUPPORTED``) is None. The library is loaded by
+``brmlLibrary``, or ``libbiren-ml.so`` as the loader finds it.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["Brml", "BrmlError", "BrmlUnavailable", "Card"]
 
 DEFAULT_LIBRARY = "libbiren-ml.so"
 SUCCESS = 0
+NOT_SUPPORTED = 3  # BRML_ERROR_NOT_SUPPORTED
+TEMPERATURE_GPU, TEMPERATURE_MEMORY = 0, 1  # brmlTemperatureSensors_t
 _UUID = 80
 
 
@@ -35,6 +42,10 @@ class BrmlUnavailable(BrmlError, DriverUnavailable):
 
 class _Memory(ctypes.Structure):  # brmlMemory_t
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _Utilization(ctypes.Structure):  # brmlUtilization_t
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
 class _GpuInfo(ctypes.Structure):  # brmlGPUInfo_t
@@ -108,6 +119,34 @@ class Brml:
         name = info.name.decode(errors="replace").strip()
         return Card(index, f"card_{node.value}", uuid.value.decode(errors="replace").strip(), name,
                     memory.total // (1024 * 1024))  # fmt: skip
+
+    def readings(self, index: int, device_id: str) -> DeviceReading:
+        """What BRML reads from card `index` (registered as `device_id`) now (see the module).
+
+        :raises BrmlError: a call failed other than by not being supported."""
+        handle = ctypes.c_void_p()
+        self._call("brmlDeviceGetHandleByIndex", index, ctypes.byref(handle))
+
+        def optional(name: str, *args: object) -> bool:
+            failed = lambda call, code: BrmlError(call, code, self._message(code))  # noqa: E731
+            return optional_call(self._lib, name, handle, *args, unsupported=(NOT_SUPPORTED,), error=failed)
+
+        memory, usage, milliwatts = _Memory(), _Utilization(), ctypes.c_uint()
+        chip, dram = ctypes.c_uint(), ctypes.c_uint()
+        has_memory = optional("brmlDeviceGetMemoryInfo", ctypes.byref(memory))
+        has_usage = optional("brmlDeviceGetUtilizationRates", ctypes.byref(usage))
+        has_power = optional("brmlDeviceGetPowerUsage", ctypes.byref(milliwatts))
+        has_chip = optional("brmlDeviceGetTemperature", ctypes.c_int(TEMPERATURE_GPU), ctypes.byref(chip))
+        has_dram = optional("brmlDeviceGetTemperature", ctypes.c_int(TEMPERATURE_MEMORY), ctypes.byref(dram))
+        return DeviceReading(
+            device_uuid=device_id,
+            memory_used_bytes=memory.used if has_memory else None,
+            memory_total_bytes=memory.total if has_memory else None,
+            utilization_percent=usage.gpu if has_usage else None,
+            power_watts=milliwatts.value / 1000 if has_power else None,
+            temperature_celsius=chip.value if has_chip else None,
+            memory_temperature_celsius=dram.value if has_dram else None,
+        )
 
     def close(self) -> None:
         self._lib.brmlShutdown()

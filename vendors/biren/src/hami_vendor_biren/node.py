@@ -5,6 +5,7 @@ Owns, as HAMi's Biren device plugin (Project-HAMi/biren-device-plugin) does it:
 * the cards of the last read, through core's `hami.vendordriver.DriverReader` in Biren's words (BRML only: the
   plugin reads no tool; without BRML the node reports no card, said once); a card BRML cannot name is left out with
   a line naming it, the node keeps serving the others; on simulated devices the inventory's cards;
+* what BRML reads from the cards now, for the node monitor (`NodeRuntime.readings`, under each card's id);
 * the inventory: each card registered by its ``card_<node id>`` (the id of ``/dev/biren/card_<id>``), its index in
   BRML's order, count 1 (a card serves one container), its memory in MiB, the product name as its type, cores 100;
 * a container's edits for its cards: the device nodes ``<devRoot>/biren/card_<id>`` (``rw``),
@@ -20,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hami.errors import HamiError
-from hami.model import ContainerEdits, ContainerPlacement, Device, DeviceNode, NodeInventory
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import ContainerEdits, ContainerPlacement, Device, DeviceNode, DeviceReading, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_biren.brml import Brml, BrmlError, Card
 from hami_vendor_biren.settings import BirenSettings
 
@@ -70,16 +71,25 @@ class NodeRuntime:
         self.reader.said.forget()
         return cards
 
+    def readings(self) -> list[DeviceReading] | None:
+        """What BRML reads from this node's cards now; None on simulated devices, without BRML, or when it fails
+        this round (the monitor then shows the cards' figures unknown)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            cards = self.cards if self.reader.session is not None else self.read_cards()
+            session = self.reader.session
+            if session is None:
+                return None
+            return per_device(log, "the Biren cards' figures", cards, lambda c: [session.readings(c.index, c.card_id)])
+
     def card(self, card_id: str) -> Card:
         """:raises HamiError: this node has no such card (read again first)."""
         with self.lock:
-            for cards in (self.cards, None):
-                for card in cards if cards is not None else self.read_cards():
-                    if card.card_id == card_id:
-                        return card
-            known = ", ".join(c.card_id for c in self.cards) or "no Biren card"
-            raise HamiError(f"Biren card {card_id} is not on this node (it has {known}): the pod was placed from an "
-                            "outdated view")  # fmt: skip
+            (card,) = devices_named(
+                [card_id], self.cards, self.read_cards, what="Biren card", name_of=lambda c: c.card_id
+            )
+            return card
 
 
 def runtime_for(settings: BirenSettings) -> NodeRuntime:

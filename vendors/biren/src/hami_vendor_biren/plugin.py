@@ -10,7 +10,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   (`hami_node_devices`), so a card Biren's plugin registered without cores is still placed;
 * requests: a count of cards, each with no memory and no cores counted (HAMi's request: 100 % memory asked, nothing
   recorded), fitted by core's share fitter: a card (count 1) serves one container;
-* discovery through BRML and container edits (`hami_vendor_biren.node`, the binding in `hami_vendor_biren.brml`).
+* discovery through BRML and container edits (`hami_vendor_biren.node`, the binding in `hami_vendor_biren.brml`),
+  and each card's memory in use, busy share, power and temperatures for the node monitor (`hami_device_readings`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceReading,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -77,6 +79,11 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> BirenSettings:
 @hookimpl
 def hami_discover_devices(settings: BirenSettings) -> list[NodeInventory]:
     return node.discover(settings)
+
+
+@hookimpl
+def hami_device_readings(settings: BirenSettings) -> list[DeviceReading] | None:
+    return node.runtime_for(settings).readings()
 
 
 @hookimpl

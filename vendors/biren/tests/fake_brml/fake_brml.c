@@ -6,10 +6,17 @@
  *   <uuid> <product name> <memory MiB> <node id>
  * A uuid of "-" makes brmlDeviceGetUUID fail for that card (BRML_ERROR_UNKNOWN). Without the variable, brmlInit
  * answers BRML_ERROR_DRIVER_NOT_LOADED.
+ *
+ * The readings (brmlDeviceGetMemoryInfo's used, bytes; brmlDeviceGetUtilizationRates' gpu, percent;
+ * brmlDeviceGetPowerUsage, milliwatts; brmlDeviceGetTemperature of BRML_TEMPERATURE_GPU and _MEMORY, degrees) answer
+ * from the file FAKE_BRML_READINGS names, re-read at every call (core's fake_readings.h, the device index being the
+ * card's line; "-": BRML_ERROR_NOT_SUPPORTED, or nothing in use).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_readings.h"
 
 #define DECLDIR __attribute__((visibility("default")))
 #define MAX_CARDS 16
@@ -18,6 +25,7 @@ typedef enum {
     BRML_SUCCESS = 0,
     BRML_ERROR_UNINITIALIZED = 1,
     BRML_ERROR_INVALID_ARGUMENT = 2,
+    BRML_ERROR_NOT_SUPPORTED = 3,
     BRML_ERROR_INSUFFICIENT_SIZE = 6,
     BRML_ERROR_DRIVER_NOT_LOADED = 7,
     BRML_ERROR_UNKNOWN = 0xFF
@@ -119,10 +127,49 @@ DECLDIR brmlReturn_t brmlDeviceGetGpuInfo(brmlDevice_t device, brmlGPUInfo_t *in
 DECLDIR brmlReturn_t brmlDeviceGetMemoryInfo(brmlDevice_t device, brmlMemory_t *memory) {
     brmlReturn_t r = check(device, memory);
     if (r != BRML_SUCCESS) return r;
+    struct fake_reading f;
+    if (fake_reading("FAKE_BRML_READINGS", (int)(device - cards), &f) < 0) return BRML_ERROR_UNKNOWN;
     memory->total = device->memory_mib * 1024ULL * 1024ULL;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = f.memory_used == FAKE_UNSUPPORTED ? 0 : (unsigned long long)f.memory_used;
+    memory->free = memory->used > memory->total ? 0 : memory->total - memory->used;
     return BRML_SUCCESS;
+}
+
+typedef struct brmlUtilization_st {
+    unsigned int gpu, memory;
+} brmlUtilization_t;
+typedef enum { BRML_TEMPERATURE_GPU = 0, BRML_TEMPERATURE_MEMORY = 1 } brmlTemperatureSensors_t;
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of `device`, BRML_ERROR_NOT_SUPPORTED where "-". */
+static brmlReturn_t figure(brmlDevice_t device, const void *out, int which, unsigned *value) {
+    brmlReturn_t r = check(device, out);
+    struct fake_reading f;
+    if (r != BRML_SUCCESS) return r;
+    if (fake_reading("FAKE_BRML_READINGS", (int)(device - cards), &f) < 0) return BRML_ERROR_UNKNOWN;
+    long long v = which == 0 ? f.busy : which == 1 ? f.power_mw : f.celsius;
+    if (v == FAKE_UNSUPPORTED) return BRML_ERROR_NOT_SUPPORTED;
+    *value = (unsigned)v;
+    return BRML_SUCCESS;
+}
+
+DECLDIR brmlReturn_t brmlDeviceGetUtilizationRates(brmlDevice_t device, brmlUtilization_t *utilization) {
+    unsigned busy = 0;
+    brmlReturn_t r = figure(device, utilization, 0, &busy);
+    if (r == BRML_SUCCESS) {
+        utilization->gpu = busy;
+        utilization->memory = 0;
+    }
+    return r;
+}
+
+DECLDIR brmlReturn_t brmlDeviceGetPowerUsage(brmlDevice_t device, unsigned int *power) {
+    return figure(device, power, 1, power);
+}
+
+DECLDIR brmlReturn_t brmlDeviceGetTemperature(brmlDevice_t device, brmlTemperatureSensors_t sensorType,
+                                              unsigned int *temp) {
+    if (sensorType != BRML_TEMPERATURE_GPU && sensorType != BRML_TEMPERATURE_MEMORY) return BRML_ERROR_NOT_SUPPORTED;
+    return figure(device, temp, 2, temp);
 }
 
 DECLDIR brmlReturn_t brmlDeviceGetNodeId(brmlDevice_t device, unsigned int *nodeId) {

@@ -23,7 +23,10 @@ and a memory size in bytes), ``cndevCreateSMluProfileInfo`` / ``cndevDestroySMlu
 UUID), as Cambricon's plugin reads them. A driver without these calls answers `CndevError` ``not supported``.
 For the node-side backstop, each card's processes and the device memory each holds: ``cndevGetProcessInfo``
 (``cndevProcessInfo_t``: version, PID, physical and virtual memory used in KiB; asked again with the count CNDev
-answers when the room given is too little).
+answers when the room given is too little). For the node monitor, each card's readings (`Cndev.readings`): the
+memory call's ``physicalMemoryUsed`` (MB), ``cndevGetDeviceUtilizationInfo`` (``averageCoreUtilization``, percent),
+``cndevGetDevicePowerInfo`` (``usage``, W) and ``cndevGetTemperatureInfo`` (``board``, the board's hottest sensor,
+degrees Celsius); a figure the card does not support (``CNDEV_ERROR_NOT_SUPPORTED``) is None.
 
 A missing library raises `CndevUnavailable`; a failing call `CndevError` naming the call and CNDev's code.
 Calls are serialized by a lock. Nothing here decides anything: no health policy, no annotations.
@@ -37,7 +40,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["DRIVER_LIBRARY", "Cndev", "CndevError", "CndevUnavailable", "MluCard", "SmluInstance", "SmluProfile"]
 
@@ -131,6 +135,23 @@ class _CoreCount(ctypes.Structure):
 
 class _Numa(ctypes.Structure):
     _fields_ = [("version", ctypes.c_int32), ("nodeId", ctypes.c_int32)]
+
+
+class _Utilization(ctypes.Structure):  # cndevUtilizationInfo_t
+    _fields_ = [("version", ctypes.c_int32), ("averageCoreUtilization", ctypes.c_int32),
+                ("coreUtilization", ctypes.c_int32 * 80)]  # fmt: skip
+
+
+class _Power(ctypes.Structure):  # cndevDevicePowerInfo_t (no version field)
+    _fields_ = [("usage", ctypes.c_int32), ("cap", ctypes.c_int32), ("machine", ctypes.c_int32),
+                ("tdp", ctypes.c_int32), ("maxPower", ctypes.c_int32), ("reserved", ctypes.c_int32 * 16)]  # fmt: skip
+
+
+class _Temperature(ctypes.Structure):  # cndevTemperatureInfo_t
+    _fields_ = [("version", ctypes.c_int32), ("board", ctypes.c_int32), ("cluster", ctypes.c_int32 * 20),
+                ("memoryDie", ctypes.c_int32 * 8), ("chip", ctypes.c_int32), ("airInlet", ctypes.c_int32),
+                ("airOutlet", ctypes.c_int32), ("memory", ctypes.c_int32), ("videoInput", ctypes.c_int32),
+                ("cpu", ctypes.c_int32), ("isp", ctypes.c_int32)]  # fmt: skip
 
 
 class _ProcessInfo(ctypes.Structure):
@@ -354,6 +375,37 @@ class Cndev:
                     )
                 )
             return out
+
+    def readings(self, index: int, uuid: str) -> DeviceReading:
+        """What CNDev reads from card `index` (named `uuid`) now (see the module).
+
+        :raises CndevError: a call failed other than by not being supported."""
+
+        def optional(name: str, *args: object) -> bool:
+            return optional_call(self._lib, name, *args, unsupported=(NOT_SUPPORTED,), error=CndevError)
+
+        with self._lock:
+            handle = self._handle(index)
+            v2, v1 = _MemoryV2(), _MemoryV1(version=CNDEV_VERSION_6)
+            usage, power = _Utilization(version=CNDEV_VERSION_6), _Power()
+            celsius = _Temperature(version=CNDEV_VERSION_6)
+            if hasattr(self._lib, "cndevGetMemoryUsageV2"):
+                has_memory = optional("cndevGetMemoryUsageV2", ctypes.byref(v2), handle)
+                used, total = v2.physicalMemoryUsed, v2.physicalMemoryTotal
+            else:
+                has_memory = optional("cndevGetMemoryUsage", ctypes.byref(v1), handle)
+                used, total = v1.physicalMemoryUsed, v1.physicalMemoryTotal
+            has_usage = optional("cndevGetDeviceUtilizationInfo", ctypes.byref(usage), handle)
+            has_power = optional("cndevGetDevicePowerInfo", ctypes.byref(power), handle)
+            has_celsius = optional("cndevGetTemperatureInfo", ctypes.byref(celsius), handle)
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=int(used) << 20 if has_memory else None,
+            memory_total_bytes=int(total) << 20 if has_memory else None,
+            utilization_percent=usage.averageCoreUtilization if has_usage else None,
+            power_watts=power.usage if has_power else None,
+            temperature_celsius=celsius.board if has_celsius else None,
+        )
 
     def processes(self, index: int) -> list[tuple[int, int]]:
         """(PID, device memory in bytes) of each process on card `index`, CNDev's physical memory count."""

@@ -21,25 +21,28 @@ ports joining two cards, published as `LINK_ANNOTATION` (HAMi's link-score form)
 a card whose links cannot be read has none, said in the log.
 
 For the node-side backstop, `device_processes`: each card's processes and the device memory CNDev counts for each
-(``cndevGetProcessInfo``), under the card's UUID; nothing (None) where the cards came from cnmon or CNDev fails.
+(``cndevGetProcessInfo``), under the card's UUID; for the node monitor, `device_readings`: each card's memory in
+use, busy share, power and temperature; both nothing (None) where the cards came from cnmon or CNDev fails.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from hami.codec import encode_link_scores
-from hami.errors import HamiError
-from hami.model import Device, DeviceProcess, NodeInventory
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import Device, DeviceProcess, DeviceReading, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_cambricon import cnmon, smlu
 from hami_vendor_cambricon.cndev import Cndev, CndevError, MluCard
 from hami_vendor_cambricon.fit import LINK_ANNOTATION
 from hami_vendor_cambricon.settings import CambriconSettings
+
+T = TypeVar("T")
 
 __all__ = [
     "CAPACITY_NAME",
@@ -47,6 +50,7 @@ __all__ = [
     "REGISTER_ANNOTATION",
     "NodeRuntime",
     "device_processes",
+    "device_readings",
     "discover",
     "inventory",
     "link_scores",
@@ -59,8 +63,6 @@ REGISTER_ANNOTATION = "hami.io/node-cambricon-mlu-register"
 """This project's per-card register (JSON, HAMi's device form); HAMi's own scheduler ignores it."""
 CAPACITY_NAME = "cambricon-mlu"
 """HAMi's capacity-derived card names: ``<node>-cambricon-mlu-<i>``."""
-_CAPACITY_ID = re.compile(r".+-cambricon-mlu-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass
@@ -153,41 +155,43 @@ class NodeRuntime:
 
         :raises HamiError: no card of this node has that name.
         """
+
+        def stand_in(name: str) -> MluCard | None:
+            index = trailing_index(name)
+            if self.cndev is not None or self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
+            return MluCard(index, name, "", 0, 0, True)
+
         with self.lock:
-            for attempt in (self.cards, self.read_cards()):
-                match = _CAPACITY_ID.fullmatch(uuid)
-                for card in attempt:
-                    if card.uuid == uuid or (match and card.index == int(match.group(1))):
-                        return card
-            index = _TRAILING_INDEX.fullmatch(uuid)
-            if self.cndev is None and not self.source and index:
-                self.reader.said(logging.WARNING, "no CNDev on this node: MLU indices are taken from the device names")
-                return MluCard(int(index.group(1)), uuid, "", 0, 0, True)
-            known = ", ".join(c.uuid for c in self.cards) or "no MLU"
-            raise HamiError(
-                f"MLU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
-            )
+            (card,) = devices_named([uuid], self.cards, self.read_cards, what="MLU", name_of=lambda c: c.uuid,
+                                    answers=lambda c, n: c.uuid == n or capacity_index(n, "cambricon-mlu") == c.index,
+                                    stand_in=stand_in)  # fmt: skip
+            return card
 
 
 def device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:
     """Each process on this node's cards and the device memory CNDev counts for it; None without CNDev, or when
     CNDev fails this round (the backstop then checks nothing rather than something half-read)."""
+    return _per_card(settings, "the MLU cards' processes", lambda cndev, card: [
+        DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+        for pid, used in cndev.processes(card.index)])  # fmt: skip
+
+
+def device_readings(settings: CambriconSettings) -> list[DeviceReading] | None:
+    """What CNDev reads from this node's cards now; None without CNDev, or when it fails this round (the monitor
+    then shows the cards' figures unknown)."""
+    return _per_card(settings, "the MLU cards' figures", lambda cndev, card: [cndev.readings(card.index, card.uuid)])
+
+
+def _per_card(settings: CambriconSettings, what: str, read: Callable[[Cndev, MluCard], list[T]]) -> list[T] | None:
     runtime = runtime_for(settings)
     with runtime.lock:
         cards = runtime.cards if runtime.cndev is not None else runtime.read_cards()
         cndev = runtime.cndev
         if cndev is None:
             return None
-        found = []
-        try:
-            for card in cards:
-                if card.uuid:
-                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
-                              for pid, used in cndev.processes(card.index)]  # fmt: skip
-        except CndevError as exc:
-            log.warning("cannot read the MLU cards' processes this round: %s", exc)
-            return None
-        return found
+        return per_device(log, what, [c for c in cards if c.uuid], lambda card: read(cndev, card))
 
 
 def runtime_for(settings: CambriconSettings) -> NodeRuntime:

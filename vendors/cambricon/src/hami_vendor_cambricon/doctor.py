@@ -23,12 +23,6 @@ DEVICE_NODES = ("cambricon_dev[0-9]*", "cambricon_ctl")
 
 def checks(settings: CambriconSettings, grant: Grant | None) -> list[Finding]:
     command = settings.cnmon_path or "cnmon"
-    if grant is not None:
-        return [
-            vendorchecks.tool_memory_against_grant(
-                "cnmon", grant, lambda: [c.memory_mib for c in cnmon.read_cards(command).cards]
-            )
-        ]
 
     def read_cndev() -> tuple[str, int]:
         session = Cndev.open(settings.cndev_library)
@@ -39,15 +33,17 @@ def checks(settings: CambriconSettings, grant: Grant | None) -> list[Finding]:
         problems = f"; {len(report.problems)} line(s) unread: {report.problems[0]}" if report.problems else ""
         return f"{len(report.cards)} card(s){problems}"
 
-    library = vendorchecks.management_library("libcndev.so", "cndevLibrary", read_cndev)
-    nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, DEVICE_NODES, "Cambricon")
-    if absent is not None:
-        return absent
-    tool = vendorchecks.tool(command, read_tool, needed_for="discovery's fallback without CNDev")
-    return [
-        vendorchecks.fallback(library, tool, "cnmon"),
-        tool,
-        nodes,
-        vendorchecks.grant_root(ContainerDirs(settings.hook_path).grants),
-    ]
+    return vendorchecks.library_else_tool(
+        grant,
+        vendor="Cambricon",
+        library="libcndev.so",
+        setting="cndevLibrary",
+        read_library=read_cndev,
+        library_words="CNDev",
+        tool_name="cnmon",
+        command=command,
+        read_tool=read_tool,
+        tool_memory=lambda: [c.memory_mib for c in cnmon.read_cards(command).cards],
+        device_patterns=DEVICE_NODES,
+        grants=ContainerDirs(settings.hook_path).grants,
+    )

@@ -5,7 +5,8 @@ owns the rule:
 
 * metadata here (`INFO`), settings (`hami_vendor_cambricon.settings`);
 * discovery through CNDev (`hami_vendor_cambricon.discovery`, the binding in `hami_vendor_cambricon.cndev`), and
-  each card's processes for the node-side backstop (`hami_device_processes`, ``cndevGetProcessInfo``);
+  each card's processes for the node-side backstop (`hami_device_processes`, ``cndevGetProcessInfo``), and its
+  memory in use, busy share, power and temperature for the node monitor (`hami_device_readings`);
 * requests: memory in units of 256 MiB (`cambricon.com/mlu.smlu.vmemory: 4` is 1024 MiB); as in HAMi, a
   container that names memory but not `cambricon.com/mlu.smlu.vcore` gets the whole compute of its MLU
   (`defaultCores`, 100), since Cambricon's dynamic sMLU needs a compute share for every slice;
@@ -36,6 +37,7 @@ from hami.model import (
     ContainerRequest,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -59,6 +61,7 @@ __all__ = [
     "hami_container_edits",
     "hami_container_request",
     "hami_device_processes",
+    "hami_device_readings",
     "hami_discover_devices",
     "hami_doctor_checks",
     "hami_fit_nodes",
@@ -146,6 +149,11 @@ def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: C
 @hookimpl
 def hami_device_processes(settings: CambriconSettings) -> list[DeviceProcess] | None:
     return discovery.device_processes(settings)
+
+
+@hookimpl
+def hami_device_readings(settings: CambriconSettings) -> list[DeviceReading] | None:
+    return discovery.device_readings(settings)
 
 
 @hookimpl

@@ -7,7 +7,10 @@
  * cndevGetMemoryUsageV2 (and the sMLU and MLU-Link calls), as older drivers do.
  *
  * cndevGetProcessInfo answers from the process table $FAKE_CNDEV_PROCESSES names (core's fake_processes.h; the
- * device index is the card's line), the memory in KiB as CNDev reports it.
+ * device index is the card's line), the memory in KiB as CNDev reports it. The readings (the memory calls'
+ * physicalMemoryUsed, MB; cndevGetDeviceUtilizationInfo's averageCoreUtilization, percent;
+ * cndevGetDevicePowerInfo's usage, W; cndevGetTemperatureInfo's board temperature, degrees) answer from the file
+ * $FAKE_CNDEV_READINGS names (core's fake_readings.h; "-": CNDEV_ERROR_NOT_SUPPORTED, or nothing in use).
  *
  * sMLU (the driver's slices): profiles (a quota in percent and a memory size in bytes) and instances made from
  * them live in the driver, not in the caller: the fake keeps them in the file $FAKE_CNDEV_STATE (read before and
@@ -22,6 +25,7 @@
 #include <string.h>
 
 #include "fake_processes.h"
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_CARDS 64
@@ -149,6 +153,13 @@ static void load(void) {
     fclose(f);
 }
 
+/* The card's memory in use, MB, from the readings file (0 where not given). */
+static int64_t memory_used_mb(cndevDevice_t dev) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_CNDEV_READINGS", dev, &r) <= 0 || r.memory_used == FAKE_UNSUPPORTED) return 0;
+    return (int64_t)(r.memory_used >> 20);
+}
+
 static cndevRet_t check(cndevDevice_t dev, const void *out, const char *call) {
     if (ncards < 0) return CNDEV_ERROR_UNINITIALIZED;
     if (out == NULL) return CNDEV_ERROR_INVALID_ARGUMENT;
@@ -221,6 +232,7 @@ EXPORT cndevRet_t cndevGetMemoryUsageV2(cndevMemoryInfoV2_t *info, cndevDevice_t
     if (r != CNDEV_SUCCESS) return r;
     memset(info, 0, sizeof *info);
     info->physicalMemoryTotal = cards[dev].memory;
+    info->physicalMemoryUsed = memory_used_mb(dev);
     info->virtualMemoryTotal = cards[dev].memory;
     return r;
 }
@@ -233,7 +245,63 @@ EXPORT cndevRet_t cndevGetMemoryUsage(cndevMemoryInfo_t *info, cndevDevice_t dev
     memset(info, 0, sizeof *info);
     info->version = version;
     info->physicalMemoryTotal = cards[dev].memory;
+    info->physicalMemoryUsed = memory_used_mb(dev);
     info->virtualMemoryTotal = cards[dev].memory;
+    return r;
+}
+
+typedef struct {
+    int32_t version, averageCoreUtilization, coreUtilization[80];
+} cndevUtilizationInfo_t;
+typedef struct {
+    int32_t usage, cap, machine, tdp, maxPower, reserved[16]; /* W */
+} cndevDevicePowerInfo_t;
+typedef struct {
+    int32_t version, board, cluster[20], memoryDie[8], chip, airInlet, airOutlet, memory, videoInput, cpu, isp;
+} cndevTemperatureInfo_t;
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of card `dev`, or -1 where "-" (not supported). */
+static int figure(cndevDevice_t dev, int which, long long *out) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_CNDEV_READINGS", dev, &r) < 0) return -1;
+    *out = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    return *out == FAKE_UNSUPPORTED ? -1 : 0;
+}
+
+EXPORT cndevRet_t cndevGetDeviceUtilizationInfo(cndevUtilizationInfo_t *info, cndevDevice_t dev) {
+    cndevRet_t r = check(dev, info, "cndevGetDeviceUtilizationInfo");
+    long long busy;
+    if (r != CNDEV_SUCCESS) return r;
+    if (info->version != 6) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (figure(dev, 0, &busy) < 0) return CNDEV_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->version = 6;
+    info->averageCoreUtilization = (int32_t)busy;
+    for (int i = 0; i < cards[dev].cores && i < 80; i++) info->coreUtilization[i] = (int32_t)busy;
+    return r;
+}
+
+EXPORT cndevRet_t cndevGetDevicePowerInfo(cndevDevicePowerInfo_t *info, cndevDevice_t dev) {
+    cndevRet_t r = check(dev, info, "cndevGetDevicePowerInfo");
+    long long milliwatts;
+    if (r != CNDEV_SUCCESS) return r;
+    if (figure(dev, 1, &milliwatts) < 0) return CNDEV_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->usage = (int32_t)(milliwatts / 1000);
+    info->cap = 250;
+    return r;
+}
+
+EXPORT cndevRet_t cndevGetTemperatureInfo(cndevTemperatureInfo_t *info, cndevDevice_t dev) {
+    cndevRet_t r = check(dev, info, "cndevGetTemperatureInfo");
+    long long celsius;
+    if (r != CNDEV_SUCCESS) return r;
+    if (info->version != 6) return CNDEV_ERROR_INVALID_ARGUMENT;
+    if (figure(dev, 2, &celsius) < 0) return CNDEV_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->version = 6;
+    info->board = (int32_t)celsius;
+    info->chip = (int32_t)celsius;
     return r;
 }
 

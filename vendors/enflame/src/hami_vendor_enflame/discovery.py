@@ -5,7 +5,8 @@ Owns the GCUs of the last read, which container edits use to turn a placement's 
 (opened on first use, dropped and reopened after a failure), else ``efsmi -q``, and what the node lacks said once.
 A GCU the driver cannot name is left out with an error line naming it; the node keeps serving the others. On
 simulated devices (`NodeRuntime.simulate`, from `hami_simulated_devices`) the GCUs are the inventory's and no
-driver is asked. One runtime per settings object (`runtime_for`).
+driver is asked. For the node monitor, what EFML reads from the GCUs now (`NodeRuntime.readings`). One runtime per
+settings object (`runtime_for`).
 
 The inventory is HAMi's ``GCU`` kind only: whole cards, served to the kubelet as ``enflame.com/gcu`` (one device
 per card), which HAMi's scheduler counts from the node's capacity, naming card ``i`` ``<node>-GCU-<i>``; the cards
@@ -17,15 +18,14 @@ by Enflame's own DRS device plugin, as in HAMi (`hami_vendor_enflame.drs`).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hami import pcidevice
-from hami.errors import HamiError
-from hami.model import Device, NodeInventory
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import Device, DeviceReading, NodeInventory
+from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named
 from hami_vendor_enflame.efml import Efml, EfmlError, Gcu, read_efsmi
 from hami_vendor_enflame.settings import EnflameSettings
 
@@ -35,7 +35,6 @@ log = logging.getLogger("hami_vendor_enflame")
 
 GCU_WORD = "GCU"
 GCU_REGISTER = "hami.io/node-enflame-gcu-register"
-_CAPACITY_ID = re.compile(r".+-GCU-([0-9]+)")
 WORDS = DriverWords(
     "EFML",
     "the Enflame GCUs",
@@ -96,19 +95,27 @@ class NodeRuntime:
             for g in report.gcus
         ]
 
+    def readings(self) -> list[DeviceReading] | None:
+        """What EFML reads from this node's GCUs now; None on simulated devices, without EFML (efsmi gives none
+        here), or when it fails this round (the monitor then shows the GCUs' figures unknown)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            gcus = self.gcus if self.reader.session is not None else self.read_gcus()
+            session = self.reader.session
+            if session is None:
+                return None
+            return per_device(log, "the Enflame GCUs' figures", gcus, lambda g: [session.readings(g.index, g.uuid)])
+
     def gcu_of(self, name: str) -> Gcu:
         """The GCU a placement names: its UUID, or HAMi's capacity name ``<node>-GCU-<index>``.
 
         :raises HamiError: no GCU of this node has that name (read again first)."""
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(name)
-            for gcus in (self.gcus, None):
-                for gcu in gcus if gcus is not None else self.read_gcus():
-                    if gcu.uuid == name or (match and gcu.index == int(match.group(1))):
-                        return gcu
-            known = ", ".join(g.uuid for g in self.gcus) or "no Enflame GCU"
-            raise HamiError(f"Enflame GCU {name} is not on this node (it has {known}): the pod was placed from an "
-                            "outdated view")  # fmt: skip
+            (gcu,) = devices_named([name], self.gcus, self.read_gcus, what="Enflame GCU", name_of=lambda g: g.uuid,
+                                   answers=lambda g, n: g.uuid == n or capacity_index(n, "GCU") == g.index)  # fmt: skip
+            return gcu
 
 
 def runtime_for(settings: EnflameSettings) -> NodeRuntime:

@@ -7,7 +7,10 @@ memory (``EfmlGetDevMem``: ``efmlDevMemInfo_t.mem_total_size``, in MiB as ``efsm
 (``EfmlGetDevIsHealth``), PCI address (``EfmlGetDevInfo``: domain, bus, device, function) and NUMA node
 (``EfmlGetNumaNode``, -1 unknown). Strings are ``MAX_CHAR_BUFF_LEN`` (128) buffers. A failure is an `EfmlError`
 naming the call, its return code and EFML's own message (``EfmlErrorString``), on core's `hami.vendordriver`
-pair.
+pair. For the node monitor, each GCU's readings (`Efml.readings`): ``EfmlGetDevMem``'s ``mem_used`` (MiB),
+``EfmlGetDevDtuUsage`` (percent), ``EfmlGetDevPwr``'s ``cur_pwr_consumption`` (W) and ``EfmlGetDevTemp``'s
+``cur_dev_temp`` and ``cur_hbm0_temp`` (degrees Celsius), all floats but the memory; a figure the GCU does not
+support (``EFML_ERROR_NOT_SUPPORTED``) is None.
 
 Without EFML, `read_efsmi` reads ``efsmi -q``: one ``DEV ID <i>`` block per GCU with ``Key : value`` lines
 (``Dev Name``, ``Dev UUID``, ``Health``, ``Domain``/``Bus``/``Dev``/``Func`` in hex, and ``Mem Size`` from older
@@ -23,13 +26,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 from hami.vendortool import ToolError, run_tool
 
 __all__ = ["Efml", "EfmlError", "EfmlUnavailable", "EfsmiReport", "Gcu", "read_efsmi"]
 
 DEFAULT_LIBRARY = "libefml.so"
 SUCCESS = 0
+NOT_SUPPORTED = 3  # EFML_ERROR_NOT_SUPPORTED
 _BUFFER = 128  # MAX_CHAR_BUFF_LEN
 
 
@@ -45,6 +50,14 @@ class EfmlUnavailable(EfmlError, DriverUnavailable):
 
 class _MemInfo(ctypes.Structure):  # efmlDevMemInfo_t
     _fields_ = [("mem_total_size", ctypes.c_uint64), ("mem_used", ctypes.c_uint32)]
+
+
+class _PowerInfo(ctypes.Structure):  # efmlDevPowerInfo_t
+    _fields_ = [("pwr_capability", ctypes.c_float), ("cur_pwr_consumption", ctypes.c_float)]
+
+
+class _ThermalInfo(ctypes.Structure):  # efmlDevThermalInfo_t
+    _fields_ = [("cur_dev_temp", ctypes.c_float), ("cur_hbm0_temp", ctypes.c_float), ("cur_hbm1_temp", ctypes.c_float)]
 
 
 class _DeviceInfo(ctypes.Structure):  # efmlDeviceInfo_t
@@ -137,6 +150,31 @@ class Efml:
             numa = ctypes.c_int(-1)
         return Gcu(index, uuid, self._text("EfmlGetDevName", index), int(memory.mem_total_size),
                    bool(healthy.value), bus, numa.value if numa.value >= 0 else None)  # fmt: skip
+
+    def readings(self, index: int, uuid: str) -> DeviceReading:
+        """What EFML reads from GCU `index` (named `uuid`) now (see the module).
+
+        :raises EfmlError: a call failed other than by not being supported."""
+        i = ctypes.c_uint32(index)
+
+        def optional(name: str, *args: object) -> bool:
+            failed = lambda call, code: EfmlError(call, code, self._message(code))  # noqa: E731
+            return optional_call(self._lib, name, i, *args, unsupported=(NOT_SUPPORTED,), error=failed)
+
+        memory, busy, power, thermal = _MemInfo(), ctypes.c_float(0), _PowerInfo(), _ThermalInfo()
+        has_memory = optional("EfmlGetDevMem", ctypes.byref(memory))
+        has_busy = optional("EfmlGetDevDtuUsage", ctypes.byref(busy))
+        has_power = optional("EfmlGetDevPwr", ctypes.byref(power))
+        has_thermal = optional("EfmlGetDevTemp", ctypes.byref(thermal))
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=int(memory.mem_used) << 20 if has_memory else None,
+            memory_total_bytes=int(memory.mem_total_size) << 20 if has_memory else None,
+            utilization_percent=busy.value if has_busy else None,
+            power_watts=power.cur_pwr_consumption if has_power else None,
+            temperature_celsius=thermal.cur_dev_temp if has_thermal else None,
+            memory_temperature_celsius=thermal.cur_hbm0_temp if has_thermal else None,
+        )
 
     def close(self) -> None:
         self._lib.EfmlShutdown()

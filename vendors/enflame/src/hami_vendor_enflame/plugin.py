@@ -11,7 +11,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   ``enflame.com/use-gpuuuid``/``nouse-gpuuuid``: `hami_vendor_enflame.drs`); settings in
   `hami_vendor_enflame.settings`;
 * discovery of whole cards through EFML, or ``efsmi`` without it (`hami_vendor_enflame.discovery`, the binding in
-  `hami_vendor_enflame.efml`);
+  `hami_vendor_enflame.efml`), and each card's memory in use, busy share, power and temperatures for the node monitor
+  (`hami_device_readings`, from EFML);
 * requests: a whole-card count (HAMi's 100% memory and cores per card); a DRS ask, checked as HAMi's admission
   checks it (``drs-gcu`` > 0, ``gcu-memory`` > 0, ``gcu-core`` in (0,100]);
 * admission: a DRS resource named only in requests is copied to limits, as HAMi's webhook does;
@@ -37,6 +38,7 @@ from hami.model import (
     ContainerRequest,
     Device,
     DeviceKind,
+    DeviceReading,
     NodeFit,
     NodeInventory,
     NodeView,
@@ -93,6 +95,13 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> EnflameSettings:
 @hookimpl
 def hami_discover_devices(settings: EnflameSettings) -> list[NodeInventory]:
     return discovery.discover(settings)
+
+
+@hookimpl
+def hami_device_readings(kind: DeviceKind, settings: EnflameSettings) -> list[DeviceReading] | None:
+    if kind.common_word != discovery.GCU_WORD:
+        return []  # DRS partitions are Enflame's DRS plugin's: this daemon serves whole cards only
+    return discovery.runtime_for(settings).readings()
 
 
 @hookimpl

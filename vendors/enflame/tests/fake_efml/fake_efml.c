@@ -7,12 +7,19 @@
  *   <uuid> <name> <memory MiB> <healthy 0|1> <domain:bus:dev.func hex> <numa>
  * A uuid of "-" makes EfmlGetDevUuid fail for that GCU (EFML_ERROR_FAIL); health "x" makes EfmlGetDevIsHealth
  * fail. Without the variable, or with FAKE_EFML_NO_DRIVER set, EfmlInit answers EFML_ERROR_DRIVER_NOT_LOADED.
+ *
+ * The readings (EfmlGetDevMem's mem_used, MiB; EfmlGetDevDtuUsage, percent as a float; EfmlGetDevPwr's
+ * cur_pwr_consumption, W as a float; EfmlGetDevTemp's cur_dev_temp, degrees as a float) answer from the file
+ * FAKE_EFML_READINGS names, re-read at every call (core's fake_readings.h, the device index being the GCU's line;
+ * "-": EFML_ERROR_NOT_SUPPORTED, or nothing in use).
  */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_CHAR_BUFF_LEN 128
@@ -22,6 +29,7 @@ typedef enum {
     EFML_SUCCESS = 0,
     EFML_ERROR_UNINITIALIZED = 1,
     EFML_ERROR_INVALID_ARGUMENT = 2,
+    EFML_ERROR_NOT_SUPPORTED = 3,
     EFML_ERROR_DRIVER_NOT_LOADED = 6,
     EFML_ERROR_FAIL = 254,
 } efmlReturn_t;
@@ -112,8 +120,54 @@ EXPORT efmlReturn_t EfmlGetDevUuid(uint32_t dev_idx, char *p_info) {
 EXPORT efmlReturn_t EfmlGetDevMem(uint32_t dev_idx, efmlDevMemInfo_t *p_mem) {
     efmlReturn_t r = check(dev_idx, p_mem);
     if (r == EFML_SUCCESS) {
+        struct fake_reading f;
+        if (fake_reading("FAKE_EFML_READINGS", (int)dev_idx, &f) < 0) return EFML_ERROR_FAIL;
         p_mem->mem_total_size = gcus[dev_idx].memory;
-        p_mem->mem_used = 0;
+        p_mem->mem_used = f.memory_used == FAKE_UNSUPPORTED ? 0 : (uint32_t)(f.memory_used >> 20);
+    }
+    return r;
+}
+
+typedef struct {
+    float pwr_capability, cur_pwr_consumption; /* W */
+} efmlDevPowerInfo_t;
+typedef struct {
+    float cur_dev_temp, cur_hbm0_temp, cur_hbm1_temp; /* degrees Celsius */
+} efmlDevThermalInfo_t;
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of GCU `dev_idx`, EFML_ERROR_NOT_SUPPORTED where "-". */
+static efmlReturn_t figure(uint32_t dev_idx, const void *out, int which, long long *value) {
+    efmlReturn_t r = check(dev_idx, out);
+    struct fake_reading f;
+    if (r != EFML_SUCCESS) return r;
+    if (fake_reading("FAKE_EFML_READINGS", (int)dev_idx, &f) < 0) return EFML_ERROR_FAIL;
+    *value = which == 0 ? f.busy : which == 1 ? f.power_mw : f.celsius;
+    return *value == FAKE_UNSUPPORTED ? EFML_ERROR_NOT_SUPPORTED : EFML_SUCCESS;
+}
+
+EXPORT efmlReturn_t EfmlGetDevDtuUsage(uint32_t dev_idx, float *p_data) {
+    long long busy;
+    efmlReturn_t r = figure(dev_idx, p_data, 0, &busy);
+    if (r == EFML_SUCCESS) *p_data = (float)busy;
+    return r;
+}
+
+EXPORT efmlReturn_t EfmlGetDevPwr(uint32_t dev_idx, efmlDevPowerInfo_t *p_pwr) {
+    long long milliwatts;
+    efmlReturn_t r = figure(dev_idx, p_pwr, 1, &milliwatts);
+    if (r == EFML_SUCCESS) {
+        p_pwr->pwr_capability = 300.0f;
+        p_pwr->cur_pwr_consumption = (float)milliwatts / 1000.0f;
+    }
+    return r;
+}
+
+EXPORT efmlReturn_t EfmlGetDevTemp(uint32_t dev_idx, efmlDevThermalInfo_t *p_temp) {
+    long long celsius;
+    efmlReturn_t r = figure(dev_idx, p_temp, 2, &celsius);
+    if (r == EFML_SUCCESS) {
+        p_temp->cur_dev_temp = (float)celsius;
+        p_temp->cur_hbm0_temp = p_temp->cur_hbm1_temp = (float)celsius;
     }
     return r;
 }

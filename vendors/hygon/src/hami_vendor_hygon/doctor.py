@@ -22,13 +22,6 @@ DEVICE_NODES = ("kfd", "dri/renderD*")
 
 
 def checks(settings: HygonSettings, grant: Grant | None) -> list[Finding]:
-    if grant is not None:
-        return [
-            vendorchecks.tool_memory_against_grant(
-                "hy-smi", grant, lambda: [d.memory_total >> 20 for d in hysmi.read_devices(settings.hy_smi).devices]
-            )
-        ]
-
     def read_rsmi() -> tuple[str, int]:
         session = Rsmi.open(settings.rocm_smi_library)
         return session.where, len(session.devices())
@@ -38,19 +31,21 @@ def checks(settings: HygonSettings, grant: Grant | None) -> list[Finding]:
         problems = f"; {len(report.problems)} line(s) unread: {report.problems[0]}" if report.problems else ""
         return f"{len(report.devices)} DCU(s){problems}"
 
-    library = vendorchecks.management_library("librocm_smi64.so", "rocmSmiLibrary", read_rsmi)
-    nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, DEVICE_NODES, "Hygon")
-    if absent is not None:
-        return absent
-    tool = vendorchecks.tool(settings.hy_smi, read_tool, needed_for="discovery's fallback without ROCm SMI")
-    return [
-        vendorchecks.fallback(library, tool, "hy-smi"),
-        _dmi(settings),
-        tool,
-        nodes,
-        vendorchecks.grant_root(ContainerDirs(settings.hook_path).grants),
-    ]
+    return vendorchecks.library_else_tool(
+        grant,
+        vendor="Hygon",
+        library="librocm_smi64.so",
+        setting="rocmSmiLibrary",
+        read_library=read_rsmi,
+        library_words="ROCm SMI",
+        tool_name="hy-smi",
+        command=settings.hy_smi,
+        read_tool=read_tool,
+        tool_memory=lambda: [d.memory_total >> 20 for d in hysmi.read_devices(settings.hy_smi).devices],
+        device_patterns=DEVICE_NODES,
+        grants=ContainerDirs(settings.hook_path).grants,
+        more=[lambda: _dmi(settings)],
+    )
 
 
 def _dmi(settings: HygonSettings) -> Finding:

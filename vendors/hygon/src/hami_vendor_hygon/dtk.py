@@ -11,7 +11,11 @@ Owns two sessions and turns their answers into plain values (`Dcu`, `VirtualDcu`
   PASID, VRAM in bytes summed over the process's GPUs, SDMA time, CU occupancy), ``rsmi_compute_process_gpus_get``
   (the device indices a process uses) and, for a process on several DCUs, ``rsmi_compute_process_info_by_device_get``
   (its VRAM on one of them). A library without that last call cannot say how a multi-DCU process's VRAM is split:
-  such a process is left out (`Rsmi.processes` returns it in `unsplit`), never counted whole on each DCU;
+  such a process is left out (`Rsmi.processes` returns it in `unsplit`), never counted whole on each DCU; for the
+  node monitor, the readings (`Rsmi.readings`): ``rsmi_dev_memory_usage_get`` (VRAM in use),
+  ``rsmi_dev_busy_percent_get`` (percent), ``rsmi_dev_power_ave_get`` (sensor 0, microwatts) and
+  ``rsmi_dev_temp_metric_get`` (the edge sensor's current temperature, millidegrees Celsius), a figure the library
+  does not support (``RSMI_STATUS_NOT_SUPPORTED``) left None;
 * Hygon DMI (``libhydmi.so``, ``dmi_virtual.h``), the virtualization interface: ``dmiGetDeviceInfo`` (compute
   units), ``dmiGetDeviceRemainingInfo`` (CUs and bytes not given to virtual devices), ``dmiGetVDeviceCount`` /
   ``dmiGetVDeviceInfo`` (the virtual devices), ``dmiCreateVDevices`` (CUs and MiB) and
@@ -30,7 +34,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["ComputeProcesses", "Dcu", "Dmi", "DtkError", "DtkUnavailable", "Rsmi", "VirtualDcu", "bdf_of"]
 
@@ -43,6 +48,9 @@ SEARCH_DIRS = (
     Path("/opt/dtk/rocm_smi/lib"),
 )
 RSMI_MEM_TYPE_VRAM = 0
+RSMI_STATUS_NOT_SUPPORTED = 2
+RSMI_TEMP_TYPE_EDGE = 0
+RSMI_TEMP_CURRENT = 0
 RSMI_STATUS_NOT_FOUND = 10
 RSMI_STATUS_INSUFFICIENT_SIZE = 11
 DMI_NAME_SIZE = 256
@@ -178,6 +186,30 @@ class Rsmi:
                     )
                 )
             return out
+
+    def _optional(self, name: str, *args: object) -> bool:
+        return optional_call(self._lib, name, *args, unsupported=(RSMI_STATUS_NOT_SUPPORTED,), error=DtkError)
+
+    def readings(self, index: int, uuid: str) -> DeviceReading:
+        """What ROCm SMI reads from DCU `index` (named `uuid`) now, passed on as read (see the module)."""
+        with self.lock:
+            i = ctypes.c_uint32(index)
+            used, total = ctypes.c_uint64(0), ctypes.c_uint64(0)
+            busy, microwatts, millidegrees = ctypes.c_uint32(0), ctypes.c_uint64(0), ctypes.c_int64(0)
+            has_used = self._optional("rsmi_dev_memory_usage_get", i, RSMI_MEM_TYPE_VRAM, ctypes.byref(used))
+            has_total = self._optional("rsmi_dev_memory_total_get", i, RSMI_MEM_TYPE_VRAM, ctypes.byref(total))
+            has_busy = self._optional("rsmi_dev_busy_percent_get", i, ctypes.byref(busy))
+            has_power = self._optional("rsmi_dev_power_ave_get", i, ctypes.c_uint32(0), ctypes.byref(microwatts))
+            has_celsius = self._optional("rsmi_dev_temp_metric_get", i, ctypes.c_uint32(RSMI_TEMP_TYPE_EDGE),
+                                         ctypes.c_int(RSMI_TEMP_CURRENT), ctypes.byref(millidegrees))  # fmt: skip
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=used.value if has_used else None,
+            memory_total_bytes=total.value if has_total else None,
+            utilization_percent=busy.value if has_busy else None,
+            power_watts=microwatts.value / 1e6 if has_power else None,
+            temperature_celsius=millidegrees.value / 1000 if has_celsius else None,
+        )
 
     def processes(self) -> ComputeProcesses:
         """Every compute process on the monitored DCUs and its VRAM on each. :raises DtkError: a call failed."""

@@ -7,7 +7,9 @@ lifecycle (opened on first use, dropped and reopened after a failure), messages 
 once, core's `hami.vendordriver.Said`), and the devices of the last read, which allocation
 and container edits use to turn a placement's UUIDs into devices. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the devices are the inventory's and no driver is read. For the node-side backstop,
-`NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi).
+`NodeRuntime.processes`: the compute processes ROCm SMI reports and their VRAM on each DCU (none from hy-smi); for
+the node monitor, `NodeRuntime.readings`: each DCU's VRAM in use, busy share, power and temperature from ROCm SMI
+(none from hy-smi, whose device lines this node reads give none of them).
 
 One runtime per settings object (`runtime_for`), so that two `VendorPlugins` (two tests) never share one.
 """
@@ -19,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from hami.errors import HamiError
-from hami.model import DeviceProcess
-from hami.vendordriver import DriverReader, DriverWords, Said
+from hami.model import DeviceProcess, DeviceReading
+from hami.vendordriver import DriverReader, DriverWords, Said, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_hygon.dtk import Dcu, Dmi, DtkError, DtkUnavailable, Rsmi
 from hami_vendor_hygon.hysmi import read_devices
 from hami_vendor_hygon.models import compute_units_of, model_of
@@ -154,6 +156,18 @@ class NodeRuntime:
             return [DeviceProcess(device_uuid=uuid_of[index], pid=pid, used_bytes=used)
                     for index, pid, used in report.found if index in uuid_of]  # fmt: skip
 
+    def readings(self) -> list[DeviceReading] | None:
+        """What ROCm SMI reads from each of this node's DCUs now; None on simulated devices, without ROCm SMI, or
+        when it fails this round (the monitor then shows the DCUs' figures unknown)."""
+        with self.lock:
+            if self.simulated:
+                return None
+            devices = self.devices if self.rsmi is not None else self.read_devices()
+            rsmi = self.rsmi
+            if rsmi is None:
+                return None
+            return per_device(log, "the DCUs' figures", devices, lambda d: [rsmi.readings(d.index, d.uuid)])
+
     def _with_compute_units(self, device: Dcu, dmi: Dmi | None) -> Dcu:
         if dmi is not None:
             try:
@@ -169,16 +183,7 @@ class NodeRuntime:
         :raises HamiError: a UUID is not a DCU of this node.
         """
         with self.lock:
-            known = {d.uuid: d for d in self.devices}
-            if any(u not in known for u in uuids):
-                known = {d.uuid: d for d in self.read_devices()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"Hygon DCU {', '.join(missing)} is not on this node (it has "
-                    f"{', '.join(sorted(known)) or 'no DCU'}): the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.devices, self.read_devices, what="Hygon DCU", name_of=lambda d: d.uuid)
 
 
 def runtime_for(settings: HygonSettings) -> NodeRuntime:

@@ -7,7 +7,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * discovery through ROCm SMI and DMI, or ``hy-smi`` without them (`hami_vendor_hygon.discovery`, the binding in
   `hami_vendor_hygon.dtk`);
 * the node-side backstop's view: the compute processes ROCm SMI reports and their VRAM on each DCU
-  (`hami_device_processes`, `hami_vendor_hygon.node`);
+  (`hami_device_processes`, `hami_vendor_hygon.node`), and each DCU's VRAM in use, busy share, power and
+  temperature for the node monitor (`hami_device_readings`, from ROCm SMI);
 * requests: HAMi's shared rules (memory in MiB, cores in percent of one DCU), `hami.requests`;
 * fitting: core's share fitter with HAMi's selectors (``hygon.com/use-dcutype`` … matched as HAMi does, by
   case-insensitive substring of the model);
@@ -36,6 +37,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DrmUsageSource,
     IsolationLibrary,
     NodeFit,
@@ -134,6 +136,10 @@ def hami_drm_usage_source(settings: HygonSettings) -> DrmUsageSource | None:
     if not settings.drm_fdinfo.enabled:
         return None
     return settings.drm_fdinfo.source((), {d.bdf: d.uuid for d in runtime_for(settings).devices if d.bdf})
+
+
+def hami_device_readings(settings: HygonSettings) -> list[DeviceReading] | None:
+    return runtime_for(settings).readings()
 
 
 @hookimpl

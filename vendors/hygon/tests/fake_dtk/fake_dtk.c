@@ -17,6 +17,10 @@
  * -DFAKE_RSMI_NO_BY_DEVICE, as older libraries lack it) answer from the process table $FAKE_DTK_PROCESSES names
  * (core's fake_processes.h; the device index is the device's line): a process's vram_usage is its bytes summed
  * over the devices it is listed on, as ROCm SMI sums a process's VRAM over its GPUs.
+ *
+ * The readings (rsmi_dev_memory_usage_get's VRAM in use, rsmi_dev_busy_percent_get, rsmi_dev_power_ave_get in
+ * microwatts, rsmi_dev_temp_metric_get's current edge temperature in millidegrees) answer from the file
+ * $FAKE_DTK_READINGS names (core's fake_readings.h; "-": RSMI_STATUS_NOT_SUPPORTED, or the machine's VRAM in use).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +29,7 @@
 #include <string.h>
 
 #include "fake_processes.h"
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 16
@@ -129,8 +134,54 @@ EXPORT rsmi_status_t rsmi_dev_memory_total_get(uint32_t dv_ind, rsmi_memory_type
 EXPORT rsmi_status_t rsmi_dev_memory_usage_get(uint32_t dv_ind, rsmi_memory_type_t mem_type, uint64_t *used) {
     DEVICE_OR_FAIL("rsmi_dev_memory_usage_get", dv_ind)
     if (!used || mem_type != RSMI_MEM_TYPE_VRAM) return RSMI_STATUS_INVALID_ARGS;
-    *used = d->used;
+    struct fake_reading r;
+    if (fake_reading("FAKE_DTK_READINGS", (int)dv_ind, &r) < 0) return RSMI_STATUS_NOT_FOUND;
+    *used = r.memory_used == FAKE_UNSUPPORTED ? d->used : (uint64_t)r.memory_used;
     return RSMI_STATUS_SUCCESS;
+}
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of device `dv_ind`'s readings, NOT_SUPPORTED where "-". */
+static rsmi_status_t figure(uint32_t dv_ind, int which, long long *out) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_DTK_READINGS", (int)dv_ind, &r) < 0) return RSMI_STATUS_NOT_FOUND;
+    long long value = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    if (value == FAKE_UNSUPPORTED) return RSMI_STATUS_NOT_SUPPORTED;
+    *out = value;
+    return RSMI_STATUS_SUCCESS;
+}
+
+EXPORT rsmi_status_t rsmi_dev_busy_percent_get(uint32_t dv_ind, uint32_t *busy_percent) {
+    DEVICE_OR_FAIL("rsmi_dev_busy_percent_get", dv_ind)
+    (void)d;
+    long long value;
+    if (!busy_percent) return RSMI_STATUS_INVALID_ARGS;
+    rsmi_status_t status = figure(dv_ind, 0, &value);
+    if (status == RSMI_STATUS_SUCCESS) *busy_percent = (uint32_t)value;
+    return status;
+}
+
+EXPORT rsmi_status_t rsmi_dev_power_ave_get(uint32_t dv_ind, uint32_t sensor_ind, uint64_t *power) {
+    DEVICE_OR_FAIL("rsmi_dev_power_ave_get", dv_ind)
+    (void)d;
+    long long value;
+    if (!power || sensor_ind != 0) return RSMI_STATUS_INVALID_ARGS;
+    rsmi_status_t status = figure(dv_ind, 1, &value);
+    if (status == RSMI_STATUS_SUCCESS) *power = (uint64_t)value * 1000; /* microwatts */
+    return status;
+}
+
+typedef enum { RSMI_TEMP_TYPE_EDGE = 0 } rsmi_temperature_type_t;
+typedef enum { RSMI_TEMP_CURRENT = 0 } rsmi_temperature_metric_t;
+
+EXPORT rsmi_status_t rsmi_dev_temp_metric_get(uint32_t dv_ind, uint32_t sensor_type, rsmi_temperature_metric_t metric,
+                                              int64_t *temperature) {
+    DEVICE_OR_FAIL("rsmi_dev_temp_metric_get", dv_ind)
+    (void)d;
+    long long value;
+    if (!temperature || sensor_type != RSMI_TEMP_TYPE_EDGE || metric != RSMI_TEMP_CURRENT) return RSMI_STATUS_INVALID_ARGS;
+    rsmi_status_t status = figure(dv_ind, 2, &value);
+    if (status == RSMI_STATUS_SUCCESS) *temperature = value * 1000; /* millidegrees Celsius */
+    return status;
 }
 
 EXPORT rsmi_status_t rsmi_topo_numa_affinity_get(uint32_t dv_ind, int32_t *numa_node) {

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hami.codec import encode_link_scores
-from hami.model import Device, DeviceKind, DeviceProcess, NodeInventory
+from hami.model import Device, DeviceKind, DeviceProcess, DeviceReading, NodeInventory
 from hami.vendorstate import driver_fact
 from hami_vendor_iluvatar.ixml import Gpu
 from hami_vendor_iluvatar.node import runtime_for
@@ -115,6 +115,12 @@ def device_processes(settings: IluvatarSettings, chip: str, chips: tuple[str, ..
     """The compute processes on this node's GPUs of `chip` (the backstop asks per kind), as ixML counts them."""
     runtime = runtime_for(settings)
     return runtime.processes([g for g in runtime.known_gpus() if chip_of(g.name, chips) == chip])
+
+
+def device_readings(settings: IluvatarSettings, chip: str, chips: tuple[str, ...]) -> list[DeviceReading] | None:
+    """What ixML reads from this node's GPUs of `chip` now (the node monitor asks per kind)."""
+    runtime = runtime_for(settings)
+    return runtime.readings([g for g in runtime.known_gpus() if chip_of(g.name, chips) == chip])
 
 
 def simulate(

@@ -7,7 +7,9 @@ and reads, per GPU, what discovery and container edits need: index, UUID (``GPU-
 minor number (``/dev/iluvatar<minor>``), memory (bytes), PCI bus id, and whether the GPU answers (a GPU whose
 memory query fails is reported unhealthy, the others keep being served); and which chips share a board
 (``nvmlDeviceOnSameBoard``); and each GPU's compute processes with the device memory ixML counts for each
-(``nvmlDeviceGetComputeRunningProcesses``, NVML's v1 record: PID and bytes), for the node-side backstop. Every
+(``nvmlDeviceGetComputeRunningProcesses``, NVML's v1 record: PID and bytes), for the node-side backstop; and each
+GPU's readings for the node monitor (`Ixml.readings`: memory in use, busy share, power, temperature, as NVML's calls
+of those names give them, a figure ixML does not support on the GPU left None). Every
 failure is an `IxmlError` naming the call and ixML's own message (``nvmlErrorString``).
 """
 
@@ -20,12 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["DEFAULT_LIBRARIES", "Gpu", "Ixml", "IxmlError", "IxmlUnavailable", "sysfs_bus_id"]
 
 DEFAULT_LIBRARIES = (Path("/usr/local/corex/lib64/libixml.so"), Path("/usr/local/corex/lib/libixml.so"))
 SUCCESS = 0
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+GPU_IS_LOST = 15  # NVML_ERROR_GPU_IS_LOST
+TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 INSUFFICIENT_SIZE = 7  # NVML_ERROR_INSUFFICIENT_SIZE
 NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE: the memory of a process the library cannot count
 _BUFFER = 96
@@ -41,6 +47,10 @@ class IxmlUnavailable(IxmlError, DriverUnavailable):
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _Utilization(ctypes.Structure):  # nvmlUtilization_t
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
 class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_v1_t, what the unversioned call fills
@@ -134,6 +144,15 @@ class Ixml:
             error = IxmlUnavailable if unavailable else IxmlError
             raise error(f"ixML {name} failed: {self._reason(code)}")
 
+    def _optional(self, name: str, *args: object) -> bool:
+        """Call `name`; False where ixML does not support it on this GPU (or has lost the GPU, or lacks the call)."""
+
+        def failed(call: str, code: int) -> IxmlError:
+            return IxmlError(f"ixML {call} failed: {self._reason(code)}")
+
+        with self._lock:
+            return optional_call(self._lib, name, *args, unsupported=(NOT_SUPPORTED, GPU_IS_LOST), error=failed)
+
     def _text(self, name: str, handle: ctypes.c_void_p) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)
         self._call(name, handle, buffer, ctypes.c_uint(_BUFFER))
@@ -193,6 +212,29 @@ class Ixml:
                 raise IxmlError(f"ixML nvmlDeviceGetComputeRunningProcesses failed: {self._reason(code)}")
             room = count.value + 16
         raise IxmlError("ixML nvmlDeviceGetComputeRunningProcesses: the process list kept growing")
+
+    def readings(self, index: int, uuid: str) -> DeviceReading:
+        """What ixML reads from GPU `index` (named `uuid`) now: ``nvmlDeviceGetMemoryInfo`` (used and total, bytes),
+        ``nvmlDeviceGetUtilizationRates`` (busy percent over the driver's last sample period),
+        ``nvmlDeviceGetPowerUsage`` (milliwatts, given in watts), ``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)``
+        (degrees Celsius); passed on as read. :raises IxmlError: a call fails other than by not being supported."""
+        handle = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+        memory, rates = _Memory(), _Utilization()
+        milliwatts, celsius = ctypes.c_uint(), ctypes.c_uint()
+        has_memory = self._optional("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+        has_rates = self._optional("nvmlDeviceGetUtilizationRates", handle, ctypes.byref(rates))
+        has_power = self._optional("nvmlDeviceGetPowerUsage", handle, ctypes.byref(milliwatts))
+        has_celsius = self._optional("nvmlDeviceGetTemperature", handle, ctypes.c_int(TEMPERATURE_GPU),
+                                     ctypes.byref(celsius))  # fmt: skip
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=memory.used if has_memory else None,
+            memory_total_bytes=memory.total if has_memory else None,
+            utilization_percent=rates.gpu if has_rates else None,
+            power_watts=milliwatts.value / 1000 if has_power else None,
+            temperature_celsius=celsius.value if has_celsius else None,
+        )
 
     def driver_version(self) -> str:
         buffer = ctypes.create_string_buffer(_BUFFER)

@@ -7,22 +7,26 @@ last read (with which share a board), which container edits use to turn a placem
 nodes). A GPU ixML cannot name (no handle, no UUID) is left out with an
 error line naming it; the node keeps serving the others. On simulated devices (`simulate`, from
 `hami_simulated_devices`) the GPUs are the inventory's and ixML is not opened. Also the compute processes on
-given GPUs, for the node-side backstop (`NodeRuntime.processes`). One runtime per settings object
-(`runtime_for`), so that two `VendorPlugins` (two tests) never share one.
+given GPUs, for the node-side backstop (`NodeRuntime.processes`), and their readings, for the node monitor
+(`NodeRuntime.readings`). One runtime per settings object (`runtime_for`), so that two `VendorPlugins` (two
+tests) never share one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from hami.errors import HamiError
-from hami.model import DeviceProcess
-from hami.vendordriver import DriverReader, DriverWords
+from hami.model import DeviceProcess, DeviceReading
+from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import devices_named
 from hami_vendor_iluvatar.ixml import Gpu, Ixml, IxmlError
 from hami_vendor_iluvatar.settings import IluvatarSettings
+
+T = TypeVar("T")
 
 __all__ = ["NodeRuntime", "runtime_for"]
 
@@ -113,34 +117,27 @@ class NodeRuntime:
     def processes(self, gpus: Sequence[Gpu]) -> list[DeviceProcess] | None:
         """Each compute process on `gpus` and the memory ixML counts for it; None on simulated devices, without
         ixML, or when ixML fails this round (the backstop then checks nothing rather than something half-read)."""
+        return self._per_gpu(gpus, "compute processes", lambda session, gpu: [
+            DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
+            for pid, used in session.compute_processes(gpu.index)])  # fmt: skip
+
+    def readings(self, gpus: Sequence[Gpu]) -> list[DeviceReading] | None:
+        """What ixML reads from each of `gpus` now; None as for `processes` (the monitor then shows them unknown)."""
+        return self._per_gpu(gpus, "readings", lambda session, gpu: [session.readings(gpu.index, gpu.uuid)])
+
+    def _per_gpu(self, gpus: Sequence[Gpu], what: str, read: Callable[[Ixml, Gpu], list[T]]) -> list[T] | None:
         with self.lock:
-            if self.simulated is not None or self.session is None:
+            session = self.session
+            if self.simulated is not None or session is None:
                 return None
-            found = []
-            try:
-                for gpu in gpus:
-                    found += [DeviceProcess(device_uuid=gpu.uuid, pid=pid, used_bytes=used)
-                              for pid, used in self.session.compute_processes(gpu.index)]  # fmt: skip
-            except IxmlError as exc:
-                log.warning("cannot read the Iluvatar GPUs' compute processes this round: %s", exc)
-                return None
-            return found
+            return per_device(log, f"the Iluvatar GPUs' {what}", gpus, lambda gpu: read(session, gpu))
 
     def by_uuid(self, uuids: Sequence[str]) -> list[Gpu]:
         """The GPUs with these UUIDs (read again when one is not known).
 
         :raises HamiError: a UUID is not a GPU of this node."""
         with self.lock:
-            known = {g.uuid: g for g in self.gpus}
-            if any(u not in known for u in uuids):
-                known = {g.uuid: g for g in self.read_gpus()}
-            missing = [u for u in uuids if u not in known]
-            if missing:
-                raise HamiError(
-                    f"Iluvatar GPU {', '.join(missing)} is not on this node (it has "
-                    f"{', '.join(sorted(known)) or 'no GPU'}): the pod was placed from an outdated view"
-                )
-            return [known[u] for u in uuids]
+            return devices_named(uuids, self.gpus, self.read_gpus, what="Iluvatar GPU", name_of=lambda g: g.uuid)
 
 
 def runtime_for(settings: IluvatarSettings) -> NodeRuntime:

@@ -16,7 +16,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
   with the ``topology-aware`` device policy the chips of one board together (core's `hami.topology`, over the
   node's ``hami.io/node-iluvatar-score``);
 * the node-side backstop's view: each GPU's compute processes and their memory, as ixML counts them
-  (`hami_device_processes`, `hami_vendor_iluvatar.discovery.device_processes`);
+  (`hami_device_processes`, `hami_vendor_iluvatar.discovery.device_processes`), and its readings for the node
+  monitor (`hami_device_readings`: memory in use, busy share, power, temperature);
 * allocation, release and container edits (`hami_vendor_iluvatar.edits`): ``IX_VISIBLE_DEVICES``, the device nodes,
   CoreX's mounts; in ``hami-core`` mode the isolation library ``libvcorex.so``, its accounting directory and grant.
 """
@@ -39,6 +40,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     IsolationLibrary,
     NodeFit,
     NodeInventory,
@@ -160,6 +162,11 @@ def hami_release(pod: Pod, placements: Sequence[ContainerPlacement], settings: I
 @hookimpl
 def hami_device_processes(kind: DeviceKind, settings: IluvatarSettings) -> list[DeviceProcess] | None:
     return discovery.device_processes(settings, kind.common_word, CHIPS)
+
+
+@hookimpl
+def hami_device_readings(kind: DeviceKind, settings: IluvatarSettings) -> list[DeviceReading] | None:
+    return discovery.device_readings(settings, kind.common_word, CHIPS)
 
 
 @hookimpl

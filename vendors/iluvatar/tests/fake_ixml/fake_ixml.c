@@ -10,7 +10,9 @@
  * health is not "ok" answers nvmlDeviceGetMemoryInfo with NVML_ERROR_GPU_IS_LOST; a uuid of "-" makes
  * nvmlDeviceGetUUID fail (a GPU that cannot be named). FAKE_IXML_FAIL_INIT=1 makes nvmlInit_v2 fail
  * (NVML_ERROR_DRIVER_NOT_LOADED). nvmlDeviceGetComputeRunningProcesses answers from the process table
- * FAKE_IXML_PROCESSES names (fake_processes.h; the device index is the GPU's line). Built with -DFAKE_NOT_IXML it is instead another project's libixml.so: an XML
+ * FAKE_IXML_PROCESSES names (fake_processes.h; the device index is the GPU's line), and the readings
+ * (nvmlDeviceGetMemoryInfo's used, nvmlDeviceGetUtilizationRates, nvmlDeviceGetPowerUsage in milliwatts,
+ * nvmlDeviceGetTemperature) from the file FAKE_IXML_READINGS names (fake_readings.h; "-": NVML_ERROR_NOT_SUPPORTED). Built with -DFAKE_NOT_IXML it is instead another project's libixml.so: an XML
  * parser with none of these functions.
  */
 #define _GNU_SOURCE
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "fake_processes.h"
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -32,6 +35,7 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
@@ -117,6 +121,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -205,10 +210,44 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     if (!g_initialized) return NVML_ERROR_UNINITIALIZED;
     if (!device || !memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (!device->healthy) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_reading r;
+    if (fake_reading("FAKE_IXML_READINGS", (int)(device - g_gpus), &r) < 0) return NVML_ERROR_UNKNOWN;
     memory->total = device->memory_mib << 20;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = r.memory_used == FAKE_UNSUPPORTED ? 0 : (unsigned long long)r.memory_used;
+    memory->free = memory->used > memory->total ? 0 : memory->total - memory->used;
     return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+/* One figure of the readings file for `device`, or NVML_ERROR_NOT_SUPPORTED where it is "-". */
+static nvmlReturn_t reading(nvmlDevice_t device, int which, unsigned *out) {
+    if (!g_initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!device || !out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->healthy) return NVML_ERROR_GPU_IS_LOST;
+    struct fake_reading r;
+    if (fake_reading("FAKE_IXML_READINGS", (int)(device - g_gpus), &r) < 0) return NVML_ERROR_UNKNOWN;
+    long long value = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    if (value == FAKE_UNSUPPORTED) return NVML_ERROR_NOT_SUPPORTED;
+    *out = (unsigned)value;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *rates) {
+    if (!rates) return NVML_ERROR_INVALID_ARGUMENT;
+    rates->memory = 0;
+    return reading(device, 0, &rates->gpu);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned *milliwatts) {
+    return reading(device, 1, milliwatts);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned *celsius) {
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT; /* NVML_TEMPERATURE_GPU */
+    return reading(device, 2, celsius);
 }
 
 /* As NVML documents: *count is the room in `infos` on the way in and the number of processes on the way out; too

@@ -22,13 +22,6 @@ DEVICE_NODES = ("mxcd", "dri/renderD*")
 
 
 def checks(settings: MetaxSettings, grant: Grant | None) -> list[Finding]:
-    if grant is not None:
-        return [
-            vendorchecks.tool_memory_against_grant(
-                "mx-smi", grant, lambda: [g.memory_total >> 20 for g in mxsmi.read_devices(settings.mx_smi).devices]
-            )
-        ]
-
     def read_mxsml() -> tuple[str, int]:
         session = Mxsml.open(settings.mxsml_library)
         return session.where, len(session.devices())
@@ -38,15 +31,17 @@ def checks(settings: MetaxSettings, grant: Grant | None) -> list[Finding]:
         problems = f"; {len(report.problems)} line(s) unread: {report.problems[0]}" if report.problems else ""
         return f"{len(report.devices)} GPU(s){problems}"
 
-    library = vendorchecks.management_library("libmxsml.so", "mxsmlLibrary", read_mxsml)
-    nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, DEVICE_NODES, "MetaX")
-    if absent is not None:
-        return absent
-    tool = vendorchecks.tool(settings.mx_smi, read_tool, needed_for="discovery's fallback without MXSML")
-    return [
-        vendorchecks.fallback(library, tool, "mx-smi"),
-        tool,
-        nodes,
-        vendorchecks.grant_root(ContainerDirs(settings.hook_path).grants),
-    ]
+    return vendorchecks.library_else_tool(
+        grant,
+        vendor="MetaX",
+        library="libmxsml.so",
+        setting="mxsmlLibrary",
+        read_library=read_mxsml,
+        library_words="MXSML",
+        tool_name="mx-smi",
+        command=settings.mx_smi,
+        read_tool=read_tool,
+        tool_memory=lambda: [g.memory_total >> 20 for g in mxsmi.read_devices(settings.mx_smi).devices],
+        device_patterns=DEVICE_NODES,
+        grants=ContainerDirs(settings.hook_path).grants,
+    )

@@ -10,7 +10,12 @@ from, and turns its answers into plain values (`MetaxGpu`):
   the driver reports as ``MXSML_TOPOLOGY_METAXLINK`` to it;
 * for the node-side backstop, per index ``mxSmlGetSingleGpuProcess`` (``mxSmlProcessInfo_t``, v1: each process
   with the GPUs it uses, by BDF and sequence label, and the device memory allocated on each, in bytes): the
-  memory of a process on this device is its entry for this device's BDF (else its sequence label).
+  memory of a process on this device is its entry for this device's BDF (else its sequence label);
+* for the node monitor, per index (`Mxsml.readings`): ``mxSmlGetMemoryInfo`` (VRAM in use),
+  ``mxSmlGetDeviceIpUsage(MXSML_Usage_Xcore)`` (the compute cores' busy percent, C-class devices),
+  ``mxSmlGetBoardPowerInfo`` (the board's power ways, mW each, added up) and
+  ``mxSmlGetTemperatureInfo(MXSML_Temperature_Hotspot)`` (degrees Celsius x 100); a figure the device does not
+  support (``MXSML_OperationNotSupport``) is None.
 
 Loading: the library by name through the dynamic loader, then MetaX's install directories (``/opt/mxdriver/lib``,
 ``/opt/maca/lib``, ``/opt/mxn100/lib``), or the configured path. A missing library or one that finds no device
@@ -25,7 +30,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["MetaxGpu", "Mxsml", "MxsmlError", "MxsmlUnavailable"]
 
@@ -34,6 +40,11 @@ SEARCH_DIRS = (Path("/opt/mxdriver/lib"), Path("/opt/maca/lib"), Path("/opt/mxn1
 MXSML_SUCCESS = 0
 MXSML_NO_DEVICE = 2
 TOPOLOGY_METAXLINK = 5
+MXSML_OPERATION_NOT_SUPPORT = 3
+MXSML_INSUFFICIENT_SIZE = 10
+USAGE_XCORE = 4  # MXSML_Usage_Xcore
+TEMPERATURE_HOTSPOT = 0  # MXSML_Temperature_Hotspot
+_POWER_WAYS = 8
 _BDF_SIZE, _UUID_SIZE, _NAME_SIZE = 32, 96, 32
 _PROCESS_NAME_SIZE, _GPUS_PER_PROCESS = 64, 64
 
@@ -99,6 +110,10 @@ class _ProcessInfo(ctypes.Structure):  # mxSmlProcessInfo_t (v1)
         ("gpuNumber", ctypes.c_uint),
         ("processGpuInfo", _ProcessGpuInfo * _GPUS_PER_PROCESS),
     ]
+
+
+class _PowerWay(ctypes.Structure):  # mxSmlBoardWayElectricInfo_t
+    _fields_ = [("voltage", ctypes.c_uint), ("current", ctypes.c_uint), ("power", ctypes.c_uint)]
 
 
 def _text(raw: bytes) -> str:
@@ -188,6 +203,33 @@ class Mxsml:
                 )
                 for i, (info, memory, healthy) in enumerate(infos)
             ]
+
+    def _optional(self, name: str, *args: object) -> bool:
+        return optional_call(self._lib, name, *args, unsupported=(MXSML_OPERATION_NOT_SUPPORT,),
+                             error=lambda call, code: MxsmlError(call, code, self._error_string(code)))  # fmt: skip
+
+    def readings(self, index: int, uuid: str) -> DeviceReading:
+        """What MXSML reads from device `index` (named `uuid`) now (see the module).
+
+        :raises MxsmlError: a call failed other than by not being supported."""
+        with self.lock:
+            i = ctypes.c_uint(index)
+            memory, busy, hundredths = _MemoryInfo(), ctypes.c_int(0), ctypes.c_int(0)
+            ways, size = (_PowerWay * _POWER_WAYS)(), ctypes.c_uint(_POWER_WAYS)
+            has_memory = self._optional("mxSmlGetMemoryInfo", i, ctypes.byref(memory))
+            has_busy = self._optional("mxSmlGetDeviceIpUsage", i, ctypes.c_uint(USAGE_XCORE), ctypes.byref(busy))
+            has_power = self._optional("mxSmlGetBoardPowerInfo", i, ctypes.byref(size), ways)
+            has_celsius = self._optional("mxSmlGetTemperatureInfo", i, ctypes.c_uint(TEMPERATURE_HOTSPOT),
+                                         ctypes.byref(hundredths))  # fmt: skip
+        milliwatts = sum(w.power for w in ways[: min(size.value, _POWER_WAYS)])
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=int(memory.vramUse) * 1024 if has_memory else None,
+            memory_total_bytes=int(memory.vramTotal) * 1024 if has_memory else None,
+            utilization_percent=busy.value if has_busy else None,
+            power_watts=milliwatts / 1000 if has_power else None,
+            temperature_celsius=hundredths.value / 100 if has_celsius else None,
+        )
 
     def processes(self, index: int, bdf: str) -> list[tuple[int, int]]:
         """(PID, device memory in bytes) of each process on device `index` (PCI address `bdf`).

@@ -9,25 +9,28 @@ to turn a placement into cards: a real UUID, or HAMi's capacity-derived name ``<
 card indices.
 
 For the node-side backstop, `NodeRuntime.processes`: each card's processes and the memory MXSML counts for each (none
-where the cards come from mx-smi). One runtime per settings object (`runtime_for`), so that two
-`VendorPlugins` (two tests) never share one.
+where the cards come from mx-smi); for the node monitor, `NodeRuntime.readings`: each card's VRAM in use, busy
+share, power and temperature from MXSML (none from mx-smi). One runtime per settings object (`runtime_for`), so
+that two `VendorPlugins` (two tests) never share one.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from hami.errors import HamiError
-from hami.model import DeviceProcess
+from hami.model import DeviceProcess, DeviceReading
 from hami.pcidevice import numa_node
-from hami.vendordriver import DriverReader, DriverWords
+from hami.vendordriver import DriverReader, DriverWords, per_device
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_metax.mxsmi import read_devices
-from hami_vendor_metax.mxsml import MetaxGpu, Mxsml, MxsmlError
+from hami_vendor_metax.mxsml import MetaxGpu, Mxsml
 from hami_vendor_metax.settings import MetaxSettings
+
+T = TypeVar("T")
 
 __all__ = ["CAPACITY_NAME", "Card", "NodeRuntime", "runtime_for"]
 
@@ -35,8 +38,6 @@ log = logging.getLogger("hami_vendor_metax")
 
 CAPACITY_NAME = "metax"
 """HAMi's capacity-derived whole-card names: ``<node>-metax-<i>``."""
-_CAPACITY_ID = re.compile(r".+-metax-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -108,40 +109,39 @@ class NodeRuntime:
 
         :raises HamiError: no card of this node has that name (read again first).
         """
+
+        def stand_in(name: str) -> Card | None:
+            index = trailing_index(name)
+            if self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no MetaX driver on this node: card indices are taken from device names")
+            return Card(MetaxGpu(index, name, "", "", 0, 0))
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(uuid)
-            for attempt in (self.cards, None):
-                cards = attempt if attempt is not None else self.read_cards()
-                for card in cards:
-                    if card.uuid == uuid or (match and card.index == int(match.group(1))):
-                        return card
-            index = _TRAILING_INDEX.fullmatch(uuid)
-            if self.source == "" and index:
-                self.reader.said(
-                    logging.WARNING, "no MetaX driver on this node: card indices are taken from the device names"
-                )
-                return Card(MetaxGpu(int(index.group(1)), uuid, "", "", 0, 0))
-            known = ", ".join(c.uuid for c in self.cards) or "no MetaX GPU"
-            raise HamiError(
-                f"MetaX GPU {uuid} is not on this node (it has {known}): the pod was placed from an outdated view"
-            )
+            (card,) = devices_named([uuid], self.cards, self.read_cards, what="MetaX GPU", name_of=lambda c: c.uuid,
+                                    answers=lambda c, n: c.uuid == n or capacity_index(n, "metax") == c.index,
+                                    stand_in=stand_in)  # fmt: skip
+            return card
 
     def processes(self) -> list[DeviceProcess] | None:
         """Each process on this node's cards and the memory MXSML counts for it; None without MXSML, or when it
         fails this round (the backstop then checks nothing rather than something half-read)."""
+        return self._per_card("processes", lambda session, card: [
+            DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
+            for pid, used in session.processes(card.index, card.gpu.bdf)])  # fmt: skip
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What MXSML reads from this node's cards now; None as for `processes` (the monitor then shows the cards'
+        figures unknown)."""
+        return self._per_card("figures", lambda session, card: [session.readings(card.index, card.uuid)])
+
+    def _per_card(self, what: str, read: Callable[[Mxsml, Card], list[T]]) -> list[T] | None:
         with self.lock:
             cards = self.cards if self.session is not None else self.read_cards()
-            if self.session is None:
+            session = self.session
+            if session is None:
                 return None
-            found = []
-            try:
-                for card in cards:
-                    found += [DeviceProcess(device_uuid=card.uuid, pid=pid, used_bytes=used)
-                              for pid, used in self.session.processes(card.index, card.gpu.bdf)]  # fmt: skip
-            except MxsmlError as exc:
-                log.warning("cannot read the MetaX GPUs' processes this round: %s", exc)
-                return None
-            return found
+            return per_device(log, f"the MetaX GPUs' {what}", cards, lambda card: read(session, card))
 
     def cards_of(self, uuids: Sequence[str]) -> list[Card]:
         return [self.card_of(u) for u in uuids]

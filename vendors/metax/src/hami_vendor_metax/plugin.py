@@ -10,7 +10,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * discovery through MXSML, or ``mx-smi`` without it (`hami_vendor_metax.discovery`, the binding in
   `hami_vendor_metax.mxsml`), and the scheduler's reading of ``metax-tech.com/node-gpu-devices``;
 * the node-side backstop's view, for the node's kind: each card's processes and the memory MXSML counts for each
-  (`hami_device_processes`, ``mxSmlGetSingleGpuProcess``; `hami_vendor_metax.node`);
+  (`hami_device_processes`, ``mxSmlGetSingleGpuProcess``; `hami_vendor_metax.node`), and each card's VRAM in use,
+  busy share, power and temperature for the node monitor (`hami_device_readings`, from MXSML);
 * requests: whole cards by count; shares by HAMi's shared rules with memory in GiB and, as in HAMi, a container
   naming memory but not ``vcore`` gets the whole compute of its card (``defaultCores``, 100). The pod's
   ``metax-tech.com/sgpu-qos-policy`` must be ``best-effort`` (the default, written at admission when absent),
@@ -43,6 +44,7 @@ from hami.model import (
     Device,
     DeviceKind,
     DeviceProcess,
+    DeviceReading,
     DraDevice,
     DrmUsageSource,
     IsolationLibrary,
@@ -207,6 +209,13 @@ def hami_drm_usage_source(kind: DeviceKind, settings: MetaxSettings) -> DrmUsage
     if not settings.drm_fdinfo.enabled or kind.common_word != node_kind.common_word:
         return None
     return settings.drm_fdinfo.source((), {c.gpu.bdf: c.uuid for c in runtime_for(settings).cards if c.gpu.bdf})
+
+
+def hami_device_readings(kind: DeviceKind, settings: MetaxSettings) -> list[DeviceReading] | None:
+    node_kind = GPU if settings.node_kind == "gpu" else SGPU
+    if kind.common_word != node_kind.common_word:
+        return []  # a node serves one kind: the other has no devices here
+    return runtime_for(settings).readings()
 
 
 @hookimpl

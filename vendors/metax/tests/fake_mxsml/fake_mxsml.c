@@ -9,12 +9,18 @@
  * Two devices of the same non-zero MetaLink group are MXSML_TOPOLOGY_METAXLINK to each other; other pairs are
  * MXSML_TOPOLOGY_SYSTEM. FAKE_MXSML_FAIL=<function> makes that function fail with MXSML_Failure (mxSmlInit with
  * MXSML_NoDevice).
+ *
+ * The readings (mxSmlGetMemoryInfo's VRAM in use, KB; mxSmlGetDeviceIpUsage of MXSML_Usage_Xcore, percent;
+ * mxSmlGetBoardPowerInfo, three 12 V ways whose powers in mW add up to the board's; mxSmlGetTemperatureInfo of
+ * MXSML_Temperature_Hotspot, degrees x 100) answer from the file $FAKE_MXSML_READINGS names (core's fake_readings.h;
+ * "-": MXSML_OperationNotSupport, or the machine's VRAM in use).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fake_processes.h"
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 32
@@ -23,8 +29,10 @@ typedef enum {
     MXSML_Success = 0,
     MXSML_Failure = 1,
     MXSML_NoDevice = 2,
+    MXSML_OperationNotSupport = 3,
     MXSML_InvalidDeviceId = 6,
     MXSML_InvalidInput = 9,
+    MXSML_InsufficientSize = 10,
 } mxSmlReturn_t;
 
 typedef enum { MXSML_Device_Unknown = 0 } mxSmlDeviceType_t;
@@ -150,12 +158,69 @@ EXPORT mxSmlReturn_t mxSmlGetDeviceInfo(unsigned int deviceId, mxSmlDeviceInfo_t
 EXPORT mxSmlReturn_t mxSmlGetMemoryInfo(unsigned int deviceId, mxSmlMemoryInfo_t *memory) {
     DEVICE_OR_FAIL("mxSmlGetMemoryInfo", deviceId)
     if (!memory) return MXSML_InvalidInput;
+    struct fake_reading r;
+    if (fake_reading("FAKE_MXSML_READINGS", (int)deviceId, &r) < 0) return MXSML_Failure;
     memset(memory, 0, sizeof *memory);
     memory->vramTotal = d->total;
-    memory->vramUse = d->used;
+    memory->vramUse = r.memory_used == FAKE_UNSUPPORTED ? d->used : (long)(r.memory_used / 1024);
     memory->visVramTotal = d->total;
-    memory->visVramUse = d->used;
+    memory->visVramUse = memory->vramUse;
     return MXSML_Success;
+}
+
+typedef enum { MXSML_Usage_Dla, MXSML_Usage_Vpue, MXSML_Usage_Vpud, MXSML_Usage_G2d, MXSML_Usage_Xcore } mxSmlUsageIp_t;
+typedef enum { MXSML_Temperature_Hotspot = 0 } mxSmlTemperatureSensors_t;
+typedef struct {
+    unsigned int voltage, current, power; /* mV, mA, mW */
+} mxSmlBoardWayElectricInfo_t;
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of device `id`, MXSML_OperationNotSupport where "-". */
+static mxSmlReturn_t figure(unsigned id, int which, long long *out) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_MXSML_READINGS", (int)id, &r) < 0) return MXSML_Failure;
+    *out = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    return *out == FAKE_UNSUPPORTED ? MXSML_OperationNotSupport : MXSML_Success;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetDeviceIpUsage(unsigned int deviceId, mxSmlUsageIp_t ip, int *usage) {
+    DEVICE_OR_FAIL("mxSmlGetDeviceIpUsage", deviceId)
+    (void)d;
+    long long busy;
+    if (!usage || ip != MXSML_Usage_Xcore) return MXSML_InvalidInput; /* a C-class device */
+    mxSmlReturn_t code = figure(deviceId, 0, &busy);
+    if (code == MXSML_Success) *usage = (int)busy;
+    return code;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetBoardPowerInfo(unsigned int deviceId, unsigned int *infoSize,
+                                            mxSmlBoardWayElectricInfo_t *boardInfo) {
+    DEVICE_OR_FAIL("mxSmlGetBoardPowerInfo", deviceId)
+    (void)d;
+    long long milliwatts;
+    if (!infoSize) return MXSML_InvalidInput;
+    mxSmlReturn_t code = figure(deviceId, 1, &milliwatts);
+    if (code != MXSML_Success) return code;
+    if (*infoSize < 3 || !boardInfo) { /* a C-class device supplies 3 ways of 12 V */
+        *infoSize = 3;
+        return MXSML_InsufficientSize;
+    }
+    *infoSize = 3;
+    for (int way = 0; way < 3; way++) {
+        boardInfo[way].voltage = 12000;
+        boardInfo[way].power = (unsigned)(milliwatts / 3 + (way == 0 ? milliwatts % 3 : 0));
+        boardInfo[way].current = boardInfo[way].power * 1000 / 12000;
+    }
+    return MXSML_Success;
+}
+
+EXPORT mxSmlReturn_t mxSmlGetTemperatureInfo(unsigned int deviceId, mxSmlTemperatureSensors_t sensor, int *temperature) {
+    DEVICE_OR_FAIL("mxSmlGetTemperatureInfo", deviceId)
+    (void)d;
+    long long celsius;
+    if (!temperature || sensor != MXSML_Temperature_Hotspot) return MXSML_InvalidInput;
+    mxSmlReturn_t code = figure(deviceId, 2, &celsius);
+    if (code == MXSML_Success) *temperature = (int)(celsius * 100);
+    return code;
 }
 
 EXPORT mxSmlReturn_t mxSmlGetDeviceState(unsigned int deviceId, int *state) {

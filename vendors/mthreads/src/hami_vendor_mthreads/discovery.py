@@ -3,7 +3,8 @@
 Owns the node runtime (`NodeRuntime`: the MTML session, opened on first use and reopened after a failure, the
 ``mthreads-gmi`` fallback when ``libmtml.so`` cannot be loaded, messages about a missing driver said once: core's
 `hami.vendordriver.DriverReader`, in Moore Threads' words; and the
-GPUs of the last read, which container edits use to turn a placement into GPUs) and the `NodeInventory` of kind
+GPUs of the last read, which container edits use to turn a placement into GPUs; and, for the node monitor, what
+MTML reads from them, `NodeRuntime.readings`) and the `NodeInventory` of kind
 ``Mthreads``: per GPU its MTML UUID, index, 100 slots (HAMi's ``Count``), memory in MiB, 16 cores (HAMi's
 ``Devcore``: sGPU cores are sixteenths of a GPU), the type ``Mthreads-<product name>`` (``Mthreads-MTT-S4000``:
 HAMi's type for these GPUs is ``Mthreads``, which its type check finds in it), NUMA and health; and, where MTML
@@ -26,11 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from hami.codec import encode_link_scores
-from hami.errors import HamiError
-from hami.model import Device, NodeInventory
+from hami.model import Device, DeviceReading, NodeInventory
 from hami.vendordriver import DriverReader, DriverWords
+from hami.vendorstate import capacity_index, devices_named, trailing_index
 from hami_vendor_mthreads.gmi import read_gpus
-from hami_vendor_mthreads.mtml import MtGpu, Mtml
+from hami_vendor_mthreads.mtml import MtGpu, Mtml, MtmlError
 from hami_vendor_mthreads.settings import CORES_PER_GPU, MthreadsSettings
 
 __all__ = [
@@ -53,8 +54,6 @@ SCORE_ANNOTATION = "hami.io/node-mthreads-score"
 """Link scores between the GPUs (`hami.codec.encode_link_scores`), from MTML's topology levels."""
 CAPACITY_NAME = "mthreads"
 """HAMi's capacity-derived GPU names: ``<node>-mthreads-<i>``."""
-_CAPACITY_ID = re.compile(r".+-mthreads-([0-9]+)", re.DOTALL)
-_TRAILING_INDEX = re.compile(r".+-([0-9]+)", re.DOTALL)
 _SEPARATORS = re.compile(r"[\s,:;]+")
 
 
@@ -147,22 +146,40 @@ class NodeRuntime:
 
         :raises HamiError: no GPU of this node has that name.
         """
+
+        def stand_in(name: str) -> MtGpu | None:
+            index = trailing_index(name)
+            if self.source or index is None:
+                return None
+            self.reader.said(logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names")
+            return MtGpu(index=index, uuid=name, name="")
+
         with self.lock:
-            match = _CAPACITY_ID.fullmatch(name)
-            for attempt in (self.gpus, None):
-                gpus = self.read_gpus() if attempt is None else attempt
-                for gpu in gpus:
-                    if gpu.uuid == name or (match and gpu.index == int(match.group(1))):
-                        return gpu
-            index = _TRAILING_INDEX.fullmatch(name)
-            if not self.source and index:
-                self.reader.said(
-                    logging.WARNING, "no Moore Threads driver on this node: GPU indices are taken from names"
-                )
-                return MtGpu(index=int(index.group(1)), uuid=name, name="")
-            known = ", ".join(g.uuid for g in self.gpus) or "no Moore Threads GPU"
-            raise HamiError(f"Moore Threads GPU {name} is not on this node (it has {known}): the pod was placed "
-                            "from an outdated view")  # fmt: skip
+            (gpu,) = devices_named(
+                [name],
+                self.gpus,
+                self.read_gpus,
+                what="Moore Threads GPU",
+                name_of=lambda g: g.uuid,
+                answers=lambda g, n: g.uuid == n or capacity_index(n, "mthreads") == g.index,
+                stand_in=stand_in,
+            )
+            return gpu
+
+    def readings(self) -> list[DeviceReading] | None:
+        """What MTML reads from this node's GPUs now; None without MTML (mthreads-gmi gives none here), or when it
+        fails this round (the monitor then shows the GPUs' figures unknown)."""
+        with self.lock:
+            if self.mtml is None:
+                self.read_gpus()
+            session = self.mtml
+            if session is None:
+                return None
+            try:
+                return session.readings()
+            except MtmlError as exc:
+                log.warning("cannot read the Moore Threads GPUs' figures this round: %s", exc)
+                return None
 
     def gpus_of(self, names: Sequence[str]) -> list[MtGpu]:
         return [self.gpu_of(n) for n in names]

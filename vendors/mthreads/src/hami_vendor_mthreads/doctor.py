@@ -19,17 +19,12 @@ from hami_vendor_mthreads.settings import MthreadsSettings
 __all__ = ["checks"]
 
 DEVICE_NODES = ("mtgpu.[0-9]*", "dri/renderD*")
+PURPOSE = "it gives containers the GPUs their MTHREADS_VISIBLE_DEVICES names"
+"""What the runtime hook is for, as the doctor says it."""
 RUNTIME = ("mthreads-container-runtime",)
 
 
 def checks(settings: MthreadsSettings, grant: Grant | None) -> list[Finding]:
-    if grant is not None:
-        return [
-            vendorchecks.tool_memory_against_grant(
-                "mthreads-gmi", grant, lambda: [g.memory_total >> 20 for g in gmi.read_gpus(settings.mthreads_gmi).gpus]
-            )
-        ]
-
     def read_mtml() -> tuple[str, int]:
         session = Mtml.open(settings.mtml_library)
         try:
@@ -43,16 +38,22 @@ def checks(settings: MthreadsSettings, grant: Grant | None) -> list[Finding]:
         problems = f"; {len(report.problems)} block(s) unread: {report.problems[0]}" if report.problems else ""
         return f"{len(report.gpus)} GPU(s){problems}"
 
-    library = vendorchecks.management_library("libmtml.so", "mtmlLibrary", read_mtml)
-    nodes = vendorchecks.device_nodes(DEVICE_NODES)
-    absent = vendorchecks.driver(library, DEVICE_NODES, "Moore Threads")
-    if absent is not None:
-        return absent
-    tool = vendorchecks.tool(settings.mthreads_gmi, read_tool, needed_for="discovery's fallback without MTML")
-    return [
-        vendorchecks.fallback(library, tool, "mthreads-gmi"),
-        tool,
-        nodes,
-        vendorchecks.runtime_hook(RUNTIME, "it gives containers the GPUs their MTHREADS_VISIBLE_DEVICES names"),
-        vendorchecks.grant_root(ContainerDirs(settings.hook_path).grants),
-    ]
+    return vendorchecks.library_else_tool(
+        grant,
+        vendor="Moore Threads",
+        library="libmtml.so",
+        setting="mtmlLibrary",
+        read_library=read_mtml,
+        library_words="MTML",
+        tool_name="mthreads-gmi",
+        command=settings.mthreads_gmi,
+        read_tool=read_tool,
+        tool_memory=lambda: [g.memory_total >> 20 for g in gmi.read_gpus(settings.mthreads_gmi).gpus],
+        device_patterns=DEVICE_NODES,
+        grants=ContainerDirs(settings.hook_path).grants,
+        more=[
+            lambda: vendorchecks.runtime_hook(
+                RUNTIME, "it gives containers the GPUs their MTHREADS_VISIBLE_DEVICES names"
+            )
+        ],
+    )

@@ -10,7 +10,11 @@ node paths (``mtmlDeviceGetGpuPath`` ``/dev/mtgpu.<n>``, ``mtmlDeviceGetPrimaryP
 ``mtmlDeviceGetRenderPath`` ``/dev/dri/renderD<n>``), the memory object (``mtmlDeviceInitMemory``,
 ``mtmlMemoryGetTotal`` / ``mtmlMemoryGetUsed`` in bytes, ``mtmlDeviceFreeMemory``), the NUMA node
 (``mtmlDeviceGetMemoryAffinityWithinNode``, a bit mask; optional) and the topology between two devices
-(``mtmlDeviceGetTopologyLevel``; optional).
+(``mtmlDeviceGetTopologyLevel``; optional). For the node monitor, each device's readings (`Mtml.readings`):
+``mtmlMemoryGetUsed`` (bytes), the GPU object's (``mtmlDeviceInitGpu`` / ``mtmlDeviceFreeGpu``)
+``mtmlGpuGetUtilization`` (percent) and ``mtmlGpuGetTemperature`` (degrees Celsius), and
+``mtmlDeviceGetPowerUsage`` (milliwatts); a figure the device does not support (``MTML_ERROR_NOT_SUPPORTED``) is
+None.
 
 A device whose identity (UUID) cannot be read is not returned (it could never be named; the problem is kept for
 the log); one whose memory or paths cannot be read is returned unhealthy, so the scheduler stops placing pods on it
@@ -26,7 +30,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hami.vendordriver import DriverError, DriverUnavailable
+from hami.model import DeviceReading
+from hami.vendordriver import DriverError, DriverUnavailable, optional_call
 
 __all__ = ["MtGpu", "Mtml", "MtmlError", "MtmlReport", "MtmlUnavailable", "TopologyLevel"]
 
@@ -283,6 +288,55 @@ class Mtml:
             values["healthy"] = False
             values["problem"] = "; ".join(troubles)
         return MtGpu(**values)  # type: ignore[arg-type]
+
+    def _optional(self, name: str, *args: object) -> bool:
+        return optional_call(self._lib, name, *args, unsupported=(MTML_ERROR_NOT_SUPPORTED,), error=MtmlError)
+
+    def readings(self) -> list[DeviceReading]:
+        """What MTML reads from each device it lists now (see the module); one without a UUID is left out.
+
+        :raises MtmlError: the devices cannot be listed, or a reading fails other than by not being supported."""
+        with self.lock:
+            count = ctypes.c_uint(0)
+            self._call("mtmlLibraryCountDevice", self._handle, ctypes.byref(count))
+            out = []
+            for i in range(count.value):
+                device = ctypes.c_void_p()
+                self._call("mtmlLibraryInitDeviceByIndex", self._handle, ctypes.c_uint(i), ctypes.byref(device))
+                try:
+                    uuid = self._text("mtmlDeviceGetUUID", device, UUID_BUFFER)
+                    if uuid:
+                        out.append(self._reading(device, uuid))
+                finally:
+                    self._lib.mtmlLibraryFreeDevice(device)
+            return out
+
+    def _reading(self, device: ctypes.c_void_p, uuid: str) -> DeviceReading:
+        used, total = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
+        busy, celsius, milliwatts = ctypes.c_uint(0), ctypes.c_int(0), ctypes.c_uint(0)
+        has_used = has_total = has_busy = has_celsius = False
+        memory, gpu = ctypes.c_void_p(), ctypes.c_void_p()
+        if self._optional("mtmlDeviceInitMemory", device, ctypes.byref(memory)):
+            try:
+                has_used = self._optional("mtmlMemoryGetUsed", memory, ctypes.byref(used))
+                has_total = self._optional("mtmlMemoryGetTotal", memory, ctypes.byref(total))
+            finally:
+                self._lib.mtmlDeviceFreeMemory(memory)
+        if self._optional("mtmlDeviceInitGpu", device, ctypes.byref(gpu)):
+            try:
+                has_busy = self._optional("mtmlGpuGetUtilization", gpu, ctypes.byref(busy))
+                has_celsius = self._optional("mtmlGpuGetTemperature", gpu, ctypes.byref(celsius))
+            finally:
+                self._lib.mtmlDeviceFreeGpu(gpu)
+        has_power = self._optional("mtmlDeviceGetPowerUsage", device, ctypes.byref(milliwatts))
+        return DeviceReading(
+            device_uuid=uuid,
+            memory_used_bytes=used.value if has_used else None,
+            memory_total_bytes=total.value if has_total else None,
+            utilization_percent=busy.value if has_busy else None,
+            power_watts=milliwatts.value / 1000 if has_power else None,
+            temperature_celsius=celsius.value if has_celsius else None,
+        )
 
     def _topology(self, handles: list[tuple[str, ctypes.c_void_p]]) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}

@@ -5,7 +5,8 @@ Every hook of the vendor, each a thin call into the module that owns the rule:
 * metadata here (`INFO`: the ``Mthreads`` kind, registered as HAMi reads it, from the node's capacity, 16 cores
   per GPU) and settings (`hami_vendor_mthreads.settings`);
 * discovery through MTML, or ``mthreads-gmi`` without it (`hami_vendor_mthreads.discovery`, the binding in
-  `hami_vendor_mthreads.mtml`, the tool in `hami_vendor_mthreads.gmi`);
+  `hami_vendor_mthreads.mtml`, the tool in `hami_vendor_mthreads.gmi`), and each GPU's memory in use, busy share,
+  power and temperature for the node monitor (`hami_device_readings`, from MTML);
 * requests and admission defaults: HAMi's sGPU rules (`hami_vendor_mthreads.requests`);
 * fitting: core's share and topology fitter with HAMi's one-GPU-per-pod rule and pod annotations
   (`hami_vendor_mthreads.fit`);
@@ -32,6 +33,7 @@ from hami.model import (
     ContainerPlacement,
     ContainerRequest,
     DeviceKind,
+    DeviceReading,
     DrmUsageSource,
     IsolationLibrary,
     NodeFit,
@@ -87,6 +89,11 @@ def hami_vendor_settings(raw: Mapping[str, Any]) -> MthreadsSettings:
 @hookimpl
 def hami_discover_devices(settings: MthreadsSettings) -> list[NodeInventory]:
     return discovery.discover(settings)
+
+
+@hookimpl
+def hami_device_readings(settings: MthreadsSettings) -> list[DeviceReading] | None:
+    return discovery.runtime_for(settings).readings()
 
 
 @hookimpl

@@ -11,10 +11,17 @@
  * MTML_TOPOLOGY_NODE, else MTML_TOPOLOGY_SYSTEM. FAKE_MTML_FAIL=<function>[:<device index>] makes that function
  * fail with MTML_ERROR_DRIVER_FAILURE (for every device, or that one). fake_mtml_live_objects() (not MTML) counts
  * the objects handed out and not yet freed.
+ *
+ * The readings (mtmlMemoryGetUsed, bytes; the GPU object's mtmlGpuGetUtilization, percent, and
+ * mtmlGpuGetTemperature, degrees; mtmlDeviceGetPowerUsage, milliwatts) answer from the file $FAKE_MTML_READINGS
+ * names, re-read at every call (core's fake_readings.h, the device index being the line; "-":
+ * MTML_ERROR_NOT_SUPPORTED, or the machine's memory in use).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fake_readings.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 16
@@ -270,8 +277,73 @@ EXPORT MtmlReturn mtmlMemoryGetUsed(const MtmlMemory *mem, unsigned long long *u
     if (!mem || !used) return MTML_ERROR_INVALID_ARGUMENT;
     const MtmlDevice *dev = mem->dev;
     DEV_OR_FAIL("mtmlMemoryGetUsed");
-    *used = d->used;
+    struct fake_reading r;
+    if (fake_reading("FAKE_MTML_READINGS", (int)dev->index, &r) < 0) return MTML_ERROR_UNKNOWN;
+    *used = r.memory_used == FAKE_UNSUPPORTED ? d->used : (unsigned long long)r.memory_used;
     return MTML_SUCCESS;
+}
+
+typedef struct MtmlGpu {
+    const MtmlDevice *dev;
+} MtmlGpu;
+
+EXPORT MtmlReturn mtmlDeviceInitGpu(const MtmlDevice *dev, MtmlGpu **gpu) {
+    DEV_OR_FAIL("mtmlDeviceInitGpu");
+    (void)d;
+    if (!gpu) return MTML_ERROR_INVALID_ARGUMENT;
+    MtmlGpu *out = malloc(sizeof *out);
+    if (!out) return MTML_ERROR_INSUFFICIENT_MEMORY;
+    out->dev = dev;
+    *gpu = out;
+    g_live++;
+    return MTML_SUCCESS;
+}
+
+EXPORT MtmlReturn mtmlDeviceFreeGpu(MtmlGpu *gpu) {
+    if (!gpu) return MTML_ERROR_INVALID_ARGUMENT;
+    free(gpu);
+    g_live--;
+    return MTML_SUCCESS;
+}
+
+/* Figure `which` (0 busy, 1 power, 2 temperature) of device `index`, MTML_ERROR_NOT_SUPPORTED where "-". */
+static MtmlReturn figure(unsigned index, int which, long long *out) {
+    struct fake_reading r;
+    if (fake_reading("FAKE_MTML_READINGS", (int)index, &r) < 0) return MTML_ERROR_UNKNOWN;
+    *out = which == 0 ? r.busy : which == 1 ? r.power_mw : r.celsius;
+    return *out == FAKE_UNSUPPORTED ? MTML_ERROR_NOT_SUPPORTED : MTML_SUCCESS;
+}
+
+EXPORT MtmlReturn mtmlGpuGetUtilization(const MtmlGpu *gpu, unsigned int *utilization) {
+    if (!gpu || !utilization) return MTML_ERROR_INVALID_ARGUMENT;
+    const MtmlDevice *dev = gpu->dev;
+    DEV_OR_FAIL("mtmlGpuGetUtilization");
+    (void)d;
+    long long value;
+    MtmlReturn code = figure(dev->index, 0, &value);
+    if (code == MTML_SUCCESS) *utilization = (unsigned)value;
+    return code;
+}
+
+EXPORT MtmlReturn mtmlGpuGetTemperature(const MtmlGpu *gpu, int *temperature) {
+    if (!gpu || !temperature) return MTML_ERROR_INVALID_ARGUMENT;
+    const MtmlDevice *dev = gpu->dev;
+    DEV_OR_FAIL("mtmlGpuGetTemperature");
+    (void)d;
+    long long value;
+    MtmlReturn code = figure(dev->index, 2, &value);
+    if (code == MTML_SUCCESS) *temperature = (int)value;
+    return code;
+}
+
+EXPORT MtmlReturn mtmlDeviceGetPowerUsage(const MtmlDevice *dev, unsigned int *power) {
+    DEV_OR_FAIL("mtmlDeviceGetPowerUsage");
+    (void)d;
+    if (!power) return MTML_ERROR_INVALID_ARGUMENT;
+    long long value;
+    MtmlReturn code = figure(dev->index, 1, &value);
+    if (code == MTML_SUCCESS) *power = (unsigned)value;
+    return code;
 }
 
 EXPORT MtmlReturn mtmlDeviceGetTopologyLevel(const MtmlDevice *dev1, const MtmlDevice *dev2,

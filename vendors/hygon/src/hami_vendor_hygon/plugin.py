@@ -138,6 +138,7 @@ def hami_drm_usage_source(settings: HygonSettings) -> DrmUsageSource | None:
     return settings.drm_fdinfo.source((), {d.bdf: d.uuid for d in runtime_for(settings).devices if d.bdf})
 
 
+@hookimpl
 def hami_device_readings(settings: HygonSettings) -> list[DeviceReading] | None:
     return runtime_for(settings).readings()
 

@@ -211,6 +211,7 @@ def hami_drm_usage_source(kind: DeviceKind, settings: MetaxSettings) -> DrmUsage
     return settings.drm_fdinfo.source((), {c.gpu.bdf: c.uuid for c in runtime_for(settings).cards if c.gpu.bdf})
 
 
+@hookimpl
 def hami_device_readings(kind: DeviceKind, settings: MetaxSettings) -> list[DeviceReading] | None:
     node_kind = GPU if settings.node_kind == "gpu" else SGPU
     if kind.common_word != node_kind.common_word:

@@ -195,26 +195,28 @@ def hami_allocate(
     return allocation.allocate(settings, kind.common_word, pod, container_index, devices)
 
 
+def _served_here(kind: DeviceKind, settings: MetaxSettings) -> bool:
+    """Whether `kind` is the one this node serves (`nodeKind`): a node serves GPUs or sGPUs, never both."""
+    return kind.common_word == (GPU if settings.node_kind == "gpu" else SGPU).common_word
+
+
 @hookimpl
 def hami_device_processes(kind: DeviceKind, settings: MetaxSettings) -> list[DeviceProcess] | None:
-    node_kind = GPU if settings.node_kind == "gpu" else SGPU
-    if kind.common_word != node_kind.common_word:
+    if not _served_here(kind, settings):
         return []  # a node serves one kind: the other has no containers here
     return runtime_for(settings).processes()
 
 
 @hookimpl
 def hami_drm_usage_source(kind: DeviceKind, settings: MetaxSettings) -> DrmUsageSource | None:
-    node_kind = GPU if settings.node_kind == "gpu" else SGPU
-    if not settings.drm_fdinfo.enabled or kind.common_word != node_kind.common_word:
+    if not settings.drm_fdinfo.enabled or not _served_here(kind, settings):
         return None
     return settings.drm_fdinfo.source((), {c.gpu.bdf: c.uuid for c in runtime_for(settings).cards if c.gpu.bdf})
 
 
 @hookimpl
 def hami_device_readings(kind: DeviceKind, settings: MetaxSettings) -> list[DeviceReading] | None:
-    node_kind = GPU if settings.node_kind == "gpu" else SGPU
-    if kind.common_word != node_kind.common_word:
+    if not _served_here(kind, settings):
         return []  # a node serves one kind: the other has no devices here
     return runtime_for(settings).readings()
 

@@ -115,6 +115,20 @@ def test_misspelled_hook_is_refused_with_a_suggestion() -> None:
     assert "hami_fit_node is not a hook of the contract; did you mean hami_fit_nodes?" in plugins.failed[0].error
 
 
+def test_a_hook_of_the_contract_left_unmarked_is_refused() -> None:
+    """pluggy calls only marked functions: an unmarked hami_device_readings would leave the vendor's readings silently
+    absent (as a merge once did to two vendors), so the plugin is refused, naming it."""
+
+    def hami_device_readings() -> None:  # no @hookimpl
+        return None
+
+    bad = make_plugin("unmarked", "UNMARKED", "unmarked.example.com", hami_device_readings=hami_device_readings)
+    good = make_plugin("fine", "FINE", "fine.example.com")
+    plugins = VendorPlugins.load(sources=[source("unmarked", bad), source("fine", good)], disabled=())
+    assert [v.name for v in plugins.vendors] == ["fine"]
+    assert "hami_device_readings is a hook of the contract but is not marked @hookimpl" in plugins.failed[0].error
+
+
 def test_hook_with_an_argument_the_spec_lacks_is_refused() -> None:
     @hookimpl
     def hami_container_request(kind: DeviceKind, container: Container, gpu_count: int) -> None:

@@ -208,11 +208,15 @@ class VendorPlugins:
     def _inspect(self, plugin: object, source: PluginSource, config: Mapping[str, Mapping[str, Any]]) -> LoadedVendor:
         impls = self.pm.get_hookcallers(plugin) or []
         hooks = tuple(sorted(caller.name for caller in impls))
-        for name in _declared_hooks(plugin):
+        declared = _declared_hooks(plugin)
+        for name in declared:
             if name not in _SPEC_NAMES:
                 near = difflib.get_close_matches(name, _SPEC_NAMES, n=1)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 raise PluginError(source.name, f"{name} is not a hook of the contract{hint}")
+        for name in _SPEC_NAMES:  # the other way round: pluggy never calls an unmarked one, its feature silently absent
+            if name not in declared and callable(getattr(plugin, name, None)):
+                raise PluginError(source.name, f"{name} is a hook of the contract but is not marked @hookimpl")
         if "hami_vendor_info" not in hooks:
             raise PluginError(source.name, "does not implement hami_vendor_info, which every vendor must")
         info = self._call_one(plugin, "hami_vendor_info", {})

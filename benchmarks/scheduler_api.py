@@ -11,8 +11,10 @@ starts `hami scheduler` with the chart's hami.yaml as the chart's scheduler Serv
 answers ready. Then --measure new pods are created and scheduled as kube-scheduler schedules them: one filter at a
 time (the pod as the API serves it, every node name: the chart's extender is nodeCacheCapable), each bind handed to
 a pool of --binders threads (kube-scheduler binds asynchronously) unless --serial. A stand-in for the node daemons
-(a process of its own, through the project's own `KubeCluster` and `NodeLocks`) marks each bound pod allocated and
-releases its node lock, as the daemon's Allocate does.
+(a process of its own, through the project's own `KubeCluster` and `NodeLocks`) makes the API requests the daemon's
+Allocate makes for each bound pod: with `--node-lock lease` (the default: the nodes' daemons are this project's and
+offer their lock as a Lease), the Lease read, the pod read and one patch of the pod; with `--node-lock annotation`
+(HAMi's daemons), the Node read for its lock, the pod read and patched, and the lock released on the Node.
 
 Prints p50/p99 of filter and bind, pods/s (measured pods over the time until the last bind answered), the seconds
 from starting the scheduler until ready, and the scheduler's resident memory (now and peak); the last line is one
@@ -63,6 +65,7 @@ from kube_rest import ApiError, KubeApi  # noqa: E402
 from hami.cluster import WatchEvent, meta  # noqa: E402
 from hami.cluster.kube import KubeCluster  # noqa: E402
 from hami.cluster.locks import NodeLocks  # noqa: E402
+from hami.cluster.nodelease import LEASE_ANNOTATION, LEASE_PREFIX, holder_of  # noqa: E402
 from hami.codec import Handshake, encode_handshake, encode_node_register, encode_pod_devices  # noqa: E402
 from hami.model import ContainerDevice, Device  # noqa: E402
 from hami.scheduler.extender import BIND_PHASE  # noqa: E402
@@ -77,7 +80,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def node_object(name: str, devices: int) -> dict[str, Any]:
+def node_object(name: str, devices: int, lease: bool = True) -> dict[str, Any]:
     gpus = [
         Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type="NVIDIA-H100", numa=i // 4)
         for i in range(devices)
@@ -94,9 +97,21 @@ def node_object(name: str, devices: int) -> dict[str, Any]:
             "annotations": {
                 "hami.io/node-nvidia-register": encode_node_register(gpus),
                 "hami.io/node-handshake": encode_handshake(Handshake("Reported", datetime.now())),
+                # the daemon's offer of its node lock Lease (created by `lease_object`), as it writes it
+                **({LEASE_ANNOTATION: f"{STACK_NAMESPACE}/{LEASE_PREFIX}{name}"} if lease else {}),
             },
         },
         "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def lease_object(node: str) -> dict[str, Any]:
+    """The node lock's Lease as this project's daemon creates it (`hami.cluster.nodelease.DaemonLease`)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE_PREFIX + node, "namespace": STACK_NAMESPACE},
+        "spec": {},
     }
 
 
@@ -140,10 +155,14 @@ def create_all(api: KubeApi, objects: list[dict[str, Any]], threads: int, what: 
 
 
 class NodeSideStandIn:
-    """Marks bound pods allocated and releases their node lock, as the node daemon's Allocate does."""
+    """Makes the requests the node daemon's Allocate makes for each bound pod (`hami.node.allocate`), in order: the
+    lock's holder (the node's Lease, or the Node's annotation lock), the pod, one patch of the pod emptying its
+    to-allocate entry with `bind-phase: success` (on its resourceVersion), and, for an annotation lock, its release
+    (the Node read and patched)."""
 
-    def __init__(self, cluster: KubeCluster) -> None:
+    def __init__(self, cluster: KubeCluster, lease: bool) -> None:
         self.cluster = cluster
+        self.lease = lease
         self.locks = NodeLocks(cluster)
         self.done: set[str] = set()
         # Each node has a daemon of its own: allocations on different nodes go on at once, so this pool must not be
@@ -163,18 +182,29 @@ class NodeSideStandIn:
         self.pool.submit(self.allocate, m["name"], m["namespace"], target)
 
     def allocate(self, name: str, namespace: str, node: str) -> None:
-        self.cluster.patch_metadata("pods", name, namespace, annotations={BIND_PHASE: "success"})
-        self.locks.release(node, namespace, name)
+        if self.lease:
+            holder = holder_of(self.cluster.get("leases", LEASE_PREFIX + node, STACK_NAMESPACE))
+        else:
+            holder = self.locks.holder(meta(self.cluster.get("nodes", node)).get("annotations") or {})
+        if holder is None or (holder.namespace, holder.name) != (namespace, name):
+            log(f"stand-in: {namespace}/{name} on {node} does not hold the node's lock ({holder})")
+        pod = meta(self.cluster.get("pods", name, namespace))
+        served = {"hami.io/vgpu-devices-to-allocate": encode_pod_devices([()]), BIND_PHASE: "success"}
+        self.cluster.patch_metadata(
+            "pods", name, namespace, annotations=served, resource_version=pod["resourceVersion"]
+        )
+        if not self.lease:
+            self.locks.release(node, namespace, name)
 
     def stop(self) -> None:
         self.sub.stop()
         self.pool.shutdown()
 
 
-def node_side(kubeconfig: str, started: Any, stop: Any) -> None:
+def node_side(kubeconfig: str, lease: bool, started: Any, stop: Any) -> None:
     """The stand-in in a process of its own, as the node daemons are: its watch and API calls then take no
     interpreter lock from the client whose filter times are measured (kube-scheduler has none to share)."""
-    stand_in = NodeSideStandIn(KubeCluster.from_kubeconfig(kubeconfig))
+    stand_in = NodeSideStandIn(KubeCluster.from_kubeconfig(kubeconfig), lease)
     started.set()
     stop.wait()
     stand_in.stop()
@@ -374,6 +404,13 @@ def main() -> None:
     )
     parser.add_argument("--create-threads", type=int, default=8)
     parser.add_argument(
+        "--node-lock",
+        choices=["lease", "annotation"],
+        default="lease",
+        help="the nodes' daemons as this project's, offering the node lock as a Lease (default), or as HAMi's, "
+        "locked by the hami.io/mutex.lock annotation on the Node",
+    )
+    parser.add_argument(
         "--connect",
         choices=["in-cluster", "kubeconfig"],
         default="in-cluster",
@@ -410,7 +447,11 @@ def main() -> None:
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         names = [f"node-{i:05d}" for i in range(args.nodes)]
         log(f"creating {args.nodes} nodes and {args.pods} running pods")
-        node_s = create_all(api, [node_object(n, args.devices_per_node) for n in names], args.create_threads, "nodes")
+        lease = args.node_lock == "lease"
+        nodes = [node_object(n, args.devices_per_node, lease) for n in names]
+        node_s = create_all(api, nodes, args.create_threads, "nodes")
+        if lease:
+            node_s += create_all(api, [lease_object(n) for n in names], args.create_threads, "leases")
         running = []
         for i in range(args.pods):
             n = i % args.nodes
@@ -446,7 +487,9 @@ def main() -> None:
         spawn = multiprocessing.get_context("spawn")
         node_side_started = spawn.Event()
         kubeconfig = str(plane.identity("admin", "hami-e2e-admin").kubeconfig)
-        stand_in = spawn.Process(target=node_side, args=(kubeconfig, node_side_started, stop_node_side), daemon=True)
+        stand_in = spawn.Process(
+            target=node_side, args=(kubeconfig, lease, node_side_started, stop_node_side), daemon=True
+        )
         stand_in.start()
         if not node_side_started.wait(60):
             raise RuntimeError("the node-side stand-in did not start")
@@ -507,6 +550,7 @@ def main() -> None:
             "binds": "serial" if args.serial else args.binders,
             "arrival_rate": args.rate or None,
             "connect": args.connect,
+            "node_lock": args.node_lock,
             "ready_s": round(ready_s, 2),
             "ready_s_all": [round(r, 2) for r in ready_runs] if len(ready_runs) > 1 else None,
             "filter_p50_ms": ms(filters, 0.5),

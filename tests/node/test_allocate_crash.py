@@ -44,9 +44,9 @@ from hami.testing.kubelet import FakeKubelet, PluginCallError
 RESOURCE = "scripted.example/accel"
 TO_ALLOCATE = "hami.io/scripted-devices-to-allocate"
 DEVICE_IDS = ["SCR-1-0"]
-STEPS = 6
-"""Allocate's requests: get the node (its lock), get the lock's owner, patch the pod's entries (after the journal
-is written), patch bind-phase success, get the node and patch it (the lock's release)."""
+STEPS = 5
+"""Allocate's requests: get the node (its lock), get the lock's owner, patch the pod's entries with bind-phase
+success (after the journal is written), get the node and patch it (the lock's release)."""
 
 
 class KillingApiServer(FakeApiServer):

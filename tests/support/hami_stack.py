@@ -345,6 +345,7 @@ class DeviceNode:
         argv += ["--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--discovery-interval", "1"]
         argv += ["--register-interval", "1"]
         env = {**self.env, "HAMI_DISABLED_VENDORS": self.stack.disabled_vendors()}
+        env.setdefault("POD_NAMESPACE", NAMESPACE)  # as the chart's DaemonSet: the node lock's Lease is offered
         self.daemon = self.stack.plane.start_process(f"hami-node-{self.name}", argv, env=env)
 
         def registered() -> bool:

@@ -190,7 +190,10 @@ class FakeNodeSide:
         node = (event.object.get("spec") or {}).get("nodeName")
         if event.type == "DELETED" or not node or (m.get("annotations") or {}).get(BIND_PHASE) != "allocating":
             return
-        with self._lock:
+        with self._lock:  # an event may be older than a write of ours already made (the label patch's view)
+            current = meta(self.cluster.get("pods", m["name"], m["namespace"]))
+            if (current.get("annotations") or {}).get(BIND_PHASE) != "allocating":
+                return
             self.cluster.patch_metadata("pods", m["name"], m["namespace"], annotations={BIND_PHASE: "success"})
             NodeLocks(self.cluster).release(node, m["namespace"], m["name"])
             self.served.append(m["name"])

@@ -19,6 +19,14 @@ named for the pod in the same write as the mutex (so a mixed fleet serializes as
 while another one is younger than its expiry (`VendorLockBusy`), and `release` removes, with the mutex, those of
 `vendor_locks` written with it (the same time to the second: this scheduler's, not another's taken since), so a pod
 that fails or vanishes before its Allocate leaves no vendor lock behind.
+
+Lease locks (`hami.cluster.nodelease`): a node whose daemon is this project's names a Lease in
+`hami.io/node-lock-lease`; a pod without vendor locks then locks the node by writing the Lease (one small write,
+no Node write), and nobody releases it: its holder stops holding it as an annotation lock's owner does
+(`holder_done`, or the expiry). The node annotation lock is still honoured there (a holder that still needs it is
+waited for: a bind of an earlier version of this scheduler), and a Lease found gone (its daemon's Pod deleted,
+HAMi's daemon in its place) sends the bind to the annotation lock. The Lease as this process last read or wrote it
+is kept per node, so a bind writes without reading it first; a stale one is refused by its resourceVersion.
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from hami.cluster.port import Cluster, ConflictError, meta
+from hami.cluster.nodelease import LeaseRef, holder_of, lease_ref, with_holder
+from hami.cluster.port import Cluster, ConflictError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, encode_node_lock
 from hami.errors import HamiError
 from hami.model import DeviceKind
@@ -99,6 +108,8 @@ class NodeLocks:
         """The node's annotations and resourceVersion as a watch last delivered them, if known: each attempt
         decides and writes on them (the resourceVersion precondition refuses a stale view, and the node is then
         read), sparing a read per lock and one per wait; a busy answer is given only on the node as read."""
+        self._leases: dict[str, KubeObject] = {}
+        """node → its lock's Lease as last read or written here."""
 
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
@@ -143,15 +154,25 @@ class NodeLocks:
         """Lock `node` for the pod (and take `vendor_locks`, see the module's docstring); returns the seconds spent
         waiting. Raises `NodeBusy` or `VendorLockBusy` after `wait` seconds."""
         start = time.monotonic()
-        delay = 0.005
         cached = self.known(node)
+        if not vendor_locks:  # a vendor lock is a node annotation for the vendor's own node side
+            if cached is None:
+                cached = self._read_node(node)
+            lease = lease_ref(cached[0])
+            if lease is not None:
+                try:
+                    return self._acquire_lease(node, lease, cached[0], namespace, name, uid, wait, start)
+                except NotFoundError:
+                    self._leases.pop(node, None)
+                    log.info("node %s: Lease %s/%s is gone; locking the node annotation", node, *lease)
+                cached = None
+        delay = 0.005
         while True:
             read = cached is None or not cached[1]
             if cached is not None and not read:
                 annotations, version = cached
             else:
-                m = meta(self.cluster.get("nodes", node))
-                annotations, version = m.get("annotations") or {}, str(m.get("resourceVersion") or "")
+                annotations, version = self._read_node(node)
             cached = None
             annotations = dict(annotations)
             lock = self.holder(annotations)
@@ -181,9 +202,83 @@ class NodeLocks:
             delay = min(delay * 2, 0.1)
             cached = self.known(node)  # woken by the node's watch event, or the delay: its view, without a read
 
+    def _read_node(self, node: str) -> tuple[Mapping[str, str], str]:
+        m = meta(self.cluster.get("nodes", node))
+        return m.get("annotations") or {}, str(m.get("resourceVersion") or "")
+
+    def _acquire_lease(
+        self,
+        node: str,
+        ref: LeaseRef,
+        annotations: Mapping[str, str],
+        namespace: str,
+        name: str,
+        uid: str,
+        wait: float,
+        start: float,
+    ) -> float:
+        """`acquire` through the node's Lease: one write when the Lease is known and free.
+
+        :raises NotFoundError: the Lease is gone (the caller locks the node annotation)."""
+        delay = 0.005
+        lease = self._leases.get(node)
+        cached = lease is not None
+        while True:
+            if lease is None:
+                lease = self._leases[node] = self.cluster.get("leases", ref[1], ref[0])
+            holder = holder_of(lease)
+            mutex = self.holder(dict(annotations))  # an annotation lock of an earlier scheduler, on the same view
+            free = self._free(holder, node, namespace, name) and (
+                mutex is None or (mutex.namespace, mutex.name) == (namespace, name) or self._free(mutex, node, "", "")
+            )
+            if free:
+                taken = with_holder(
+                    lease, NodeLock(self.clock(), namespace, name, uid), int(self.expiry.total_seconds())
+                )
+                try:
+                    self._leases[node] = self.cluster.replace("leases", taken)
+                    return time.monotonic() - start
+                except ConflictError:
+                    lease, cached = None, False  # changed since read here: read again
+                    continue
+            left = wait - (time.monotonic() - start)
+            if left <= 0:
+                if cached:
+                    lease, cached = None, False  # the answer comes from the Lease as the API server has it
+                    continue
+                if holder is not None and not self._free(holder, node, namespace, name):
+                    raise NodeBusy(node, holder)
+                assert mutex is not None
+                raise NodeBusy(node, mutex)
+            self.wait_for_node(node, min(delay, left))  # woken by pod and node watch events
+            delay = min(delay * 2, 0.1)
+            known = self.known(node)
+            if known is not None:
+                annotations = known[0]
+
+    def _release_lease(self, node: str, namespace: str, name: str) -> bool | None:
+        """Free the node's Lease if this process last wrote it for `namespace/name`; None when it holds no Lease
+        of the node (the annotation lock is then the one to release)."""
+        lease = self._leases.get(node)
+        holder = holder_of(lease) if lease is not None else None
+        if lease is None or holder is None or (holder.namespace, holder.name) != (namespace, name):
+            return None
+        try:
+            self._leases[node] = self.cluster.replace("leases", with_holder(lease, None, 0))
+            return True
+        except ConflictError:
+            self._leases.pop(node, None)  # taken since by another: not ours to free
+            return False
+        except NotFoundError:
+            self._leases.pop(node, None)
+            return False
+
     def release(self, node: str, namespace: str, name: str, vendor_locks: Sequence[VendorLock] = ()) -> bool:
         """Release the node's lock if `namespace/name` holds it (or it is malformed), with the `vendor_locks` written
-        together with it; True when released."""
+        together with it; True when released. A Lease this process took for the pod is freed instead."""
+        lease_freed = self._release_lease(node, namespace, name) if not vendor_locks else None
+        if lease_freed is not None:
+            return lease_freed
         for _ in range(10):
             obj = self.cluster.get("nodes", node)
             m = meta(obj)

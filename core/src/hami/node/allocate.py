@@ -5,10 +5,12 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
 `hami.io/bind-phase: allocating`, so:
 
 1. **Which pod.** The lock's owner, when that pod exists with the lock's UID and still has devices of this
-   kind to allocate. A lock whose owner is gone, was recreated or has finished allocating is stale: it is
-   released. Without a usable lock, the pod bound to this node with `bind-phase: allocating` and devices of
-   this kind left is served only when it is the only one (HAMi takes the first it finds, which can hand one
-   pod's devices to another); otherwise Allocate is refused, saying why.
+   kind to allocate: the holder of the node's Lease first (`hami.cluster.nodelease`, the lock this project's
+   scheduler takes where this daemon offers it), then the node annotation's (HAMi's scheduler's). An annotation
+   lock whose owner is gone, was recreated or has finished allocating is stale: it is released (a Lease is never
+   released here: its holder's bind phase frees it). Without a usable lock, the pod bound to this node with
+   `bind-phase: allocating` and devices of this kind left is served only when it is the only one (HAMi takes the
+   first it finds, which can hand one pod's devices to another); otherwise Allocate is refused, saying why.
 2. **Which containers.** Each container request of the kubelet takes the pod's next container whose entry in
    the kind's to-allocate annotation is not empty (init containers first, HAMi's positional order), and the
    number of device IDs the kubelet gives must equal the number of devices the scheduler placed. The kubelet
@@ -21,7 +23,8 @@ Allocate carries device IDs only, no pod identity. The scheduler's bind locks th
    `…-allocated` annotation is left for usage accounting), in the same write as the pod annotations the
    vendor's allocations returned (`Allocation.pod_annotations`, e.g. the identity of a partition it created;
    the next container of the same call already sees them). When no kind of the pod has anything left,
-   `bind-phase: success` is written and the lock released. On any failure once the pod is known,
+   `bind-phase: success` is written in the same write (one request per pod; on a Lease-locked node it is also
+   the lock's release) and an annotation lock released. On any failure once the pod is known,
    `bind-phase: failed` is written, the lock released, and the kubelet gets an error saying what was wrong.
 
 **Signed placements.** With placement keys (`hami.signing`), a pod is served only when its
@@ -55,7 +58,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks, vendor_locks_of
-from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, meta
+from hami.cluster.nodelease import DaemonLease
+from hami.cluster.port import Cluster, ClusterError, ConflictError, KubeObject, NotFoundError, meta
 from hami.codec import AnnotationError, NodeLock, decode_node_lock, decode_pod_devices, encode_pod_devices
 from hami.errors import HamiError
 from hami.isolation.grant import grant_host_dir, write_files
@@ -85,6 +89,8 @@ class _Target:
 
     obj: KubeObject
     pod: Pod
+    leased: bool = False
+    """Found as the holder of the node's Lease, which its bind phase frees: no lock for this daemon to release."""
 
 
 def _entries(annotations: Mapping[str, str], key: str | None) -> list[ContainerPlacement]:
@@ -112,6 +118,7 @@ class Allocator:
         library_of: Callable[[str], IsolationLibrary | None] | None = None,
         placement_keys: PlacementKeys | None = None,
         journal: AllocationJournal | None = None,
+        lease: DaemonLease | None = None,
     ) -> None:
         self.cluster = cluster
         self.plugins = plugins
@@ -124,6 +131,9 @@ class Allocator:
         self.journal = journal
         """Where answers are kept for the kubelet's retries; None: a retry after a lost answer is refused."""
         self.locks = NodeLocks(cluster)
+        self.lease = lease
+        """The node's lock Lease (`hami.cluster.nodelease`), read before the node annotation lock; None: only the
+        annotation lock (HAMi's)."""
         self._serial = threading.Lock()
 
     def allocate(self, kind: str, requests: Sequence[Sequence[str]]) -> list[ContainerEdits]:
@@ -185,6 +195,10 @@ class Allocator:
                 f"{kind} devices are served on the node by the vendor's own device plugin, as in HAMi, not by this "
                 "daemon: install it on the node"
             )
+        if self.lease is not None and (leased_by := self.lease.holder()) is not None:
+            target = self._lock_owner(leased_by, key, leased=True)
+            if target is not None:
+                return target
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
         owner: str | None = None
@@ -237,28 +251,31 @@ class Allocator:
             log.warning("node %s: ignoring a malformed lock: %s", self.node, exc)
             return None
 
-    def _lock_owner(self, lock: NodeLock, key: str) -> _Target | None:
-        """The lock's owner when it is the pod to serve; releases the lock when its owner no longer needs it."""
+    def _lock_owner(self, lock: NodeLock, key: str, *, leased: bool = False) -> _Target | None:
+        """The lock's owner when it is the pod to serve; releases an annotation lock whose owner no longer needs it
+        (a Lease's holder stops holding it by itself: the scheduler reads that from the pod)."""
         owner = f"{lock.namespace}/{lock.name}"
+        release = (lambda: None) if leased else (lambda: self.locks.release(self.node, lock.namespace, lock.name))
         try:
             obj = self.cluster.get("pods", lock.name, lock.namespace)
         except NotFoundError:
-            log.warning("node %s is locked for pod %s, which no longer exists: releasing the lock", self.node, owner)
-            self.locks.release(self.node, lock.namespace, lock.name)
+            log.info("node %s is locked for pod %s, which no longer exists", self.node, owner)
+            release()
             return None
         m = meta(obj)
         annotations = m.get("annotations") or {}
         if lock.uid and m.get("uid") != lock.uid:
-            log.warning("node %s is locked for an earlier pod named %s (UID %s): releasing", self.node, owner, lock.uid)
-            self.locks.release(self.node, lock.namespace, lock.name)
+            log.info("node %s is locked for an earlier pod named %s (UID %s)", self.node, owner, lock.uid)
+            release()
             return None
         if annotations.get(BIND_PHASE) in ("success", "failed") or not self._needs_any(annotations):
-            log.warning("node %s is locked for pod %s, whose allocation is over: releasing", self.node, owner)
-            self.locks.release(self.node, lock.namespace, lock.name)
+            if not leased:
+                log.warning("node %s is locked for pod %s, whose allocation is over: releasing", self.node, owner)
+            release()
             return None
-        if not _has_work(annotations, key):
+        if not _has_work(annotations, key) or (leased and node_of(obj) != self.node):
             return None  # the owner still allocates other kinds: it is not the pod asking for this one
-        return _Target(obj, Pod.from_api(obj))
+        return _Target(obj, Pod.from_api(obj), leased=leased)
 
     def _verified(self, obj: KubeObject) -> bool:
         assert self.placement_keys is not None
@@ -360,7 +377,7 @@ class Allocator:
                 )  # fmt: skip
                 self.on_served(record)
                 entries[at] = ()
-            self._commit(pod, key, entries, dict(journaled.annotations))
+            self._commit(target, key, entries, dict(journaled.annotations))
             return list(journaled.edits)
         served: list[ServedContainer] = []
         answers: list[ContainerEdits] = []
@@ -418,12 +435,12 @@ class Allocator:
                 self.journal.record(entry)
             except OSError as exc:  # serving matters more; only a retry after a crash would miss it
                 log.error("pod %s/%s: cannot journal its Allocate answer: %s", pod.namespace, pod.name, exc)
-        self._commit(pod, key, entries, written, node_written)
+        self._commit(target, key, entries, written, node_written)
         return answers
 
     def _commit(
         self,
-        pod: Pod,
+        target: _Target,
         key: str,
         entries: Sequence[ContainerPlacement],
         written: Mapping[str, str],
@@ -431,13 +448,33 @@ class Allocator:
     ) -> None:
         """Write the served entries and the call's annotations (the pod's, then the vendors' node annotations);
         when nothing is left, success and the lock. A retry answered from the journal writes no node annotations:
-        the journal keeps the pod's side, which is what decides the answer."""
-        patched = self.cluster.patch_metadata(
-            "pods", pod.name, pod.namespace, annotations={**written, key: encode_pod_devices(entries)}
-        )
+        the journal keeps the pod's side, which is what decides the answer.
+
+        When this write leaves the pod nothing to allocate, `bind-phase: success` goes in the same write, on the
+        condition that the pod is as read (its resourceVersion): a pod changed since is written in two steps,
+        the phase decided on what the first write returns. On a node locked through its Lease, that one write is
+        also the lock's release."""
+        pod = target.pod
+        m = meta(target.obj)
+        served = {**written, key: encode_pod_devices(entries)}
+        patched: KubeObject | None = None
+        if m.get("resourceVersion") and not self._needs_any({**(m.get("annotations") or {}), **served}):
+            try:
+                patched = self.cluster.patch_metadata(
+                    "pods", pod.name, pod.namespace, annotations={**served, BIND_PHASE: "success"},
+                    resource_version=str(m["resourceVersion"]),
+                )  # fmt: skip
+            except ConflictError:
+                patched = None
+        done = patched is not None
+        if patched is None:
+            patched = self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations=served)
         self._write_node_annotations(node_written or {})
-        if not self._needs_any(meta(patched).get("annotations") or {}):
-            self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
+        if done or not self._needs_any(meta(patched).get("annotations") or {}):
+            if not done:
+                self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
+            if target.leased:
+                return
             try:
                 self.locks.release(self.node, pod.namespace, pod.name)
             except ClusterError as exc:  # the pod is allocated; the scheduler frees locks of finished owners
@@ -467,6 +504,8 @@ class Allocator:
             self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "failed"})
         with contextlib.suppress(Exception):
             self.cluster.record_event(target.obj, "DeviceAllocationFailed", message, warning=True)
+        if target.leased:
+            return  # the failed phase frees the Lease
         try:  # with the vendor locks bind took with it
             self.locks.release(self.node, pod.namespace, pod.name, vendor_locks_of(self.plugins.kinds))
         except Exception:

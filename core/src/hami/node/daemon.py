@@ -9,7 +9,8 @@ these periodic tasks:
   resource seen for the first time, and the node annotations are synced at once when anything changed;
 * **kubelet** (`kubeletPollSeconds`): one `stat` of `kubelet.sock`; a new kubelet, or a plugin socket the
   kubelet removed, makes the affected plugins listen again and register again, without a restart;
-* **node** (`registerIntervalSeconds`): the register and handshake annotations compared and repaired
+* **node** (`registerIntervalSeconds`): the node lock's Lease checked in place (`hami.cluster.nodelease`, with
+  `lockLease` and `$POD_NAMESPACE`), the register, handshake and lock-offer annotations compared and repaired
   (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`);
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
   the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
@@ -38,6 +39,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -45,6 +47,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from hami.cluster.nodelease import DaemonLease
 from hami.cluster.port import Cluster, ClusterError
 from hami.config import HamiConfig, parse_address
 from hami.dra.plugin import DraPlugin
@@ -88,6 +91,13 @@ class NodeSettings(BaseModel):
     register_interval_seconds: float = Field(default=30.0, gt=0, alias="registerIntervalSeconds")
     kubelet_poll_seconds: float = Field(default=0.5, gt=0, alias="kubeletPollSeconds")
     shutdown_grace_seconds: float = Field(default=5.0, ge=0, alias="shutdownGraceSeconds")
+    lock_lease: bool = Field(
+        default=True,
+        alias="lockLease",
+        description="offer the scheduler a Lease for the node lock (hami.cluster.nodelease: no Node write per pod) "
+        "when the daemon knows its namespace ($POD_NAMESPACE, and $POD_NAME, $POD_UID to own it, from the downward "
+        "API); false, or no namespace: the node annotation lock only, as HAMi's daemon",
+    )
     simulated_inventory: Path | None = Field(
         default=None,
         alias="simulatedInventory",
@@ -134,6 +144,7 @@ class NodeDaemon:
         *,
         container_usage: ContainerUsageReader | None = None,
         placement_keys: PlacementKeys | None = None,
+        lease: DaemonLease | None = None,
     ) -> None:
         self.settings = settings
         self.plugins = plugins
@@ -151,7 +162,10 @@ class NodeDaemon:
             library_of=self.libraries.for_vendor,
             placement_keys=self.placement_keys,
             journal=AllocationJournal(settings.hook_dir / "allocate-journal"),
+            lease=lease,
         )
+        self.lease = lease
+        self._lease_in_place = False
         self.preference = PlacedPreference(self.allocator.pending_placements)
         """GetPreferredAllocation for pods that ask ``hami.io/numa-alignment``."""
         if self.placement_keys is None:
@@ -166,7 +180,12 @@ class NodeDaemon:
                 "placement verification on: serving only placements signed with the keys in %s",
                 self.placement_keys.source,
             )
-        self.registrar = NodeRegistrar(cluster, plugins, self.node)
+        self.registrar = NodeRegistrar(
+            cluster,
+            plugins,
+            self.node,
+            lock_lease=lambda: self.lease.annotation if self.lease is not None and self._lease_in_place else None,
+        )
         self.container_usage = container_usage or AccountingReader(self.served.containers)
         self.monitor = NodeMonitor(
             self.node,
@@ -437,6 +456,8 @@ class NodeDaemon:
             await asyncio.to_thread(self._node_work, sweep)
 
     def _node_work(self, sweep: bool) -> None:
+        if self.lease is not None:
+            self._lease_in_place = self.lease.ensure()  # a read; re-created if its owner's deletion took it
         if self.inventories:
             try:
                 self.registrar.sync(self.inventories)
@@ -474,6 +495,27 @@ def connect(config: HamiConfig) -> Cluster:
     return KubeCluster.in_cluster(component="hami-node")
 
 
+def _lock_lease(settings: NodeSettings, cluster: Cluster) -> DaemonLease | None:
+    """The node lock's Lease when `lockLease` is on and the downward API gives the daemon's namespace."""
+    namespace = os.environ.get("POD_NAMESPACE", "")
+    if not settings.lock_lease or not namespace:
+        log.info("node %s: the node annotation lock only (no $POD_NAMESPACE, or lockLease false)", settings.node_name)
+        return None
+    if not DaemonLease.usable(settings.node_name, namespace):
+        log.warning(
+            "node %s: no Lease can be named for this node in %r: annotation lock", settings.node_name, namespace
+        )
+        return None
+    pod_name, pod_uid = os.environ.get("POD_NAME", ""), os.environ.get("POD_UID", "")
+    if not (pod_name and pod_uid):
+        log.warning(
+            "node %s: $POD_NAME/$POD_UID unset: the node lock's Lease is not owned by this daemon's Pod, so it "
+            "outlives the daemon (set them from the downward API)",
+            settings.node_name,
+        )
+    return DaemonLease(cluster, settings.node_name, namespace, pod_name=pod_name, pod_uid=pod_uid)
+
+
 def run_node(
     config: HamiConfig,
     settings: NodeSettings,
@@ -491,7 +533,7 @@ def run_node(
         simulated.load_inventory(inventory).node(settings.node_name, str(inventory))  # a bad file stops us here
         log.info("devices of node %s come from %s, not from the vendors' drivers", settings.node_name, inventory)
     cluster = cluster or connect(config)
-    daemon = NodeDaemon(settings, plugins, cluster)
+    daemon = NodeDaemon(settings, plugins, cluster, lease=_lock_lease(settings, cluster))
 
     async def main() -> None:
         done = asyncio.Event()

@@ -12,6 +12,9 @@ removed. The handshake (`AnnotationKeys.node_handshake`): the scheduler writes `
 is the register annotation refreshed together with `Reported_<time>`, written on the first sync and whenever
 the handshake holds anything else (a request, or the scheduler's `Deleted_<time>` after it dropped the node).
 
+The lock offer (`hami.io/node-lock-lease`, `hami.cluster.nodelease`): the Lease this daemon reads the node lock
+from, written with the register while the Lease is in place and removed when it is not.
+
 Annotations of kinds that were never discovered here are left alone; a kind whose devices all disappeared
 publishes an empty register, so the scheduler stops placing pods on it.
 """
@@ -22,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from hami.cluster.nodelease import LEASE_ANNOTATION
 from hami.cluster.port import Cluster, meta
 from hami.codec import Handshake, encode_handshake, encode_legacy_register, encode_node_register
 from hami.model import NodeInventory, RegisterFormat
@@ -36,9 +40,17 @@ class NodeRegistrar:
     """Keeps one node's register and handshake annotations in step with discovery."""
 
     def __init__(
-        self, cluster: Cluster, plugins: VendorPlugins, node: str, *, clock: Callable[[], datetime] = datetime.now
+        self,
+        cluster: Cluster,
+        plugins: VendorPlugins,
+        node: str,
+        *,
+        clock: Callable[[], datetime] = datetime.now,
+        lock_lease: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.cluster = cluster
+        self.lock_lease = lock_lease
+        """The `hami.io/node-lock-lease` value to offer now (the Lease checked in place), None: no offer."""
         self.plugins = plugins
         self.node = node
         self.clock = clock
@@ -66,14 +78,17 @@ class NodeRegistrar:
             return False
         return self.plugins.node_devices(word, {}, self.node) is not None
 
-    def sync(self, inventories: Mapping[str, NodeInventory]) -> dict[str, str]:
+    def sync(self, inventories: Mapping[str, NodeInventory]) -> dict[str, str | None]:
         """Patch the node where it differs from `inventories`, answer handshakes; returns what was written.
 
         :raises hami.cluster.ClusterError: the node cannot be read or patched.
         """
         obj = self.cluster.get("nodes", self.node)
         current: Mapping[str, str] = meta(obj).get("annotations") or {}
-        patch = {k: v for k, v in self.desired(inventories).items() if current.get(k) != v}
+        patch: dict[str, str | None] = {k: v for k, v in self.desired(inventories).items() if current.get(k) != v}
+        offer = self.lock_lease()
+        if current.get(LEASE_ANNOTATION) != offer:
+            patch[LEASE_ANNOTATION] = offer
         reported = encode_handshake(Handshake("Reported", self.clock().replace(microsecond=0)))
         answered = []
         for word in inventories:

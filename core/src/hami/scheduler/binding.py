@@ -15,13 +15,15 @@ taken back, so that kube-scheduler's next filter of the pod decides afresh. What
 wins over the request: a pod it knows bound is not bound again, and a bind for another UID than the one placed is
 refused before anything is locked or written.
 
-A lock is released by its holder's node daemon once Allocate ends; one whose owner is gone, replaced, placed
-elsewhere or finished is released here (`release_finished_locks`, driven by the service's watches), and a bind
-finding such a lock takes it over (`lock_holder_done`).
+A node annotation lock is released by its holder's node daemon once Allocate ends; one whose owner is gone,
+replaced, placed elsewhere or finished is released here (`release_finished_locks`, driven by the service's
+watches), and a bind finding such a lock takes it over (`lock_holder_done`). A node whose daemon offers a Lease
+(`hami.cluster.nodelease`) is locked through it: no Node write, and no release (the holder's bind phase, which the
+pod watch delivers, frees it; `lock_holder_done` reads that).
 
 Owns no decision: it takes the one the filter left (`hami.scheduler.pending`) and writes it through
 `hami.scheduler.placement`. Thread-safety: binds run concurrently, one per request; the node locks serialise
-them per node through the API server, and a waiting bind is woken by node events (`notify_node_changed`).
+them per node through the API server, and a waiting bind is woken by node and pod events (`notify_node_changed`).
 """
 
 from __future__ import annotations

@@ -273,6 +273,7 @@ class SchedulerService:
             self.extender.gangs.observe(event.object)  # before the filter may take the pod as seen (quick path)
             self.extender.pending.pod_seen(namespace, name, str(m.get("uid") or ""), m.get("resourceVersion"))
         self.requeue.capacity_freed(self.state.frees)
+        self.extender.binder.notify_node_changed()  # a Lease's holder is done when its pod says so
         self._track_waiting(pod_key(namespace, name), None if event.type == "DELETED" else event.object)
         self.ledger.pod_event(event)
         node = (event.object.get("spec") or {}).get("nodeName") or (m.get("annotations") or {}).get(

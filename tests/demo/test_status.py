@@ -15,8 +15,9 @@ from scheduler_harness import gpu_node, gpu_pod
 
 from hami import status as status_module
 from hami.cli import main
-from hami.cluster import MemoryCluster
+from hami.cluster import MemoryCluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.nodelease import LEASE_ANNOTATION, LEASE_PREFIX, with_holder
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.plugins import VendorPlugins
@@ -161,3 +162,30 @@ def test_cores_are_shown_as_the_kind_counts_them() -> None:
     assert cores_text(4, 16) == "4/16 cores"
     assert cores_text(4, 16, short=True) == "4/16"
     assert cores_text(30, 0, short=True) == "30%"
+
+
+def test_a_lock_held_through_the_nodes_lease_is_shown_while_its_holder_allocates(world: Any) -> None:
+    """A node whose daemon offers its lock as a Lease (`hami.cluster.nodelease`): the Lease is never released, so
+    its holder is shown only while that pod still allocates; `hami status` reads the Leases the offers name."""
+    nodes, pods = world
+    del nodes[1]["metadata"]["annotations"][LOCK_ANNOTATION]
+    cluster = MemoryCluster()
+    for n in nodes:
+        n["metadata"]["annotations"][LEASE_ANNOTATION] = f"hami-system/{LEASE_PREFIX}{n['metadata']['name']}"
+        cluster.create("nodes", n)
+    for p in pods:
+        cluster.create("pods", p)
+    uids = {meta(p)["name"]: meta(p)["uid"] for p in cluster.list("pods")[0]}
+    for node, holder in (("n1", "a"), ("n2", "binding")):  # `a` is allocated: its Lease is free again
+        lease = {"metadata": {"name": LEASE_PREFIX + node, "namespace": "hami-system"}, "spec": {}}
+        cluster.create(
+            "leases", with_holder(lease, NodeLock(NOW - timedelta(seconds=42), "default", holder, uids[holder]), 300)
+        )
+    result = collect_status(cluster, VendorPlugins.load(), now=NOW)
+    n1, n2 = result.nodes
+    assert n1.lock is None
+    assert n2.lock is not None
+    assert (n2.lock.name, n2.lock.seconds, n2.lock.lease) == ("binding", 42.0, f"hami-system/{LEASE_PREFIX}n2")
+    assert f"node lock on n2 (Lease hami-system/{LEASE_PREFIX}n2): held by default/binding for 42.0 s" in (
+        render_status(result)
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,10 @@ from node_harness import (
 )
 
 from hami.cluster import MemoryCluster, meta
-from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks
+from hami.cluster.nodelease import LEASE_ANNOTATION, LEASE_PREFIX, DaemonLease, holder_of
+from hami.node.daemon import NodeSettings
+from hami.plugins import VendorPlugins
 from hami.scheduler.extender import BIND_PHASE
 from hami.testing.kubelet import FakeKubelet, PluginCallError
 
@@ -318,3 +321,43 @@ def test_a_vendor_annotation_cannot_overwrite_what_the_daemon_writes(
     kubelet.start_container(RESOURCE, 1)
     got = pod_annotations(cluster, "p")
     assert (got[TO_ALLOCATE], got[BIND_PHASE]) == (";", "success")
+
+
+@pytest.fixture
+def leasing(
+    settings: NodeSettings, plugins: VendorPlugins, cluster: MemoryCluster, kubelet: FakeKubelet
+) -> Iterator[DaemonThread]:
+    """The daemon as the chart runs it: it offers its node lock as a Lease (`hami.cluster.nodelease`)."""
+    lease = DaemonLease(cluster, NODE, "hami-system", pod_name="hami-node-x", pod_uid="uid-daemon")
+    daemon = DaemonThread(settings, plugins, cluster, lease=lease).start()
+    kubelet.wait_for_devices(RESOURCE, lambda ds: len(ds) == 8)
+    eventually(lambda: LEASE_ANNOTATION in node_annotations(cluster, NODE), what="the Lease offered")
+    yield daemon
+    daemon.stop()
+
+
+def test_the_pod_holding_the_nodes_lease_is_served_among_several_allocating_and_the_node_is_not_written(
+    leasing: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster
+) -> None:
+    a = place_pod(cluster, NODE, "a", {"Scripted": [[dev("SCR-0")]]}, lock=False)
+    place_pod(cluster, NODE, "b", {"Scripted": [[dev("SCR-1")]]}, lock=False)
+    NodeLocks(cluster).acquire(NODE, "default", "a", meta(a)["uid"])  # as the scheduler's bind takes it
+    node_version = meta(cluster.get("nodes", NODE))["resourceVersion"]
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-0"
+    assert pod_annotations(cluster, "a")[BIND_PHASE] == "success"
+    assert pod_annotations(cluster, "b")[BIND_PHASE] == "allocating"
+    assert meta(cluster.get("nodes", NODE))["resourceVersion"] == node_version
+    held = holder_of(cluster.get("leases", LEASE_PREFIX + NODE, "hami-system"))
+    assert held is not None
+    assert held.name == "a"
+
+
+def test_on_a_lease_node_a_pod_locked_by_hamis_scheduler_is_served_and_its_annotation_lock_released(
+    leasing: DaemonThread, kubelet: FakeKubelet, cluster: MemoryCluster
+) -> None:
+    """HAMi's scheduler knows no Lease: it locks the node annotation, which this daemon still reads."""
+    place_pod(cluster, NODE, "a", {"Scripted": [[dev("SCR-0")]]}, lock=False)
+    place_pod(cluster, NODE, "b", {"Scripted": [[dev("SCR-1")]]})  # locked the annotation way
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-1"
+    assert pod_annotations(cluster, "b")[BIND_PHASE] == "success"
+    assert not locked(cluster)

@@ -9,6 +9,7 @@ from pathlib import Path
 from node_harness import NODE, DaemonThread, eventually, node_annotations, scripted_devices, write_script
 
 from hami.cluster import MemoryCluster, meta
+from hami.cluster.nodelease import LEASE_ANNOTATION
 from hami.codec import Handshake, decode_legacy_register, decode_node_register, encode_handshake
 from hami.model import Device, NodeInventory
 from hami.node.register import NodeRegistrar
@@ -130,3 +131,16 @@ def test_a_kubelet_restart_is_followed_by_a_new_registration_of_every_resource(
     for name in names:
         assert kubelet.wait_for_registration(name).generation == 2
     assert len(kubelet.wait_for_devices("cap.example/accel-memory")) == 1
+
+
+def test_the_lock_lease_is_offered_while_in_place_and_withdrawn_when_not(
+    cluster: MemoryCluster, plugins: VendorPlugins
+) -> None:
+    offer: list[str | None] = ["hami-system/hami-node-lock-" + NODE]
+    r = NodeRegistrar(cluster, plugins, NODE, lock_lease=lambda: offer[0])
+    found = inventory("Scripted", Device(id="SCR-0", count=10, devmem=8192, type="Scripted-X"))
+    assert r.sync(found)[LEASE_ANNOTATION] == offer[0]
+    assert LEASE_ANNOTATION not in r.sync(found)  # unchanged: not written again
+    offer[0] = None  # the Lease could not be kept (e.g. the API refused it)
+    assert r.sync(found) == {LEASE_ANNOTATION: None}
+    assert LEASE_ANNOTATION not in node_annotations(cluster, NODE)

@@ -33,6 +33,7 @@ import pytest
 
 from hami.cluster import Cluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.nodelease import DaemonLease
 from hami.codec import NodeLock, encode_node_lock, encode_pod_devices
 from hami.model import ContainerDevice
 from hami.node.daemon import NodeDaemon, NodeSettings
@@ -165,8 +166,10 @@ def eventually(check: Any, timeout: float = 10.0, what: str = "condition") -> An
 class DaemonThread:
     """`NodeDaemon` on its own event loop in a thread."""
 
-    def __init__(self, settings: NodeSettings, plugins: VendorPlugins, cluster: Cluster) -> None:
-        self.daemon = NodeDaemon(settings, plugins, cluster)
+    def __init__(
+        self, settings: NodeSettings, plugins: VendorPlugins, cluster: Cluster, lease: DaemonLease | None = None
+    ) -> None:
+        self.daemon = NodeDaemon(settings, plugins, cluster, lease=lease)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()

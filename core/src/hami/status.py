@@ -5,7 +5,9 @@ Owns reading a cluster's Node and Pod objects once (through the `Cluster` port, 
 it as a table or JSON. Usage is computed by the scheduler's own accounting (`hami.scheduler.state.ClusterState`:
 the `…-devices-allocated` annotations of live pods, init containers at their peak), so what this shows is what
 the next filter decision starts from, room held for a preemptor included (`hami.scheduler.holds`: listed with
-the pods evicted for it). Node locks (`hami.io/mutex.lock`) are shown with their holder and age,
+the pods evicted for it). Node locks are shown with their holder and age: the `hami.io/mutex.lock` annotation, or
+the node's Lease where its daemon offers one (`hami.cluster.nodelease`; held while its holder is still allocating,
+as the scheduler judges it), read from the few namespaces the offers name,
 and pods that were bound but not yet allocated (`hami.io/bind-phase: allocating`) or whose allocation failed
 are listed, since those are what a stuck pod looks like.
 
@@ -24,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hami.cluster.port import Cluster, KubeObject, meta
+from hami.cluster.nodelease import holder_of, lease_ref
+from hami.cluster.port import Cluster, ClusterError, KubeObject, meta
 from hami.codec import AnnotationError, decode_node_lock
 from hami.plugins import VendorPlugins
 
@@ -41,6 +44,7 @@ __all__ = [
     "add_status_parser",
     "collect_status",
     "connect_cluster",
+    "lock_leases",
     "cores_text",
     "render_status",
 ]
@@ -91,6 +95,7 @@ class LockStatus(_Model):
     since: str = Field(description="RFC 3339")
     seconds: float = Field(description="how long it has been held")
     malformed: str = ""
+    lease: str = Field(default="", description="`namespace/name` of the Lease holding it; empty: the node annotation")
 
 
 class NodeStatus(_Model):
@@ -144,18 +149,37 @@ def collect_status(cluster: Cluster, plugins: VendorPlugins, *, now: datetime | 
     """Read nodes and pods once and account them as the scheduler does."""
     nodes, _ = cluster.list("nodes")
     pods, _ = cluster.list("pods")
-    return status_of(nodes, pods, plugins, now=now)
+    return status_of(nodes, pods, plugins, now=now, leases=lock_leases(cluster, nodes))
+
+
+def lock_leases(cluster: Cluster, nodes: Iterable[KubeObject]) -> list[KubeObject]:
+    """The Leases of the namespaces the nodes' lock offers name (`hami.io/node-lock-lease`): usually one list of
+    one namespace. A namespace that cannot be listed (no permission) is skipped: those locks are then not shown."""
+    namespaces = {ref[0] for n in nodes if (ref := lease_ref(meta(n).get("annotations") or {})) is not None}
+    found: list[KubeObject] = []
+    for namespace in sorted(namespaces):
+        try:
+            found.extend(cluster.list("leases", namespace)[0])
+        except ClusterError:
+            continue
+    return found
 
 
 def status_of(
-    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], plugins: VendorPlugins, *, now: datetime | None = None
+    nodes: Iterable[KubeObject],
+    pods: Iterable[KubeObject],
+    plugins: VendorPlugins,
+    *,
+    now: datetime | None = None,
+    leases: Iterable[KubeObject] = (),
 ) -> ClusterStatus:
-    """`ClusterStatus` from listed Node and Pod objects."""
+    """`ClusterStatus` from listed Node and Pod objects (and the nodes' lock Leases, `lock_leases`)."""
     from hami.scheduler.holds import HoldBook
     from hami.scheduler.state import ClusterState
 
     now = now or datetime.now(UTC)
     nodes, pods = list(nodes), list(pods)
+    held = _lease_locks(nodes, pods, leases, now)
     state = ClusterState(plugins)
     state.replay(nodes, pods)
     counted = len(state.pods)
@@ -174,14 +198,17 @@ def status_of(
         for h in sorted(book.holds.values(), key=lambda h: h.key)
     )
     return ClusterStatus(
-        nodes=tuple(_node_status(node, state, now) for node in sorted(nodes, key=lambda n: str(meta(n).get("name")))),
+        nodes=tuple(
+            _node_status(node, state, now, held.get(str(meta(node).get("name"))))
+            for node in sorted(nodes, key=lambda n: str(meta(n).get("name")))
+        ),
         waiting=tuple(_waiting(pods, now)),
         holds=holds,
         pods=counted,
     )
 
 
-def _node_status(node: KubeObject, state: ClusterState, now: datetime) -> NodeStatus:
+def _node_status(node: KubeObject, state: ClusterState, now: datetime, leased: LockStatus | None) -> NodeStatus:
     name = str(meta(node).get("name"))
     record = state.nodes.get(name)
     devices: list[DeviceStatus] = []
@@ -224,7 +251,40 @@ def _node_status(node: KubeObject, state: ClusterState, now: datetime) -> NodeSt
                     )
                 )
     devices.sort(key=lambda d: (d.kind, d.index, d.uuid))
-    return NodeStatus(name=name, devices=tuple(devices), lock=_lock(meta(node).get("annotations") or {}, now))
+    lock = _lock(meta(node).get("annotations") or {}, now) or leased
+    return NodeStatus(name=name, devices=tuple(devices), lock=lock)
+
+
+def _lease_locks(
+    nodes: Iterable[KubeObject], pods: Iterable[KubeObject], leases: Iterable[KubeObject], now: datetime
+) -> dict[str, LockStatus]:
+    """node → the lock its Lease holds, for nodes offering one whose holder is still allocating (a Lease is never
+    released: a holder that finished, failed or is gone no longer holds it)."""
+    by_ref = {(str(meta(x).get("namespace")), str(meta(x).get("name"))): x for x in leases}
+    if not by_ref:
+        return {}
+    allocating = {
+        (str(meta(p).get("namespace")), str(meta(p).get("name")), str(meta(p).get("uid")))
+        for p in pods
+        if (meta(p).get("annotations") or {}).get(BIND_PHASE) == "allocating"
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    }
+    found = {}
+    for node in nodes:
+        ref = lease_ref(meta(node).get("annotations") or {})
+        lease = by_ref.get(ref) if ref is not None else None
+        holder = holder_of(lease) if lease is not None else None
+        if ref is None or holder is None or (holder.namespace, holder.name, holder.uid) not in allocating:
+            continue
+        found[str(meta(node).get("name"))] = LockStatus(
+            namespace=holder.namespace,
+            name=holder.name,
+            uid=holder.uid,
+            since=holder.time.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            seconds=max(0.0, (now - holder.time).total_seconds()),
+            lease=f"{ref[0]}/{ref[1]}",
+        )
+    return found
 
 
 def _lock(annotations: Mapping[str, str], now: datetime) -> LockStatus | None:
@@ -343,8 +403,9 @@ def render_status(status: ClusterStatus, *, node: str | None = None) -> str:
         if lock.malformed:
             lines.append(f"node lock on {n.name}: malformed ({lock.malformed}); the scheduler treats it as free")
         else:
+            lease = f" (Lease {lock.lease})" if lock.lease else ""
             lines.append(
-                f"node lock on {n.name}: held by {lock.namespace}/{lock.name} for {_age(lock.seconds)} "
+                f"node lock on {n.name}{lease}: held by {lock.namespace}/{lock.name} for {_age(lock.seconds)} "
                 f"(since {lock.since}); freed when its Allocate ends or the pod goes"
             )
     for h in status.holds:

@@ -1,11 +1,11 @@
 """Where the dashboard's figures come from: the cluster, read at most once a second, and a ring buffer of history.
 
-Owns reading Node, Pod and Event objects through the `Cluster` port (the scheduler's own client in `hami
-scheduler`, a kubeconfig's in `hami dashboard`), keeping the last good `Snapshot` when the API server stops
-answering, refuses or hangs (with the error and when it was last read, for the page to say so; a read is waited
-for `answer_seconds` at most, on a thread of its own, so a hung API server never hangs a page), and sampling
-the cluster's totals into a bounded in-process `History` (by default every 30 s for 6 h), by a background thread
-while the dashboard runs and on each fresh read. It never writes to the cluster.
+Owns reading Node, Pod and Event objects (and the nodes' lock Leases) through the `Cluster` port (the scheduler's
+own client in `hami scheduler`, a kubeconfig's in `hami dashboard`), keeping the last good `Snapshot` when the API
+server stops answering, refuses or hangs (with the error and when it was last read, for the page to say so; a read
+is waited for `answer_seconds` at most, on a thread of its own, so a hung API server never hangs a page), and
+sampling the cluster's totals into a bounded in-process `History` (by default every 30 s for 6 h), by a background
+thread while the dashboard runs and on each fresh read. It never writes to the cluster.
 
 Hosted in `hami scheduler`, a `sampler` gives the totals from the scheduler's watched state: the cluster is then
 read only for pages (not at start-up, not every 30 s: at 1,000 nodes and 8,000 pods each read is about a second of
@@ -33,6 +33,7 @@ from typing import Any
 
 from hami.cluster.port import Cluster, KubeObject
 from hami.dashboard.views import Snapshot, pending_pods, take_snapshot
+from hami.status import lock_leases
 
 __all__ = ["DashboardSource", "History", "Reading", "Sample"]
 
@@ -214,7 +215,8 @@ class DashboardSource:
                 except Exception as exc:  # events are a nicety: a cluster that refuses them still has a dashboard
                     log.debug("events not listed: %s", exc)
                     events = []
-                snapshot = take_snapshot(nodes, pods, events, self.plugins, now=datetime.now(UTC))
+                leases = lock_leases(self.cluster, nodes)  # the few nodes' lock Leases (hami.cluster.nodelease)
+                snapshot = take_snapshot(nodes, pods, events, self.plugins, now=datetime.now(UTC), leases=leases)
         except Exception as exc:  # an API server that stops answering, refuses, or sends garbage
             error = f"the Kubernetes API server did not answer: {_describe(exc)}"
             log.warning("dashboard: %s", error)

@@ -98,6 +98,7 @@ def take_snapshot(
     plugins: Any,
     *,
     now: datetime | None = None,
+    leases: Iterable[KubeObject] = (),
 ) -> Snapshot:
     now = now or datetime.now(UTC)
     nodes, pods = tuple(nodes), tuple(pods)
@@ -115,7 +116,9 @@ def take_snapshot(
         ):
             if resource:
                 asks[resource] = (word, role, names.memory_unit_mib)
-    return Snapshot(now, nodes, pods, tuple(events), status_of(nodes, pods, plugins, now=now), vendors, asks)
+    return Snapshot(
+        now, nodes, pods, tuple(events), status_of(nodes, pods, plugins, now=now, leases=leases), vendors, asks
+    )
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -273,7 +273,12 @@ def test_the_applied_rbac_grants_the_services_what_they_use_and_nothing_more(sta
     assert _can(scheduler, "patch", "nodes")
     assert _can(scheduler, "watch", "resourcequotas")
     assert _can(scheduler, "list", "events"), "the dashboard shows a pod's events"
-    assert _can(scheduler, "update", "leases", namespace=NAMESPACE) is False, "only the chart's named leases"
+    assert _can(scheduler, "update", "leases", namespace=NAMESPACE), "the nodes' lock Leases (hami.cluster.nodelease)"
+    for namespace in ("kube-node-lease", "kube-system", "default"):  # the kubelets' and the cluster's own Leases
+        assert not _can(scheduler, "update", "leases", namespace=namespace), f"the scheduler may update {namespace}"
+        assert not _can(node, "update", "leases", namespace=namespace), f"the node daemon may update {namespace}"
+    assert _can(node, "create", "leases", namespace=NAMESPACE), "the node daemon keeps its node's lock Lease"
+    assert not _can(node, "delete", "leases", namespace=NAMESPACE), "the node daemon never deletes a Lease"
     # (kube-scheduler shares the ServiceAccount: its own role lets it delete pods for preemption.)
     for verb, resource in [("get", "secrets"), ("update", "nodes"), ("create", "pods"), ("update", "pods")]:
         assert not _can(scheduler, verb, resource), f"the scheduler may {verb} {resource}"

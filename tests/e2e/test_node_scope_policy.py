@@ -127,3 +127,24 @@ def test_a_daemon_token_patching_a_pod_on_another_node_is_refused(daemon_of_node
         "the policy refuses the pod on node B",
     )
     assert "may change only pods bound to it" in message
+
+
+def _lease(name: str) -> dict[str, Any]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name}, "spec": {}}
+
+
+def test_a_daemon_token_keeps_its_own_nodes_lock_lease_and_no_other(daemon_of_node_a: TokenClient) -> None:
+    """The node lock's Lease (`hami.cluster.nodelease`) names the pod the daemon serves: node A's daemon may create
+    and update `hami-node-lock-vap-node-a`, and the same tenant may not write node B's (to hand B's daemon another
+    pod's placement) nor any other Lease of the namespace (the scheduler's leader election)."""
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    own = daemon_of_node_a.request("POST", leases, _lease("hami-node-lock-vap-node-a"))
+    own["spec"]["holderIdentity"] = "x/y/z"
+    daemon_of_node_a.request("PUT", f"{leases}/hami-node-lock-vap-node-a", own)
+    for name in ("hami-node-lock-vap-node-b", f"{RELEASE}-scheduler"):
+        message = wait_until(
+            lambda n=name: _refused(lambda: daemon_of_node_a.request("POST", leases, _lease(n))),
+            30,
+            f"the policy refuses Lease {name}",
+        )
+        assert f"may keep only its own node's lock Lease, not {name}" in message

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from control_plane import wait_until
+from hami_stack import NAMESPACE as STACK_NAMESPACE
 from hami_stack import GpuNode, HamiStack
 from kube_rest import ApiError, KubeApi
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.e2e
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 LOCK = "hami.io/mutex.lock"
+LEASE_OFFER = "hami.io/node-lock-lease"
 
 
 def gpu_pod(name: str, namespace: str, gpu: int = 1, mem: int | None = 3000, **annotations: str) -> dict[str, Any]:
@@ -74,12 +76,27 @@ def scheduling_failures(api: KubeApi, namespace: str, name: str) -> list[str]:
 
 
 def node_locks(api: KubeApi) -> dict[str, str]:
-    nodes = api.list("Node")["items"]
-    return {
-        n["metadata"]["name"]: n["metadata"]["annotations"][LOCK]
-        for n in nodes
-        if LOCK in (n["metadata"].get("annotations") or {})
-    }
+    """node → who holds its lock: the node annotation, or the node's Lease (`hami.io/node-lock-lease`, this
+    project's daemons) while the pod it names still allocates (a Lease is never released: its holder's bind phase
+    frees it)."""
+    held = {}
+    for n in api.list("Node")["items"]:
+        annotations = n["metadata"].get("annotations") or {}
+        if LOCK in annotations:
+            held[n["metadata"]["name"]] = annotations[LOCK]
+        elif LEASE_OFFER in annotations:
+            namespace, _, name = annotations[LEASE_OFFER].partition("/")
+            holder = api.get("Lease", name, namespace)["spec"].get("holderIdentity") or ""
+            if holder.count("/") == 2:
+                pod_namespace, pod_name, uid = holder.split("/")
+                try:
+                    owner = pod(api, pod_namespace, pod_name)
+                except ApiError:
+                    continue
+                phase = (owner["metadata"].get("annotations") or {}).get("hami.io/bind-phase")
+                if owner["metadata"]["uid"] == uid and phase == "allocating":
+                    held[n["metadata"]["name"]] = holder
+    return held
 
 
 def allocated_mib(metrics: str, namespace: str) -> dict[str, float]:
@@ -147,6 +164,12 @@ def test_a_shared_gpu_pod_is_mutated_scheduled_bound_and_allocated(stack: HamiSt
     assert (device.usedmem, device.usedcores) == (3000, 0)
     assert decode_pod_devices(annotations[TO_ALLOCATE]) == ((),), "the node side emptied what it served"
     assert node_name not in node_locks(api), "the node lock is released after Allocate"
+    offer = api.get("Node", node_name)["metadata"]["annotations"][LEASE_OFFER]
+    assert offer == f"{STACK_NAMESPACE}/hami-node-lock-{node_name}", "the daemon offers its lock as a Lease"
+    lease = api.get("Lease", offer.split("/")[1], STACK_NAMESPACE)
+    uid = got["metadata"]["uid"]
+    assert lease["spec"]["holderIdentity"] == f"{ns}/first/{uid}", "the scheduler locked the node through it"
+    assert LOCK not in api.get("Node", node_name)["metadata"]["annotations"]
 
     _, served = wait_until(lambda: started(stack, got["metadata"]["uid"]), 10, "kubelet record")
     edits = served.edits["cuda"]["nvidia.com/gpu"]

@@ -1,5 +1,8 @@
 """Allocate survives the daemon's death at every step: the kubelet's retry gets the same answer.
 
+Each case runs on a node locked HAMi's way (the `hami.io/mutex.lock` annotation) and on one locked through the
+Lease the daemon offers (`hami.cluster.nodelease`).
+
 The real daemon process (`python -m hami.node`) serves the fake kubelet against the fake API server. The
 API server SIGKILLs the daemon when Allocate's n-th request arrives, either before carrying it out (the
 daemon died before that write landed) or after (it landed, and the daemon died before the next step, at the
@@ -34,8 +37,10 @@ from node_harness import (
     write_script,
 )
 
-from hami.cluster import MemoryCluster
-from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster import MemoryCluster, meta
+from hami.cluster.locks import LOCK_ANNOTATION, NodeLocks
+from hami.cluster.nodelease import LEASE_ANNOTATION, LEASE_PREFIX, holder_of
+from hami.cluster.port import NotFoundError
 from hami.model import ContainerEdits
 from hami.scheduler.extender import BIND_PHASE
 from hami.testing.apiserver import ApiRequest, Override
@@ -44,9 +49,12 @@ from hami.testing.kubelet import FakeKubelet, PluginCallError
 RESOURCE = "scripted.example/accel"
 TO_ALLOCATE = "hami.io/scripted-devices-to-allocate"
 DEVICE_IDS = ["SCR-1-0"]
-STEPS = 5
-"""Allocate's requests: get the node (its lock), get the lock's owner, patch the pod's entries with bind-phase
-success (after the journal is written), get the node and patch it (the lock's release)."""
+STEPS = {"annotation": 5, "lease": 3}
+"""Allocate's requests. With HAMi's annotation lock: get the node (its lock), get the lock's owner, patch the pod's
+entries with bind-phase success (after the journal is written), get the node and patch it (the lock's release).
+With the daemon's lock Lease (`hami.cluster.nodelease`): get the Lease (its holder), get the holder, patch the pod,
+which is also the lock's release."""
+CASES = [(lock, step) for lock, steps in STEPS.items() for step in range(steps)]
 
 
 class KillingApiServer(FakeApiServer):
@@ -98,11 +106,14 @@ class World:
     args: list[str]
     site: Path
     tmp: Path
+    lock: str
+    """How the scheduler locks the node: "annotation" (HAMi's), or "lease" (the Lease the daemon offers)."""
     daemons: list[DaemonProcess] = field(default_factory=list)
 
     def start_daemon(self) -> DaemonProcess:
         before = len([r for r in self.kubelet.registrations if r.resource == RESOURCE])
-        daemon = DaemonProcess(self.args, self.site, self.tmp / f"daemon-{len(self.daemons)}.log")
+        env = {"POD_NAMESPACE": "hami-system"} if self.lock == "lease" else {"POD_NAMESPACE": ""}
+        daemon = DaemonProcess(self.args, self.site, self.tmp / f"daemon-{len(self.daemons)}.log", env=env)
         self.daemons.append(daemon)
         self.api.daemon = daemon
         deadline = time.monotonic() + 30
@@ -110,7 +121,35 @@ class World:
             assert time.monotonic() < deadline, "daemon did not register:\n" + daemon.log()[-3000:]
             time.sleep(0.05)
         self.kubelet.wait_for_devices(RESOURCE, lambda ds: len(ds) == 8, timeout=30)
+        if self.lock == "lease":
+            deadline = time.monotonic() + 30
+            while LEASE_ANNOTATION not in node_annotations(self.api.cluster, NODE):
+                assert time.monotonic() < deadline, "the daemon did not offer its Lease:\n" + daemon.log()[-3000:]
+                time.sleep(0.05)
         return daemon
+
+    def place(self, name: str) -> None:
+        """A pod as the scheduler's bind leaves it, the node locked as `lock` says."""
+        leased = self.lock == "lease"
+        obj = place_pod(
+            self.api.cluster, NODE, name, {"Scripted": [[dev("SCR-1", mem=3000, cores=30)]]}, lock=not leased
+        )
+        if leased:
+            NodeLocks(self.api.cluster, holder_done=lambda lock, node: True).acquire(
+                NODE, "default", name, meta(obj)["uid"]
+            )
+
+    def unlocked(self) -> bool:
+        """No lock held for a pod that still allocates: no annotation lock, and a Lease's holder is allocated."""
+        if LOCK_ANNOTATION in node_annotations(self.api.cluster, NODE):
+            return False
+        if self.lock == "annotation":
+            return True
+        held = holder_of(self.api.cluster.get("leases", LEASE_PREFIX + NODE, "hami-system"))
+        try:
+            return held is None or pod_annotations(self.api.cluster, held.name)[BIND_PHASE] == "success"
+        except NotFoundError:
+            return True  # its holder is gone
 
     def allocate(self) -> ContainerEdits:
         """The kubelet's Allocate for one container, retried while the plugin's socket is not answering yet."""
@@ -123,8 +162,8 @@ class World:
                     raise
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+@pytest.fixture(scope="module", params=list(STEPS))
+def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("allocate-crash")
     site = install_scripted_vendor(tmp / "site", build_library(tmp / "build"))
     script = write_script(tmp / "script.json", {"Scripted": scripted_devices(2)})
@@ -138,7 +177,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # No background API traffic during an Allocate: discovery and node work only at start-up.
     args += ["--metrics-listen", f"127.0.0.1:{free_port()}", "--discovery-interval", "3600"]
     args += ["--register-interval", "3600"]
-    w = World(api, kubelet, args, site, tmp)
+    w = World(api, kubelet, args, site, tmp, request.param)
     w.start_daemon()
     try:
         yield w
@@ -150,7 +189,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _undisturbed(world: World) -> tuple[ContainerEdits, list[str]]:
-    place_pod(world.api.cluster, NODE, "reference", {"Scripted": [[dev("SCR-1", mem=3000, cores=30)]]})
+    world.place("reference")
     world.api.quiet()  # under load the start-up's node writes can still be under way, and make the lock retry
     world.api.arm(10_000, False)  # records the requests, kills nobody
     edits = world.allocate()
@@ -176,16 +215,17 @@ def _comparable(edits: ContainerEdits) -> dict[str, object]:
 
 
 def test_the_undisturbed_allocate_makes_the_requests_the_crash_cases_cut(
-    reference: tuple[ContainerEdits, list[str]],
+    world: World, reference: tuple[ContainerEdits, list[str]]
 ) -> None:
     edits, steps = reference
     assert edits.env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-1"
     assert any(s.startswith("PATCH") and "/pods/" in s for s in steps), steps
-    assert len(steps) == STEPS, steps  # the parametrisation below covers every step
+    assert len(steps) == STEPS[world.lock], steps  # the parametrisation below covers every step
+    assert not [s for s in steps if s.startswith("PATCH") and "/nodes/" in s] or world.lock == "annotation"
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["before-the-request", "after-the-request"])
-@pytest.mark.parametrize("step", range(STEPS))
+@pytest.mark.parametrize(("world", "step"), CASES, indirect=["world"])
 def test_a_daemon_killed_during_allocate_answers_the_retry_the_same(
     world: World, reference: tuple[ContainerEdits, list[str]], step: int, after: bool
 ) -> None:
@@ -193,7 +233,7 @@ def test_a_daemon_killed_during_allocate_answers_the_retry_the_same(
     expected, _ = reference
     name = f"crash-{step}-{'after' if after else 'before'}"
     cluster = world.api.cluster
-    place_pod(cluster, NODE, name, {"Scripted": [[dev("SCR-1", mem=3000, cores=30)]]})
+    world.place(name)
     world.api.quiet()  # the restarted daemon's start-up writes are done: the step cut is the one named
     world.api.arm(step, after)
     with pytest.raises(PluginCallError):
@@ -204,7 +244,7 @@ def test_a_daemon_killed_during_allocate_answers_the_retry_the_same(
     assert _comparable(retried) == _comparable(expected)
     got = pod_annotations(cluster, name)
     assert (got[TO_ALLOCATE], got[BIND_PHASE]) == (";", "success")
-    assert LOCK_ANNOTATION not in node_annotations(cluster, NODE)
+    assert world.unlocked()
     cluster.delete("pods", name, "default")
 
 

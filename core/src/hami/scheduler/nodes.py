@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.nodelease import LEASE_ANNOTATION
 from hami.cluster.port import KubeObject, meta
 from hami.codec import HANDSHAKE_TIME_FORMAT, AnnotationError, decode_legacy_register, decode_node_register
 from hami.model import Device, DeviceKind, DeviceUsage, NodeView, RegisterFormat
@@ -188,7 +189,8 @@ class NodeReader:
         self.plugins = plugins
         self.kinds: list[DeviceKind] = plugins.kinds
         self.volatile = frozenset(
-            {LOCK_ANNOTATION} | {k.annotations.node_handshake for k in plugins.kinds if k.annotations.node_handshake}
+            {LOCK_ANNOTATION, LEASE_ANNOTATION}
+            | {k.annotations.node_handshake for k in plugins.kinds if k.annotations.node_handshake}
         )
         """Node annotations that say nothing about its devices: a change of only these keeps the node's record."""
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fake_apiserver import FakeApiServer
 
+from hami.cluster.nodelease import LEASE_ANNOTATION
 from hami.doctor.remote import RemoteError, daemon_pod, parse_report
 
 HAMI = [sys.executable, "-m", "hami.cli"]
@@ -91,3 +94,28 @@ def test_a_remote_report_that_is_not_one_is_an_error_naming_what_was_printed() -
         parse_report("usage: hami [-h]\nhami: error: invalid choice: 'doctor'\n", "node x")
     with pytest.raises(RemoteError, match="printed 'nothing'"):
         parse_report("", "node x")
+
+
+def test_the_node_lock_check_reads_the_offer_and_its_lease_through_the_kubeconfig(tmp_path: Path) -> None:
+    """`hami doctor` on a node whose daemon offers its lock Lease, read from an API server through a kubeconfig."""
+    api = FakeApiServer().start()
+    try:
+        api.cluster.create(
+            "nodes", {"metadata": {"name": "gpu-1", "annotations": {LEASE_ANNOTATION: "hami/hami-node-lock-gpu-1"}}}
+        )
+        owner = [{"apiVersion": "v1", "kind": "Pod", "name": "hami-node-abc", "uid": "u1"}]
+        api.cluster.create(
+            "leases", {"metadata": {"name": "hami-node-lock-gpu-1", "namespace": "hami", "ownerReferences": owner}}
+        )
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        env = {**os.environ, "NODE_NAME": "gpu-1"}
+        done = _run("doctor", "--json", "--kubeconfig", str(kubeconfig), "--device-plugin-dir", str(tmp_path), env=env)
+        lock = next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "node lock")
+        assert lock["status"] == "ok", lock
+        assert "Lease hami/hami-node-lock-gpu-1, owned by pod hami-node-abc" in lock["detail"]
+        api.cluster.delete("leases", "hami-node-lock-gpu-1", "hami")
+        done = _run("doctor", "--json", "--kubeconfig", str(kubeconfig), "--device-plugin-dir", str(tmp_path), env=env)
+        lock = next(f for f in json.loads(done.stdout)["findings"] if f["check"] == "node lock")
+        assert (lock["status"], "does not exist" in lock["detail"]) == ("warning", True)
+    finally:
+        api.stop()

@@ -276,3 +276,38 @@ def test_library_else_tool_asks_the_vendors_own_checks_only_where_there_is_a_dri
     assert asked == ["own"]
     assert [f.check for f in found][-2:] == ["virtualization library", "grant directory"]
     assert "vendor-smi" in found[0].detail + found[0].fix
+
+
+def _lease(owners: list[dict[str, str]], holder: str = "") -> dict[str, object]:
+    return {"metadata": {"name": "hami-node-lock-gpu-1", "ownerReferences": owners}, "spec": {"holderIdentity": holder}}
+
+
+@pytest.mark.parametrize(
+    ("offer", "lease", "status", "words"),
+    [
+        (
+            "ns/hami-node-lock-gpu-1",
+            _lease([{"kind": "Pod", "name": "hami-node-x"}], "a/p/u"),
+            Status.OK,
+            "owned by pod hami-node-x, last taken by a/p/u",
+        ),
+        (None, None, Status.WARNING, "offers no lock Lease"),
+        ("ns/hami-node-lock-gpu-1", None, Status.WARNING, "which does not exist"),
+        ("ns/hami-node-lock-gpu-1", _lease([]), Status.WARNING, "owned by no pod"),
+    ],
+)
+def test_the_node_lock_lease_is_offered_present_and_owned_by_the_daemons_pod(
+    offer: str | None, lease: dict[str, object] | None, status: Status, words: str
+) -> None:
+    finding = checks.node_lock(lambda: (offer, lease))
+    assert finding.status is status
+    assert words in finding.detail
+    assert status is Status.OK or finding.fix
+
+
+def test_a_node_lock_that_cannot_be_read_is_a_warning_not_a_traceback() -> None:
+    def refused() -> tuple[str | None, dict[str, object] | None]:
+        raise PermissionError("leases is forbidden")
+
+    assert checks.node_lock(refused).status is Status.WARNING
+    assert checks.node_lock(None).status is Status.WARNING

@@ -1,5 +1,6 @@
 """What operators' tools ask of a real API server beyond the port's verbs: a client for a kubeconfig (or the pod's
-service account), the server's clock, a Node's allocatable, the pods by selector, and an exec in a pod's container.
+service account), the server's clock, a Node's allocatable and its lock offer, the pods by selector, and an exec in a
+pod's container.
 
 Used by `hami doctor` (its clock check and `--node`), never by the services: they speak the port
 (`hami.cluster.port`). Owns its use of the `kubernetes` client, which stays inside `hami.cluster` (import-linter
@@ -16,7 +17,7 @@ from typing import Any
 
 from hami.cluster.port import ClusterError
 
-__all__ = ["api_client", "exec_in_pod", "list_pods", "node_allocatable", "server_date"]
+__all__ = ["api_client", "exec_in_pod", "list_pods", "node_allocatable", "node_lock_lease", "server_date"]
 
 
 def api_client(kubeconfig: str | None, context: str | None) -> Any:
@@ -58,7 +59,36 @@ def node_allocatable(api: Any, node: str) -> dict[str, str] | None:
         status = k8s_client.CoreV1Api(api).read_node(node, _request_timeout=(3, 5)).status
     except Exception:  # any failure means: the caller asks another source
         return None
-    return {str(k): str(v) for k, v in (status.allocatable or {}).items()}
+    return {str(k): str(v) for k, v in ((status.allocatable if status else None) or {}).items()}
+
+
+def node_lock_lease(api: Any, node: str) -> Callable[[], tuple[str | None, dict[str, Any] | None]]:
+    """A reader of the node's lock offer (`hami.io/node-lock-lease`) and the Lease it names (None when absent).
+
+    The reader raises `ClusterError` when the Node or the Lease cannot be read (no permission, no API server)."""
+    from kubernetes import client as k8s_client
+    from kubernetes.client.rest import ApiException
+
+    from hami.cluster.nodelease import LEASE_ANNOTATION, lease_ref
+
+    def read() -> tuple[str | None, dict[str, Any] | None]:
+        offer: str | None = None
+        try:
+            metadata = k8s_client.CoreV1Api(api).read_node(node, _request_timeout=(3, 5)).metadata
+            annotations = (metadata.annotations if metadata else None) or {}
+            offer = annotations.get(LEASE_ANNOTATION)
+            ref = lease_ref(annotations)
+            if ref is None:
+                return offer, None
+            lease = k8s_client.CoordinationV1Api(api).read_namespaced_lease(ref[1], ref[0], _request_timeout=(3, 5))
+        except ApiException as exc:
+            if exc.status == 404 and offer:
+                return offer, None
+            raise ClusterError(f"reading node {node}'s lock: {exc.status} {exc.reason}", exc.status or 0) from None
+        found: dict[str, Any] = api.sanitize_for_serialization(lease)
+        return offer, found
+
+    return read
 
 
 def list_pods(api: Any, label_selector: str, field_selector: str) -> list[dict[str, Any]]:

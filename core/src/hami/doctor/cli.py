@@ -126,11 +126,16 @@ def run_doctor(args: argparse.Namespace) -> int:
         if value:
             section[key] = value
     settings = NodeSettings.model_validate(section)
-    date, allocatable = None, None
+    date, allocatable, lock_lease = None, None, None
     if not args.no_cluster:
-        date, allocatable = _cluster_facts(config.kubeconfig, args.context, node)
+        date, allocatable, lock_lease = _cluster_facts(config.kubeconfig, args.context, node)
     findings = node_findings(
-        plugins, Path(settings.device_plugin_dir), Path(settings.hook_dir), date, allocatable=allocatable
+        plugins,
+        Path(settings.device_plugin_dir),
+        Path(settings.hook_dir),
+        date,
+        allocatable=allocatable,
+        lock_lease=lock_lease,
     )
     findings += [_failed_vendor(f.entry_point, f.error) for f in plugins.failed]
     code = exit_status(findings, strict=args.strict)
@@ -148,10 +153,10 @@ def _failed_vendor(name: str, error: str) -> Finding:
     )
 
 
-def _cluster_facts(kubeconfig: str | None, context: str | None, node: str) -> tuple[Any, dict[str, str] | None]:
-    """The API server's time reader (or one that raises why there is none: the clock check reports it) and the
-    Node's allocatable (None when it cannot be read)."""
-    from hami.cluster.kube_tools import api_client, node_allocatable, server_date
+def _cluster_facts(kubeconfig: str | None, context: str | None, node: str) -> tuple[Any, dict[str, str] | None, Any]:
+    """The API server's time reader (or one that raises why there is none: the clock check reports it), the
+    Node's allocatable (None when it cannot be read), and the reader of its lock offer and Lease."""
+    from hami.cluster.kube_tools import api_client, node_allocatable, node_lock_lease, server_date
 
     try:
         api = api_client(kubeconfig, context)
@@ -161,8 +166,8 @@ def _cluster_facts(kubeconfig: str | None, context: str | None, node: str) -> tu
         def unavailable() -> Any:
             raise RuntimeError(reason)
 
-        return unavailable, None
-    return server_date(api), node_allocatable(api, node)
+        return unavailable, None, unavailable
+    return server_date(api), node_allocatable(api, node), node_lock_lease(api, node)
 
 
 def _remote(args: argparse.Namespace, kubeconfig: str | None) -> int:

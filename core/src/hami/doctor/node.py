@@ -12,7 +12,9 @@ Owns the node-side checks that belong to no vendor, each a small function return
 * `cgroup_layout`: the backstop's mapping from a process to its pod (``/proc/<pid>/cgroup``) finds pods among the
   host's processes, which also shows the daemon sees the host's pid namespace;
 * `placement_key`: the key directory ``HAMI_PLACEMENT_KEYS`` names is readable;
-* `clock`: the node's clock against the API server's ``Date`` (node locks and handshakes compare times).
+* `clock`: the node's clock against the API server's ``Date`` (node locks and handshakes compare times);
+* `node_lock`: the node lock the daemon offers as a Lease (`hami.cluster.nodelease`): the offer on the Node, the
+  Lease it names, owned by the daemon's pod.
 
 `node_findings` runs them with every vendor's `hami_doctor_checks` (through `VendorPlugins.doctor_checks`). Nothing
 here writes anything; a check that cannot look (no permission, no cluster) says so as its finding.
@@ -28,6 +30,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hami.findings import Finding, failed, ok, probe, warning
 from hami.node.backstop import owner_of
@@ -403,6 +406,49 @@ def clock(server_date: Callable[[], datetime] | None, now: Callable[[], datetime
     return ok(check, detail)
 
 
+LockLeaseReader = Callable[[], tuple[str | None, Mapping[str, Any] | None]]
+"""Reads the node's `hami.io/node-lock-lease` offer and the Lease it names (None when absent)."""
+
+
+def node_lock(read: LockLeaseReader | None) -> Finding:
+    """Whether the node's daemon offers its lock as a Lease (no Node write per placed pod) and the Lease is there,
+    owned by the daemon's pod (so that it goes with the daemon)."""
+    check = "node lock"
+    if read is None:
+        return warning(check, "no cluster to read the node from", "pass --kubeconfig, or run inside the daemon's pod")
+    try:
+        offer, lease = read()
+    except Exception as exc:
+        return warning(
+            check, f"the node's lock could not be read: {exc}", "check the daemon's RBAC for nodes and leases"
+        )
+    if not offer:
+        return warning(
+            check,
+            "the node offers no lock Lease: each placed pod writes the Node object twice (hami.io/mutex.lock)",
+            "run the daemon with node.lockLease (the default) and POD_NAMESPACE from the downward API, as the chart "
+            "does; a daemon whose Lease the API refuses says why in its log",
+        )
+    if lease is None:
+        return warning(
+            check,
+            f"the node offers Lease {offer}, which does not exist: binds lock the node annotation until the daemon "
+            "creates it again (at its next node sync)",
+            "if it stays absent, check the daemon's RBAC: get, create and update leases in its namespace",
+        )
+    owners = (lease.get("metadata") or {}).get("ownerReferences") or []
+    pods = [o.get("name") for o in owners if isinstance(o, Mapping) and o.get("kind") == "Pod"]
+    holder = (lease.get("spec") or {}).get("holderIdentity") or "nobody"
+    if not pods:
+        return warning(
+            check,
+            f"Lease {offer} is owned by no pod: it outlives the daemon, and a bind would keep locking it if HAMi's "
+            "daemon replaced this one",
+            "set POD_NAME and POD_UID from the downward API, as the chart does",
+        )
+    return ok(check, f"Lease {offer}, owned by pod {pods[0]}, last taken by {holder}")
+
+
 def node_findings(
     plugins: VendorPlugins,
     plugin_dir: Path,
@@ -413,6 +459,7 @@ def node_findings(
     etc: Path = Path("/etc"),
     owner: int = 0,
     allocatable: Mapping[str, str] | None = None,
+    lock_lease: LockLeaseReader | None = None,
 ) -> list[Finding]:
     """Every check of `hami doctor` on a node: core's, then each vendor's. `owner` is who must own the host
     directories (root; tests pass their own uid); `allocatable` is the Node's, where the API server could be read."""
@@ -424,5 +471,6 @@ def node_findings(
     findings += probe("cgroup layout", lambda: cgroup_layout(proc))
     findings += probe("placement key", placement_key)
     findings += probe("clock", lambda: clock(server_date))
+    findings += probe("node lock", lambda: node_lock(lock_lease))
     findings += plugins.doctor_checks(None)
     return findings

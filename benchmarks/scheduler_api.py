@@ -15,8 +15,9 @@ a pool of --binders threads (kube-scheduler binds asynchronously) unless --seria
 releases its node lock, as the daemon's Allocate does.
 
 Prints p50/p99 of filter and bind, pods/s (measured pods over the time until the last bind answered), the seconds
-from starting the scheduler until ready, and the scheduler's resident memory (now and peak); the last line is one
-JSON object. Progress goes to stderr. The machine is shared with the API server: measure on a quiet one.
+from starting the scheduler until ready, and the resident memory (now and peak) of the scheduler and of
+kube-apiserver and etcd (`control_plane_rss_mib`: [now, peak] each); the last line is one JSON object. Progress
+goes to stderr. The machine is shared with the API server: measure on a quiet one.
 
 Where the time goes: the CPU seconds each process spent while the pods were scheduled (kube-apiserver, etcd, the
 scheduler, this driver, the node-side stand-in in a process of its own), per measured pod; and what the control
@@ -498,6 +499,7 @@ def main() -> None:
         served_total = served_after[1] - served_before[1]
         grown = per_pod(counters_before, counters_after, args.measure)
         memory = rss_kib(scheduler.pid)
+        plane_memory = {p.name: rss_kib(p.popen.pid) for p in plane.processes}
         result = {
             "nodes": args.nodes,
             "devices_per_node": args.devices_per_node,
@@ -523,6 +525,10 @@ def main() -> None:
             "bind_errors": len(errors),
             "rss_mib": round(memory.get("VmRSS", 0) / 1024, 1),
             "rss_peak_mib": round(memory.get("VmHWM", 0) / 1024, 1),
+            "control_plane_rss_mib": {
+                name: [round(m.get("VmRSS", 0) / 1024), round(m.get("VmHWM", 0) / 1024)]
+                for name, m in plane_memory.items()
+            },
             "cpu_ms_per_pod": {name: round(1000 * seconds / args.measure, 2) for name, seconds in cpu.items()},
             "api_requests_per_pod": grown["api_requests"],
             "api_request_body_bytes_per_pod": grown["api_request_body_bytes"],

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod
+from scheduler_harness import FakeNodeSide, Harness, gpu_node, gpu_pod, post_raw
 
 from hami.cluster import MemoryCluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION
@@ -133,6 +134,27 @@ def test_lowercase_keys_and_full_node_lists_are_understood(harness: Harness) -> 
     assert [meta(n)["name"] for n in answer["Nodes"]["items"]] == ["node-a"]
     assert answer["NodeNames"] is None
     assert answer["FailedNodes"] == {"x": "no NVIDIA devices registered"}
+
+
+def test_a_full_node_list_answer_carries_the_chosen_nodes_bytes_as_sent(harness: Harness) -> None:
+    """The Nodes of the answer are the bytes kube-scheduler sent for them (fields the scheduler does not read,
+    their order and spacing, integer quantities and nulls included), not a re-encoding of what was decoded."""
+    node = gpu_node("node-a")
+    harness.add_node(node)
+    harness.add_pod(gpu_pod("p1"))
+    harness.start()
+    assert harness.server is not None
+    pod = json.dumps(harness.cluster.get("pods", "p1", "default")).encode()
+    sent = json.dumps({"status": {"images": [{"sizeBytes": 7}], "capacity": {"cpu": 8}}, **node}, indent=1).encode()
+    other = b'{"metadata": {"name": "x"}, "spec": null}'
+    body = b'{"Pod": ' + pod + b', "Nodes": {"items": [' + other + b", " + sent + b"]}}"
+    status, answer = post_raw(harness.server.port, "/filter", body)
+    assert status == 200
+    assert b'"items":[' + sent + b"]" in answer
+    decoded = json.loads(answer)
+    assert decoded["Nodes"] == {"metadata": {}, "items": [json.loads(sent)]}
+    assert (decoded["NodeNames"], decoded["Error"]) == (None, "")
+    assert decoded["FailedNodes"] == {"x": "no NVIDIA devices registered"}
 
 
 def test_unreadable_resources_are_an_error_that_names_them(harness: Harness) -> None:

@@ -323,6 +323,8 @@ class RunOrder:
     def of_spec(cls, spec: Mapping[str, Any]) -> RunOrder:
         """From a pod spec as the Kubernetes API serialises it (the bookkeeping reads pods without the model)."""
         inits = spec.get("initContainers") or ()
+        if not inits:
+            return NO_INIT  # most pods: one frozen value for all (a pod is read three times at start-up)
         if not isinstance(inits, Sequence) or isinstance(inits, str):
             return cls()
         return cls(

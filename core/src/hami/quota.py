@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING
 from typing import Any
@@ -164,19 +164,25 @@ def demand_of_requests(
 
 
 def demand_of_allocation(
-    plugins: VendorPlugins, allocation: Mapping[str, Sequence[ContainerPlacement]], order: RunOrder
+    plugins: VendorPlugins,
+    allocation: Mapping[str, Sequence[ContainerPlacement]],
+    order: RunOrder,
+    *,
+    detail: bool = True,
 ) -> PodDemand:
     """What a placed pod takes: per device, what it holds at its peak by its run order (the scheduler's own
-    accounting, `effective_grants`), summed over its devices."""
+    accounting, `effective_grants`), summed over its devices. Without `detail`, no text of how (what the ledger
+    keeps of every live pod, whose text no message reads: 40,000 pods' worth at start-up)."""
     amounts: dict[str, int] = {}
-    detail: dict[str, str] = {}
+    how: dict[str, str] = {}
     grants = effective_grants({k: tuple(v) for k, v in allocation.items()}, order)
     for kind_word, by_device in grants.items():
         for qk in _keys_of(plugins, kind_word):
             per_device = [g.memory if qk.memory else g.cores for g in by_device.values()]
             amounts[qk.key] = sum(per_device)
-            detail[qk.key] = f"{len(per_device)} device(s) placed: " + " + ".join(qk.describe(v) for v in per_device)
-    return PodDemand(amounts, detail)
+            if detail:
+                how[qk.key] = f"{len(per_device)} device(s) placed: " + " + ".join(qk.describe(v) for v in per_device)
+    return PodDemand(amounts, how)
 
 
 def _keys_of(plugins: VendorPlugins, kind_word: str) -> list[QuotaKey]:
@@ -243,12 +249,16 @@ class QuotaLedger:
         self.cluster = cluster
         self.plugins = plugins
         self._lock = threading.RLock()
+        self._allocated = [(kind, kind.annotations.allocated) for kind in plugins.kinds]
+        """Each kind with the name of its allocated annotation (read for every pod)."""
         self._keys: dict[str, QuotaKey] = {qk.key: qk for kind in plugins.kinds for qk in quota_keys(kind)}
         self._limits: dict[str, dict[str, list[_Limit]]] = {}
         """namespace → quota object name → the device limits it sets."""
         self._usage: dict[str, dict[str, _Usage]] = {}
         """namespace → pod name → what it takes."""
         self._subs: list[Subscription] = []
+        self._quota_rv = ""
+        """The version of the ResourceQuotas listed by `begin`, which `finish` watches from."""
         self._ready = threading.Event()
 
     # ---------------------------------------------------------------------------------- lifecycle
@@ -257,23 +267,34 @@ class QuotaLedger:
     def ready(self) -> bool:
         return self._ready.is_set()
 
-    def start(self, *, pods: Sequence[KubeObject] | None = None) -> QuotaLedger:
+    def start(self, *, pods: Iterable[KubeObject] | None = None) -> QuotaLedger:
         """List ResourceQuotas and pods, then watch both. Raises `ClusterError` when the lists fail.
 
         `pods`: the owner lists and watches pods itself (the scheduler does) and feeds the ledger these, then
-        every pod event through `pod_event`: one list and one watch of every pod in the process, not two."""
-        quotas, quota_rv = self.cluster.list("resourcequotas")
+        every pod event through `pod_event`: one list and one watch of every pod in the process, not two. An owner
+        that reads its pods a page at a time calls `begin`, `set_pod` for each and `finish` instead."""
+        self.begin()
         pod_rv = None
         if pods is None:
             pods, pod_rv = self.cluster.list("pods")
+        with self._lock:
+            for pod in pods:
+                self.set_pod(pod)
+        return self.finish(pod_rv)
+
+    def begin(self) -> None:
+        """List the ResourceQuotas and forget every pod's usage: the pods come next (`set_pod`), then `finish`."""
+        quotas, self._quota_rv = self.cluster.list("resourcequotas")
         with self._lock:
             self._limits.clear()
             self._usage.clear()
             for quota in quotas:
                 self.set_quota(quota)
-            for pod in pods:
-                self.set_pod(pod)
-        self._subs = [self.cluster.watch("resourcequotas", quota_rv, self._on_quota)]
+
+    def finish(self, pod_rv: str | None = None) -> QuotaLedger:
+        """Every pod was fed since `begin`: watch the quotas (and the pods from `pod_rv`, when the ledger watches
+        them itself), and count."""
+        self._subs = [self.cluster.watch("resourcequotas", self._quota_rv, self._on_quota)]
         if pod_rv is not None:
             self._subs.append(self.cluster.watch("pods", pod_rv, self.pod_event))
         self._ready.set()
@@ -337,8 +358,9 @@ class QuotaLedger:
 
     # ---------------------------------------------------------------------------------- pods
 
-    def demand_of_pod(self, pod: KubeObject) -> PodDemand | None:
-        """What a live pod uses (None when it does not count: finished, or neither placed nor bound)."""
+    def demand_of_pod(self, pod: KubeObject, *, detail: bool = True) -> PodDemand | None:
+        """What a live pod uses (None when it does not count: finished, or neither placed nor bound); `detail`: with
+        the text of how its placement was counted (`demand_of_allocation`)."""
         m = meta(pod)
         spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
         status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
@@ -347,20 +369,20 @@ class QuotaLedger:
         annotations = m.get("annotations") if isinstance(m.get("annotations"), dict) else {}
         order = RunOrder.of_spec(spec or {})
         allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
-        for kind in self.plugins.kinds:
-            value = (annotations or {}).get(kind.annotations.allocated)
+        for kind, key in self._allocated:
+            value = (annotations or {}).get(key)
             if not value:
                 continue
             try:
-                allocation[kind.common_word] = decode_pod_devices(str(value), kind.annotations.allocated)
+                allocation[kind.common_word] = decode_pod_devices(str(value), key)
             except AnnotationError as exc:
                 log.warning("pod %s/%s: not counting its %s usage: %s", m.get("namespace"), m.get("name"), kind, exc)
         amounts: dict[str, int] = {}
-        detail: dict[str, str] = {}
+        how: dict[str, str] = {}
         if allocation:
-            placed = demand_of_allocation(self.plugins, allocation, order)
+            placed = demand_of_allocation(self.plugins, allocation, order, detail=detail)
             amounts.update(placed.amounts)
-            detail.update(placed.detail)
+            how.update(placed.detail)
         if (spec or {}).get("nodeName") and self._asks_beyond(spec or {}, allocation):
             try:
                 view = Pod.from_api(pod)
@@ -372,8 +394,8 @@ class QuotaLedger:
                 names = [c.name for c in view.all_containers]
                 bound = demand_of_requests(self.plugins, requests, names, view.run_order)
                 amounts.update(bound.amounts)
-                detail.update(bound.detail)
-        demand = PodDemand(amounts, detail)
+                how.update(bound.detail)
+        demand = PodDemand(amounts, how)
         return demand if demand else None
 
     def _asks_beyond(self, spec: Mapping[str, Any], allocation: Mapping[str, object]) -> bool:
@@ -397,7 +419,7 @@ class QuotaLedger:
         """Learn (or update) what one pod uses. A filter's reservation stays until the pod's placement arrives."""
         m = meta(pod)
         namespace, name = str(m.get("namespace") or "default"), str(m.get("name"))
-        demand = self.demand_of_pod(pod)
+        demand = self.demand_of_pod(pod, detail=False)  # kept for its amounts: no message reads its text
         phase = str((pod.get("status") or {}).get("phase") or "") if isinstance(pod.get("status"), dict) else ""
         with self._lock:
             pods = self._usage.setdefault(namespace, {})

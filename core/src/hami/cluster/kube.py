@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
+import queue
 import random
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+import msgspec
 
 from hami.cluster.kube_transport import (
     CONNECTION_ERRORS,
@@ -44,6 +48,7 @@ from hami.cluster.kube_transport import (
     connection_error,
     kubeconfig_api_client,
     never_sent,
+    read_body,
     read_json,
     status_error,
 )
@@ -52,6 +57,7 @@ from hami.cluster.port import (
     NAMESPACED,
     ClusterError,
     KubeObject,
+    ListPages,
     Resource,
     WatchHandler,
     meta,
@@ -65,6 +71,22 @@ _Objects = list[KubeObject]  # `list` is a method name inside KubeCluster
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 _LIST_PAGE = 500
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str | None = None  # noqa: N815
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _ListHead(msgspec.Struct):
+    """What `list_pages`' fetching thread reads of a page: its list metadata (the items are skipped unread)."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+
+
+_LIST_HEAD = msgspec.json.Decoder(_ListHead)
+_PAGES_AHEAD = 4
+"""Pages of a list read ahead of its caller (`KubeCluster.list_pages`): at 500 pods a page, about 4 MiB each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +226,12 @@ class KubeCluster:
         idempotent: bool = True,
         gone_on_retry: bool = False,
         stream: bool = False,
+        raw: bool = False,
         attempts: int | None = None,
         timeout: tuple[float, float] = REQUEST_TIMEOUT,
     ) -> Any:
-        """One API call with bounded retries; the parsed JSON answer (or the open response when `stream`).
+        """One API call with bounded retries; the parsed JSON answer (the open response when `stream`, the body's
+        bytes when `raw`).
 
         `gone_on_retry`: a 404 after a failed attempt means that attempt did its work (a delete).
         """
@@ -217,7 +241,9 @@ class KubeCluster:
             attempt += 1
             try:
                 response = self._transport.send(method, path, query, body, content_type, timeout)
-                return response if stream else read_json(response)
+                if stream:
+                    return response
+                return read_body(response) if raw else read_json(response)
             except HttpError as exc:
                 if exc.status == 404 and gone_on_retry and attempt > 1:
                     return None
@@ -250,6 +276,77 @@ class KubeCluster:
             with self._watches_lock:
                 self._listed[resource] = (version, {name_key(o): slim(o) for o in items})
         return items, version
+
+    def list_pages(self, resource: Resource, namespace: str | None = None) -> ListPages:
+        """`list` a page at a time: each page's bytes are fetched on a thread of its own while the caller decodes
+        and uses the ones before (at most `_PAGES_AHEAD` pages ahead), so the API server serves the next pages
+        while the caller works, and the caller need never hold the whole list. The fetching thread reads only the
+        page's list metadata (its continue token), so that the caller's work is not interleaved with the decoding
+        of another page. A page whose continue token expired raises `ClusterError` (410) from the iteration: the
+        pages given cannot be taken back, the caller lists again. A caller that stops iterating early stops the
+        fetching."""
+        k = _kind(resource)
+        path = _path(resource, namespace)
+        what = f"list {resource}" + (f" in {namespace}" if namespace else "")
+        ahead: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=_PAGES_AHEAD)
+        stopped = threading.Event()
+        version = [""]
+
+        def hand_over(item: bytes | BaseException | None) -> bool:
+            while not stopped.is_set():
+                try:
+                    ahead.put(item, timeout=0.5)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def fetch() -> None:
+            token = ""
+            try:
+                while True:
+                    query = [("limit", str(_LIST_PAGE))] + ([("continue", token)] if token else [])
+                    body = self._call(what, "GET", path, query=query, raw=True)
+                    try:
+                        head = _LIST_HEAD.decode(body).metadata
+                    except msgspec.DecodeError as exc:
+                        raise ClusterError(f"{what}: the API answered with a body that is not a list ({exc})") from exc
+                    if not token:
+                        version[0] = head.resourceVersion or ""
+                    token = head.continue_ or ""
+                    if not hand_over(body) or not token:
+                        break
+                hand_over(None)
+            except BaseException as exc:  # handed to the caller's thread, which raises it
+                hand_over(exc)
+
+        def pages() -> Iterator[_Objects]:
+            known: Known = {}
+            fetcher = threading.Thread(target=fetch, name=f"list-{resource}", daemon=True)
+            fetcher.start()
+            try:
+                while (body := ahead.get()) is not None:
+                    if isinstance(body, BaseException):
+                        raise body
+                    try:
+                        items: _Objects = json.loads(body).get("items") or []
+                    except ValueError as exc:
+                        raise ClusterError(f"{what}: the API answered with a body that is not JSON ({exc})") from exc
+                    del body
+                    for item in items:
+                        item.setdefault("apiVersion", k.api_version)
+                        item.setdefault("kind", k.kind)
+                    if namespace is None:
+                        known.update((name_key(o), slim(o)) for o in items)
+                    yield items
+                    del items
+            finally:
+                stopped.set()
+            if namespace is None:  # a watch from this version starts knowing what exists, as after `list`
+                with self._watches_lock:
+                    self._listed[resource] = (version[0], known)
+
+        return ListPages(pages(), lambda: version[0])
 
     def _list(self, resource: str, namespace: str | None, attempts: int | None = None) -> tuple[_Objects, str]:
         """All pages of a list; a page whose continue token expired (410) starts the list again."""

@@ -47,6 +47,7 @@ __all__ = [
     "connection_error",
     "kubeconfig_api_client",
     "never_sent",
+    "read_body",
     "read_json",
     "status_error",
 ]
@@ -287,8 +288,13 @@ class Transport:
 
 
 def read_json(response: Any) -> Any:
+    data = read_body(response)
+    return json.loads(data) if data else None
+
+
+def read_body(response: Any) -> bytes:
+    """The answer's body as its bytes, the connection back in the pool."""
     try:
-        data = response.data
+        return bytes(response.data)
     finally:
         response.release_conn()
-    return json.loads(data) if data else None

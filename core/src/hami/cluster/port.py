@@ -11,7 +11,7 @@ This module defines the interface only; `hami.cluster.memory` and `hami.cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -20,6 +20,7 @@ from hami.errors import HamiError
 __all__ = [
     "Cluster",
     "ClusterError",
+    "ListPages",
     "ConflictError",
     "KubeObject",
     "NotFoundError",
@@ -27,6 +28,7 @@ __all__ = [
     "Subscription",
     "WatchEvent",
     "WatchHandler",
+    "list_pages",
     "meta",
     "pod_key",
     "revision",
@@ -86,6 +88,42 @@ WatchHandler = Callable[[WatchEvent], None]
 
 class Subscription(Protocol):
     def stop(self) -> None: ...
+
+
+class ListPages:
+    """A list read a page at a time (`list_pages`): iterating gives the pages, each a list of objects, and
+    `version`, the list's resourceVersion to watch from, is known once the first page has been read. A consumer
+    that keeps only what it needs of each page never holds the whole list: the pods of 5,000 nodes are about 350
+    MiB as objects."""
+
+    def __init__(self, pages: Iterator[list[KubeObject]], version: Callable[[], str]) -> None:
+        self._pages = pages
+        self._version = version
+
+    def __iter__(self) -> Iterator[list[KubeObject]]:
+        return self._pages
+
+    @property
+    def version(self) -> str:
+        return self._version()
+
+    def close(self) -> None:
+        """Read no more pages (a caller that stops part-way: the backend stops fetching)."""
+        close: Callable[[], None] | None = getattr(self._pages, "close", None)
+        if close is not None:
+            close()
+
+
+def list_pages(cluster: Cluster, resource: Resource) -> ListPages:
+    """All objects of `resource` (in all namespaces) a page at a time, each fetched while the one before is used,
+    where the backend reads lists in pages (`KubeCluster.list_pages`); else the whole list as one page. A list
+    whose continue token expires part-way raises `ClusterError` with status 410 (the pages given are not taken
+    back): the caller lists again."""
+    paged: Callable[[Resource], ListPages] | None = getattr(cluster, "list_pages", None)
+    if paged is not None:
+        return paged(resource)
+    items, version = cluster.list(resource)
+    return ListPages(iter([items]), lambda: version)
 
 
 class Cluster(Protocol):

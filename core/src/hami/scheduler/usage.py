@@ -79,6 +79,8 @@ class PodUsage:
 
     def __init__(self, kinds: list[DeviceKind], lock: threading.RLock, counted: Mapping[str, PodRecord]) -> None:
         self.kinds = kinds
+        self._allocated = [(kind, kind.annotations.allocated) for kind in kinds]
+        """Each kind with the name of its allocated annotation (read for every pod)."""
         self.lock = lock
         self.counted = counted
         """The records the state counts (read under `lock`): a signature that no longer verifies keeps its pod's."""
@@ -112,12 +114,12 @@ class PodUsage:
             annotations, decided = authentic
         total = len(spec.get("initContainers") or ()) + len(spec.get("containers") or ())
         allocation: dict[str, tuple[ContainerPlacement, ...]] = {}
-        for kind in self.kinds:
-            value = annotations.get(kind.annotations.allocated)
+        for kind, key in self._allocated:
+            value = annotations.get(key)
             if not value:
                 continue
             try:
-                placements = decode_pod_devices(value, kind.annotations.allocated)
+                placements = decode_pod_devices(value, key)
             except AnnotationError as exc:
                 log.warning(
                     "pod %s/%s: ignoring its %s usage: %s", m.get("namespace"), m.get("name"), kind.common_word, exc

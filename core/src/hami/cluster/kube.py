@@ -216,7 +216,7 @@ class KubeCluster:
         while True:
             attempt += 1
             try:
-                response = self._transport.send(method, path, query, body, content_type, timeout)
+                response = self._transport.send(method, path, query, body, content_type, timeout, stream=stream)
                 return response if stream else read_json(response)
             except HttpError as exc:
                 if exc.status == 404 and gone_on_retry and attempt > 1:
@@ -224,7 +224,7 @@ class KubeCluster:
                 retry = exc.status == 429 or (idempotent and exc.status in _RETRYABLE_STATUS)
                 if not retry or attempt >= limit:
                     raise status_error(exc.status, exc.body, what) from None
-                delay = self._delay(attempt, exc.headers.get("Retry-After"))
+                delay = self._delay(attempt, exc.headers.get("retry-after"))
                 log.info("%s: HTTP %d, retrying in %.2f s (attempt %d/%d)", what, exc.status, delay, attempt, limit)
             except CONNECTION_ERRORS as exc:
                 if not (idempotent or never_sent(exc)) or attempt >= limit:

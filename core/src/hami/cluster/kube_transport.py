@@ -25,10 +25,10 @@ Thread-safe: the pool is shared by every caller's thread and every watch's.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
-import re
 import select
 import socket
 import ssl
@@ -166,8 +166,6 @@ class Answer:
 
 
 _READ = 256 * 1024
-_UNSAFE_TARGET = re.compile(r"[^\x21-\x7e]")
-_UNSAFE_VALUE = re.compile(r"[^\t\x20-\x7e]")
 
 
 class Connections:
@@ -187,8 +185,9 @@ class Connections:
         self.context = context
         self.server_name = server_name
         self.keep = keep
-        self._idle: list[socket.socket] = []
-        self._lock = threading.Lock()
+        # a deque's append and pop are atomic: no lock, which 16 binds at once would queue on (each wait a
+        # switch of threads and of the interpreter lock)
+        self._idle: collections.deque[socket.socket] = collections.deque()
         self._closed = False
 
     def exchange(self, request: bytes, timeout: tuple[float, float]) -> Answer:
@@ -218,12 +217,14 @@ class Connections:
         return answer
 
     def _take(self, connect_timeout: float) -> socket.socket:
-        with self._lock:
-            while self._idle:
+        while True:
+            try:
                 sock = self._idle.pop()
-                if not _dropped(sock):
-                    return sock
-                sock.close()
+            except IndexError:
+                break
+            if not _dropped(sock):
+                return sock
+            sock.close()
         try:
             raw = socket.create_connection(self.address, timeout=connect_timeout)
         except OSError as exc:
@@ -236,18 +237,23 @@ class Connections:
             raise NotSent(f"TLS with {self.address[0]}:{self.address[1]} failed: {exc}") from exc
 
     def _give(self, sock: socket.socket) -> None:
-        with self._lock:
-            if not self._closed and len(self._idle) < self.keep:
-                self._idle.append(sock)
-                return
-        sock.close()
+        if len(self._idle) >= self.keep:
+            sock.close()
+            return
+        self._idle.append(sock)
+        if self._closed:  # closed before or meanwhile: what `close` did not see is closed here
+            self._drain()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for sock in idle:
-            sock.close()
+        self._closed = True
+        self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._idle.pop().close()
+            except IndexError:
+                return
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -446,11 +452,11 @@ class Transport:
 
     def _request(self, method: str, target: str, headers: dict[str, str], data: bytes | None) -> bytes:
         """One request's bytes: its line, headers and body."""
-        if _UNSAFE_TARGET.search(target):
+        if not (target.isascii() and target.isprintable()) or " " in target:
             raise ClusterError(f"cannot send {method} {target!r}: not a request target (spaces, controls, non-ASCII)")
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self._authority}"]
         for name, value in headers.items():
-            if _UNSAFE_VALUE.search(value) or _UNSAFE_VALUE.search(name):
+            if not (value.isascii() and value.isprintable() and name.isascii() and name.isprintable()):
                 raise ClusterError(f"cannot send {method} {target}: the header {name!r} is not printable ASCII")
             lines.append(f"{name}: {value}")
         if data is not None or method in ("POST", "PUT", "PATCH"):

@@ -9,7 +9,7 @@ kube-scheduler drives the extender: keep-alive connections POSTing a filter body
 as JSON and answers a filter-sized JSON object, as the extender does, in a worker thread for the asynchronous
 servers (the extender's work is blocking). Prints requests per second and p50/p99 latency per server and
 concurrency, and last one JSON object with all of them; `hami.front` is the project's own front (uvicorn with
-h11, its header deadline, its body buffer and its worker threads) on the same handler. Candidates that are not
+httptools, its header deadline, its body buffer and its worker threads) on the same handler. Candidates that are not
 installed are skipped (`uv pip install uvicorn httptools hypercorn aiohttp`).
 """
 
@@ -190,7 +190,7 @@ CANDIDATES: dict[str, tuple[str, Callable[[int], Any]]] = {
     "uvicorn-httptools": ("httptools", uvicorn_with("httptools")),
     "hypercorn": ("hypercorn", in_loop(_hypercorn)),  # type: ignore[arg-type]
     "aiohttp": ("aiohttp", in_loop(_aiohttp)),  # type: ignore[arg-type]
-    "hami.front": ("hami.front", hami_front),  # uvicorn-h11 with the project's deadlines, caps and body buffer
+    "hami.front": ("hami.front", hami_front),  # uvicorn-httptools with the project's deadlines, caps and body buffer
 }
 
 # ------------------------------------------------------------------------------------------ the client

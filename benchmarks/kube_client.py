@@ -6,7 +6,9 @@ own request path and a bare `http.client` connection, on a real kube-apiserver.
 
 Starts etcd and kube-apiserver from the end-to-end suite's binaries (tests/e2e/build_control_plane.sh), creates one
 node whose annotations are the size of a 8-GPU register, and merge-patches one of its annotations again and again,
-as a scheduler's node lock does: through `KubeCluster.patch_metadata` (this project), through the client's generated
+as a scheduler's node lock does: through `KubeCluster.patch_metadata` (this project: from a kubeconfig, through
+urllib3, and as a pod connects, `KubeCluster.in_cluster` with a ServiceAccount's token, through `Connections`),
+through the client's generated
 `CoreV1Api.patch_node` asked for the raw answer (`_preload_content=False`: the client's request layer, no model),
 and through one kept-alive `http.client.HTTPSConnection` (the floor: one TLS request and its JSON, nothing more).
 A watch of the node, through `KubeCluster.watch`, reports the CPU its thread spends per event delivered.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import ssl
 import statistics
 import sys
@@ -102,6 +105,34 @@ def bare_connection(kubeconfig: Path) -> Callable[[int], object]:
     return call
 
 
+def service_account(plane: ControlPlane, folder: Path) -> Path:
+    """A ServiceAccount bound to cluster-admin, its token and the cluster's CA in `folder` as the kubelet mounts
+    them, and the API server's address in KUBERNETES_SERVICE_HOST/PORT: what `KubeCluster.in_cluster` reads."""
+    api = plane.admin
+    assert api is not None
+    api.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench", "namespace": "default"}})
+    api.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "bench"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "bench", "namespace": "default"}],
+        }
+    )
+    answer = api.request(
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/bench/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}},
+    )
+    folder.mkdir()
+    (folder / "token").write_text(answer["status"]["token"])
+    (folder / "ca.crt").write_bytes(Path(plane.pki.ca).read_bytes())
+    host, port = plane.server.removeprefix("https://").rsplit(":", 1)
+    os.environ.update(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200, help="calls per round and way")
@@ -118,10 +149,14 @@ def main() -> None:
         )
         kubeconfig = Path(plane.identity("admin", "hami-e2e-admin").kubeconfig)
         cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
+        pod = KubeCluster.in_cluster(account=service_account(plane, work / "serviceaccount"))
         core = k8s_client.CoreV1Api(kubeconfig_api_client(str(kubeconfig)))  # its own pool, sized alike
 
         def ours(i: int) -> object:
             return cluster.patch_metadata("nodes", NODE, annotations={"bench": str(i)})
+
+        def in_cluster(i: int) -> object:
+            return pod.patch_metadata("nodes", NODE, annotations={"bench": str(i)})
 
         def generated(i: int) -> object:
             answer = core.patch_node(
@@ -132,7 +167,12 @@ def main() -> None:
         watched = WatchCost()
         since = str(meta(cluster.get("nodes", NODE)).get("resourceVersion"))
         cluster.watch("nodes", since, watched)
-        ways = {"kubecluster": ours, "kubernetes_client": generated, "bare_http_client": bare_connection(kubeconfig)}
+        ways = {
+            "kubecluster": ours,
+            "kubecluster_in_cluster": in_cluster,
+            "kubernetes_client": generated,
+            "bare_http_client": bare_connection(kubeconfig),
+        }
         for call in ways.values():
             call(0)  # open each connection outside the measure
         figures: dict[str, float] = {}
@@ -144,6 +184,7 @@ def main() -> None:
         figures["watch_cpu_ms_per_event"] = round(watched.per_event(expected), 3)
         print(f"watch              {figures['watch_cpu_ms_per_event']:6.3f} ms CPU per event (read, parse, deliver)")
         cluster.close()
+        pod.close()
         print(json.dumps({"calls": args.calls, "rounds": args.rounds, **figures}))
     finally:
         plane.stop()

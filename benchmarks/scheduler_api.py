@@ -376,6 +376,15 @@ def start_scheduler(
     return process, time.perf_counter() - started
 
 
+def attach(template: str, pid: int) -> subprocess.Popen[bytes]:
+    """`template` with {pid} started against the scheduler (a profiler), once it has had a moment to attach."""
+    profiler = subprocess.Popen(template.format(pid=pid).split())
+    time.sleep(1.0)
+    if profiler.poll() is not None:
+        raise RuntimeError(f"--attach {template!r} exited at once ({profiler.returncode})")
+    return profiler
+
+
 class Extender:
     """kube-scheduler's side of the extender protocol: one keep-alive connection per thread."""
 
@@ -432,6 +441,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--wrap", default="", help="a command prefix for the scheduler, e.g. 'py-spy record -r 200 -o s.txt -f raw --'"
+    )
+    parser.add_argument(
+        "--attach",
+        default="",
+        help="a profiler attached to the scheduler for the measured window only (started just before the first "
+        "filter, sent SIGINT after the last bind answered), {pid} its process id: e.g. 'py-spy record -r 200 --gil "
+        "-o s.txt -f raw --pid {pid}' or 'perf record -g -o perf.data -p {pid}'; start-up and sync left out",
     )
     args = parser.parse_args()
 
@@ -516,6 +532,7 @@ def main() -> None:
         log(f"scheduling {args.measure} pods ({args.policy}, {'serial' if args.serial else f'{args.binders} binders'})")
         processes = {p.name: p.popen.pid for p in plane.processes}
         processes.update({"scheduler": scheduler.pid, "driver": os.getpid(), "node-side": stand_in.pid or 0})
+        profiler = attach(args.attach, scheduler.pid) if args.attach else None
         cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         counters_before = control_plane_counters(api, plane.etcd_url)
         served_before = filters_within(stack.metrics_port)
@@ -538,6 +555,9 @@ def main() -> None:
                 f.result()
             elapsed = time.perf_counter() - t_start
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy and perf write their report on SIGINT
+            profiler.wait(60)
         counters_after = control_plane_counters(api, plane.etcd_url)
         served_after = filters_within(stack.metrics_port)
         served_total = served_after[1] - served_before[1]

@@ -1,5 +1,5 @@
 """The one HTTP front of every listener HAMi serves: the scheduler extender, the admission webhook, the
-scheduler's metrics, the node's metrics and the dashboard, on uvicorn (h11).
+scheduler's metrics, the node's metrics and the dashboard, on uvicorn (its httptools protocol).
 
 Owns the transport they share, with one set of limits:
 
@@ -7,7 +7,8 @@ Owns the transport they share, with one set of limits:
   only once the server accepts: a caller that has started every listener is ready to say so (`accepting`);
 - a request's headers must arrive within `HEADER_DEADLINE_SECONDS` of its first byte (the first request's,
   of the connection; a TLS handshake within the same deadline) and its body within
-  `BODY_DEADLINE_SECONDS` (however slowly either trickles); an idle keep-alive connection is closed after
+  `BODY_DEADLINE_SECONDS` (however slowly either trickles); the request line and headers are at most
+  `MAX_HEADER_BYTES` (431 beyond); an idle keep-alive connection is closed after
   `KEEP_ALIVE_SECONDS`; at most `MAX_CONNECTIONS` connections are open (beyond, 503);
 - at most `IN_FLIGHT` requests are handled at once (each in a worker thread: the apps' work is blocking),
   the others wait their turn on their connection;
@@ -40,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import socket
@@ -51,9 +51,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
-import h11
+import msgspec
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hami.errors import ConfigError
 
@@ -64,6 +64,7 @@ __all__ = [
     "IN_FLIGHT",
     "KEEP_ALIVE_SECONDS",
     "MAX_CONNECTIONS",
+    "MAX_HEADER_BYTES",
     "SEND_CHUNK",
     "SMALL_BODY",
     "JsonApp",
@@ -93,6 +94,8 @@ SMALL_BODY = 1024 * 1024
 """Bodies up to this size are read as they arrive; larger ones share the listener's `body_budget`."""
 SEND_CHUNK = 256 * 1024
 """Answers larger than this are sent in slices of this size (so the HTTP layer never copies a whole one)."""
+MAX_HEADER_BYTES = 16 * 1024
+"""A request's line and headers together (h11's default, which this front had before httptools); beyond, 431."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -227,26 +230,26 @@ class ReloadingTLS:
 
 
 # --------------------------------------------------------------------------------------------------------
-# The header deadline (uvicorn has none of its own)
+# The protocol: the header deadline and cap (uvicorn has neither of its own on httptools), one send an answer
 # --------------------------------------------------------------------------------------------------------
 
 
 class _OneSend:
-    """A connection's transport whose writes of one answer leave in one send (h11 writes the head, the body and
-    the end of an answer separately): what is written while the answer's body is still due is held, up to
+    """A connection's transport whose writes of one answer leave in one send (the HTTP layer writes an answer's
+    head and its body apart): what is written while the answer's body is still due (`body_due`) is held, up to
     `SEND_CHUNK` bytes, and goes out with the rest. Between two sends the event loop gives up the interpreter
     lock for the system call, and on a busy process taking it back can cost milliseconds before the body
     follows the head the client already waits on. Everything else is the transport's."""
 
-    def __init__(self, transport: asyncio.Transport, conn: Callable[[], h11.Connection]) -> None:
+    def __init__(self, transport: asyncio.Transport, body_due: Callable[[], bool]) -> None:
         self._transport = transport
-        self._conn = conn
+        self._body_due = body_due
         self._held = b""
 
     def write(self, data: bytes) -> None:
         if self._held:
             data, self._held = self._held + data, b""
-        if self._conn().our_state is h11.SEND_BODY and len(data) < SEND_CHUNK:
+        if len(data) < SEND_CHUNK and self._body_due():
             self._held = data
             return
         self._transport.write(data)
@@ -261,37 +264,79 @@ class _OneSend:
         return getattr(self._transport, name)
 
 
-class _Protocol(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline from a request's first byte to the end of its headers, and each
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol on httptools (llhttp, in C: a request's parsing cost a third of what h11's pure
+    Python did, `benchmarks/http_servers.py`), with a deadline from a request's first byte to the end of its
+    headers, a cap on the bytes of the headers (`MAX_HEADER_BYTES`, which llhttp leaves to its caller), and each
     answer written in one send (`_OneSend`)."""
 
     _header_timer: asyncio.TimerHandle | None = None
     header_deadline = HEADER_DEADLINE_SECONDS
+    _awaiting_headers = True
+    """From the connection's start, or the end of a request, to the end of the next request's headers."""
+    _header_bytes = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.transport = _OneSend(transport, lambda: self.conn)  # type: ignore[assignment]
+        self.transport = _OneSend(transport, self._body_due)  # type: ignore[assignment]
         # A connection that never sends a byte is closed too (uvicorn times out only idle keep-alive ones).
         self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
 
+    def _body_due(self) -> bool:
+        """Whether the answer being written has body bytes still to come (what the cycle was told and has not
+        been given yet; a HEAD answer's head comes alone)."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and not cycle.response_complete
+            and cycle.expected_content_length > 0
+            and cycle.scope["method"] != "HEAD"
+        )
+
     def data_received(self, data: bytes) -> None:
-        if self._header_timer is None and self.conn.their_state is h11.IDLE:
-            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+        if self._awaiting_headers:
+            self._header_bytes += len(data)
         super().data_received(data)
-        if self._header_timer is not None and self.conn.their_state is not h11.IDLE:
-            self._header_timer.cancel()
-            self._header_timer = None
+        if self._awaiting_headers and self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+            log.debug("closing a connection whose request headers passed %d bytes", MAX_HEADER_BYTES)
+            self._send_431()
+
+    def _send_431(self) -> None:
+        message = f"the request line and headers must be at most {MAX_HEADER_BYTES} bytes".encode()
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(message), message)
+        )
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_deadline, self._headers_too_slow)
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._header_bytes = 0
+        self._cancel_header_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._awaiting_headers = True
 
     def _headers_too_slow(self) -> None:
         self._header_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._awaiting_headers and not self.transport.is_closing():
             log.debug("closing a connection whose request headers took over %.1f s", self.header_deadline)
             self.transport.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
         super().connection_lost(exc)
 
 
@@ -545,7 +590,7 @@ class JsonServer:
         if isinstance(payload, Raw):
             body, content_type, extra = payload.body, payload.content_type, payload.headers
         else:
-            body, content_type = json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+            body, content_type = msgspec.json.encode(payload), "application/json"  # UTF-8, as compact as json's
         headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in extra]
         if close:

@@ -240,7 +240,7 @@ class KubeCluster:
         while True:
             attempt += 1
             try:
-                response = self._transport.send(method, path, query, body, content_type, timeout)
+                response = self._transport.send(method, path, query, body, content_type, timeout, stream=stream)
                 if stream:
                     return response
                 return read_body(response) if raw else read_json(response)
@@ -250,7 +250,7 @@ class KubeCluster:
                 retry = exc.status == 429 or (idempotent and exc.status in _RETRYABLE_STATUS)
                 if not retry or attempt >= limit:
                     raise status_error(exc.status, exc.body, what) from None
-                delay = self._delay(attempt, exc.headers.get("Retry-After"))
+                delay = self._delay(attempt, exc.headers.get("retry-after"))
                 log.info("%s: HTTP %d, retrying in %.2f s (attempt %d/%d)", what, exc.status, delay, attempt, limit)
             except CONNECTION_ERRORS as exc:
                 if not (idempotent or never_sent(exc)) or attempt >= limit:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal, Protocol, cast
 
-from hami.cluster.kube_transport import CONNECTION_ERRORS, status_error
+from hami.cluster.kube_transport import CONNECTION_ERRORS, decode_json, status_error
 from hami.cluster.port import ClusterError, KubeObject, WatchEvent, WatchHandler, meta
 
 __all__ = ["Known", "KubeWatch", "WatchSource", "name_key", "slim"]
@@ -201,7 +201,7 @@ class KubeWatch:
             for line in _lines(response):
                 if self._stopped.is_set():
                     break
-                event = json.loads(line)
+                event = decode_json(line)
                 kind = event.get("type")
                 obj = event.get("object") or {}
                 if kind == "ERROR":

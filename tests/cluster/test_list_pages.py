@@ -35,7 +35,7 @@ class PagedTransport:
         self.expired: set[str] = set()
         self.tokens: list[str] = []
 
-    def send(self, method: str, path: str, query: Any = None, body: Any = None, *args: Any) -> _Answer:
+    def send(self, method: str, path: str, query: Any = None, body: Any = None, *args: Any, **kw: Any) -> _Answer:
         params = dict(query or ())
         token = params.get("continue", "")
         self.tokens.append(token)

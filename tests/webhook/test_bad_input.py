@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from webhook_kit import SERVICE_DNS, Webhook, apply_patch, container, gpu, pod, review, vendor_plugins
 
@@ -406,8 +406,17 @@ def damaged_reviews(draw: st.DrawFn) -> tuple[bytes, Any]:
     return body, sent
 
 
+SURROGATE_IN_OPERATION = (
+    b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u-1", "operation": '
+    b'"\xed\xa0\x80CREATE", "namespace": "default", "object": null}}'
+)
+"""A lone surrogate, UTF-8-encoded, that Python's JSON reader lets through and the answer repeats: its encoder
+(msgspec) cannot write it to UTF-8, and the answer was a 500 until it fell back to escaping it."""
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))  # a TLS handshake each
 @given(case=damaged_reviews())
+@example(case=(SURROGATE_IN_OPERATION, None))
 def test_fuzzed_reviews_through_the_https_server_never_get_a_5xx(served: Webhook, case: tuple[bytes, Any]) -> None:
     body, sent = case
     before = _ledger_state(served)

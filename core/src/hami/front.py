@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import socket
@@ -590,7 +591,7 @@ class JsonServer:
         if isinstance(payload, Raw):
             body, content_type, extra = payload.body, payload.content_type, payload.headers
         else:
-            body, content_type = msgspec.json.encode(payload), "application/json"  # UTF-8, as compact as json's
+            body, content_type = _json(payload), "application/json"
         headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in extra]
         if close:
@@ -641,3 +642,13 @@ class MetricsServer(JsonServer):
     def __init__(self, render: Callable[[], bytes], address: tuple[str, int], *, name: str = "metrics") -> None:
         self.name = name
         super().__init__(_MetricsApp(render, name), address)
+
+
+def _json(payload: Any) -> bytes:
+    """An answer's JSON: msgspec's UTF-8, as compact as json's; a lone surrogate, which UTF-8 cannot carry (a
+    request may bring one in a string the answer repeats: Python's JSON reader lets it through), is escaped as json
+    escapes it."""
+    try:
+        return msgspec.json.encode(payload)
+    except UnicodeEncodeError:
+        return json.dumps(payload, separators=(",", ":")).encode()

@@ -482,7 +482,10 @@ class Transport:
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
-            data = msgspec.json.encode(body)
+            try:
+                data = msgspec.json.encode(body)
+            except UnicodeEncodeError:  # a lone surrogate (from a request read by Python's JSON reader): escaped
+                data = json.dumps(body, separators=(",", ":")).encode()
         url = self._prefix + path + (f"?{urlencode(query)}" if query else "")
         if self._connections is not None and not stream and method in _LEAN_METHODS:
             answer = self._connections.exchange(self._request(method, url, headers, data), timeout)

@@ -32,7 +32,6 @@ from control_plane import (
     Controller,
     MissingBinaries,
     Process,
-    find_controller_manager,
     find_jobset,
     find_kueue,
     free_port,
@@ -525,27 +524,15 @@ def job_controller(stack: HamiStack) -> Iterator[None]:
     """kube-controller-manager running its job controller alone (a Job's pods; no garbage collector, no service
     accounts: the suite's API server admits pods without them)."""
     try:
-        binary = find_controller_manager()
+        process = stack.plane.start_controller_manager("job")
     except MissingBinaries as exc:
         if os.environ.get("HAMI_E2E_REQUIRED") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
-    identity = stack.plane.identity("controller-manager", "system:kube-controller-manager", groups=["system:masters"])
-    argv = [
-        str(binary),
-        f"--kubeconfig={identity.kubeconfig}",
-        "--controllers=job",
-        "--leader-elect=false",
-        "--secure-port=0",
-        "--use-service-account-credentials=false",
-        "--v=1",
-    ]
-    process = stack.plane.start_process("kube-controller-manager", argv, env={"GOMAXPROCS": "1"})
     try:
         yield
     finally:
-        process.stop()
-        stack.plane.processes.remove(process)
+        stack.plane.stop_process(process)
 
 
 def gang_template(name: str, members: int, *, gpu: int, mem: int) -> dict[str, Any]:

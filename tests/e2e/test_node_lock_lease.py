@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from control_plane import MissingBinaries, find_controller_manager, wait_until
+from control_plane import MissingBinaries, wait_until
 from hami_stack import NAMESPACE, HamiStack
 from kube_rest import ApiError
 
@@ -28,29 +28,15 @@ NODE = "lease-gc-node"
 def garbage_collector(stack: HamiStack) -> Iterator[None]:
     """kube-controller-manager running its garbage collector alone."""
     try:
-        binary = find_controller_manager()
+        process = stack.plane.start_controller_manager("garbagecollector")
     except MissingBinaries as exc:
         if os.environ.get("HAMI_E2E_REQUIRED") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
-    identity = stack.plane.identity(
-        "controller-manager-gc", "system:kube-controller-manager", groups=["system:masters"]
-    )
-    argv = [
-        str(binary),
-        f"--kubeconfig={identity.kubeconfig}",
-        "--controllers=garbagecollector",
-        "--leader-elect=false",
-        "--secure-port=0",
-        "--use-service-account-credentials=false",
-        "--v=1",
-    ]
-    process = stack.plane.start_process("kube-controller-manager-gc", argv, env={"GOMAXPROCS": "1"})
     try:
         yield
     finally:
-        process.stop()
-        stack.plane.processes.remove(process)
+        stack.plane.stop_process(process)
 
 
 def test_the_lease_goes_with_its_daemons_pod_and_the_next_bind_locks_the_node_annotation(

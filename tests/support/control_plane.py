@@ -463,6 +463,29 @@ class ControlPlane:
         self.processes.append(process)
         return process
 
+    def start_controller_manager(self, controllers: str) -> Process:
+        """kube-controller-manager of the pinned version running `controllers` alone (e.g. `job`,
+        `garbagecollector`), as system:masters, no leader election, no serving port, no service-account credentials
+        (the suite's API server admits pods without them). :raises MissingBinaries: it is not built."""
+        binary = find_controller_manager()
+        stem = f"controller-manager-{controllers}"
+        identity = self.identity(stem, "system:kube-controller-manager", groups=["system:masters"])
+        argv = [
+            str(binary),
+            f"--kubeconfig={identity.kubeconfig}",
+            f"--controllers={controllers}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--use-service-account-credentials=false",
+            "--v=1",
+        ]
+        return self.start_process(f"kube-{stem}", argv, env={"GOMAXPROCS": "1"})
+
+    def stop_process(self, process: Process) -> None:
+        """Stop one process started here, before the plane stops."""
+        process.stop()
+        self.processes.remove(process)
+
     def stop(self) -> None:
         for process in reversed(self.processes):
             process.stop()

@@ -209,6 +209,7 @@ def test_a_daemon_whose_lease_is_refused_offers_none() -> None:
         ("/x", None),
         ("Hami/x", None),
         ("a/b/c", None),
+        ("hami-system/hami-node-lock-gpu-1\n", None),  # Python's `$` would let the newline through
         ("", None),
     ],
 )

@@ -30,7 +30,16 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from hami.cluster.port import Cluster, ClusterError, ConflictError, KubeObject, NotFoundError, meta
+from hami.cluster.port import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    Cluster,
+    ClusterError,
+    ConflictError,
+    KubeObject,
+    NotFoundError,
+    meta,
+)
 from hami.codec import NodeLock
 
 __all__ = [
@@ -48,8 +57,8 @@ log = logging.getLogger(__name__)
 LEASE_ANNOTATION = "hami.io/node-lock-lease"
 """On the Node: `<namespace>/<name>` of the Lease its daemon reads the lock from (this project's daemon only)."""
 LEASE_PREFIX = "hami-node-lock-"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_DNS_LABEL = re.compile(DNS_LABEL)
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
 LeaseRef = tuple[str, str]
 """A Lease's namespace and name."""
 

@@ -22,6 +22,8 @@ __all__ = [
     "ClusterError",
     "ListPages",
     "ConflictError",
+    "DNS_LABEL",
+    "DNS_SUBDOMAIN",
     "KubeObject",
     "NotFoundError",
     "Resource",
@@ -34,6 +36,12 @@ __all__ = [
     "revision",
     "selects",
 ]
+
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z"
+r"""A Kubernetes object name (RFC 1123 subdomain). `\Z`, not `$`: Python's `$` also matches before a trailing
+newline."""
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
+"""A namespace's name (RFC 1123 label)."""
 
 KubeObject = dict[str, Any]
 Resource = Literal[

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hami.cluster.port import Cluster, ClusterError, KubeObject, NotFoundError, Resource, meta
+from hami.cluster.port import DNS_SUBDOMAIN, Cluster, ClusterError, KubeObject, NotFoundError, Resource, meta
 from hami.islands import GANG_TOPOLOGY_ANNOTATION, NODE, topology_words
 
 __all__ = [
@@ -52,7 +52,7 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 """How long a gang's holds wait for every held member to reach its filter before all are released."""
 MAX_GANG_SIZE = 4096
 MAX_TIMEOUT_SECONDS = 3600.0
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NAME = re.compile(DNS_SUBDOMAIN)
 _SOURCES: dict[str, tuple[Resource, str]] = {
     "coscheduling": ("podgroups", "scheduling.x-k8s.io/v1alpha1"),
     "volcano": ("volcanopodgroups", "scheduling.volcano.sh/v1beta1"),

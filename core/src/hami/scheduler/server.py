@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal, TypeVar, overload
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from hami.cluster.port import DNS_LABEL, DNS_SUBDOMAIN
 from hami.front import JsonServer, Raw
 from hami.scheduler.extender import Extender
 
@@ -46,11 +47,8 @@ Response = tuple[int, Any]
 # ---------------------------------------------------------------------------------------------- edge models
 # msgspec decodes a body straight into these Structs, validating as it reads: no generic object is built for
 # what the model holds, unknown fields are skipped unread, and the first wrong value ends the decoding (a body
-# of a million wrong values costs one error, not a million). `\Z`, not `$`: Python's `$` also matches before a
-# trailing newline.
+# of a million wrong values costs one error, not a million).
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z"
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z"
 Name = Annotated[str, msgspec.Meta(pattern=DNS_SUBDOMAIN)]
 Namespace = Annotated[str, msgspec.Meta(pattern=DNS_LABEL)]
 Quantity = str | int

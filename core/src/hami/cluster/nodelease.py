@@ -121,6 +121,8 @@ class DaemonLease:
         self.name = LEASE_PREFIX + node
         self.owner = (pod_name, pod_uid) if pod_name and pod_uid else None
         """The daemon's Pod, the Lease's owner: the garbage collector deletes the Lease with it."""
+        self.in_place = False
+        """Whether the last `ensure` found or made the Lease (what the daemon offers on its Node)."""
 
     @property
     def annotation(self) -> str:
@@ -143,6 +145,10 @@ class DaemonLease:
 
         False (logged) when the API refuses, e.g. a chart without the daemon's Lease permission: the node then
         keeps the annotation lock."""
+        self.in_place = self._ensure()
+        return self.in_place
+
+    def _ensure(self) -> bool:
         try:
             try:
                 lease = self.cluster.get("leases", self.name, self.namespace)

@@ -9,9 +9,10 @@ these periodic tasks:
   resource seen for the first time, and the node annotations are synced at once when anything changed;
 * **kubelet** (`kubeletPollSeconds`): one `stat` of `kubelet.sock`; a new kubelet, or a plugin socket the
   kubelet removed, makes the affected plugins listen again and register again, without a restart;
-* **node** (`registerIntervalSeconds`): the node lock's Lease checked in place (`hami.cluster.nodelease`, with
-  `lockLease` and `$POD_NAMESPACE`), the register, handshake and lock-offer annotations compared and repaired
-  (`hami.node.register`), and the served pods swept for `hami_release` (`hami.node.pods`);
+* **node** (`registerIntervalSeconds`): the node lock's Lease made or adopted until it is in place
+  (`hami.cluster.nodelease`, with `lockLease` and `$POD_NAMESPACE`), the register, handshake and lock-offer
+  annotations compared and repaired (`hami.node.register`), and the served pods swept for `hami_release`
+  (`hami.node.pods`);
 * **backstop** (`backstop.intervalSeconds`, on unless `backstop.enabled` is false, off on simulated devices):
   the driver's per-process memory checked against each served container's grant (`hami.node.backstop`);
 * **busy** (`busyPublishSeconds`, 30 s; 0 turns it off): each device's measured busy share written on the Node
@@ -165,7 +166,6 @@ class NodeDaemon:
             lease=lease,
         )
         self.lease = lease
-        self._lease_in_place = False
         self.preference = PlacedPreference(self.allocator.pending_placements)
         """GetPreferredAllocation for pods that ask ``hami.io/numa-alignment``."""
         if self.placement_keys is None:
@@ -184,7 +184,7 @@ class NodeDaemon:
             cluster,
             plugins,
             self.node,
-            lock_lease=lambda: self.lease.annotation if self.lease is not None and self._lease_in_place else None,
+            lock_lease=lambda: self.lease.annotation if self.lease is not None and self.lease.in_place else None,
         )
         self.container_usage = container_usage or AccountingReader(self.served.containers)
         self.monitor = NodeMonitor(
@@ -456,8 +456,8 @@ class NodeDaemon:
             await asyncio.to_thread(self._node_work, sweep)
 
     def _node_work(self, sweep: bool) -> None:
-        if self.lease is not None:
-            self._lease_in_place = self.lease.ensure()  # a read; re-created if its owner's deletion took it
+        if self.lease is not None and not self.lease.in_place:
+            self.lease.ensure()  # once in place, an Allocate finding it gone creates it again (`DaemonLease.holder`)
         if self.inventories:
             try:
                 self.registrar.sync(self.inventories)

@@ -88,7 +88,8 @@ def test_node_page_shows_measured_figures_and_unknown_for_nonsense(demo: dict[st
     text = eventually(demo["dashboard"] + "nodes/gpu-node", "in use 30720 MiB")
     assert "in use 30720 MiB · busy 92% · 355 W · 71 °C" in text
     assert "in use unknown · busy 0% · 51 W · unknown" in text  # GPU-a100-7's driver answered nonsense
-    device = page(demo["dashboard"] + "devices/MLU-a1b2c3d4-mlu370-0")
+    # another node's daemon: its first scrape may come after gpu-node's
+    device = eventually(demo["dashboard"] + "devices/MLU-a1b2c3d4-mlu370-0", "Busy 12%")
     assert "Memory in use unknown Busy 12% Power 75.0 W Temperature 45 °C" in device
 
 

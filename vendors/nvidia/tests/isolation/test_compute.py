@@ -66,17 +66,23 @@ def test_the_limit_is_the_containers_whatever_its_number_of_processes(sandbox):
 # 1:10.9-1:17.3 (mostly 1:11.4); then 1:9.0-1:9.2, and "device" 1:8.7-1:9.0; with what is owed paid in over half a
 # second (limiter.c, for NVML readings that lag) "queued" measures 1:9.4-9.9.
 EVENT_TIMINGS = ("device", "queued")
+# Queued timing's split is looser than the device's: the 10 % container's kernels wait behind the 90 % container's
+# queue, and 2 s hold about 50 of them (one kernel is 2 % of its share). Measured 2026-12-06 (2-core host, reruns off,
+# 6 runs each): "device" 1:8.98-9.20, "queued" 1:8.6-10.1 and in pid namespaces 1:9.5-9.9, so +-10 % failed about
+# one first run in four (CI once failed all three tries). Events alone, without the device's count, give 1:10.9-17.3:
+# still outside +-15 %.
+QUEUED_TOLERANCE = 0.15
 
 
-def split_10_90(sandbox, timing: dict[str, str]) -> float:
+def split_10_90(sandbox, timing: dict[str, str], window: float = 2.0) -> float:
     """A 10 % and a 90 % container launching 4 ms kernels with `timing`: the ratio of their shares of the device."""
     low = sandbox.start(
-        "launch", 3.2, "kernel", 132, env=sandbox.env("low", cores=10, extra={**timing, "FAKE_CUDA_TAG": "0"})
+        "launch", window + 1.2, "kernel", 132, env=sandbox.env("low", cores=10, extra={**timing, "FAKE_CUDA_TAG": "0"})
     )
     high = sandbox.start(
-        "launch", 3.2, "kernel", 132, env=sandbox.env("high", cores=90, extra={**timing, "FAKE_CUDA_TAG": "1"})
+        "launch", window + 1.2, "kernel", 132, env=sandbox.env("high", cores=90, extra={**timing, "FAKE_CUDA_TAG": "1"})
     )
-    low_share, high_share = shares(sandbox, [0, 1], warmup=1.0)
+    low_share, high_share = shares(sandbox, [0, 1], warmup=1.0, window=window)
     finish(low)
     finish(high)
     assert low_share + high_share > 0.9, "the device was not kept busy"
@@ -90,7 +96,8 @@ def test_two_containers_at_10_and_90_percent_share_the_device_1_to_9(sandbox, ev
     # thread was off the CPU between its start event and its launch, so 1 ms kernels on a loaded host measure the
     # host's scheduling as much as the limiter (seen in CI: 1:13.8)
     ratio = split_10_90(sandbox, {"FAKE_CUDA_KERNEL_NS": "4000000", "FAKE_CUDA_EVENT_TIMING": event_timing})
-    assert ratio == pytest.approx(9, rel=0.10), f"{event_timing} timing: 1:{ratio:.2f}, not 1:9 +- 10 %"
+    tolerance = QUEUED_TOLERANCE if event_timing == "queued" else 0.10
+    assert ratio == pytest.approx(9, rel=tolerance), f"{event_timing} timing: 1:{ratio:.2f}, not 1:9 +- {tolerance:.0%}"
 
 
 # NVML documents per-process samples each stamped with a CPU time, returned when stamped after lastSeenTimeStamp, over
@@ -118,6 +125,8 @@ def test_a_core_limit_holds_whatever_span_nvmls_samples_cover(sandbox, reading, 
 # second late; measured 1:10.4-12.2 over 2 s, 1:7.4 over a later 2.5 s. "periodic" measured 1:8.6-10.7: settled once
 # per 166 ms period, the 90 % container runs a percent over its share now and then, and the 10 % one, queued behind
 # it, cannot take that back.
+# "second" is measured over 4 s, not 2: over 2 s it measured 1:10.1-12.9 on 2026-12-06 (12.9 failed), over 4 s
+# 1:7.6-9.6 (6 runs).
 SPLIT_TOLERANCE = {"second": 0.35, "periodic": 0.20}
 
 
@@ -125,7 +134,7 @@ SPLIT_TOLERANCE = {"second": 0.35, "periodic": 0.20}
 @pytest.mark.parametrize("reading", SPLIT_TOLERANCE)
 def test_10_90_with_queued_timing_holds_whatever_span_nvmls_samples_cover(sandbox, reading):
     timing = {"FAKE_CUDA_KERNEL_NS": "4000000", "FAKE_CUDA_EVENT_TIMING": "queued", "FAKE_CUDA_NVML_SAMPLES": reading}
-    ratio = split_10_90(sandbox, timing)
+    ratio = split_10_90(sandbox, timing, window=4.0 if reading == "second" else 2.0)
     assert ratio == pytest.approx(9, rel=SPLIT_TOLERANCE[reading]), f"{reading}: 1:{ratio:.2f}"
 
 
@@ -326,7 +335,7 @@ def test_in_a_pid_namespace_the_node_daemons_pid_map_lets_nvml_figures_hold_the_
         assert f"pid 1 is host pid {hosts[name]} (the node daemon's map)" in errors[name]
     assert low_share + high_share > 0.9, "the device was not kept busy"
     ratio = high_share / low_share
-    assert ratio == pytest.approx(9, rel=0.10), f"in pid namespaces, queued timing: 1:{ratio:.2f}, not 1:9 +- 10 %"
+    assert ratio == pytest.approx(9, rel=QUEUED_TOLERANCE), f"in pid namespaces, queued timing: 1:{ratio:.2f}"
 
 
 class TestLaunchKernelEx(LaunchKernelExTests):

@@ -67,6 +67,7 @@ from hami.cluster import WatchEvent, meta  # noqa: E402
 from hami.cluster.kube import KubeCluster  # noqa: E402
 from hami.cluster.locks import NodeLocks  # noqa: E402
 from hami.cluster.nodelease import LEASE_ANNOTATION, LEASE_PREFIX, holder_of  # noqa: E402
+from hami.cluster.port import ConflictError  # noqa: E402
 from hami.codec import Handshake, encode_handshake, encode_node_register, encode_pod_devices  # noqa: E402
 from hami.model import ContainerDevice, Device  # noqa: E402
 from hami.scheduler.extender import BIND_PHASE  # noqa: E402
@@ -157,7 +158,8 @@ def create_all(api: KubeApi, objects: list[dict[str, Any]], threads: int, what: 
 
 class NodeSideStandIn:
     """Makes the requests the node daemon's Allocate makes for each bound pod (`hami.node.allocate`), in order: the
-    lock's holder (the node's Lease, or the Node's annotation lock), the pod, one patch of the pod emptying its
+    lock's holder (the node's Lease, or the Node's annotation lock), the pod (with a Lease, both as the API server's
+    watch cache has them, read again from etcd when behind, as the daemon reads them), one patch of the pod emptying its
     to-allocate entry with `bind-phase: success` (on its resourceVersion), and, for an annotation lock, its release
     (the Node read and patched)."""
 
@@ -183,17 +185,25 @@ class NodeSideStandIn:
         self.pool.submit(self.allocate, m["name"], m["namespace"], target)
 
     def allocate(self, name: str, namespace: str, node: str) -> None:
-        if self.lease:
-            holder = holder_of(self.cluster.get("leases", LEASE_PREFIX + node, STACK_NAMESPACE))
+        if self.lease:  # as the API server's watch cache has it, then from etcd if that is behind (as the daemon)
+            holder = holder_of(self.cluster.get("leases", LEASE_PREFIX + node, STACK_NAMESPACE, recent=True))
+            if holder is None or (holder.namespace, holder.name) != (namespace, name):
+                holder = holder_of(self.cluster.get("leases", LEASE_PREFIX + node, STACK_NAMESPACE))
         else:
             holder = self.locks.holder(meta(self.cluster.get("nodes", node)).get("annotations") or {})
         if holder is None or (holder.namespace, holder.name) != (namespace, name):
             log(f"stand-in: {namespace}/{name} on {node} does not hold the node's lock ({holder})")
-        pod = meta(self.cluster.get("pods", name, namespace))
         served = {"hami.io/vgpu-devices-to-allocate": encode_pod_devices([()]), BIND_PHASE: "success"}
-        self.cluster.patch_metadata(
-            "pods", name, namespace, annotations=served, resource_version=pod["resourceVersion"]
-        )
+        for recent in (self.lease, False):  # HAMi's daemons read the pod from etcd
+            pod = meta(self.cluster.get("pods", name, namespace, recent=recent))
+            try:
+                self.cluster.patch_metadata(
+                    "pods", name, namespace, annotations=served, resource_version=pod["resourceVersion"]
+                )
+                break
+            except ConflictError:
+                if not recent:
+                    raise
         if not self.lease:
             self.locks.release(node, namespace, name)
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lagging_cluster import LaggingCluster
 
 from hami.cluster import MemoryCluster, meta
 from hami.cluster.locks import LOCK_ANNOTATION, NodeBusy, NodeLocks
@@ -35,10 +36,13 @@ class Counting(MemoryCluster):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, str]] = []
+        self.recent: list[tuple[str, str]] = []
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+    def get(self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False) -> KubeObject:
         self.calls.append(("get", resource))
-        return super().get(resource, name, namespace)
+        if recent:
+            self.recent.append((resource, name))
+        return super().get(resource, name, namespace, recent=recent)
 
     def replace(self, resource: Resource, obj: KubeObject) -> KubeObject:
         self.calls.append(("replace", resource))
@@ -84,6 +88,7 @@ def test_a_bind_on_a_node_offering_its_lease_writes_the_lease_and_never_the_node
     assert daemon.holder().name == "p2"  # type: ignore[union-attr]
     assert cluster.count("replace", "leases") == 2
     assert cluster.count("get", "leases") == 3  # once by the first bind, then the two holder reads of this test
+    assert cluster.recent == [("leases", LEASE)]  # the first bind's read: from the API server's watch cache
     assert cluster.count("patch", "nodes") == 0
     assert meta(cluster.get("nodes", NODE))["resourceVersion"] == node_version
     assert LOCK_ANNOTATION not in (meta(cluster.get("nodes", NODE)).get("annotations") or {})
@@ -126,6 +131,18 @@ def test_a_lease_changed_elsewhere_is_read_again_not_overwritten() -> None:
     locks(cluster, {"p1"}).acquire(NODE, "team", "p9", "uid-9")  # another process took it since
     with pytest.raises(NodeBusy, match="team/p9"):
         scheduler.acquire(NODE, "team", "p2", "uid-2", wait=0.01)  # its view was stale: refused, read, busy
+
+
+def test_a_lease_read_from_a_watch_cache_behind_is_read_again_from_etcd_not_overwritten() -> None:
+    cluster = LaggingCluster()
+    offering_node(cluster)
+    cluster.hold("leases", LEASE, NAMESPACE)  # free, as the API server's watch cache still shows it
+    locks(cluster).acquire(NODE, "team", "p9", "uid-9")  # another process took it since
+    with pytest.raises(NodeBusy, match="team/p9"):
+        locks(cluster).acquire(NODE, "team", "p2", "uid-2", wait=0.01)  # refused by resourceVersion, read, busy
+    # each process read the cache, was refused by resourceVersion and read etcd
+    assert (cluster.gets[("leases", True)], cluster.gets[("leases", False)]) == (2, 2)
+    assert holder_of(cluster.get("leases", LEASE, NAMESPACE)).name == "p9"  # type: ignore[union-attr]
 
 
 def test_an_annotation_lock_still_needed_is_honoured_on_a_lease_node() -> None:
@@ -193,7 +210,9 @@ def test_the_daemon_creates_its_lease_owned_by_its_pod_and_adopts_one_left_by_an
 
 def test_a_daemon_whose_lease_is_refused_offers_none() -> None:
     class Forbidden(MemoryCluster):
-        def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+        def get(
+            self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False
+        ) -> KubeObject:
             if resource == "leases":
                 raise ClusterError('leases is forbidden: User "system:serviceaccount:x:y" cannot get', 403)
             return super().get(resource, name, namespace)

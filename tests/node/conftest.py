@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import scripted_vendor
+from lagging_cluster import LaggingCluster
 from node_harness import NODE, DaemonThread, scripted_devices, write_script
 
 from hami.cluster import MemoryCluster
@@ -29,8 +30,9 @@ def plugins(script: Path) -> VendorPlugins:
 
 
 @pytest.fixture
-def cluster() -> MemoryCluster:
-    c = MemoryCluster()
+def cluster() -> LaggingCluster:
+    """The API as the daemon sees it; its watch cache is up to date unless a test holds an object back."""
+    c = LaggingCluster()
     c.create("nodes", {"metadata": {"name": NODE}})
     return c
 

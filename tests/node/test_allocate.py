@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import scripted_vendor
+from lagging_cluster import LaggingCluster
 from node_harness import (
     NODE,
     DaemonThread,
@@ -361,3 +362,50 @@ def test_on_a_lease_node_a_pod_locked_by_hamis_scheduler_is_served_and_its_annot
     assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-1"
     assert pod_annotations(cluster, "b")[BIND_PHASE] == "success"
     assert not locked(cluster)
+
+
+LEASE = LEASE_PREFIX + NODE
+
+
+def test_on_a_lease_node_the_pod_and_lease_are_read_from_the_api_servers_watch_cache(
+    leasing: DaemonThread, kubelet: FakeKubelet, cluster: LaggingCluster
+) -> None:
+    a = place_pod(cluster, NODE, "a", {"Scripted": [[dev("SCR-0")]]}, lock=False)
+    NodeLocks(cluster).acquire(NODE, "default", "a", meta(a)["uid"])
+    cluster.gets.clear()
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-0"
+    assert pod_annotations(cluster, "a")[BIND_PHASE] == "success"
+    cluster.gets[("pods", False)] -= 1  # pod_annotations' own read
+    # GetPreferredAllocation, then Allocate: each reads the Lease and the pod, none from etcd
+    assert +cluster.gets == {("leases", True): 2, ("pods", True): 2}
+
+
+def test_a_watch_cache_behind_this_daemons_own_write_does_not_serve_a_container_twice(
+    leasing: DaemonThread, kubelet: FakeKubelet, cluster: LaggingCluster
+) -> None:
+    """The kubelet asks for the next container as soon as the last one is answered: the watch cache may still
+    show the pod before that answer's write, with the first container's devices pending."""
+    p = place_pod(cluster, NODE, "p", {"Scripted": [[dev("SCR-0")], [dev("SCR-1")]]}, lock=False)
+    NodeLocks(cluster).acquire(NODE, "default", "p", meta(p)["uid"])
+    cluster.hold("pods", "p", "default")
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-0"
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-1"
+    got = pod_annotations(cluster, "p")
+    assert (got[TO_ALLOCATE], got[BIND_PHASE]) == (";;", "success")
+
+
+def test_a_watch_cache_still_naming_the_last_holder_is_read_again_from_etcd(
+    leasing: DaemonThread, kubelet: FakeKubelet, cluster: LaggingCluster
+) -> None:
+    a = place_pod(cluster, NODE, "a", {"Scripted": [[dev("SCR-0")]]}, lock=False)
+    scheduler = NodeLocks(cluster, holder_done=lambda lock, node: lock.name == "a")
+    scheduler.acquire(NODE, "default", "a", meta(a)["uid"])
+    cluster.hold("leases", LEASE, "hami-system")  # naming a, after a is served and b has taken the Lease
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-0"
+    b = place_pod(cluster, NODE, "b", {"Scripted": [[dev("SCR-1")]]}, lock=False)
+    scheduler.acquire(NODE, "default", "b", meta(b)["uid"])
+    cluster.gets.clear()
+    assert kubelet.start_container(RESOURCE, 1).env["SCRIPTED_VISIBLE_DEVICES"] == "SCR-1"
+    assert pod_annotations(cluster, "b")[BIND_PHASE] == "success"
+    # GetPreferredAllocation and Allocate each read it again: the cache named a, whose allocation is over
+    assert (cluster.gets[("leases", True)], cluster.gets[("leases", False)]) == (2, 2)

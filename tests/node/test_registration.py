@@ -156,7 +156,7 @@ def test_the_daemon_reads_its_lock_lease_until_it_is_in_place_not_at_every_node_
     reads: list[str] = []
 
     class Counting(MemoryCluster):
-        def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        def get(self, resource: Any, name: str, namespace: str | None = None, *, recent: bool = False) -> Any:
             if resource == "leases":
                 reads.append(name)
             return super().get(resource, name, namespace)

@@ -176,7 +176,7 @@ class Flaky:
         self.mode = ""
         self.before_write: Callable[[], object] | None = None
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+    def get(self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False) -> KubeObject:
         return self.inner.get(resource, name, namespace)
 
     def create(self, resource: Resource, obj: KubeObject) -> KubeObject:
@@ -233,7 +233,9 @@ def test_losing_the_race_to_create_the_lease_is_not_an_error(caplog: pytest.LogC
     d = elector(memory, clock, "d")
 
     class LateReader(Flaky):
-        def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+        def get(
+            self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False
+        ) -> KubeObject:
             try:
                 return self.inner.get(resource, name, namespace)
             finally:  # c reads "not found"; d creates the lease before c's create arrives

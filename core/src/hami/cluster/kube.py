@@ -377,9 +377,14 @@ class KubeCluster:
             if not token:
                 return items, version
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+    def get(self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False) -> KubeObject:
         ns = _namespace(resource, namespace)
-        obj: KubeObject = self._call(f"get {_where(resource, name, ns)}", "GET", _path(resource, ns, name))
+        obj: KubeObject = self._call(
+            f"get {_where(resource, name, ns)}",
+            "GET",
+            _path(resource, ns, name),
+            query=[("resourceVersion", "0")] if recent else None,
+        )
         return obj
 
     def watch(self, resource: Resource, resource_version: str, handler: WatchHandler) -> KubeWatch:

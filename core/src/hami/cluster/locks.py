@@ -222,10 +222,10 @@ class NodeLocks:
         :raises NotFoundError: the Lease is gone (the caller locks the node annotation)."""
         delay = 0.005
         lease = self._leases.get(node)
-        cached = lease is not None
+        behind = True  # the Lease as last written here, or as the API server's watch cache has it: maybe not the latest
         while True:
             if lease is None:
-                lease = self._leases[node] = self.cluster.get("leases", ref[1], ref[0])
+                lease = self._leases[node] = self.cluster.get("leases", ref[1], ref[0], recent=behind)
             holder = holder_of(lease)
             mutex = self.holder(dict(annotations))  # an annotation lock of an earlier scheduler, on the same view
             free = self._free(holder, node, namespace, name) and (
@@ -239,12 +239,12 @@ class NodeLocks:
                     self._leases[node] = self.cluster.replace("leases", taken)
                     return time.monotonic() - start
                 except ConflictError:
-                    lease, cached = None, False  # changed since read here: read again
+                    lease, behind = None, False  # changed since read here: read the latest
                     continue
             left = wait - (time.monotonic() - start)
             if left <= 0:
-                if cached:
-                    lease, cached = None, False  # the answer comes from the Lease as the API server has it
+                if behind:
+                    lease, behind = None, False  # the answer comes from the Lease as etcd has it
                     continue
                 if holder is not None and not self._free(holder, node, namespace, name):
                     raise NodeBusy(node, holder)

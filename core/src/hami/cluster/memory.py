@@ -128,7 +128,8 @@ class MemoryCluster:
         """The current global resourceVersion (what a list would return)."""
         return str(self._version)
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject:
+    def get(self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False) -> KubeObject:
+        """The object as stored (here the latest is always at hand, `recent` or not)."""
         with self._lock:
             return copy.deepcopy(self._find(resource, name, namespace))
 

@@ -182,10 +182,11 @@ class DaemonLease:
             )  # fmt: skip
             return False
 
-    def holder(self) -> NodeLock | None:
-        """The pod the Lease names, None when free or absent (re-created for the next bind)."""
+    def holder(self, *, recent: bool = False) -> NodeLock | None:
+        """The pod the Lease names, None when free or absent (re-created for the next bind); `recent`: as the API
+        server's watch cache has it (`Cluster.get`), which may name the pod before."""
         try:
-            return holder_of(self.cluster.get("leases", self.name, self.namespace))
+            return holder_of(self.cluster.get("leases", self.name, self.namespace, recent=recent))
         except NotFoundError:
             self.ensure()
             return None

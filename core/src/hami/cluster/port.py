@@ -141,7 +141,11 @@ class Cluster(Protocol):
         """All objects (of one namespace, or all) and the list's resourceVersion to watch from."""
         ...
 
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> KubeObject: ...
+    def get(self, resource: Resource, name: str, namespace: str | None = None, *, recent: bool = False) -> KubeObject:
+        """One object as stored; `recent`: any recent version the API server holds (`resourceVersion=0`, served
+        from its watch cache without a read of etcd), which may be a moment behind the latest write. A caller
+        asking for it checks what it read and reads again without it when that is not yet what it waits for."""
+        ...
 
     def watch(self, resource: Resource, resource_version: str, handler: WatchHandler) -> Subscription:
         """Deliver every change after `resource_version` to `handler`, in order, until stopped."""

@@ -54,6 +54,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 
 
 RETRY_WINDOW = 120.0
+WROTE_KEPT = 1024  # pods whose last write by this daemon is remembered (a node runs far fewer at once)
 """Seconds after an answer during which an Allocate finding nothing pending may be its retry."""
 
 
@@ -135,6 +137,9 @@ class Allocator:
         """The node's lock Lease (`hami.cluster.nodelease`), read before the node annotation lock; None: only the
         annotation lock (HAMi's)."""
         self._serial = threading.Lock()
+        self._wrote: OrderedDict[str, str] = OrderedDict()
+        """Pod UID → the resourceVersion of this daemon's last write of it (the latest `WROTE_KEPT`): a pod read
+        from the API server's watch cache is used only when it is not from before that write."""
 
     def allocate(self, kind: str, requests: Sequence[Sequence[str]]) -> list[ContainerEdits]:
         """The edits for each container request (device IDs from the kubelet), in order.
@@ -195,10 +200,16 @@ class Allocator:
                 f"{kind} devices are served on the node by the vendor's own device plugin, as in HAMi, not by this "
                 "daemon: install it on the node"
             )
-        if self.lease is not None and (leased_by := self.lease.holder()) is not None:
-            target = self._lock_owner(leased_by, key, leased=True)
-            if target is not None:
-                return target
+        if self.lease is not None:
+            # First as the API server's watch cache has them, where the kubelet saw the pod bound, so they are as
+            # recent as the bind: no read of etcd. Read again from etcd when that does not name the pod to serve.
+            # A pod this daemon wrote is taken from there only as it wrote it (the kubelet asks for the next
+            # container as soon as the last one is answered: the cache may not have that answer's write yet).
+            for recent in (True, False):
+                leased_by = self.lease.holder(recent=recent)
+                target = self._lock_owner(leased_by, key, leased=True, recent=recent) if leased_by else None
+                if target is not None and not (recent and self._before_own_write(target.obj)):
+                    return target
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
         owner: str | None = None
@@ -241,6 +252,23 @@ class Allocator:
             f"{kind} devices here ({names}): refusing to guess which one the kubelet is starting"
         )
 
+    def _before_own_write(self, obj: KubeObject) -> bool:
+        """Whether `obj` may be a version of a pod from before this daemon's last write of it."""
+        m = meta(obj)
+        wrote = self._wrote.get(str(m.get("uid") or ""))
+        return wrote is not None and wrote != m.get("resourceVersion")
+
+    def _wrote_pod(self, obj: KubeObject) -> KubeObject:
+        """Remember the version of a pod this daemon wrote (`_before_own_write`); returns `obj`."""
+        m = meta(obj)
+        uid, version = str(m.get("uid") or ""), str(m.get("resourceVersion") or "")
+        if uid:
+            self._wrote[uid] = version
+            self._wrote.move_to_end(uid)
+            while len(self._wrote) > WROTE_KEPT:
+                self._wrote.popitem(last=False)
+        return obj
+
     def _lock_of(self, node_obj: KubeObject) -> NodeLock | None:
         value = (meta(node_obj).get("annotations") or {}).get(LOCK_ANNOTATION)
         if not value:
@@ -251,13 +279,14 @@ class Allocator:
             log.warning("node %s: ignoring a malformed lock: %s", self.node, exc)
             return None
 
-    def _lock_owner(self, lock: NodeLock, key: str, *, leased: bool = False) -> _Target | None:
+    def _lock_owner(self, lock: NodeLock, key: str, *, leased: bool = False, recent: bool = False) -> _Target | None:
         """The lock's owner when it is the pod to serve; releases an annotation lock whose owner no longer needs it
-        (a Lease's holder stops holding it by itself: the scheduler reads that from the pod)."""
+        (a Lease's holder stops holding it by itself: the scheduler reads that from the pod). `recent`: the pod as
+        the API server's watch cache has it (a Lease's holder only: nothing is released on what it says)."""
         owner = f"{lock.namespace}/{lock.name}"
         release = (lambda: None) if leased else (lambda: self.locks.release(self.node, lock.namespace, lock.name))
         try:
-            obj = self.cluster.get("pods", lock.name, lock.namespace)
+            obj = self.cluster.get("pods", lock.name, lock.namespace, recent=recent)
         except NotFoundError:
             log.info("node %s is locked for pod %s, which no longer exists", self.node, owner)
             release()
@@ -460,19 +489,21 @@ class Allocator:
         patched: KubeObject | None = None
         if m.get("resourceVersion") and not self._needs_any({**(m.get("annotations") or {}), **served}):
             try:
-                patched = self.cluster.patch_metadata(
+                patched = self._wrote_pod(self.cluster.patch_metadata(
                     "pods", pod.name, pod.namespace, annotations={**served, BIND_PHASE: "success"},
                     resource_version=str(m["resourceVersion"]),
-                )  # fmt: skip
+                ))  # fmt: skip
             except ConflictError:
                 patched = None
         done = patched is not None
         if patched is None:
-            patched = self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations=served)
+            patched = self._wrote_pod(self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations=served))
         self._write_node_annotations(node_written or {})
         if done or not self._needs_any(meta(patched).get("annotations") or {}):
             if not done:
-                self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
+                self._wrote_pod(
+                    self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "success"})
+                )
             if target.leased:
                 return
             try:
@@ -501,7 +532,9 @@ class Allocator:
         """
         pod = target.pod
         with contextlib.suppress(Exception):
-            self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "failed"})
+            self._wrote_pod(
+                self.cluster.patch_metadata("pods", pod.name, pod.namespace, annotations={BIND_PHASE: "failed"})
+            )
         with contextlib.suppress(Exception):
             self.cluster.record_event(target.obj, "DeviceAllocationFailed", message, warning=True)
         if target.leased:

@@ -225,12 +225,13 @@ class Candidates:
         partition = None if classify is None else (class_key, evaluation.node_class)
         ranking = self.rankings.current(memo_key, evaluation.ranked, partition)
         ranked, reasons = ranking.ranked, ranking.failed
-        unknown = unregistered(None, shape.kinds)
-        failed.update({n: reasons.get(n) or unknown for n in node_names if n not in ranked})
+        named = node_names if isinstance(node_names, (set, frozenset)) else set(node_names)
+        if missing := named.difference(ranked):  # in C: nearly always empty where a kind's nodes are asked about
+            unknown = unregistered(None, shape.kinds)
+            failed.update({n: reasons.get(n) or unknown for n in node_names if n in missing})
         adjustments: dict[int, float] = {}
         if adjust is not None:
             adjustments = {g: adjust(nodes[n]) for g, n in ranking.representatives().items()}
-        named = node_names if isinstance(node_names, (set, frozenset)) else set(node_names)
         ordered = ranking.ordered(adjustments, named)
         if self.settings.pass_over_nodes_in_flight:
             ordered = _in_flight_last(ordered, nodes)

@@ -133,6 +133,37 @@ def test_a_lease_changed_elsewhere_is_read_again_not_overwritten() -> None:
         scheduler.acquire(NODE, "team", "p2", "uid-2", wait=0.01)  # its view was stale: refused, read, busy
 
 
+def test_leases_learned_by_one_list_make_each_nodes_first_bind_one_write() -> None:
+    cluster = Counting()
+    offering_node(cluster)
+    for n in ("node-b", "node-c"):
+        lease = DaemonLease(cluster, n, NAMESPACE, pod_name="hami-node-" + n, pod_uid="uid-" + n)
+        assert lease.ensure()
+        cluster.create("nodes", {"metadata": {"name": n, "annotations": {LEASE_ANNOTATION: lease.annotation}}})
+    cluster.create("leases", {"metadata": {"name": "something-else", "namespace": NAMESPACE}, "spec": {}})
+    scheduler = locks(cluster)
+    offers = {n: (NAMESPACE, LEASE_PREFIX + n) for n in (NODE, "node-b", "node-c", "node-gone")}
+    offers["node-gone"] = (NAMESPACE, LEASE_PREFIX + "node-gone")  # offered, never made: read at its first bind
+    assert scheduler.learn_leases(offers) == 3
+    assert scheduler.learn_leases(offers) == 0  # known already: kept, not listed again
+    cluster.calls.clear()
+    for i, n in enumerate((NODE, "node-b", "node-c")):
+        scheduler.acquire(n, "team", f"p{i}", f"uid-{i}")
+    assert [c for c in cluster.calls if c[1] == "leases"] == [("replace", "leases")] * 3  # (the nodes are read:
+    # these locks have no watch's view of them)
+    assert holder_of(cluster.get("leases", LEASE_PREFIX + "node-b", NAMESPACE)).name == "p1"  # type: ignore[union-attr]
+
+
+def test_a_learned_lease_changed_since_is_read_again_not_overwritten() -> None:
+    cluster = MemoryCluster()
+    offering_node(cluster)
+    scheduler = locks(cluster)
+    assert scheduler.learn_leases({NODE: (NAMESPACE, LEASE)}) == 1
+    locks(cluster).acquire(NODE, "team", "p9", "uid-9")  # another process took it since
+    with pytest.raises(NodeBusy, match="team/p9"):
+        scheduler.acquire(NODE, "team", "p2", "uid-2", wait=0.01)
+
+
 def test_a_lease_read_from_a_watch_cache_behind_is_read_again_from_etcd_not_overwritten() -> None:
     cluster = LaggingCluster()
     offering_node(cluster)

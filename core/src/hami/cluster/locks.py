@@ -111,6 +111,28 @@ class NodeLocks:
         self._leases: dict[str, KubeObject] = {}
         """node → its lock's Lease as last read or written here."""
 
+    def learn_leases(self, offers: Mapping[str, LeaseRef]) -> int:
+        """Read the Leases that nodes offer (node → its offer) with one list per namespace, so that each node's
+        first lock is one write, not a read and a write; returns how many were learned. A Lease known here already
+        is kept (it is as recent). What is learned may be behind by the time it is used: the write's
+        resourceVersion precondition refuses it then, and the Lease is read."""
+        wanted: dict[str, dict[str, str]] = {}
+        for node, (namespace, name) in offers.items():
+            if node not in self._leases:
+                wanted.setdefault(namespace, {})[name] = node
+        learned = 0
+        for namespace, nodes in wanted.items():
+            leases, _ = self.cluster.list("leases", namespace)
+            for lease in leases:
+                m = meta(lease)
+                offered_by = nodes.get(str(m.get("name") or ""))
+                if offered_by is None:
+                    continue
+                m.pop("managedFields", None)  # an update that leaves them out keeps them: not worth their memory
+                if self._leases.setdefault(offered_by, lease) is lease:
+                    learned += 1
+        return learned
+
     def holder(self, annotations: dict[str, str]) -> NodeLock | None:
         value = annotations.get(LOCK_ANNOTATION)
         if not value:

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from hami.cluster.locks import LOCK_ANNOTATION
+from hami.cluster.nodelease import lease_ref
 from hami.cluster.port import (
     Cluster,
     ClusterError,
@@ -242,6 +243,7 @@ class SchedulerService:
         self._ready.set()
         if self.elector is not None:
             self.elector.start()
+        threading.Thread(target=self._learn_leases, name="learn-leases", daemon=True).start()
         self.extender.binder.release_finished_locks()
         return self
 
@@ -306,6 +308,20 @@ class SchedulerService:
         if self.extender.preempting is not None:
             self.extender.preempting.settle()  # evictions under way finish: their holds are written already
         self.extender.gangs.stop()
+
+    def _learn_leases(self) -> None:
+        """After the sync, on a thread of its own: the Leases the nodes offer, so that the first bind on each node
+        writes its Lease without reading it first (`NodeLocks.learn_leases`); without it, each reads it then."""
+        with self.state.lock:
+            offers = {n: ref for n, r in self.state.nodes.items() if (ref := lease_ref(r.annotations)) is not None}
+        if not offers:
+            return
+        try:
+            learned = self.extender.binder.locks.learn_leases(offers)
+        except ClusterError as exc:  # e.g. not allowed to list them: each node's first bind reads its Lease
+            log.info("the nodes' lock Leases were not listed (%s): each is read at its node's first bind", exc)
+            return
+        log.info("learned %d of the %d lock Leases nodes offer", learned, len(offers))
 
     def _on_node(self, event: WatchEvent) -> None:
         self.extender.precedence.yield_to_decisions()

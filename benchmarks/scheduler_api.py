@@ -124,6 +124,7 @@ def serve_node_metrics(port: int, devices: int, pods_per_node: int, started: Any
 
     from dashboard import metrics_text
 
+    os.nice(19)  # the daemons run on their own nodes: here they take the CPU only when nothing measured wants it
     template = "node-TEMPLATE"
     text = metrics_text(
         template, devices, [(f"running-{i}", f"GPU-{template}-{i % devices}") for i in range(pods_per_node)]

@@ -90,6 +90,8 @@ SCRAPES_PER_SECOND = 200.0
 """The most scrapes a round starts per second: a round of N nodes lasts at least N / this (25 s at 5,000)."""
 BATCH = 64
 """Figures reported (sent, from the collector's process) in batches of about this many nodes."""
+CHILD_NICENESS = 10
+"""How much lower than the scheduler's the priority of the collector's process is (`os.nice`)."""
 NO_ADDRESS = "the node publishes no InternalIP address to reach its metrics at"
 NO_DAEMON = "not scraped: the node has no annotation of a HAMi node daemon (no register, handshake or lock Lease)"
 
@@ -153,6 +155,28 @@ class NodeUsage:
     devices: dict[str, DeviceUse] = field(default_factory=dict)
     containers: list[ContainerUse] = field(default_factory=list)
 
+    def packed(self) -> tuple[Any, ...]:
+        """These figures as plain tuples, which unpickle without running Python (16 times faster than the
+        dataclasses: what the collector's process sends)."""
+        return (
+            self.node, self.url, self.at, self.error,
+            tuple((uuid, d.memory_used, d.utilization, d.power, d.temperature) for uuid, d in self.devices.items()),
+            tuple(
+                (c.namespace, c.pod, c.container, c.device, c.memory_used, c.utilization, c.memory_granted,
+                 c.cores_granted)
+                for c in self.containers
+            ),
+        )  # fmt: skip
+
+    @classmethod
+    def unpacked(cls, packed: tuple[Any, ...]) -> NodeUsage:
+        """`packed()` read back."""
+        node, url, at, error, devices, containers = packed
+        usage = cls(str(node), str(url), float(at), str(error))
+        usage.devices = {str(d[0]): DeviceUse(*d[1:]) for d in devices}
+        usage.containers = [ContainerUse(*c) for c in containers]
+        return usage
+
     def of_pod(self, namespace: str, pod: str, device: str | None = None) -> tuple[float | None, float | None] | None:
         """Memory (MiB) and device share (percent) the pod's containers use (on `device`, or on all), summed; None
         when the node names none of its containers, a figure None when no container of it reports that figure."""
@@ -182,12 +206,28 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _labels(line: str, brace: int, close: int) -> dict[str, str]:
+    """The labels of a sample line between its braces. Without a backslash (Kubernetes names, UUIDs and device
+    types never have one) no value can hold a quote, so each ends at the next one: with this and HAMi's
+    families left unread beside this project's, `read_metrics` of a node of 8 GPUs and 8 pods went from 763 to
+    461 us (best of 5 x 100)."""
+    inner = line[brace + 1 : close]
+    if "\\" in inner:
+        return {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(line, brace, close)}
+    labels = {}
+    at = 0
+    while (equals := inner.find('="', at)) >= 0 and (end := inner.find('"', equals + 2)) >= 0:
+        labels[inner[at:equals].strip(" ,")] = inner[equals + 2 : end]
+        at = end + 1
+    return labels
+
+
 def read_metrics(node: str, url: str, text: str, at: float) -> NodeUsage:
     """The figures of `text` (a node daemon's /metrics) that the dashboard shows."""
     usage = NodeUsage(node, url, at)
     devices: dict[str, dict[str, float]] = {}
     tasks: dict[tuple[str, str, str, str], dict[str, float]] = {}
-    hami: dict[tuple[str, str, str, str], dict[str, float]] = {}
+    deferred: list[tuple[str, str, int, int, float]] = []
     for line in text.splitlines():
         if not line.startswith("hami_"):
             continue
@@ -199,20 +239,24 @@ def read_metrics(node: str, url: str, text: str, at: float) -> NodeUsage:
         value = _number(line[close + 1 :].split()[0]) if close > brace and line[close + 1 :].split() else None
         if value is None:
             continue
-        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(line, brace, close)}
+        if name in _HAMI_TASK:  # read only if the daemon has none of this project's families (below)
+            deferred.append((name, line, brace, close, value))
+            continue
+        labels = _labels(line, brace, close)
         uuid = labels.get("device_uuid", "")
         if name in _DEVICE:
             devices.setdefault(uuid, {})[_DEVICE[name]] = value
-        elif name in _TASK:
+        else:
             key = (labels.get("namespace_name", ""), labels.get("pod_name", ""), labels.get("container_name", ""), uuid)
             tasks.setdefault(key, {})[_TASK[name]] = value
-        else:
+    if not tasks:  # a daemon with HAMi's families only (HAMi's monitor): read them
+        for name, line, brace, close, value in deferred:
+            labels = _labels(line, brace, close)
+            uuid = labels.get("device_uuid", "")
             key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get("container", ""), uuid)
             figure = _HAMI_TASK[name]
-            hami.setdefault(key, {})[figure] = value / MIB if figure == "memory_used" else value
+            tasks.setdefault(key, {})[figure] = value / MIB if figure == "memory_used" else value
     usage.devices = {uuid: DeviceUse(**figures) for uuid, figures in devices.items()}
-    if not tasks:  # a daemon with HAMi's families only (HAMi's monitor): read them
-        tasks = hami
     usage.containers = [
         ContainerUse(
             ns, pod, container, uuid,
@@ -791,7 +835,7 @@ class UsageCollector:
                     while True:
                         what, payload = receiving.recv()
                         if what == "usage":
-                            self.add(payload)
+                            self.add([NodeUsage.unpacked(p) for p in payload])
                         else:
                             self.end_round(payload)
                 except (EOFError, OSError):
@@ -910,6 +954,10 @@ def _scrape_in_child(sending: Connection, kubeconfig: str | None, settings: dict
     from hami.cluster.kube import connect
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:  # background work: the scheduler's threads and the API server have the CPU first when both want it
+        os.nice(CHILD_NICENESS)
+    except OSError as exc:
+        log.warning("dashboard: the usage collector's process runs at the scheduler's priority: %s", exc)
     parent = os.getppid()
     stop = threading.Event()
     nodes_seconds = float(settings.pop("nodes_seconds"))
@@ -929,5 +977,11 @@ def _scrape_in_child(sending: Connection, kubeconfig: str | None, settings: dict
             stop.set()
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dashboard-usage")
-    rounds.run(nodes, lambda batch: send(("usage", batch)), lambda listed: send(("round", listed)), stop, pool)
+    rounds.run(
+        nodes,
+        lambda batch: send(("usage", [u.packed() for u in batch])),
+        lambda listed: send(("round", listed)),
+        stop,
+        pool,
+    )
     pool.shutdown(wait=False, cancel_futures=True)

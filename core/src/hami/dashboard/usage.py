@@ -487,8 +487,7 @@ class NodeList:
             except Exception as exc:  # the API server: keep the nodes known, try again next round
                 log.warning("dashboard: listing the nodes for their metrics failed: %s", exc)
             else:
-                keep = self.annotations or frozenset(k for n in listed for k in (meta(n).get("annotations") or {}))
-                self._nodes = [_slim(n, keep) for n in listed]
+                self._nodes = [_slim(n, self.annotations) for n in listed]
                 self._at = now
         return self._nodes
 

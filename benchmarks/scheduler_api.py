@@ -31,6 +31,12 @@ On two cores the pods/s is bounded by their sum: 2 / (CPU seconds per pod).
 
     python benchmarks/scheduler_api.py --set scheduler.dashboardListen=   # a chart value changed: no dashboard
     python benchmarks/scheduler_api.py --starts 5    # the time until ready five times (restarts), the last measured
+    python benchmarks/scheduler_api.py --node-metrics 9394   # every node's daemon answers the hosted dashboard's scrape
+
+With --node-metrics each node has a loopback InternalIP of its own and a process (at the lowest priority: the daemons
+run on their own nodes) answers every node's /metrics as this project's daemon does for its GPUs and pods, so the
+hosted dashboard's collector does its whole work; without it no node has an address and nothing is fetched. The
+CPU and memory of the scheduler's own child processes (the dashboard's collector) are reported beside its own.
 """
 
 from __future__ import annotations

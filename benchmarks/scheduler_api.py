@@ -31,6 +31,12 @@ On two cores the pods/s is bounded by their sum: 2 / (CPU seconds per pod).
 
     python benchmarks/scheduler_api.py --set scheduler.dashboardListen=   # a chart value changed: no dashboard
     python benchmarks/scheduler_api.py --starts 5    # the time until ready five times (restarts), the last measured
+    python benchmarks/scheduler_api.py --node-metrics 9394   # every node's daemon answers the hosted dashboard's scrape
+
+With --node-metrics each node has a loopback InternalIP of its own and a process (at the lowest priority: the daemons
+run on their own nodes) answers every node's /metrics as this project's daemon does for its GPUs and pods, so the
+hosted dashboard's collector does its whole work; without it no node has an address and nothing is fetched. The
+CPU and memory of the scheduler's own child processes (the dashboard's collector) are reported beside its own.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def node_object(name: str, devices: int, lease: bool = True) -> dict[str, Any]:
+def node_object(name: str, devices: int, lease: bool = True, address: str | None = None) -> dict[str, Any]:
     gpus = [
         Device(id=f"GPU-{name}-{i}", index=i, count=10, devmem=81920, devcore=100, type="NVIDIA-H100", numa=i // 4)
         for i in range(devices)
@@ -103,8 +109,51 @@ def node_object(name: str, devices: int, lease: bool = True) -> dict[str, Any]:
                 **({LEASE_ANNOTATION: f"{STACK_NAMESPACE}/{LEASE_PREFIX}{name}"} if lease else {}),
             },
         },
-        "status": {"capacity": capacity, "allocatable": capacity},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            **({"addresses": [{"type": "InternalIP", "address": address}]} if address else {}),
+        },
     }
+
+
+def node_address(n: int) -> str:
+    """Node n's InternalIP with --node-metrics: a loopback address of its own (all of 127/8 reaches lo)."""
+    return f"127.{1 + n // 65536}.{n // 256 % 256}.{n % 256}"
+
+
+def serve_node_metrics(port: int, devices: int, pods_per_node: int, started: Any) -> None:
+    """Every node daemon's /metrics (--node-metrics), in a process of its own: on `port` of every loopback address,
+    what this project's node daemon answers for a node of `devices` GPUs and `pods_per_node` running pods (the real
+    `hami.node.monitor`, rendered once by benchmarks/dashboard.py's `metrics_text` and renamed for the node that
+    the request's address names)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from dashboard import metrics_text
+
+    os.nice(19)  # the daemons run on their own nodes: here they take the CPU only when nothing measured wants it
+    template = "node-TEMPLATE"
+    text = metrics_text(
+        template, devices, [(f"running-{i}", f"GPU-{template}-{i % devices}") for i in range(pods_per_node)]
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            _, a, b, c = (int(x) for x in self.headers.get("Host", "").split(":")[0].split("."))
+            body = text.replace(template, f"node-{(a - 1) * 65536 + b * 256 + c:05d}").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server.daemon_threads = True
+    started.set()
+    server.serve_forever()
 
 
 def lease_object(node: str) -> dict[str, Any]:
@@ -324,6 +373,11 @@ def set_value(settings: dict[str, Any], assignment: str) -> None:
         target[key] = yaml.safe_load(raw)
 
 
+def children_of(pid: int) -> list[int]:
+    """The processes `pid` started (the hosted dashboard's usage collector runs in one)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
 def rss_kib(pid: int) -> dict[str, int]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -445,6 +499,15 @@ def main() -> None:
         help="start the scheduler this many times (each stopped by SIGTERM but the last, which is measured) and "
         "report each time until ready: one start is one sample of a figure that moves with the machine",
     )
+    parser.add_argument(
+        "--node-metrics",
+        type=int,
+        default=0,
+        metavar="PORT",
+        help="give each node an InternalIP of its own on loopback and answer every node daemon's /metrics there on "
+        "PORT (the chart's: 9394), as this project's daemon would for its GPUs and pods, from a process of its own: "
+        "the hosted dashboard's scraping measured against answering daemons (default: no address, nothing answers)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) and print where it is")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="change the chart's hami.yaml (repeatable)"
@@ -476,7 +539,18 @@ def main() -> None:
         names = [f"node-{i:05d}" for i in range(args.nodes)]
         log(f"creating {args.nodes} nodes and {args.pods} running pods")
         lease = args.node_lock == "lease"
-        nodes = [node_object(n, args.devices_per_node, lease) for n in names]
+        addresses = [node_address(i) if args.node_metrics else None for i in range(args.nodes)]
+        nodes = [node_object(n, args.devices_per_node, lease, a) for n, a in zip(names, addresses, strict=True)]
+        if args.node_metrics:
+            metrics_started = multiprocessing.get_context("spawn").Event()
+            metrics_server = multiprocessing.get_context("spawn").Process(
+                target=serve_node_metrics,
+                args=(args.node_metrics, args.devices_per_node, args.pods // args.nodes, metrics_started),
+                daemon=True,
+            )
+            metrics_server.start()
+            if not metrics_started.wait(60):
+                raise RuntimeError("the node daemons' /metrics did not start")
         node_s = create_all(api, nodes, args.create_threads, "nodes")
         if lease:
             node_s += create_all(api, [lease_object(n) for n in names], args.create_threads, "leases")
@@ -542,6 +616,9 @@ def main() -> None:
         log(f"scheduling {args.measure} pods ({args.policy}, {'serial' if args.serial else f'{args.binders} binders'})")
         processes = {p.name: p.popen.pid for p in plane.processes}
         processes.update({"scheduler": scheduler.pid, "driver": os.getpid(), "node-side": stand_in.pid or 0})
+        processes.update({f"scheduler-child-{n}": pid for n, pid in enumerate(children_of(scheduler.pid))})
+        if args.node_metrics:
+            processes["node-metrics"] = metrics_server.pid or 0
         # the metrics read first: rendering them costs the API server, etcd and the scheduler (tens of MB at 5,000
         # nodes), which is the measurement's cost, not the pods'
         counters_before = control_plane_counters(api, plane.etcd_url)
@@ -602,6 +679,11 @@ def main() -> None:
             "bind_errors": len(errors),
             "rss_mib": round(memory.get("VmRSS", 0) / 1024, 1),
             "rss_peak_mib": round(memory.get("VmHWM", 0) / 1024, 1),
+            "scheduler_children_rss_mib": [
+                [round(m.get("VmRSS", 0) / 1024), round(m.get("VmHWM", 0) / 1024)]
+                for m in (rss_kib(pid) for pid in children_of(scheduler.pid))
+            ],
+            "node_metrics_port": args.node_metrics or None,
             "control_plane_rss_mib": {
                 name: [round(m.get("VmRSS", 0) / 1024), round(m.get("VmHWM", 0) / 1024)]
                 for name, m in plane_memory.items()

@@ -3,6 +3,8 @@ and by `hami dashboard` through a kubeconfig, over HTTP; as WSGI too."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import socket
 import threading
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_world import FlakyApiServer, build
+from dashboard_world import FlakyApiServer, NodeMetricsServer, build, text
 
 from hami.cli import main
 from hami.companions import run_scheduler_process
@@ -24,6 +26,7 @@ from hami.demo.world import free_port
 from hami.errors import ConfigError
 from hami.plugins import VendorPlugins
 from hami.status import connect_cluster
+from hami.testing.apiserver import ClusterApiServer
 
 
 def fetch(url: str) -> tuple[int, str]:
@@ -226,3 +229,39 @@ def test_hami_scheduler_samples_the_dashboards_history_from_its_own_state() -> N
     finally:
         stop.set()
         thread.join(timeout=20)
+
+
+def test_hami_scheduler_scrapes_the_node_daemons_in_a_process_of_its_own_once_ready(tmp_path: Path) -> None:
+    metrics = NodeMetricsServer()  # gpu-node's daemon answers; t4-node's does not
+    port = free_port()
+    with ClusterApiServer(build()) as api:
+        config = load_config(
+            None,
+            {
+                "kubeconfig": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+                "scheduler.listen": "127.0.0.1:0",
+                "scheduler.metricsListen": "127.0.0.1:0",
+                "scheduler.dashboardListen": f"127.0.0.1:{port}",
+                "scheduler.dashboardNodeMetrics": metrics.template,
+            },
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=run_scheduler_process, args=(config,), kwargs={"stop": stop})
+        thread.start()
+        try:
+            page = ""
+            for _ in range(300):  # until the collector's first round has landed
+                with contextlib.suppress(OSError):
+                    page = fetch(f"http://127.0.0.1:{port}/nodes/gpu-node")[1]
+                if "in use 9000 MiB · busy 50% · 252 W · 61 °C" in text(page.encode()):
+                    break
+                stop.wait(0.1)
+            assert "in use 9000 MiB · busy 50% · 252 W · 61 °C" in text(page.encode())
+            collectors = [p for p in multiprocessing.active_children() if p.name == "hami-dashboard-usage"]
+            assert len(collectors) == 1, "the node daemons are scraped by a process of the scheduler's own"
+        finally:
+            stop.set()
+            thread.join(timeout=20)
+            metrics.stop()
+    assert not thread.is_alive()
+    assert not collectors[0].is_alive(), "stopped with the scheduler"

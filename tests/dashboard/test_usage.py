@@ -4,22 +4,43 @@ and silence shown as unknown."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import pickle
 import re
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from html import unescape
+from pathlib import Path
 from typing import Any
 
-from dashboard_world import build, node_monitor, section, text
+import pytest
+from dashboard_world import NodeMetricsServer, build, node_monitor, section, text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hami.cluster import MemoryCluster
 from hami.cluster.port import KubeObject, meta
+from hami.dashboard import usage as usage_module
 from hami.dashboard.app import DashboardApp
 from hami.dashboard.source import DashboardSource
-from hami.dashboard.usage import Peaks, Trend, UsageCollector, read_metrics
+from hami.dashboard.usage import (
+    BATCH,
+    NO_ADDRESS,
+    NO_DAEMON,
+    NodeUsage,
+    Peaks,
+    ScrapeRounds,
+    Trend,
+    UsageCollector,
+    daemon_annotations,
+    read_metrics,
+)
 from hami.dashboard.usage_views import device_ranks, overview, stranded_memory, top_devices, workloads
 from hami.dashboard.views import take_snapshot
 from hami.plugins import VendorPlugins
+from hami.testing.apiserver import ClusterApiServer
 
 HOST = VendorPlugins.load()
 TEXT = node_monitor().render().decode()
@@ -265,3 +286,237 @@ def test_usage_pages_never_fail_on_a_node_answering_garbage() -> None:
 
 def _unused(_: Any, __: KubeObject) -> None:
     pass
+
+
+# --------------------------------------------------------------------------------------------------------
+# Which nodes are scraped, and when
+# --------------------------------------------------------------------------------------------------------
+
+
+def counting_fetch(answers: dict[str, str]) -> tuple[Callable[[str, float], str], list[str]]:
+    """A fetch answering the nodes of `answers` (by the `{node}` of the URL), refusing others; and the nodes it was
+    asked for, in order."""
+    asked: list[str] = []
+
+    def fetch(url: str, timeout: float) -> str:
+        node = url.split("/")[3]
+        asked.append(node)
+        if node not in answers:
+            raise OSError("connection refused")
+        return answers[node]
+
+    return fetch, asked
+
+
+def test_only_nodes_with_a_daemons_annotation_and_an_address_are_scraped_and_the_others_say_why_once() -> None:
+    cluster = build()
+    plain = {"metadata": {"name": "cpu-node", "annotations": {"team": "a"}}, "status": {}}
+    cluster.create("nodes", plain)
+    fetch, asked = counting_fetch({"gpu-node": TEXT})
+    annotations = daemon_annotations(HOST)
+    assert "hami.io/node-nvidia-register" in annotations
+    assert "hami.io/node-handshake" in annotations
+    clock = Clock()
+    usage = UsageCollector("http://metrics/{node}/metrics", cluster, fetch=fetch, clock=clock, annotations=annotations)
+    usage.collect()
+    assert sorted(asked) == ["gpu-node", "t4-node"]  # cpu-node runs no daemon of HAMi
+    cpu = usage.node("cpu-node")
+    assert cpu is not None
+    assert cpu.error == NO_DAEMON
+    clock.at += 30
+    usage.collect()
+    assert asked.count("cpu-node") == 0
+    cpu = usage.node("cpu-node")  # still said, from the first round, not sent again
+    assert cpu is not None
+    assert cpu.error == NO_DAEMON
+    assert usage.totals()[-1].nodes == 3
+    assert usage.totals()[-1].nodes_answering == 1
+
+    # the same nodes by their address: a node without an InternalIP is not fetched either
+    rounds = ScrapeRounds("http://{address}:9394/metrics", annotations=annotations, fetch=fetch, clock=clock)
+    nodes = cluster.list("nodes")[0]
+    due, told, listed = rounds.plan(nodes)
+    assert due == []
+    assert sorted(listed) == ["cpu-node", "gpu-node", "t4-node"]
+    assert {u.node: u.error for u in told} == {"cpu-node": NO_DAEMON, "gpu-node": NO_ADDRESS, "t4-node": NO_ADDRESS}
+    gpu = next(n for n in nodes if meta(n)["name"] == "gpu-node")
+    gpu["status"]["addresses"] = [{"type": "InternalIP", "address": "10.0.0.7"}]
+    due, told, _ = rounds.plan(nodes)
+    assert due == [("gpu-node", "http://10.0.0.7:9394/metrics")]
+    assert told == []
+    # without vendors to say which annotations a daemon writes, every node is scraped
+    assert daemon_annotations(object()) == frozenset()
+
+
+def test_a_silent_daemon_backs_off_doubling_up_to_the_cap_and_an_answer_resets_it() -> None:
+    cluster = build()
+    answers: dict[str, str] = {}
+    fetch, asked = counting_fetch(answers)
+    clock = Clock()
+    usage = UsageCollector(
+        "http://metrics/{node}/metrics", cluster, fetch=fetch, clock=clock, interval=30, back_off_cap=20.0
+    )
+    scraped_at: list[float] = []
+    for _ in range(120):  # two minutes, a round a second
+        before = asked.count("t4-node")
+        usage.collect()
+        if asked.count("t4-node") > before:
+            scraped_at.append(clock.at - 1_000_000.0)
+        clock.at += 1
+    # after each failure in a row the wait doubles from 2 s: 2, 4, 8, 16, then the cap, 20 s
+    gaps = [b - a for a, b in itertools.pairwise(scraped_at)]
+    assert gaps[:5] == [2, 4, 8, 16, 20]
+    assert set(gaps[4:]) == {20}
+    t4 = usage.node("t4-node")
+    assert t4 is not None
+    assert t4.error.startswith("the node daemon's metrics did not answer")
+    # the daemon comes up: seen at its next scrape, then scraped every round again
+    answers["t4-node"] = TEXT.replace("gpu-node", "t4-node")
+    while usage.node("t4-node").error:  # type: ignore[union-attr]
+        usage.collect()
+        clock.at += 1
+    before = asked.count("t4-node")
+    for _ in range(5):
+        usage.collect()
+        clock.at += 1
+    assert asked.count("t4-node") == before + 5
+    # it fails again: the back-off starts over from 2 s, not from where it was
+    answers.clear()
+    usage.collect()
+    clock.at += 1
+    usage.collect()
+    assert asked.count("t4-node") == before + 6  # 1 s later: still waiting
+    clock.at += 1
+    usage.collect()
+    assert asked.count("t4-node") == before + 7
+
+
+class FakeTime:
+    """A monotonic clock and a stop event whose waits move it on (and record when each scrape started)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.stopped = False
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def is_set(self) -> bool:
+        return self.stopped
+
+    def set(self) -> None:
+        self.stopped = True
+
+    def wait(self, seconds: float | None = None) -> bool:
+        self.now += seconds or 0.0
+        return self.stopped
+
+
+class InlinePool:
+    """An executor running each task when submitted, at the fake time."""
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> Future[None]:
+        future: Future[None] = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+def paced_round(nodes: int, scrapes_per_second: float, warm: bool) -> tuple[list[float], list[int], FakeTime]:
+    """One round of `run` over `nodes` answering nodes: when each scrape started, the size of each batch of figures
+    reported, and the fake time at the end."""
+    time_ = FakeTime()
+    started: list[float] = []
+
+    def fetch(url: str, timeout: float) -> str:
+        started.append(time_.now)
+        return TEXT
+
+    rounds = ScrapeRounds(
+        "http://metrics/{node}/metrics", interval=30, scrapes_per_second=scrapes_per_second, fetch=fetch,
+        monotonic=time_.monotonic,
+    )  # fmt: skip
+    rounds.warm = warm
+    listed = [{"metadata": {"name": f"n{i}"}} for i in range(nodes)]
+    batches: list[int] = []
+    ended: list[list[str]] = []
+
+    def end(names: list[str]) -> None:
+        ended.append(names)
+        time_.set()
+
+    rounds.run(lambda: listed, lambda b: batches.append(len(b)), end, time_, InlinePool())  # type: ignore[arg-type]
+    assert ended == [[f"n{i}" for i in range(nodes)]]
+    assert sum(batches) == nodes
+    return started, batches, time_
+
+
+def test_a_rounds_scrapes_are_spread_evenly_over_it_never_in_a_burst() -> None:
+    # warm: 4 nodes over the 30 s interval, one every 7.5 s
+    started, batches, _ = paced_round(4, 200.0, warm=True)
+    assert started == [0.0, 7.5, 15.0, 22.5]
+    # warming up: a round every 2 s, but 1,000 nodes at 200 a second take 5 s, one every 5 ms
+    started, batches, time_ = paced_round(1000, 200.0, warm=False)
+    gaps = {round(b - a, 6) for a, b in itertools.pairwise(started)}
+    assert gaps == {0.005}
+    assert started[-1] == pytest.approx(4.995)
+    assert max(batches) <= BATCH + 1
+    assert len(batches) > 1000 // (BATCH + 1)
+    assert time_.now == pytest.approx(5.0)  # the next round starts when this one's time is over
+
+
+def test_the_collector_in_a_process_of_its_own_lists_scrapes_and_sends_what_the_pages_show(tmp_path: Path) -> None:
+    cluster = build()
+    metrics = NodeMetricsServer()
+    with ClusterApiServer(cluster) as api:
+        kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+        usage = UsageCollector(metrics.template, cluster, interval=0.5, annotations=daemon_annotations(HOST))
+        usage.start_in_child(kubeconfig)
+        try:
+            deadline = time.monotonic() + 60
+            while usage.rounds < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            child = usage._child
+            assert child is not None
+            assert child.is_alive()
+            assert child.pid != os.getpid()
+        finally:
+            usage.stop()
+            metrics.stop()
+    assert usage.rounds >= 2, "the collector's process sent no rounds"
+    gpu = usage.node("gpu-node")
+    assert gpu is not None
+    assert not gpu.error
+    assert "GPU-gpu-node-0" in gpu.devices
+    t4 = usage.node("t4-node")  # no daemon answers for it on this server: 404
+    assert t4 is not None
+    assert t4.error
+    assert len(usage.device_trend("GPU-gpu-node-0")) >= 2
+    assert not child.is_alive()  # stopped with the collector
+
+
+def test_figures_sent_between_processes_read_back_the_same() -> None:
+    gpu = read_metrics("gpu-node", "http://x/metrics", TEXT, 12.5)
+    assert gpu.devices
+    assert gpu.containers
+    assert NodeUsage.unpacked(pickle.loads(pickle.dumps(gpu.packed()))) == gpu
+    silent = NodeUsage("t4-node", "http://y/metrics", 13.0, error="refused")
+    assert NodeUsage.unpacked(silent.packed()) == silent
+
+
+_NAME = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
+_VALUE = st.text(st.characters(blacklist_characters='"\\\n', blacklist_categories=("Cs",)), max_size=20)
+
+
+@given(st.dictionaries(_NAME, _VALUE, min_size=1, max_size=6), st.sampled_from([",", ", ", ""]), st.booleans())
+def test_labels_read_without_the_expression_are_those_the_expression_reads(
+    labels: dict[str, str], comma: str, trailing: bool
+) -> None:
+    inner = comma.join(f'{k}="{v}"' for k, v in labels.items())
+    line = "hami_memory_used{" + inner + ("," if trailing else "") + "} 1"
+    brace, close = line.find("{"), line.rfind("}")
+    assert usage_module._labels(line, brace, close) == labels
+    escaped = line.replace('="', '="\\\\', 1)  # a backslash: the expression reads it
+    assert usage_module._labels(escaped, brace, escaped.rfind("}")) == {
+        k: v.replace('\\"', '"').replace("\\\\", "\\")
+        for k, v in usage_module._LABEL.findall(escaped, brace, escaped.rfind("}"))
+    }

@@ -41,8 +41,11 @@ class _Dashboard:
         self.source.stop()
 
 
-def companions_of(config: HamiConfig) -> list[Companion]:
-    """The services the configuration hosts in the scheduler's process, in start order."""
+def companions_of(config: HamiConfig, *, own_connection: bool = True) -> list[Companion]:
+    """The services the configuration hosts in the scheduler's process, in start order. `own_connection`: the
+    process connects to the cluster with the configuration's kubeconfig (or its service account), so a process
+    it starts can too (the dashboard's usage collector does, to keep the scraping of every node daemon off the
+    extender's interpreter)."""
     companions: list[Companion] = []
     settings = config.scheduler
     if settings.dashboard_listen:
@@ -64,6 +67,9 @@ def companions_of(config: HamiConfig) -> list[Companion]:
                 node_metrics=settings.dashboard_node_metrics,
                 prometheus=settings.dashboard_prometheus,
                 sampler=sample,
+                usage_process=own_connection,
+                kubeconfig=config.kubeconfig,
+                usage_after=parts.ready,
             )
             log.info("dashboard on http://%s:%d/", server.server_address[0], server.port)
             return _Dashboard(server, source)
@@ -90,4 +96,6 @@ def run_scheduler_process(
     config: HamiConfig, *, cluster: Cluster | None = None, stop: threading.Event | None = None
 ) -> int:
     """`hami scheduler`: the extender with every service the configuration hosts beside it, until stopped."""
-    return run_scheduler(config, cluster=cluster, stop=stop, companions=companions_of(config))
+    return run_scheduler(
+        config, cluster=cluster, stop=stop, companions=companions_of(config, own_connection=cluster is None)
+    )

@@ -74,17 +74,29 @@ def start_dashboard(
     node_metrics: str | None = None,
     prometheus: str | None = None,
     sampler: Callable[[], Sample] | None = None,
+    usage_process: bool = False,
+    kubeconfig: str | None = None,
+    usage_after: Callable[[], bool] | None = None,
 ) -> tuple[DashboardServer, DashboardSource]:
     """Serve the dashboard of `cluster` on `address` and sample its history (from `sampler` when given, see
-    `DashboardSource`); stop both when done."""
+    `DashboardSource`); stop both when done. With `node_metrics`, the nodes that run a daemon of HAMi are scraped
+    in the background from when `usage_after()` is true: on threads of this process, or with `usage_process` in a
+    process of its own connected with `kubeconfig` (None: the pod's service account), which spares a process that
+    serves something else (the scheduler's extender) the scraping and parsing."""
     from hami.dashboard.app import DashboardApp, DashboardServer
     from hami.dashboard.source import DashboardSource, History
-    from hami.dashboard.usage import UsageCollector
+    from hami.dashboard.usage import UsageCollector, daemon_annotations
 
     source = DashboardSource(cluster, plugins, history=History(interval=history_interval), sampler=sampler).start()
     usage = None
     if node_metrics:  # the node daemons scraped in the background, at the history's pace
-        usage = UsageCollector(node_metrics, cluster, interval=history_interval).start()
+        usage = UsageCollector(
+            node_metrics, cluster, interval=history_interval, annotations=daemon_annotations(plugins)
+        )
+        if usage_process:
+            usage.start_in_child(kubeconfig, after=usage_after)
+        else:
+            usage.start(after=usage_after)
         source.also_stop(usage.stop)
     app = DashboardApp(source, title=title, node_metrics=node_metrics, prometheus=prometheus, usage=usage)
     server = DashboardServer(app, address).start()

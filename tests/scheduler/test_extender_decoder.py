@@ -89,7 +89,7 @@ def test_any_body_decodes_or_is_a_bad_body_with_a_message(body: bytes, model: ty
 
 def test_a_pod_decodes_to_the_fields_the_extender_reads_as_the_api_serialises_them() -> None:
     args = parse(ExtenderArgs, json.dumps({"Pod": POD, "NodeNames": ["a", "b", "a"]}).encode())
-    assert args.candidates() == (["a", "b"], False)
+    assert args.candidates() == (("a", "b"), False)
     assert args.node_objects() is None
     pod = args.pod.as_object()
     container = pod["spec"]["containers"][0]
@@ -100,6 +100,24 @@ def test_a_pod_decodes_to_the_fields_the_extender_reads_as_the_api_serialises_th
     assert (pod["spec"]["priority"], pod["spec"]["preemptionPolicy"]) == (1000, "PreemptLowerPriority")
     listed = parse(ExtenderArgs, json.dumps({"pod": POD, "nodes": {"Items": [{"metadata": {"name": "n"}}]}}).encode())
     assert listed.candidates() == (["n"], True)
+
+
+def test_the_same_node_names_array_is_read_once_and_a_different_one_read_again() -> None:
+    """kube-scheduler sends the same NodeNames with every filter: the names are decoded, checked and de-duplicated
+    once, and later filters get the very same tuple; any other array is read (and checked) again."""
+    names = [f"node-{i}" for i in range(50)] + ["node-0"]
+    first = parse(ExtenderArgs, json.dumps({"Pod": POD, "NodeNames": names}).encode()).candidates()[0]
+    again = parse(ExtenderArgs, bytearray(json.dumps({"pod": POD, "NodeNames": names}).encode())).candidates()[0]
+    assert first == tuple(names[:50])
+    assert again is first
+    other = parse(ExtenderArgs, json.dumps({"Pod": POD, "nodeNames": names[1:]}).encode()).candidates()[0]
+    assert other == (*names[1:50], "node-0")
+    with pytest.raises(BadBody, match=r"NodeNames\.50: Expected `str` matching"):
+        parse(ExtenderArgs, json.dumps({"Pod": POD, "NodeNames": [*names[:50], "-bad"]}).encode())
+    with pytest.raises(BadBody, match=r"nodenames: Expected `array \| null`, got `str`"):
+        parse(ExtenderArgs, json.dumps({"Pod": POD, "nodenames": "node-0"}).encode())
+    assert parse(ExtenderArgs, json.dumps({"Pod": POD, "NodeNames": None}).encode()).candidates() == ((), False)
+    assert parse(ExtenderArgs, json.dumps({"Pod": POD, "NodeNames": names}).encode()).candidates()[0] == first
 
 
 def test_the_nodes_of_the_full_form_are_kept_exactly_as_sent() -> None:
@@ -123,6 +141,7 @@ def test_the_nodes_of_the_full_form_are_kept_exactly_as_sent() -> None:
         (b'{"PodName": "p\\n", "PodNamespace": "default", "PodUID": "u", "Node": "n"}', "PodName"),
         (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [{}, {}]}', "NodeNames.0: Expected `str`"),
         (b'{"Pod": {"metadata": {"name": "p"}}, "nodeNames": ["n", "-n"]}', "nodeNames.1: Expected `str` matching"),
+        (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["n", "\xffn"]}', "NodeNames: Invalid UTF-8"),
         (b'{"Pod": null}', "Pod"),
         (b'{"NodeNames": []}', "Pod: Field required"),
         (b'{"Pod": {"metadata": {"name": "p\\ud800"}}}', "surrogate"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence, Set
 from typing import TypeVar
 
 from hami.fitting import Selectors
@@ -169,6 +169,9 @@ class Candidates:
         self.ids = MemoIds()
         self.rankings = Rankings(state)
         """Per pod shape (memo id), the named nodes evaluated and ordered (`hami.scheduler.ranking`)."""
+        self._named: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+        """The last names asked about as a tuple, and their set: kube-scheduler names the same nodes in every
+        filter, and the extender's front hands them over as the same tuple (`hami.scheduler.server`)."""
 
     def batches(
         self,
@@ -225,8 +228,8 @@ class Candidates:
         partition = None if classify is None else (class_key, evaluation.node_class)
         ranking = self.rankings.current(memo_key, evaluation.ranked, partition)
         ranked, reasons = ranking.ranked, ranking.failed
-        named = node_names if isinstance(node_names, (set, frozenset)) else set(node_names)
-        if missing := named.difference(ranked):  # in C: nearly always empty where a kind's nodes are asked about
+        named = self._name_set(node_names)
+        if missing := named - ranked.keys():  # in C: nearly always empty where a kind's nodes are asked about
             unknown = unregistered(None, shape.kinds)
             failed.update({n: reasons.get(n) or unknown for n in node_names if n in missing})
         adjustments: dict[int, float] = {}
@@ -236,6 +239,18 @@ class Candidates:
         if self.settings.pass_over_nodes_in_flight:
             ordered = _in_flight_last(ordered, nodes)
         return _ordered_batches(ordered, nodes, self.settings.batch_size, first)
+
+    def _name_set(self, node_names: Sequence[str]) -> Set[str]:
+        """`node_names` as a set, built once for the tuple asked about again and again."""
+        if isinstance(node_names, (set, frozenset)):
+            return node_names
+        if not isinstance(node_names, tuple):
+            return set(node_names)
+        last, named = self._named
+        if node_names is not last:
+            named = frozenset(node_names)
+            self._named = (node_names, named)
+        return named
 
     def _evaluated(
         self,

@@ -182,9 +182,9 @@ class _ExtenderWire(_Edge):
     pod: PodArg | UnsetType = UNSET
     Nodes: _NodeList | UnsetType | None = UNSET
     nodes: _NodeList | UnsetType | None = UNSET
-    NodeNames: list[str] | UnsetType | None = UNSET  # each a Name: `_check_names`
-    nodenames: list[str] | UnsetType | None = UNSET
-    nodeNames: list[str] | UnsetType | None = UNSET  # noqa: N815
+    NodeNames: msgspec.Raw | UnsetType = UNSET  # a list of Names (or null), read by `_node_names`
+    nodenames: msgspec.Raw | UnsetType = UNSET
+    nodeNames: msgspec.Raw | UnsetType = UNSET  # noqa: N815
 
 
 class _BindingWire(_Edge):
@@ -243,14 +243,16 @@ class ExtenderArgs:
 
     pod: PodArg
     nodes: _NodeList | None = None
-    node_names: list[str] | None = None
+    node_names: tuple[str, ...] | None = None
+    """As sent, once each (`_node_names`)."""
     body: bytes | bytearray = field(default=b"", repr=False, compare=False)
 
-    def candidates(self) -> tuple[list[str], bool]:
-        """The candidate node names, once each, and whether they came as a node list."""
+    def candidates(self) -> tuple[Sequence[str], bool]:
+        """The candidate node names, once each, and whether they came as a node list. The names of the NodeNames
+        form are the very tuple of the filter before when the same array was sent (`_node_names`)."""
         if self.nodes is not None:
             return list(dict.fromkeys(self.nodes.names())), True
-        return list(dict.fromkeys(self.node_names or ())), False
+        return self.node_names or (), False
 
     def node_objects(self) -> Sequence[dict[str, Any]] | None:
         """The Node objects of the full-Nodes form as sent, decoded as they are read (None in the NodeNames
@@ -267,9 +269,8 @@ class ExtenderArgs:
         w = _decode(_EXTENDER, body)
         nodes = _first(("Nodes", w.Nodes), ("nodes", w.nodes))
         spelled = (("NodeNames", w.NodeNames), ("nodenames", w.nodenames), ("nodeNames", w.nodeNames))
-        names = _first(*spelled)
-        if names:
-            _check_names(names, next(key for key, value in spelled if value is not UNSET))
+        key, raw = next(((k, v) for k, v in spelled if v is not UNSET), ("", None))
+        names = _node_names(raw, key) if raw is not None else None
         return cls(_first(("Pod", w.Pod), ("pod", w.pod), required=True), nodes, names, body)
 
 
@@ -320,6 +321,39 @@ def _check_names(names: list[str], key: str) -> None:
             _VALID_NAMES.add(name)
 
 
+_NAMES = msgspec.json.Decoder(list[str] | None)
+_names_seen: tuple[bytes, tuple[str, ...]] = (b"[]", ())
+"""The last NodeNames array as sent and the names it gave (valid, once each). kube-scheduler sends the same array
+with every filter while the cluster's nodes stay the same: one comparison of its bytes spares decoding, checking and
+de-duplicating thousands of names a filter, and the same tuple lets the candidate index keep its set of them
+(`hami.scheduler.candidates`). Replaced whole (one reference), so threads read it without a lock."""
+
+
+def _node_names(raw: msgspec.Raw, key: str) -> tuple[str, ...] | None:
+    """The NodeNames array `raw` (spelled `key` in the body) as valid names, once each; None for null."""
+    global _names_seen
+    seen = _names_seen
+    if memoryview(raw) == seen[0]:
+        return seen[1]
+    try:
+        decoded = _NAMES.decode(raw)
+    except msgspec.ValidationError as exc:
+        message, where = str(exc), ""
+        if found := _WHERE.fullmatch(message):
+            message, where = found.group(1), re.sub(r"\[(\d+)\]", r".\1", found.group(2))
+        raise BadBody(f"{key}{where}: {message}") from None
+    except msgspec.DecodeError as exc:  # the body as a whole passed: what is left is text that is not UTF-8
+        raise BadBody(f"{key}: {str(exc).removeprefix('JSON is malformed: ')}") from None
+    if decoded is None:
+        return None
+    _check_names(decoded, key)
+    names = tuple(dict.fromkeys(decoded))
+    if len(raw) <= _NAMES_SEEN_BYTES:
+        _names_seen = (bytes(raw), names)
+    return names
+
+
+_NAMES_SEEN_BYTES = 4 << 20  # the array of 50,000 long node names; a larger one is decoded each time
 _EXTENDER = msgspec.json.Decoder(_ExtenderWire)
 _RAW_NODES = msgspec.json.Decoder(_RawNodesWire)
 _BINDING = msgspec.json.Decoder(_BindingWire)

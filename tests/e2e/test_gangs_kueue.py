@@ -18,7 +18,6 @@ way) as Kueue runs, its CRDs applied before Kueue starts so that Kueue's JobSet 
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from control_plane import (
     find_jobset,
     find_kueue,
     free_port,
+    not_built,
     wait_until,
 )
 from hami_stack import HamiStack
@@ -524,15 +524,10 @@ def job_controller(stack: HamiStack) -> Iterator[None]:
     """kube-controller-manager running its job controller alone (a Job's pods; no garbage collector, no service
     accounts: the suite's API server admits pods without them)."""
     try:
-        process = stack.plane.start_controller_manager("job")
+        with stack.plane.controller_manager("job"):
+            yield
     except MissingBinaries as exc:
-        if os.environ.get("HAMI_E2E_REQUIRED") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        yield
-    finally:
-        stack.plane.stop_process(process)
+        not_built(exc)
 
 
 def gang_template(name: str, members: int, *, gpu: int, mem: int) -> dict[str, Any]:
@@ -719,9 +714,7 @@ def jobset(kueue: KueueController, jobset_built: JobSetController | None) -> Ite
         try:
             find_jobset()
         except MissingBinaries as exc:
-            if os.environ.get("HAMI_E2E_REQUIRED") == "1":
-                pytest.fail(str(exc))
-            pytest.skip(str(exc))
+            not_built(exc)
     assert jobset_built is not None
     jobset_built.start()
     try:

@@ -7,11 +7,10 @@ the annotation way, which HAMi's daemon reads. The daemon's pod here is a Pod ob
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
-from control_plane import MissingBinaries, wait_until
+from control_plane import MissingBinaries, not_built, wait_until
 from hami_stack import NAMESPACE, HamiStack
 from kube_rest import ApiError
 
@@ -28,15 +27,10 @@ NODE = "lease-gc-node"
 def garbage_collector(stack: HamiStack) -> Iterator[None]:
     """kube-controller-manager running its garbage collector alone."""
     try:
-        process = stack.plane.start_controller_manager("garbagecollector")
+        with stack.plane.controller_manager("garbagecollector"):
+            yield
     except MissingBinaries as exc:
-        if os.environ.get("HAMI_E2E_REQUIRED") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
-    try:
-        yield
-    finally:
-        stack.plane.stop_process(process)
+        not_built(exc)
 
 
 def test_the_lease_goes_with_its_daemons_pod_and_the_next_bind_locks_the_node_annotation(

@@ -203,12 +203,10 @@ class Allocator:
         if self.lease is not None:
             # First as the API server's watch cache has them, where the kubelet saw the pod bound, so they are as
             # recent as the bind: no read of etcd. Read again from etcd when that does not name the pod to serve.
-            # A pod this daemon wrote is taken from there only as it wrote it (the kubelet asks for the next
-            # container as soon as the last one is answered: the cache may not have that answer's write yet).
             for recent in (True, False):
                 leased_by = self.lease.holder(recent=recent)
                 target = self._lock_owner(leased_by, key, leased=True, recent=recent) if leased_by else None
-                if target is not None and not (recent and self._before_own_write(target.obj)):
+                if target is not None:
                     return target
         node_obj = self.cluster.get("nodes", self.node)
         lock = self._lock_of(node_obj)
@@ -287,6 +285,10 @@ class Allocator:
         release = (lambda: None) if leased else (lambda: self.locks.release(self.node, lock.namespace, lock.name))
         try:
             obj = self.cluster.get("pods", lock.name, lock.namespace, recent=recent)
+            if recent and self._before_own_write(obj):
+                # the kubelet asks for the next container as soon as the last one is answered: the cache may not
+                # have that answer's write yet, and a pod this daemon wrote is used only as it wrote it
+                obj = self.cluster.get("pods", lock.name, lock.namespace)
         except NotFoundError:
             log.info("node %s is locked for pod %s, which no longer exists", self.node, owner)
             release()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lagging_cluster import LaggingCluster
 
@@ -267,12 +267,16 @@ def test_the_offer_names_a_valid_namespace_and_lease(value: str, expected: tuple
     assert lease_ref({LEASE_ANNOTATION: value}) == expected
 
 
+# A first draw once took 1.3 s in a full run on a fresh clone (the host, busy with the suite's other processes, not
+# this small strategy): the speed check is left out, as in the other fuzz tests here.
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["holderIdentity", "acquireTime", "renewTime", "x"]), st.text() | st.integers()))
 def test_any_lease_spec_reads_as_a_holder_or_free_never_an_error(spec: dict[str, Any]) -> None:
     holder = holder_of({"metadata": {"name": LEASE}, "spec": spec})
     assert holder is None or (holder.namespace and holder.name and holder.time.tzinfo is not None)
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=300))
 def test_any_offer_reads_as_a_lease_or_none(value: str) -> None:
     ref = lease_ref({LEASE_ANNOTATION: value})
